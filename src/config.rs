@@ -1,0 +1,5 @@
+//! Config (placeholder).
+#![forbid(unsafe_code)]
+/// Config.
+#[derive(Debug, Clone, Default)]
+pub struct Config {}

@@ -1,0 +1,255 @@
+//! The crate's one error type.
+//!
+//! Every fallible call returns [`Error`]. Variants carry the values that made the call fail
+//! (offsets, lengths, the environment variable and its value, the CUDA status code), so that a
+//! message is enough to act on without a debugger. Operating-system errors keep their
+//! [`std::io::Error`] intact: [`Error::raw_os_error`] answers the errno.
+#![forbid(unsafe_code)]
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in gpumap.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A system call failed. `source` is the untouched OS error.
+    #[error("{op} failed{}: {source}", Context { path: path.as_deref(), offset: *offset })]
+    Io {
+        /// What was being done (`"open"`, `"pread"`, `"fdatasync"`, ...).
+        op: &'static str,
+        /// The file it was done to, where known.
+        path: Option<PathBuf>,
+        /// The file offset, where the operation had one.
+        offset: Option<u64>,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// A range does not lie inside the file (or buffer) it names.
+    #[error("range {offset}..{} is outside the file of {file_len} bytes", offset.saturating_add(*len))]
+    OutOfRange {
+        /// Start of the requested range.
+        offset: u64,
+        /// Length of the requested range.
+        len: u64,
+        /// Length of the file (or mapping) at the time of the call.
+        file_len: u64,
+    },
+
+    /// `offset + len` does not fit in 64 bits (or in the platform's `off_t`).
+    #[error("offset {offset} + length {len} overflows")]
+    Overflow {
+        /// Start of the requested range.
+        offset: u64,
+        /// Length of the requested range.
+        len: u64,
+    },
+
+    /// A value that must be a multiple of some alignment is not.
+    #[error("{what} {value} is not a multiple of {alignment}")]
+    Unaligned {
+        /// Which argument (`"extent size"`, `"offset"`, ...).
+        what: &'static str,
+        /// The offending value.
+        value: u64,
+        /// The alignment it must respect.
+        alignment: u64,
+    },
+
+    /// The file ended before a read that asked for an exact length was complete.
+    #[error("file ended at {}: wanted {wanted} bytes at offset {offset}, got {got}", offset + got)]
+    UnexpectedEof {
+        /// Where the read started.
+        offset: u64,
+        /// How many bytes were asked for.
+        wanted: u64,
+        /// How many bytes the file had.
+        got: u64,
+    },
+
+    /// A buffer is too small for the transfer asked of it.
+    #[error("buffer of {available} bytes is too small for {needed} bytes")]
+    BufferTooSmall {
+        /// Bytes the transfer needs.
+        needed: u64,
+        /// Bytes the buffer has.
+        available: u64,
+    },
+
+    /// Open flags that are not one of `r`, `w`, `a`, `r+`, `w+`, `a+` (with optional `b`/`e`).
+    #[error("invalid open flags {0:?}: expected one of r, w, a, r+, w+, a+")]
+    InvalidFlags(String),
+
+    /// The handle was not opened for this kind of access.
+    #[error("{path} was opened {mode:?}, which does not allow {op}")]
+    AccessMode {
+        /// The file.
+        path: PathBuf,
+        /// The open flags it was opened with.
+        mode: String,
+        /// What was attempted (`"reading"`, `"writing"`, `"positional writes"`).
+        op: &'static str,
+    },
+
+    /// An environment variable holds a value gpumap cannot use.
+    #[error("environment variable {var}={value:?}: {reason}")]
+    InvalidConfig {
+        /// The variable's name as set (`GPUMAP_...` or its `KVIKIO_...` alias).
+        var: String,
+        /// Its value.
+        value: String,
+        /// What is wrong with it and what is accepted.
+        reason: String,
+    },
+
+    /// A function argument is out of its domain (the message names it and its value).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// A capability the call needs is missing on this machine (CUDA, cuFile, a device).
+    #[error("{what} is not available: {reason}")]
+    Unavailable {
+        /// The missing thing (`"CUDA driver"`, `"cuFile"`, `"GPU 3"`).
+        what: &'static str,
+        /// Why, as found by probing.
+        reason: String,
+    },
+
+    /// A CUDA driver call returned an error status.
+    #[error("CUDA {op} failed: {name} ({code})")]
+    Cuda {
+        /// The driver function.
+        op: &'static str,
+        /// The `CUresult` value.
+        code: i32,
+        /// Its symbolic name (`CUDA_ERROR_OUT_OF_MEMORY`), or `"unknown"`.
+        name: String,
+    },
+
+    /// A cuFile call returned an error status.
+    #[error("cuFile {op} failed{}: {name} ({code})", Context { path: path.as_deref(), offset: *offset })]
+    CuFile {
+        /// The cuFile function.
+        op: &'static str,
+        /// The cuFile status (`CU_FILE_*`, 5000 and up), or the CUDA status it wraps.
+        code: i64,
+        /// Its symbolic name, or `"unknown"` (unknown codes are never mapped onto an enum).
+        name: String,
+        /// The file, where known.
+        path: Option<PathBuf>,
+        /// The file offset, where the call had one.
+        offset: Option<u64>,
+    },
+
+    /// Device memory for a mapping or cache would exceed its budget.
+    #[error("{requested} bytes of device memory requested, {in_use} of the {budget}-byte budget in use and none can be evicted")]
+    OutOfBudget {
+        /// Bytes asked for.
+        requested: u64,
+        /// The budget.
+        budget: u64,
+        /// Bytes held at the time (pinned or otherwise unevictable).
+        in_use: u64,
+    },
+
+    /// A worker task panicked; the panic message is kept. This is a bug in gpumap.
+    #[error("an I/O task panicked: {0}")]
+    TaskPanicked(String),
+}
+
+impl Error {
+    /// The `errno` of an operating-system error, if this is one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    /// The [`io::ErrorKind`] this error corresponds to, for callers that speak `std::io`.
+    pub fn kind(&self) -> io::ErrorKind {
+        match self {
+            Error::Io { source, .. } => source.kind(),
+            Error::UnexpectedEof { .. } => io::ErrorKind::UnexpectedEof,
+            Error::OutOfRange { .. }
+            | Error::Overflow { .. }
+            | Error::Unaligned { .. }
+            | Error::BufferTooSmall { .. }
+            | Error::InvalidFlags(_)
+            | Error::InvalidConfig { .. }
+            | Error::InvalidArgument(_) => io::ErrorKind::InvalidInput,
+            Error::AccessMode { .. } => io::ErrorKind::PermissionDenied,
+            Error::Unavailable { .. } => io::ErrorKind::Unsupported,
+            Error::OutOfBudget { .. } => io::ErrorKind::OutOfMemory,
+            _ => io::ErrorKind::Other,
+        }
+    }
+
+    /// An [`Error::Io`] from an OS error, with its context.
+    pub(crate) fn io(op: &'static str, path: &Path, offset: Option<u64>, source: io::Error) -> Self {
+        Error::Io { op, path: Some(path.to_path_buf()), offset, source }
+    }
+
+    /// An [`Error::Io`] with no file attached (a system-wide operation).
+    pub(crate) fn io_nopath(op: &'static str, source: io::Error) -> Self {
+        Error::Io { op, path: None, offset: None, source }
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Io { source, .. } => source,
+            other => io::Error::new(other.kind(), other),
+        }
+    }
+}
+
+/// Formats " on PATH at offset N" for whichever parts are known.
+struct Context<'a> {
+    path: Option<&'a Path>,
+    offset: Option<u64>,
+}
+
+impl fmt::Display for Context<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(p) = self.path {
+            write!(f, " on {}", p.display())?;
+        }
+        if let Some(o) = self.offset {
+            write!(f, " at offset {o}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_error_keeps_errno_and_context() {
+        let e = Error::io("open", Path::new("/x/y"), Some(7), io::Error::from_raw_os_error(libc::ENOENT));
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        let msg = e.to_string();
+        assert!(msg.contains("open failed on /x/y at offset 7"), "{msg}");
+        let back: io::Error = e.into();
+        assert_eq!(back.raw_os_error(), Some(libc::ENOENT));
+    }
+
+    #[test]
+    fn argument_errors_name_their_values() {
+        let e = Error::OutOfRange { offset: 10, len: 20, file_len: 15 };
+        assert_eq!(e.to_string(), "range 10..30 is outside the file of 15 bytes");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        let e = Error::UnexpectedEof { offset: 100, wanted: 50, got: 20 };
+        assert_eq!(e.to_string(), "file ended at 120: wanted 50 bytes at offset 100, got 20");
+    }
+}

@@ -1,0 +1,6 @@
+//! The raw and result layers: every `unsafe` block of the crate lives below this module, each
+//! with a `// SAFETY:` comment. Functions here map one-to-one onto a system or library call and
+//! turn its status into [`crate::Error`]; everything above is safe Rust.
+
+pub mod pagecache;
+pub mod posix;
