@@ -1,1 +1,42 @@
-fn main() {}
+//! FileHandle throughput into host memory, beside memcpy, dd and cat on the same file.
+//!
+//!     cargo bench --bench filehandle -- --jsonl OUT.jsonl FILE [--quick]
+//!
+//! Speaks the JSON-lines format of `shared/gpu/README.md`; on the GPU machine it is staged as
+//! `bench-filehandle` and run by `on-device.sh bench`.
+use std::process::ExitCode;
+
+use gpumap::bench::{append_jsonl, parse_bench_args, run_host, BenchOptions};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (jsonl, file, quick) = match parse_bench_args(&args) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut options = BenchOptions::standard(file);
+    if quick {
+        options.threads = vec![1, 2];
+        options.write_threads = vec![1, 2];
+        options.write_bytes = 256 << 20;
+        options.random_ops = 4096;
+    }
+    let mut failed = false;
+    let result = run_host(&options, &mut |record| {
+        if let Err(e) = append_jsonl(&jsonl, record) {
+            eprintln!("cannot record a result: {e}");
+            failed = true;
+        }
+    });
+    match result {
+        Ok(()) if !failed => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("bench failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

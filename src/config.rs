@@ -1,5 +1,343 @@
-//! Config (placeholder).
+//! Defaults and environment settings.
+//!
+//! Every setting has a `GPUMAP_*` variable; the `KVIKIO_*` name of the same setting is accepted
+//! as an alias, so a KvikIO user's environment carries over. When both are set, `GPUMAP_*` wins.
+//! A value that cannot be used is an [`Error::InvalidConfig`] naming the variable and its
+//! value, never a silent fall-back to the default.
+//!
+//! | setting | variable (alias) | default |
+//! |---|---|---|
+//! | compat mode | `GPUMAP_COMPAT_MODE` (`KVIKIO_COMPAT_MODE`) | `auto` |
+//! | worker threads | `GPUMAP_NTHREADS` (`KVIKIO_NTHREADS`) | CPUs, at most 16 |
+//! | task size | `GPUMAP_TASK_SIZE` (`KVIKIO_TASK_SIZE`) | 4 MiB |
+//! | cuFile threshold | `GPUMAP_GDS_THRESHOLD` (`KVIKIO_GDS_THRESHOLD`) | 1 MiB |
+//! | bounce buffer size | `GPUMAP_BOUNCE_BUFFER_SIZE` (`KVIKIO_BOUNCE_BUFFER_SIZE`) | 16 MiB |
+//! | O_DIRECT reads | `GPUMAP_AUTO_DIRECT_IO_READ` (`KVIKIO_AUTO_DIRECT_IO_READ`) | off |
+//! | O_DIRECT writes | `GPUMAP_AUTO_DIRECT_IO_WRITE` (`KVIKIO_AUTO_DIRECT_IO_WRITE`) | on |
+//!
+//! Sizes take a number with an optional `dd`-style suffix: `K`/`KiB` = 1024, `KB` = 1000, and
+//! likewise `M`, `G`, `T`. Booleans take `true/false`, `on/off`, `yes/no`, `1/0`.
 #![forbid(unsafe_code)]
-/// Config.
-#[derive(Debug, Clone, Default)]
-pub struct Config {}
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::OnceLock;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// Whether to use cuFile (GPUDirect Storage) or the POSIX path. KvikIO's names and semantics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CompatMode {
+    /// POSIX path only; cuFile is never loaded.
+    On,
+    /// cuFile only; a file cuFile cannot serve fails to open, with the reason.
+    Off,
+    /// cuFile where it works, POSIX elsewhere; the reason for each file's choice is recorded.
+    #[default]
+    Auto,
+}
+
+impl FromStr for CompatMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "on" | "true" | "yes" | "1" => Ok(CompatMode::On),
+            "off" | "false" | "no" | "0" => Ok(CompatMode::Off),
+            "auto" => Ok(CompatMode::Auto),
+            _ => Err("expected on, off or auto (or true/false, yes/no, 1/0)".into()),
+        }
+    }
+}
+
+impl fmt::Display for CompatMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CompatMode::On => "on",
+            CompatMode::Off => "off",
+            CompatMode::Auto => "auto",
+        })
+    }
+}
+
+/// Where a setting's value came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "var")]
+pub enum Source {
+    /// The built-in default.
+    Default,
+    /// An environment variable (its name).
+    Env(String),
+}
+
+/// gpumap's settings. `Config::default()` is the built-in defaults; [`Config::from_env`] reads
+/// the environment on top of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Config {
+    /// cuFile or POSIX.
+    pub compat_mode: CompatMode,
+    /// Threads of the default I/O pool.
+    pub nthreads: usize,
+    /// Largest piece one task moves; a transfer is split into pieces of this size.
+    pub task_size: u64,
+    /// Transfers to device memory smaller than this use the POSIX path even where cuFile works.
+    pub gds_threshold: u64,
+    /// Size of each pinned bounce buffer of the POSIX path to device memory.
+    pub bounce_buffer_size: u64,
+    /// Read the page-aligned middle of a transfer with `O_DIRECT` where the file system allows.
+    pub direct_io_read: bool,
+    /// Write the page-aligned middle of a transfer with `O_DIRECT` where the file system allows.
+    pub direct_io_write: bool,
+    /// Where each setting came from, by setting name.
+    pub sources: Vec<(&'static str, Source)>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        Config {
+            compat_mode: CompatMode::Auto,
+            nthreads: cpus.clamp(1, 16),
+            task_size: 4 << 20,
+            gds_threshold: 1 << 20,
+            bounce_buffer_size: 16 << 20,
+            direct_io_read: false,
+            direct_io_write: true,
+            sources: Vec::new(),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Setting {
+    CompatMode,
+    Nthreads,
+    TaskSize,
+    GdsThreshold,
+    BounceBufferSize,
+    DirectIoRead,
+    DirectIoWrite,
+}
+
+/// The variables, as (setting, its field name, gpumap name, KvikIO alias).
+const VARS: [(Setting, &str, &str, &str); 7] = [
+    (Setting::CompatMode, "compat_mode", "GPUMAP_COMPAT_MODE", "KVIKIO_COMPAT_MODE"),
+    (Setting::Nthreads, "nthreads", "GPUMAP_NTHREADS", "KVIKIO_NTHREADS"),
+    (Setting::TaskSize, "task_size", "GPUMAP_TASK_SIZE", "KVIKIO_TASK_SIZE"),
+    (Setting::GdsThreshold, "gds_threshold", "GPUMAP_GDS_THRESHOLD", "KVIKIO_GDS_THRESHOLD"),
+    (
+        Setting::BounceBufferSize,
+        "bounce_buffer_size",
+        "GPUMAP_BOUNCE_BUFFER_SIZE",
+        "KVIKIO_BOUNCE_BUFFER_SIZE",
+    ),
+    (Setting::DirectIoRead, "direct_io_read", "GPUMAP_AUTO_DIRECT_IO_READ", "KVIKIO_AUTO_DIRECT_IO_READ"),
+    (
+        Setting::DirectIoWrite,
+        "direct_io_write",
+        "GPUMAP_AUTO_DIRECT_IO_WRITE",
+        "KVIKIO_AUTO_DIRECT_IO_WRITE",
+    ),
+];
+
+impl Config {
+    /// The defaults with the process environment applied.
+    pub fn from_env() -> Result<Config> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// The process-wide configuration, read from the environment once.
+    pub fn global() -> Result<&'static Config> {
+        static GLOBAL: OnceLock<std::result::Result<Config, (String, String, String)>> =
+            OnceLock::new();
+        match GLOBAL.get_or_init(|| {
+            Config::from_env().map_err(|e| match e {
+                Error::InvalidConfig { var, value, reason } => (var, value, reason),
+                other => (String::new(), String::new(), other.to_string()),
+            })
+        }) {
+            Ok(c) => Ok(c),
+            Err((var, value, reason)) => {
+                Err(Error::InvalidConfig { var: var.clone(), value: value.clone(), reason: reason.clone() })
+            }
+        }
+    }
+
+    /// The defaults with settings taken from `lookup(variable name)` (tests use a map).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let mut config = Config::default();
+        for (setting, field, name, alias) in VARS {
+            let found = [name, alias].into_iter().find_map(|var| lookup(var).map(|v| (var, v)));
+            let Some((var, value)) = found else {
+                config.sources.push((field, Source::Default));
+                continue;
+            };
+            let invalid = |reason: String| Error::InvalidConfig {
+                var: var.to_string(),
+                value: value.clone(),
+                reason,
+            };
+            match setting {
+                Setting::CompatMode => config.compat_mode = value.parse().map_err(invalid)?,
+                Setting::Nthreads => {
+                    let n = parse_size(&value).map_err(invalid)?;
+                    if n == 0 || n > 4096 {
+                        return Err(invalid("expected a thread count from 1 to 4096".into()));
+                    }
+                    config.nthreads = n as usize;
+                }
+                Setting::TaskSize => {
+                    config.task_size = parse_size(&value).map_err(invalid)?;
+                    if config.task_size == 0 {
+                        return Err(invalid("expected a size above zero".into()));
+                    }
+                }
+                Setting::BounceBufferSize => {
+                    let n = parse_size(&value).map_err(invalid)?;
+                    if n == 0 || n % crate::align::PAGE_SIZE != 0 {
+                        return Err(invalid(
+                            "expected a multiple of 4096 bytes above zero (bounce buffers are used for O_DIRECT)".into(),
+                        ));
+                    }
+                    config.bounce_buffer_size = n;
+                }
+                Setting::GdsThreshold => config.gds_threshold = parse_size(&value).map_err(invalid)?,
+                Setting::DirectIoRead => config.direct_io_read = parse_bool(&value).map_err(invalid)?,
+                Setting::DirectIoWrite => {
+                    config.direct_io_write = parse_bool(&value).map_err(invalid)?
+                }
+            }
+            config.sources.push((field, Source::Env(var.to_string())));
+        }
+        Ok(config)
+    }
+
+    /// Where `setting` (a field name) came from.
+    pub fn source(&self, setting: &str) -> Source {
+        self.sources.iter().find(|(s, _)| *s == setting).map(|(_, src)| src.clone()).unwrap_or(Source::Default)
+    }
+}
+
+/// Parses a byte count: digits with an optional `dd`-style suffix (`K`/`KiB` = 1024,
+/// `KB`/`kB` = 1000, likewise `M`, `G`, `T`). Rejects signs, fractions and overflow.
+pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let text = text.trim();
+    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, suffix) = text.split_at(digits_end);
+    if digits.is_empty() {
+        return Err("expected a non-negative whole number, optionally with a suffix such as 4MiB".into());
+    }
+    let number: u64 = digits.parse().map_err(|_| "number too large".to_string())?;
+    let multiplier: u64 = match suffix.trim() {
+        "" | "B" | "b" => 1,
+        "K" | "k" | "KiB" | "kiB" => 1 << 10,
+        "KB" | "kB" => 1_000,
+        "M" | "MiB" => 1 << 20,
+        "MB" => 1_000_000,
+        "G" | "GiB" => 1 << 30,
+        "GB" => 1_000_000_000,
+        "T" | "TiB" => 1 << 40,
+        "TB" => 1_000_000_000_000,
+        other => return Err(format!("unknown size suffix {other:?}; use K, KiB, KB, M, MiB, MB, G, ...")),
+    };
+    number.checked_mul(multiplier).ok_or_else(|| "size too large".to_string())
+}
+
+/// Parses a boolean the way KvikIO does: `true/false`, `on/off`, `yes/no`, `1/0`, any case.
+pub fn parse_bool(text: &str) -> std::result::Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" => Ok(true),
+        "false" | "off" | "no" | "0" => Ok(false),
+        _ => Err("expected true/false, on/off, yes/no or 1/0".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Config> {
+        let map: HashMap<String, String> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = with(&[]).unwrap();
+        assert_eq!(c.compat_mode, CompatMode::Auto);
+        assert_eq!(c.task_size, 4 << 20);
+        assert_eq!(c.bounce_buffer_size, 16 << 20);
+        assert!(c.nthreads >= 1);
+        assert_eq!(c.source("task_size"), Source::Default);
+    }
+
+    #[test]
+    fn every_setting_parses() {
+        let c = with(&[
+            ("GPUMAP_COMPAT_MODE", "ON"),
+            ("GPUMAP_NTHREADS", "7"),
+            ("GPUMAP_TASK_SIZE", "1MiB"),
+            ("GPUMAP_GDS_THRESHOLD", "64K"),
+            ("GPUMAP_BOUNCE_BUFFER_SIZE", "8M"),
+            ("GPUMAP_AUTO_DIRECT_IO_READ", "yes"),
+            ("GPUMAP_AUTO_DIRECT_IO_WRITE", "false"),
+        ])
+        .unwrap();
+        assert_eq!(c.compat_mode, CompatMode::On);
+        assert_eq!(c.nthreads, 7);
+        assert_eq!(c.task_size, 1 << 20);
+        assert_eq!(c.gds_threshold, 64 << 10);
+        assert_eq!(c.bounce_buffer_size, 8 << 20);
+        assert!(c.direct_io_read && !c.direct_io_write);
+        for (_, setting, _, _) in VARS {
+            assert!(matches!(c.source(setting), Source::Env(_)), "{setting} not read");
+        }
+    }
+
+    #[test]
+    fn kvikio_aliases_and_precedence() {
+        let c = with(&[("KVIKIO_COMPAT_MODE", "off"), ("KVIKIO_NTHREADS", "3")]).unwrap();
+        assert_eq!(c.compat_mode, CompatMode::Off);
+        assert_eq!(c.source("nthreads"), Source::Env("KVIKIO_NTHREADS".into()));
+        let c = with(&[("KVIKIO_NTHREADS", "3"), ("GPUMAP_NTHREADS", "5")]).unwrap();
+        assert_eq!(c.nthreads, 5);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (var, value) in [
+            ("GPUMAP_NTHREADS", "-4"),
+            ("GPUMAP_NTHREADS", "0"),
+            ("GPUMAP_TASK_SIZE", "-1"),
+            ("GPUMAP_TASK_SIZE", "1.5M"),
+            ("GPUMAP_TASK_SIZE", "4 parsecs"),
+            ("KVIKIO_GDS_THRESHOLD", "99999999999999999999"),
+            ("GPUMAP_BOUNCE_BUFFER_SIZE", "1000"),
+            ("GPUMAP_COMPAT_MODE", "sometimes"),
+            ("GPUMAP_AUTO_DIRECT_IO_READ", "maybe"),
+        ] {
+            match with(&[(var, value)]) {
+                Err(Error::InvalidConfig { var: v, value: got, .. }) => {
+                    assert_eq!((v.as_str(), got.as_str()), (var, value))
+                }
+                other => panic!("{var}={value}: expected InvalidConfig, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4KiB"), Ok(4096));
+        assert_eq!(parse_size("4KB"), Ok(4000));
+        assert_eq!(parse_size(" 2G "), Ok(2 << 30));
+        assert!(parse_size("").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("20000000000T").is_err());
+    }
+}

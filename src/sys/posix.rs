@@ -1,1 +1,137 @@
-//! TODO
+//! POSIX file I/O: positional read/write loops, `O_DIRECT` opens, advice, sync.
+//!
+//! One function per system call (or per loop around one), each documented with the call it maps
+//! to. The standard library's safe wrappers (`FileExt::read_at` is `pread64`) carry the calls, so
+//! this file holds no `unsafe`; it lives in `sys/` because it is the layer that speaks to the
+//! kernel and turns its answers (short counts, `EINTR`, `EINVAL`) into [`crate::Error`].
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// Reads into `buf` at `offset` until `buf` is full or the file ends; returns the count read.
+///
+/// A loop over `pread(2)`: short reads continue, `EINTR` is retried, a zero-byte read is end of
+/// file.
+#[doc(alias = "pread")]
+#[doc(alias = "pread64")]
+pub fn pread_full(file: &File, path: &Path, mut buf: &mut [u8], offset: u64) -> Result<usize> {
+    let mut done = 0usize;
+    while !buf.is_empty() {
+        let at = offset + done as u64;
+        match file.read_at(buf, at) {
+            Ok(0) => break,
+            Ok(n) => {
+                done += n;
+                buf = &mut buf[n..];
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("pread", path, Some(at), e)),
+        }
+    }
+    Ok(done)
+}
+
+/// Writes all of `buf` at `offset`.
+///
+/// A loop over `pwrite(2)`: short writes continue, `EINTR` is retried; a write of zero bytes
+/// (which only a full device can cause) is reported as `WriteZero`.
+#[doc(alias = "pwrite")]
+#[doc(alias = "pwrite64")]
+pub fn pwrite_all(file: &File, path: &Path, mut buf: &[u8], offset: u64) -> Result<usize> {
+    let mut done = 0usize;
+    while !buf.is_empty() {
+        let at = offset + done as u64;
+        match file.write_at(buf, at) {
+            Ok(0) => {
+                let e = io::Error::new(io::ErrorKind::WriteZero, "pwrite wrote no bytes");
+                return Err(Error::io("pwrite", path, Some(at), e));
+            }
+            Ok(n) => {
+                done += n;
+                buf = &buf[n..];
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("pwrite", path, Some(at), e)),
+        }
+    }
+    Ok(done)
+}
+
+/// Appends all of `buf` to a file opened with `O_APPEND`: a loop over `write(2)`, each call
+/// placed atomically at the end of the file by the kernel.
+#[doc(alias = "write")]
+pub fn append_all(file: &File, path: &Path, buf: &[u8]) -> Result<usize> {
+    use std::io::Write;
+    let mut writer = file;
+    let mut done = 0usize;
+    while done < buf.len() {
+        match writer.write(&buf[done..]) {
+            Ok(0) => {
+                let e = io::Error::new(io::ErrorKind::WriteZero, "write wrote no bytes");
+                return Err(Error::io("write", path, None, e));
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("write", path, None, e)),
+        }
+    }
+    Ok(done)
+}
+
+/// Opens a second descriptor of `path` with `O_DIRECT` (page cache bypassed) and the given
+/// access. `Ok(None)` when the file system refuses `O_DIRECT` (`EINVAL`: tmpfs, some FUSE
+/// and overlay mounts), so that callers fall back to buffered I/O; other errors are returned.
+#[doc(alias = "O_DIRECT")]
+pub fn open_direct(path: &Path, read: bool, write: bool) -> Result<Option<File>> {
+    match OpenOptions::new()
+        .read(read)
+        .write(write)
+        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+        Err(e) => Err(Error::io("open(O_DIRECT)", path, None, e)),
+    }
+}
+
+/// Size of the file in bytes: `fstat(2)`'s `st_size`.
+#[doc(alias = "fstat")]
+pub fn file_len(file: &File, path: &Path) -> Result<u64> {
+    file.metadata().map(|m| m.len()).map_err(|e| Error::io("fstat", path, None, e))
+}
+
+/// Flushes the file's data (not its metadata unless needed to read the data back):
+/// `fdatasync(2)`.
+pub fn fdatasync(file: &File, path: &Path) -> Result<()> {
+    file.sync_data().map_err(|e| Error::io("fdatasync", path, None, e))
+}
+
+/// Flushes the file's data and metadata: `fsync(2)`.
+pub fn fsync(file: &File, path: &Path) -> Result<()> {
+    file.sync_all().map_err(|e| Error::io("fsync", path, None, e))
+}
+
+/// Sets the file's length, filling with zeros (a hole) when it grows: `ftruncate(2)`.
+#[doc(alias = "ftruncate")]
+pub fn set_len(file: &File, path: &Path, len: u64) -> Result<()> {
+    file.set_len(len).map_err(|e| Error::io("ftruncate", path, Some(len), e))
+}
+
+/// Advice to the kernel about a range: `posix_fadvise(2)`.
+#[doc(alias = "posix_fadvise")]
+pub fn fadvise(
+    file: &File,
+    path: &Path,
+    offset: u64,
+    len: u64,
+    advice: nix::fcntl::PosixFadviseAdvice,
+) -> Result<()> {
+    nix::fcntl::posix_fadvise(file.as_raw_fd(), offset as i64, len as i64, advice)
+        .map_err(|errno| Error::io("posix_fadvise", path, Some(offset), io::Error::from(errno)))
+}

@@ -1,0 +1,279 @@
+//! The standard workloads, shared by `gpumap bench` and the `benches/` targets.
+//!
+//! Each measurement is a [`Record`] in the JSON-lines format of the GPU test flow
+//! (`shared/gpu/README.md`): `{"impl", "workload", "threads", "bytes", "seconds", "gbps"}` plus
+//! `"ops"`/`"iops"` for random reads. Baselines measured in the same run on the same file
+//! (`memcpy`, `dd`, `cat`) let figures from one run be compared; figures from different runs are
+//! not comparable.
+#![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::io::{FileHandle, IoPool};
+use crate::memory::HostBuffer;
+
+/// One measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    /// Implementation (`gpumap-filehandle`, `memcpy`, `dd`, ...); ours start with `gpumap`.
+    #[serde(rename = "impl")]
+    pub implementation: String,
+    /// Workload name (`seq_read_warm`, `rand_read_4k_cold`, ...).
+    pub workload: String,
+    /// Threads used.
+    pub threads: usize,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Seconds taken.
+    pub seconds: f64,
+    /// Rate in GB/s (10^9 bytes per second).
+    pub gbps: f64,
+    /// Operations, for random reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ops: Option<u64>,
+    /// Operations per second, for random reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iops: Option<f64>,
+}
+
+impl Record {
+    fn new(implementation: &str, workload: &str, threads: usize, bytes: u64, seconds: f64) -> Record {
+        let seconds = seconds.max(1e-9);
+        Record {
+            implementation: implementation.into(),
+            workload: workload.into(),
+            threads,
+            bytes,
+            seconds: (seconds * 1e6).round() / 1e6,
+            gbps: ((bytes as f64 / seconds / 1e9) * 1000.0).round() / 1000.0,
+            ops: None,
+            iops: None,
+        }
+    }
+
+    fn with_ops(mut self, ops: u64) -> Record {
+        self.ops = Some(ops);
+        self.iops = Some((ops as f64 / self.seconds * 10.0).round() / 10.0);
+        self
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// The file to read (it is not modified); writes go to a sibling file that is removed.
+    pub file: PathBuf,
+    /// Thread counts for the sequential reads.
+    pub threads: Vec<usize>,
+    /// Thread counts for the writes.
+    pub write_threads: Vec<usize>,
+    /// Bytes written by the write workloads.
+    pub write_bytes: u64,
+    /// Random reads per random workload.
+    pub random_ops: usize,
+    /// Repetitions of each warm measurement (the best is kept).
+    pub repeats: usize,
+    /// Also time `memcpy`, `dd` and `cat` on the same bytes.
+    pub baselines: bool,
+}
+
+impl BenchOptions {
+    /// The standard set: reads at 1/4/8/16 threads, writes of 1 GiB at 1 and 16 threads,
+    /// 32768 random 4 KiB and 8192 random 64 KiB reads.
+    pub fn standard(file: impl Into<PathBuf>) -> BenchOptions {
+        BenchOptions {
+            file: file.into(),
+            threads: vec![1, 4, 8, 16],
+            write_threads: vec![1, 16],
+            write_bytes: 1 << 30,
+            random_ops: 32768,
+            repeats: 3,
+            baselines: true,
+        }
+    }
+}
+
+const IMPL_HOST: &str = "gpumap-filehandle-host";
+
+/// Runs the host-memory workloads and hands each record to `emit` as it is measured.
+pub fn run_host(options: &BenchOptions, emit: &mut dyn FnMut(&Record)) -> Result<()> {
+    let file_len = std::fs::metadata(&options.file)
+        .map_err(|e| Error::io("stat", &options.file, None, e))?
+        .len();
+    let size = usize::try_from(file_len)
+        .map_err(|_| Error::InvalidArgument(format!("file of {file_len} bytes does not fit in memory")))?;
+    let mut buf = HostBuffer::new(size)?;
+    for &threads in &options.threads {
+        let handle = open(&options.file, "r", threads, false)?;
+        // Cold: evicted from the page cache (fdatasync + POSIX_FADV_DONTNEED), read once with
+        // O_DIRECT for the aligned middle, as a cold load should be.
+        let cold = open(&options.file, "r", threads, true)?;
+        evict(&options.file)?;
+        let t = Instant::now();
+        cold.read_exact(&mut buf, 0)?;
+        emit(&Record::new(IMPL_HOST, "seq_read_cold", threads, file_len, t.elapsed().as_secs_f64()));
+        handle.read_exact(&mut buf, 0)?; // warm it
+        let best = best_of(options.repeats, || {
+            let t = Instant::now();
+            handle.read_exact(&mut buf, 0)?;
+            Ok(t.elapsed().as_secs_f64())
+        })?;
+        emit(&Record::new(IMPL_HOST, "seq_read_warm", threads, file_len, best));
+        if options.baselines {
+            let mut dst = HostBuffer::new(size)?;
+            let best = best_of(options.repeats, || Ok(parallel_memcpy(&mut dst, &buf, threads)))?;
+            emit(&Record::new("memcpy", "seq_read_warm", threads, file_len, best));
+        }
+    }
+    for (workload, block) in [("rand_read_4k", 4096u64), ("rand_read_64k", 65536u64)] {
+        if file_len < block {
+            continue;
+        }
+        let ops = if block == 4096 { options.random_ops } else { options.random_ops / 4 };
+        let offsets = random_offsets(file_len, block, ops);
+        let threads = *options.threads.iter().max().unwrap_or(&1);
+        let handle = open(&options.file, "r", threads, false)?;
+        for temperature in ["cold", "warm"] {
+            if temperature == "cold" {
+                evict(&options.file)?;
+            }
+            let t = Instant::now();
+            let futures: Vec<_> =
+                offsets.iter().map(|&o| handle.pread(vec![0u8; block as usize], o)).collect();
+            for f in futures {
+                f.wait()?;
+            }
+            let secs = t.elapsed().as_secs_f64();
+            let name = format!("{workload}_{temperature}");
+            emit(&Record::new(IMPL_HOST, &name, threads, block * ops as u64, secs).with_ops(ops as u64));
+        }
+    }
+    let out = options.file.with_extension("gpumap-bench-write");
+    let mut src = HostBuffer::new(options.write_bytes as usize)?;
+    src.par_chunks_mut(1 << 20).for_each(|c| c.fill(0x5a));
+    for &threads in &options.write_threads {
+        for durable in [false, true] {
+            let _ = std::fs::remove_file(&out);
+            let handle = open(&out, "w", threads, true)?;
+            let t = Instant::now();
+            handle.write(&src, 0)?;
+            if durable {
+                handle.sync_data()?;
+            }
+            let secs = t.elapsed().as_secs_f64();
+            let workload = if durable { "seq_write_durable" } else { "seq_write" };
+            emit(&Record::new(IMPL_HOST, workload, threads, options.write_bytes, secs));
+        }
+    }
+    let _ = std::fs::remove_file(&out);
+    if options.baselines {
+        for (name, cmd) in [
+            ("dd", format!("dd if='{}' of=/dev/null bs=4M status=none", options.file.display())),
+            ("cat", format!("cat '{}' > /dev/null", options.file.display())),
+        ] {
+            let best = best_of(options.repeats, || time_shell(&cmd))?;
+            emit(&Record::new(name, "seq_read_warm", 1, file_len, best));
+        }
+    }
+    Ok(())
+}
+
+fn open(path: &Path, flags: &str, threads: usize, direct: bool) -> Result<FileHandle> {
+    let mut options = FileHandle::options()?;
+    options.pool(Arc::new(IoPool::new(threads)?)).direct_io(direct, direct);
+    options.open(path, flags)
+}
+
+/// Drops the file's pages from the page cache (they are clean: the file is only read here).
+fn evict(path: &Path) -> Result<()> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, None, e))?;
+    crate::sys::posix::fadvise(&file, path, 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED)
+}
+
+fn best_of(repeats: usize, mut measure: impl FnMut() -> Result<f64>) -> Result<f64> {
+    let mut best = f64::INFINITY;
+    for _ in 0..repeats.max(1) {
+        best = best.min(measure()?);
+    }
+    Ok(best)
+}
+
+fn parallel_memcpy(dst: &mut [u8], src: &[u8], threads: usize) -> f64 {
+    let chunk = src.len().div_ceil(threads.max(1)).max(1);
+    let t = Instant::now();
+    rayon::scope(|s| {
+        for (d, c) in dst.chunks_mut(chunk).zip(src.chunks(chunk)) {
+            s.spawn(move |_| d.copy_from_slice(c));
+        }
+    });
+    t.elapsed().as_secs_f64()
+}
+
+fn time_shell(cmd: &str) -> Result<f64> {
+    let t = Instant::now();
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .status()
+        .map_err(|e| Error::io_nopath("run baseline command", e))?;
+    if !status.success() {
+        return Err(Error::InvalidArgument(format!("baseline `{cmd}` failed: {status}")));
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// `count` distinct-ish random block-aligned offsets within the file (fixed seed: runs compare).
+pub fn random_offsets(file_len: u64, block: u64, count: usize) -> Vec<u64> {
+    let blocks = (file_len / block).max(1);
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    (0..count)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % blocks) * block
+        })
+        .collect()
+}
+
+/// Parses `--jsonl OUT FILE [--quick]`, the arguments every bench target takes.
+pub fn parse_bench_args(args: &[String]) -> Result<(PathBuf, PathBuf, bool)> {
+    let mut jsonl = None;
+    let mut file = None;
+    let mut quick = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--jsonl" => jsonl = it.next().map(PathBuf::from),
+            "--quick" => quick = true,
+            "--bench" => {} // passed by `cargo bench`
+            other if !other.starts_with('-') => file = Some(PathBuf::from(other)),
+            other => return Err(Error::InvalidArgument(format!("unknown option {other}"))),
+        }
+    }
+    match (jsonl, file) {
+        (Some(j), Some(f)) => Ok((j, f, quick)),
+        _ => Err(Error::InvalidArgument("usage: BENCH --jsonl OUT.jsonl FILE [--quick]".into())),
+    }
+}
+
+/// Appends `record` as one JSON line to `out` and prints it.
+pub fn append_jsonl(out: &Path, record: &Record) -> Result<()> {
+    use std::io::Write;
+    let line = serde_json::to_string(record)
+        .map_err(|e| Error::InvalidArgument(format!("cannot encode record: {e}")))?;
+    println!("{line}");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out)
+        .map_err(|e| Error::io("open", out, None, e))?;
+    writeln!(f, "{line}").map_err(|e| Error::io("write", out, None, e))
+}

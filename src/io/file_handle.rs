@@ -1,0 +1,493 @@
+//! [`FileHandle`]: explicit, parallel reads and writes of one file.
+#![forbid(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::align::{self, checked_end, direct_split, split_tasks, PAGE_SIZE};
+use crate::config::{CompatMode, Config};
+use crate::error::{Error, Result};
+use crate::io::pool::{IoFuture, IoPool};
+use crate::sys::posix;
+
+/// How a file is opened: the `fopen`-style flags KvikIO takes, parsed.
+///
+/// | flags | reads | writes | creates | truncates | writes go |
+/// |---|---|---|---|---|---|
+/// | `r`  | yes | no  | no  | no  | – |
+/// | `r+` | yes | yes | no  | no  | at the offset given |
+/// | `w`  | no  | yes | yes | yes | at the offset given |
+/// | `w+` | yes | yes | yes | yes | at the offset given |
+/// | `a`  | no  | yes | yes | no  | to the end ([`FileHandle::append`]) |
+/// | `a+` | yes | yes | yes | no  | to the end ([`FileHandle::append`]) |
+///
+/// A `b` anywhere is accepted and ignored (there is no text mode), and so is `e` (close-on-exec
+/// is always set). KvikIO rejects `a`; gpumap supports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenFlags {
+    /// Reads allowed.
+    pub read: bool,
+    /// Writes allowed.
+    pub write: bool,
+    /// Create the file if missing.
+    pub create: bool,
+    /// Cut the file to zero length on open.
+    pub truncate: bool,
+    /// Writes go to the end of the file (`O_APPEND`).
+    pub append: bool,
+}
+
+impl std::str::FromStr for OpenFlags {
+    type Err = Error;
+    fn from_str(flags: &str) -> Result<OpenFlags> {
+        let core: String = flags.chars().filter(|c| !matches!(c, 'b' | 'e')).collect();
+        let (read, write, create, truncate, append) = match core.as_str() {
+            "r" => (true, false, false, false, false),
+            "r+" => (true, true, false, false, false),
+            "w" => (false, true, true, true, false),
+            "w+" => (true, true, true, true, false),
+            "a" => (false, true, true, false, true),
+            "a+" => (true, true, true, false, true),
+            _ => return Err(Error::InvalidFlags(flags.to_string())),
+        };
+        Ok(OpenFlags { read, write, create, truncate, append })
+    }
+}
+
+/// Options of a [`FileHandle`], defaulting to the process [`Config`].
+#[derive(Debug, Clone)]
+pub struct HandleOptions {
+    /// cuFile or POSIX (see [`CompatMode`]).
+    pub compat_mode: CompatMode,
+    /// Largest piece a task moves.
+    pub task_size: u64,
+    /// Use `O_DIRECT` for the aligned middle of reads.
+    pub direct_io_read: bool,
+    /// Use `O_DIRECT` for the aligned middle of writes.
+    pub direct_io_write: bool,
+    /// Permission bits of a file the open creates (before the umask).
+    pub mode: u32,
+    /// The pool that runs this handle's tasks; `None` = the process-wide pool.
+    pub pool: Option<Arc<IoPool>>,
+}
+
+impl HandleOptions {
+    /// The options [`Config::global`] gives.
+    pub fn from_config(config: &Config) -> HandleOptions {
+        HandleOptions {
+            compat_mode: config.compat_mode,
+            task_size: config.task_size,
+            direct_io_read: config.direct_io_read,
+            direct_io_write: config.direct_io_write,
+            mode: 0o644,
+            pool: None,
+        }
+    }
+
+    /// Sets the compat mode.
+    pub fn compat_mode(&mut self, mode: CompatMode) -> &mut Self {
+        self.compat_mode = mode;
+        self
+    }
+
+    /// Sets the task size.
+    pub fn task_size(&mut self, bytes: u64) -> &mut Self {
+        self.task_size = bytes;
+        self
+    }
+
+    /// Turns `O_DIRECT` on or off for reads and writes.
+    pub fn direct_io(&mut self, read: bool, write: bool) -> &mut Self {
+        self.direct_io_read = read;
+        self.direct_io_write = write;
+        self
+    }
+
+    /// Sets the permission bits of a created file.
+    pub fn mode(&mut self, mode: u32) -> &mut Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Uses `pool` for this handle's tasks.
+    pub fn pool(&mut self, pool: Arc<IoPool>) -> &mut Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Opens `path` with these options (see [`FileHandle::open`]).
+    pub fn open(&self, path: impl AsRef<Path>, flags: &str) -> Result<FileHandle> {
+        FileHandle::open_with(path.as_ref(), flags, self)
+    }
+}
+
+/// One open file, read and written in parallel on an [`IoPool`].
+///
+/// Blocking calls ([`read`](Self::read), [`write`](Self::write)) split the transfer into tasks
+/// of `task_size` bytes and wait for all of them; `p*` calls ([`pread`](Self::pread),
+/// [`pwrite`](Self::pwrite)) take an owned buffer and return an [`IoFuture`] that gives it back.
+/// `*_at` calls run on the calling thread alone. A handle is cheap to clone (the clones share
+/// the descriptors) and is `Send + Sync`.
+///
+/// Opportunistic `O_DIRECT`: where enabled and the file system allows it, the page-aligned
+/// middle of each task goes through a second descriptor opened with `O_DIRECT` (the page cache
+/// is bypassed), the unaligned head and tail through the buffered one. A host buffer whose
+/// address is not page-aligned at that point is moved buffered.
+#[derive(Clone)]
+pub struct FileHandle {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    flags_text: String,
+    flags: OpenFlags,
+    file: File,
+    direct: Option<File>,
+    direct_refused: bool,
+    task_size: u64,
+    direct_io_read: bool,
+    direct_io_write: bool,
+    compat_mode: CompatMode,
+    pool: Arc<IoPool>,
+}
+
+impl std::fmt::Debug for FileHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileHandle")
+            .field("path", &self.inner.path)
+            .field("flags", &self.inner.flags_text)
+            .field("direct", &self.inner.direct.is_some())
+            .finish()
+    }
+}
+
+impl FileHandle {
+    /// Opens `path` with `fopen`-style `flags` (see [`OpenFlags`]) and the process defaults.
+    ///
+    /// ```no_run
+    /// let fh = gpumap::io::FileHandle::open("data.bin", "r")?;
+    /// let mut buf = vec![0u8; fh.len()? as usize];
+    /// let n = fh.read(&mut buf, 0)?;
+    /// # Ok::<(), gpumap::Error>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>, flags: &str) -> Result<FileHandle> {
+        FileHandle::open_with(path.as_ref(), flags, &HandleOptions::from_config(Config::global()?))
+    }
+
+    /// Options to open with, starting from the process defaults.
+    pub fn options() -> Result<HandleOptions> {
+        Ok(HandleOptions::from_config(Config::global()?))
+    }
+
+    fn open_with(path: &Path, flags_text: &str, options: &HandleOptions) -> Result<FileHandle> {
+        let flags: OpenFlags = flags_text.parse()?;
+        let file = OpenOptions::new()
+            .read(flags.read)
+            .write(flags.write && !flags.append)
+            .append(flags.append)
+            .create(flags.create)
+            .truncate(flags.truncate)
+            .mode(options.mode)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| Error::io("open", path, None, e))?;
+        if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+            let e = std::io::Error::from_raw_os_error(libc::EISDIR);
+            return Err(Error::io("open", path, None, e));
+        }
+        // The direct descriptor serves positional transfers only; appends stay buffered.
+        let wants_direct = !flags.append
+            && ((options.direct_io_read && flags.read) || (options.direct_io_write && flags.write));
+        let (direct, direct_refused) = if wants_direct {
+            match posix::open_direct(path, flags.read, flags.write) {
+                Ok(Some(f)) => (Some(f), false),
+                Ok(None) => (None, true),
+                // Permission quirks on a second open are not worth failing the first for.
+                Err(_) => (None, true),
+            }
+        } else {
+            (None, false)
+        };
+        let pool = match &options.pool {
+            Some(p) => p.clone(),
+            None => IoPool::global()?,
+        };
+        Ok(FileHandle {
+            inner: Arc::new(Inner {
+                path: path.to_path_buf(),
+                flags_text: flags_text.to_string(),
+                flags,
+                file,
+                direct,
+                direct_refused,
+                task_size: options.task_size,
+                direct_io_read: options.direct_io_read,
+                direct_io_write: options.direct_io_write,
+                compat_mode: options.compat_mode,
+                pool,
+            }),
+        })
+    }
+
+    /// The path the handle was opened with.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The flags the handle was opened with.
+    pub fn flags(&self) -> OpenFlags {
+        self.inner.flags
+    }
+
+    /// The compat mode the handle was opened with.
+    pub fn compat_mode(&self) -> CompatMode {
+        self.inner.compat_mode
+    }
+
+    /// Whether the aligned middle of transfers can go through `O_DIRECT`, and if not, why.
+    pub fn direct_io_status(&self) -> std::result::Result<(), &'static str> {
+        let inner = &self.inner;
+        match (&inner.direct, inner.direct_refused) {
+            (Some(_), _) => Ok(()),
+            (None, true) => Err("the file system refused O_DIRECT"),
+            (None, false) if inner.flags.append => Err("append handles write through the page cache"),
+            (None, false) => Err("O_DIRECT is switched off (GPUMAP_AUTO_DIRECT_IO_READ/WRITE)"),
+        }
+    }
+
+    /// The underlying (buffered) file.
+    pub fn file(&self) -> &File {
+        &self.inner.file
+    }
+
+    /// Size of the file in bytes (`fstat`).
+    pub fn len(&self) -> Result<u64> {
+        posix::file_len(&self.inner.file, &self.inner.path)
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Sets the file's length (`ftruncate`): cuts it, or extends it with a hole of zeros.
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        self.inner.check_write("set_len")?;
+        checked_end(len, 0)?;
+        posix::set_len(&self.inner.file, &self.inner.path, len)
+    }
+
+    /// Makes written data durable (`fdatasync`): when it returns `Ok`, the data survive a crash.
+    /// Linux reports a write-back error once; a second call may return `Ok` for lost data, so
+    /// treat an error here as final.
+    pub fn sync_data(&self) -> Result<()> {
+        posix::fdatasync(&self.inner.file, &self.inner.path)
+    }
+
+    /// Makes written data and metadata durable (`fsync`).
+    pub fn sync_all(&self) -> Result<()> {
+        posix::fsync(&self.inner.file, &self.inner.path)
+    }
+
+    /// Reads into `buf` from `offset`, in parallel; returns the count read, which is less than
+    /// `buf.len()` only where the file ends first (a read entirely past the end returns 0).
+    pub fn read(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let inner = &self.inner;
+        inner.check_read()?;
+        checked_end(offset, buf.len() as u64)?;
+        let tasks = split_tasks(offset, buf.len() as u64, inner.task_size);
+        inner.pool.run_split(&tasks, buf, |task, piece| inner.read_piece(piece, task.offset))
+    }
+
+    /// Reads exactly `buf.len()` bytes from `offset`, in parallel, or fails with
+    /// [`Error::UnexpectedEof`] saying how many the file had.
+    pub fn read_exact(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let got = self.read(buf, offset)?;
+        expect_len(offset, buf.len(), got)
+    }
+
+    /// Writes all of `buf` at `offset`, in parallel; returns `buf.len()`.
+    pub fn write(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        let inner = &self.inner;
+        inner.check_positional_write()?;
+        checked_end(offset, buf.len() as u64)?;
+        let tasks = split_tasks(offset, buf.len() as u64, inner.task_size);
+        inner.pool.run_split_ref(&tasks, buf, |task, piece| inner.write_piece(piece, task.offset))
+    }
+
+    /// Appends all of `buf` to the end of the file (handles opened `a` or `a+`); each call lands
+    /// in one piece even with other appenders (`O_APPEND`).
+    pub fn append(&self, buf: &[u8]) -> Result<usize> {
+        let inner = &self.inner;
+        if !inner.flags.append {
+            return Err(inner.access_error("append (open with \"a\" or \"a+\")"));
+        }
+        posix::append_all(&inner.file, &inner.path, buf)
+    }
+
+    /// Reads into `buf` from `offset` on the calling thread only; returns the count read.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.inner.check_read()?;
+        checked_end(offset, buf.len() as u64)?;
+        self.inner.read_piece(buf, offset)
+    }
+
+    /// Writes all of `buf` at `offset` on the calling thread only.
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        self.inner.check_positional_write()?;
+        checked_end(offset, buf.len() as u64)?;
+        self.inner.write_piece(buf, offset)
+    }
+
+    /// Starts a parallel read into the owned `buf` from `offset`; the future gives back the
+    /// buffer and the count read (see [`read`](Self::read)).
+    pub fn pread<B>(&self, mut buf: B, offset: u64) -> IoFuture<(B, usize)>
+    where
+        B: AsMut<[u8]> + Send + 'static,
+    {
+        let handle = self.clone();
+        self.inner.pool.spawn(move || {
+            let n = handle.read(buf.as_mut(), offset)?;
+            Ok((buf, n))
+        })
+    }
+
+    /// Starts a parallel write of the owned `buf` at `offset`; the future gives back the buffer
+    /// and the count written.
+    pub fn pwrite<B>(&self, buf: B, offset: u64) -> IoFuture<(B, usize)>
+    where
+        B: AsRef<[u8]> + Send + 'static,
+    {
+        let handle = self.clone();
+        self.inner.pool.spawn(move || {
+            let n = handle.write(buf.as_ref(), offset)?;
+            Ok((buf, n))
+        })
+    }
+
+    /// The pool this handle's tasks run on.
+    pub fn pool(&self) -> &Arc<IoPool> {
+        &self.inner.pool
+    }
+
+    /// The largest piece one task moves.
+    pub fn task_size(&self) -> u64 {
+        self.inner.task_size
+    }
+}
+
+fn expect_len(offset: u64, wanted: usize, got: usize) -> Result<()> {
+    if got == wanted {
+        Ok(())
+    } else {
+        Err(Error::UnexpectedEof { offset, wanted: wanted as u64, got: got as u64 })
+    }
+}
+
+impl Inner {
+    fn access_error(&self, op: &'static str) -> Error {
+        Error::AccessMode { path: self.path.clone(), mode: self.flags_text.clone(), op }
+    }
+
+    fn check_read(&self) -> Result<()> {
+        if self.flags.read {
+            Ok(())
+        } else {
+            Err(self.access_error("reading"))
+        }
+    }
+
+    fn check_write(&self, op: &'static str) -> Result<()> {
+        if self.flags.write {
+            Ok(())
+        } else {
+            Err(self.access_error(op))
+        }
+    }
+
+    fn check_positional_write(&self) -> Result<()> {
+        self.check_write("writing")?;
+        if self.flags.append {
+            // Linux's pwrite ignores the offset on O_APPEND descriptors; refuse rather than
+            // write somewhere the caller did not ask for.
+            return Err(self.access_error("writes at an offset (use append)"));
+        }
+        Ok(())
+    }
+
+    /// The part of `[offset, offset + len)` that may go through `O_DIRECT` for a buffer at
+    /// address `addr`: `None` when direct I/O is off for this direction, or the aligned middle
+    /// is empty, or the buffer is not page-aligned where the middle starts.
+    fn direct_middle(
+        &self,
+        enabled: bool,
+        addr: usize,
+        offset: u64,
+        len: u64,
+    ) -> Option<(&File, u64, u64)> {
+        let direct = self.direct.as_ref().filter(|_| enabled)?;
+        let split = direct_split(offset, len, PAGE_SIZE);
+        let middle_addr = addr as u64 + split.head.1;
+        (split.middle.1 > 0 && align::is_aligned(middle_addr, PAGE_SIZE))
+            .then_some((direct, split.middle.0, split.middle.1))
+    }
+
+    /// One task's read: buffered, or head buffered + middle direct + tail buffered.
+    fn read_piece(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let len = buf.len() as u64;
+        let Some((direct, mid_off, mid_len)) =
+            self.direct_middle(self.direct_io_read, buf.as_ptr() as usize, offset, len)
+        else {
+            return posix::pread_full(&self.file, &self.path, buf, offset);
+        };
+        let head = (mid_off - offset) as usize;
+        let mid_end = head + mid_len as usize;
+        let got = posix::pread_full(&self.file, &self.path, &mut buf[..head], offset)?;
+        if got < head {
+            return Ok(got);
+        }
+        let got = posix::pread_full(direct, &self.path, &mut buf[head..mid_end], mid_off)?;
+        if got < mid_len as usize {
+            return Ok(head + got);
+        }
+        let tail = posix::pread_full(&self.file, &self.path, &mut buf[mid_end..], mid_off + mid_len)?;
+        Ok(mid_end + tail)
+    }
+
+    /// One task's write: buffered, or head buffered + middle direct + tail buffered.
+    fn write_piece(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        let len = buf.len() as u64;
+        let Some((direct, mid_off, mid_len)) =
+            self.direct_middle(self.direct_io_write, buf.as_ptr() as usize, offset, len)
+        else {
+            return posix::pwrite_all(&self.file, &self.path, buf, offset);
+        };
+        let head = (mid_off - offset) as usize;
+        let mid_end = head + mid_len as usize;
+        posix::pwrite_all(&self.file, &self.path, &buf[..head], offset)?;
+        posix::pwrite_all(direct, &self.path, &buf[head..mid_end], mid_off)?;
+        posix::pwrite_all(&self.file, &self.path, &buf[mid_end..], mid_off + mid_len)?;
+        Ok(buf.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse_like_fopen() {
+        let f: OpenFlags = "r".parse().unwrap();
+        assert!(f.read && !f.write && !f.create);
+        let f: OpenFlags = "w+b".parse().unwrap();
+        assert!(f.read && f.write && f.create && f.truncate && !f.append);
+        let f: OpenFlags = "a".parse().unwrap();
+        assert!(!f.read && f.write && f.append && !f.truncate);
+        for bad in ["", "x", "rw", "r++", "wa", "+"] {
+            assert!(matches!(bad.parse::<OpenFlags>(), Err(Error::InvalidFlags(ref s)) if s == bad));
+        }
+    }
+}

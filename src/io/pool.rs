@@ -1,0 +1,301 @@
+//! The persistent I/O thread pool, and [`IoFuture`], the handle to work running on it.
+//!
+//! Threads are created when a pool is built (or resized), never per call: a 4 KiB read must not
+//! pay for a `clone(2)`. Work is split into tasks ([`crate::align::split_tasks`]) that run on the
+//! pool's threads; a blocking call waits for its tasks, a `p*` call returns an [`IoFuture`].
+//!
+//! The pool is [rayon](https://docs.rs/rayon)'s: its scoped execution lets tasks borrow
+//! disjoint `&mut` pieces of a caller's buffer on persistent threads with no `unsafe` here.
+#![forbid(unsafe_code)]
+
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Waker};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use rayon::prelude::*;
+
+use crate::align::Task;
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// A persistent pool of I/O threads. Cheap to share (`Arc`); resizable.
+pub struct IoPool {
+    threads: RwLock<Arc<rayon::ThreadPool>>,
+}
+
+impl std::fmt::Debug for IoPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoPool").field("nthreads", &self.nthreads()).finish()
+    }
+}
+
+impl IoPool {
+    /// A pool of `nthreads` threads (1 to 4096).
+    pub fn new(nthreads: usize) -> Result<IoPool> {
+        Ok(IoPool { threads: RwLock::new(Arc::new(build(nthreads)?)) })
+    }
+
+    /// The process-wide pool, sized by [`Config::nthreads`] (`GPUMAP_NTHREADS`).
+    pub fn global() -> Result<Arc<IoPool>> {
+        static GLOBAL: OnceLock<Arc<IoPool>> = OnceLock::new();
+        if let Some(pool) = GLOBAL.get() {
+            return Ok(pool.clone());
+        }
+        let pool = Arc::new(IoPool::new(Config::global()?.nthreads)?);
+        Ok(GLOBAL.get_or_init(|| pool).clone())
+    }
+
+    /// Number of threads.
+    pub fn nthreads(&self) -> usize {
+        self.threads.read().current_num_threads()
+    }
+
+    /// Replaces the threads with `nthreads` new ones. Work already running finishes on the old
+    /// threads, which exit when it is done.
+    pub fn set_nthreads(&self, nthreads: usize) -> Result<()> {
+        if nthreads != self.nthreads() {
+            *self.threads.write() = Arc::new(build(nthreads)?);
+        }
+        Ok(())
+    }
+
+    /// Runs `work(task, piece)` for every task, each on its own piece of `buf` (the pieces are
+    /// the tasks' ranges of `buf`, which must cover it), in parallel; returns the sum of the
+    /// counts, or the first error in task order. Blocks until every task has finished.
+    pub(crate) fn run_split<F>(&self, tasks: &[Task], buf: &mut [u8], work: F) -> Result<usize>
+    where
+        F: Fn(Task, &mut [u8]) -> Result<usize> + Sync,
+    {
+        let mut pieces = Vec::with_capacity(tasks.len());
+        let mut rest = buf;
+        for task in tasks {
+            let (piece, tail) = rest.split_at_mut(task.len as usize);
+            pieces.push((*task, piece));
+            rest = tail;
+        }
+        self.run(pieces, |(task, piece)| work(task, piece))
+    }
+
+    /// Runs `work(task, piece)` for every task on its piece of the read-only `buf`.
+    pub(crate) fn run_split_ref<F>(&self, tasks: &[Task], buf: &[u8], work: F) -> Result<usize>
+    where
+        F: Fn(Task, &[u8]) -> Result<usize> + Sync,
+    {
+        let pieces: Vec<(Task, &[u8])> = tasks
+            .iter()
+            .map(|t| (*t, &buf[t.buf_offset as usize..(t.buf_offset + t.len) as usize]))
+            .collect();
+        self.run(pieces, |(task, piece)| work(task, piece))
+    }
+
+    /// Runs `work` on every item in parallel, sums the counts; the first error in item order
+    /// wins. A single item runs on the calling thread (no hand-off for small transfers).
+    pub(crate) fn run<T, F>(&self, items: Vec<T>, work: F) -> Result<usize>
+    where
+        T: Send,
+        F: Fn(T) -> Result<usize> + Sync,
+    {
+        let guarded = |item: T| {
+            catch_unwind(AssertUnwindSafe(|| work(item))).unwrap_or_else(|p| Err(panic_error(p)))
+        };
+        if items.len() <= 1 {
+            return items.into_iter().map(guarded).sum();
+        }
+        let pool = self.threads.read().clone();
+        let results: Vec<Result<usize>> =
+            pool.install(|| items.into_par_iter().with_max_len(1).map(guarded).collect());
+        results.into_iter().sum()
+    }
+
+    /// Runs `job` on the pool and returns a future of its result.
+    pub(crate) fn spawn<T, F>(&self, job: F) -> IoFuture<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T> + Send + 'static,
+    {
+        let slot = Arc::new(Slot::default());
+        let done = slot.clone();
+        self.threads.read().spawn(move || {
+            let result = catch_unwind(AssertUnwindSafe(job)).unwrap_or_else(|p| Err(panic_error(p)));
+            done.complete(result);
+        });
+        IoFuture { slot }
+    }
+}
+
+fn build(nthreads: usize) -> Result<rayon::ThreadPool> {
+    if nthreads == 0 || nthreads > 4096 {
+        return Err(Error::InvalidArgument(format!(
+            "thread count {nthreads}: expected 1 to 4096"
+        )));
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(nthreads)
+        .thread_name(|i| format!("gpumap-io-{i}"))
+        .build()
+        .map_err(|e| Error::io_nopath("spawn I/O threads", std::io::Error::other(e.to_string())))
+}
+
+fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    Error::TaskPanicked(msg)
+}
+
+struct Slot<T> {
+    state: Mutex<SlotState<T>>,
+    ready: Condvar,
+}
+
+struct SlotState<T> {
+    result: Option<Result<T>>,
+    finished: bool,
+    waker: Option<Waker>,
+}
+
+impl<T> Default for SlotState<T> {
+    fn default() -> Self {
+        SlotState { result: None, finished: false, waker: None }
+    }
+}
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Slot { state: Mutex::new(SlotState::default()), ready: Condvar::new() }
+    }
+}
+
+impl<T> Slot<T> {
+    fn complete(&self, result: Result<T>) {
+        let waker = {
+            let mut state = self.state.lock();
+            state.result = Some(result);
+            state.finished = true;
+            state.waker.take()
+        };
+        self.ready.notify_all();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+/// The result of work running on an [`IoPool`]: wait for it ([`IoFuture::wait`]), poll it
+/// ([`IoFuture::is_done`]), or `.await` it (it is a [`Future`]; no runtime needed).
+///
+/// Dropping an `IoFuture` does not cancel the work: it finishes in the background, and the
+/// buffer it owns is freed then.
+#[must_use = "the transfer's result (and its buffer) come back only through the future"]
+pub struct IoFuture<T> {
+    slot: Arc<Slot<T>>,
+}
+
+impl<T> IoFuture<T> {
+    /// An already-finished future.
+    pub(crate) fn ready(result: Result<T>) -> IoFuture<T> {
+        let slot = Arc::new(Slot {
+            state: Mutex::new(SlotState { result: Some(result), finished: true, waker: None }),
+            ready: Condvar::new(),
+        });
+        IoFuture { slot }
+    }
+
+    /// Blocks until the work is done and returns its result.
+    pub fn wait(self) -> Result<T> {
+        let mut state = self.slot.state.lock();
+        while !state.finished {
+            self.slot.ready.wait(&mut state);
+        }
+        take(&mut state)
+    }
+
+    /// Whether the work has finished (then [`IoFuture::wait`] returns at once).
+    pub fn is_done(&self) -> bool {
+        self.slot.state.lock().finished
+    }
+}
+
+fn take<T>(state: &mut SlotState<T>) -> Result<T> {
+    state.result.take().unwrap_or_else(|| {
+        Err(Error::TaskPanicked("the result of this transfer was already taken".into()))
+    })
+}
+
+impl<T> Future for IoFuture<T> {
+    type Output = Result<T>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        let mut state = self.slot.state.lock();
+        if state.finished {
+            Poll::Ready(take(&mut state))
+        } else {
+            state.waker = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for IoFuture<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoFuture").field("done", &self.is_done()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::align::split_tasks;
+
+    #[test]
+    fn pieces_line_up_with_tasks() {
+        let pool = IoPool::new(3).unwrap();
+        let tasks = split_tasks(100, 1 << 20, 64 << 10);
+        let mut buf = vec![0u8; 1 << 20];
+        let n = pool
+            .run_split(&tasks, &mut buf, |task, piece| {
+                assert_eq!(piece.len() as u64, task.len);
+                for (i, b) in piece.iter_mut().enumerate() {
+                    *b = ((task.offset + i as u64) % 251) as u8;
+                }
+                Ok(piece.len())
+            })
+            .unwrap();
+        assert_eq!(n, 1 << 20);
+        assert!(buf.iter().enumerate().all(|(i, b)| *b == ((100 + i as u64) % 251) as u8));
+    }
+
+    #[test]
+    fn first_error_in_order_and_panics_become_errors() {
+        let pool = IoPool::new(2).unwrap();
+        let r = pool.run((0..8).collect(), |i| {
+            if i == 5 {
+                panic!("boom");
+            }
+            if i >= 3 {
+                return Err(Error::InvalidArgument(format!("item {i}")));
+            }
+            Ok(1)
+        });
+        assert!(matches!(r, Err(Error::InvalidArgument(ref m)) if m == "item 3"), "{r:?}");
+        let r = pool.run(vec![0, 1], |i| if i == 1 { panic!("boom") } else { Ok(1) });
+        assert!(matches!(r, Err(Error::TaskPanicked(ref m)) if m == "boom"), "{r:?}");
+    }
+
+    #[test]
+    fn futures_complete_and_resize_keeps_working() {
+        let pool = IoPool::new(2).unwrap();
+        let futures: Vec<_> = (0..64).map(|i| pool.spawn(move || Ok(i * 2))).collect();
+        pool.set_nthreads(5).unwrap();
+        assert_eq!(pool.nthreads(), 5);
+        let sum: usize = futures.into_iter().map(|f| f.wait().unwrap()).sum();
+        assert_eq!(sum, (0..64).map(|i| i * 2).sum::<usize>());
+        assert!(IoPool::new(0).is_err());
+        let f = pool.spawn(|| -> Result<()> { panic!("inside") });
+        assert!(matches!(f.wait(), Err(Error::TaskPanicked(_))));
+    }
+}

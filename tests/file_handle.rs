@@ -1,0 +1,276 @@
+//! FileHandle on host memory, against real files: round trips at awkward sizes and offsets,
+//! every thread count, open flags against their POSIX meaning, and bad input.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::sync::Arc;
+
+use gpumap::io::{FileHandle, HandleOptions, IoPool};
+use gpumap::memory::HostBuffer;
+use gpumap::Error;
+use proptest::prelude::*;
+
+fn options(threads: usize, task_size: u64, direct: bool) -> HandleOptions {
+    let mut o = FileHandle::options().unwrap();
+    o.pool(Arc::new(IoPool::new(threads).unwrap())).task_size(task_size).direct_io(direct, direct);
+    o
+}
+
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Writes `data` at `offset` through gpumap, reads it back through gpumap and through std::fs,
+/// and checks both byte for byte.
+fn round_trip(dir: &std::path::Path, len: usize, offset: u64, threads: usize, task: u64, direct: bool) {
+    let path = dir.join(format!("rt-{len}-{offset}-{threads}-{task}-{direct}"));
+    let data = random_bytes(len, len as u64 ^ offset);
+    let opts = options(threads, task, direct);
+    let fh = opts.open(&path, "w+").unwrap();
+    // Through a page-aligned buffer so the O_DIRECT middle is really exercised.
+    let mut src = HostBuffer::new(len).unwrap();
+    src.copy_from_slice(&data);
+    assert_eq!(fh.write(&src, offset).unwrap(), len);
+    assert_eq!(fh.len().unwrap(), if len == 0 { 0 } else { offset + len as u64 });
+
+    let mut back = HostBuffer::new(len).unwrap();
+    assert_eq!(fh.read(&mut back, offset).unwrap(), len);
+    assert!(back[..] == data[..], "gpumap read differs (len {len} offset {offset} threads {threads})");
+
+    let mut via_std = vec![0u8; len];
+    let mut f = fs::File::open(&path).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.read_exact(&mut via_std).unwrap();
+    assert!(via_std == data, "std read differs (len {len} offset {offset})");
+    // The bytes before `offset` are a hole of zeros.
+    if offset > 0 && len > 0 {
+        let mut head = vec![1u8; offset.min(8192) as usize];
+        assert_eq!(fh.read(&mut head, 0).unwrap(), head.len());
+        assert!(head.iter().all(|&b| b == 0));
+    }
+    fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn round_trips_at_edge_sizes_every_thread_count() {
+    let dir = tempfile::tempdir().unwrap();
+    for len in [0usize, 1, 4095, 4096, 4097, (3 << 20) + 123, 9 << 20] {
+        for offset in [0u64, 1, 4096, 12_345] {
+            for threads in [1usize, 2, 3, 8] {
+                for direct in [false, true] {
+                    round_trip(dir.path(), len, offset, threads, 1 << 20, direct);
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn random_round_trips(len in 0usize..(6 << 20), offset in 0u64..(1 << 22),
+                          threads in 1usize..9, task in 4096u64..(2 << 20), direct: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        round_trip(dir.path(), len, offset, threads, task, direct);
+    }
+}
+
+#[test]
+fn beyond_4_gib_in_a_sparse_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sparse");
+    let fh = options(4, 1 << 20, true).open(&path, "w+").unwrap();
+    let far = (5u64 << 30) + 4095; // past 2^32, unaligned
+    fh.set_len(6 << 30).unwrap();
+    let data = random_bytes(3 << 20, 99);
+    fh.write(&data, far).unwrap();
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(fh.read(&mut back, far).unwrap(), data.len());
+    assert!(back == data);
+    // A read spanning the 4 GiB boundary (holes read as zeros).
+    let mut span = vec![7u8; 2 << 20];
+    assert_eq!(fh.read(&mut span, (4u64 << 30) - (1 << 20)).unwrap(), span.len());
+    assert!(span.iter().all(|&b| b == 0));
+    // Checked against std at the far offset.
+    let mut f = fs::File::open(&path).unwrap();
+    f.seek(SeekFrom::Start(far)).unwrap();
+    let mut via_std = vec![0u8; data.len()];
+    f.read_exact(&mut via_std).unwrap();
+    assert!(via_std == data);
+    assert_eq!(fh.len().unwrap(), 6 << 30);
+}
+
+#[test]
+fn short_reads_at_end_of_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("short");
+    fs::write(&path, random_bytes(10_000, 1)).unwrap();
+    let fh = options(4, 4096, false).open(&path, "r").unwrap();
+    let mut buf = vec![0u8; 20_000];
+    assert_eq!(fh.read(&mut buf, 0).unwrap(), 10_000);
+    assert_eq!(fh.read(&mut buf, 9_000).unwrap(), 1_000);
+    assert_eq!(fh.read(&mut buf, 50_000).unwrap(), 0);
+    assert_eq!(fh.read_at(&mut buf, 9_999).unwrap(), 1);
+    match fh.read_exact(&mut buf, 5_000) {
+        Err(Error::UnexpectedEof { offset: 5_000, wanted: 20_000, got: 5_000 }) => {}
+        other => panic!("expected UnexpectedEof, got {other:?}"),
+    }
+}
+
+#[test]
+fn futures_return_buffers_and_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("futures");
+    let data = random_bytes(1 << 20, 5);
+    let fh = options(4, 64 << 10, false).open(&path, "w+").unwrap();
+    let writes: Vec<_> =
+        (0..16).map(|i| fh.pwrite(data[i * 65536..(i + 1) * 65536].to_vec(), i as u64 * 65536)).collect();
+    for w in writes {
+        let (_, n) = w.wait().unwrap();
+        assert_eq!(n, 65536);
+    }
+    let reads: Vec<_> = (0..256).map(|i| fh.pread(vec![0u8; 4096], i * 4096)).collect();
+    for (i, r) in reads.into_iter().enumerate() {
+        let (buf, n) = r.wait().unwrap();
+        assert_eq!(n, 4096);
+        assert!(buf[..] == data[i * 4096..(i + 1) * 4096]);
+    }
+    let f = fh.pread(vec![0u8; 10], 1 << 30);
+    let (_, n) = f.wait().unwrap();
+    assert_eq!(n, 0, "a read past the end reads nothing");
+}
+
+#[test]
+fn open_flags_mean_what_posix_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flags");
+    let opts = options(2, 1 << 20, false);
+
+    // r: missing file is an error, nothing created.
+    assert!(matches!(opts.open(&path, "r"), Err(Error::Io { .. })));
+    assert!(!path.exists());
+    // w: creates, writes; cannot read.
+    let fh = opts.open(&path, "w").unwrap();
+    fh.write(b"hello world", 0).unwrap();
+    assert!(matches!(fh.read(&mut [0u8; 4], 0), Err(Error::AccessMode { .. })));
+    drop(fh);
+    assert_eq!(fs::read(&path).unwrap(), b"hello world");
+    // r: reads; writing fails before touching the file.
+    let fh = opts.open(&path, "r").unwrap();
+    let mut buf = [0u8; 5];
+    fh.read(&mut buf, 6).unwrap();
+    assert_eq!(&buf, b"world");
+    assert!(matches!(fh.write(b"X", 0), Err(Error::AccessMode { .. })));
+    assert!(matches!(fh.set_len(0), Err(Error::AccessMode { .. })));
+    drop(fh);
+    assert_eq!(fs::read(&path).unwrap(), b"hello world");
+    // r+: reads and writes in place, no truncation.
+    let fh = opts.open(&path, "r+").unwrap();
+    fh.write(b"J", 0).unwrap();
+    drop(fh);
+    assert_eq!(fs::read(&path).unwrap(), b"Jello world");
+    // a: appends; positional writes and reads refused.
+    let fh = opts.open(&path, "a").unwrap();
+    fh.append(b"!").unwrap();
+    assert!(matches!(fh.write(b"?", 0), Err(Error::AccessMode { .. })));
+    assert!(matches!(fh.read(&mut buf, 0), Err(Error::AccessMode { .. })));
+    drop(fh);
+    assert_eq!(fs::read(&path).unwrap(), b"Jello world!");
+    // a+: appends and reads.
+    let fh = opts.open(&path, "a+").unwrap();
+    fh.append(b"?").unwrap();
+    let mut all = [0u8; 13];
+    assert_eq!(fh.read(&mut all, 0).unwrap(), 13);
+    assert_eq!(&all, b"Jello world!?");
+    assert!(matches!(opts.open(&path, "r+").unwrap().append(b"x"), Err(Error::AccessMode { .. })));
+    // w+: truncates on open, reads back.
+    let fh = opts.open(&path, "w+").unwrap();
+    assert_eq!(fh.len().unwrap(), 0);
+    fh.write(b"new", 0).unwrap();
+    let mut three = [0u8; 3];
+    fh.read(&mut three, 0).unwrap();
+    assert_eq!(&three, b"new");
+    // a creates a missing file.
+    let fresh = dir.path().join("fresh");
+    opts.open(&fresh, "a").unwrap().append(b"1").unwrap();
+    assert_eq!(fs::read(&fresh).unwrap(), b"1");
+    // The "mode" bits apply to created files.
+    let mut private = opts.clone();
+    private.mode(0o600);
+    let secret = dir.path().join("secret");
+    private.open(&secret, "w").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(fs::metadata(&secret).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn bad_input_is_a_typed_error_and_leaves_files_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(2, 1 << 20, false);
+    let path = dir.path().join("keep");
+    fs::write(&path, b"precious").unwrap();
+
+    // Missing file: the errno survives.
+    let e = opts.open(dir.path().join("missing"), "r").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    assert!(e.to_string().contains("missing"), "{e}");
+    // A directory.
+    let e = opts.open(dir.path(), "r").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EISDIR), "{e}");
+    // Bad flags, before any open (so "w"-like truncation never happens).
+    for bad in ["rw", "x", "", "w++"] {
+        assert!(matches!(opts.open(&path, bad), Err(Error::InvalidFlags(ref f)) if f == bad));
+    }
+    // Offset overflow: no write happens.
+    let fh = opts.open(&path, "r+").unwrap();
+    match fh.write(b"zz", u64::MAX - 1) {
+        Err(Error::Overflow { offset, len: 2 }) => assert_eq!(offset, u64::MAX - 1),
+        other => panic!("expected Overflow, got {other:?}"),
+    }
+    assert!(matches!(fh.read(&mut [0u8; 2], i64::MAX as u64), Err(Error::Overflow { .. })));
+    assert!(matches!(fh.pread(vec![0u8; 2], u64::MAX).wait(), Err(Error::Overflow { .. })));
+    assert!(matches!(fh.set_len(u64::MAX), Err(Error::Overflow { .. })));
+    drop(fh);
+    assert_eq!(fs::read(&path).unwrap(), b"precious");
+    // No permission: a mode-000 file for ordinary users; root bypasses file modes, so there a
+    // procfs file that refuses writes to everyone stands in.
+    let locked = dir.path().join("locked");
+    fs::write(&locked, b"x").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
+    let denied = if fs::File::open(&locked).is_err() {
+        opts.open(&locked, "r").unwrap_err()
+    } else {
+        eprintln!("running as root: checking EACCES on /proc/version instead of a mode-000 file");
+        opts.open("/proc/version", "r+").unwrap_err()
+    };
+    assert_eq!(denied.raw_os_error(), Some(libc::EACCES), "{denied}");
+    assert_eq!(denied.kind(), std::io::ErrorKind::PermissionDenied);
+}
+
+#[test]
+fn durability_calls_and_set_len() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("durable");
+    let fh = options(2, 1 << 20, true).open(&path, "w+").unwrap();
+    fh.write(&random_bytes(100_000, 3), 0).unwrap();
+    fh.sync_data().unwrap();
+    fh.sync_all().unwrap();
+    fh.set_len(10).unwrap();
+    assert_eq!(fs::metadata(&path).unwrap().len(), 10);
+    fh.set_len(1 << 20).unwrap();
+    let mut tail = vec![1u8; 100];
+    fh.read(&mut tail, 500_000).unwrap();
+    assert!(tail.iter().all(|&b| b == 0));
+    let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+    f.write_all(b"abc").unwrap();
+    assert_eq!(fh.len().unwrap(), (1 << 20) + 3);
+}
