@@ -44,7 +44,13 @@ pub struct Record {
 }
 
 impl Record {
-    fn new(implementation: &str, workload: &str, threads: usize, bytes: u64, seconds: f64) -> Record {
+    fn new(
+        implementation: &str,
+        workload: &str,
+        threads: usize,
+        bytes: u64,
+        seconds: f64,
+    ) -> Record {
         let seconds = seconds.max(1e-9);
         Record {
             implementation: implementation.into(),
@@ -107,8 +113,9 @@ pub fn run_host(options: &BenchOptions, emit: &mut dyn FnMut(&Record)) -> Result
     let file_len = std::fs::metadata(&options.file)
         .map_err(|e| Error::io("stat", &options.file, None, e))?
         .len();
-    let size = usize::try_from(file_len)
-        .map_err(|_| Error::InvalidArgument(format!("file of {file_len} bytes does not fit in memory")))?;
+    let size = usize::try_from(file_len).map_err(|_| {
+        Error::InvalidArgument(format!("file of {file_len} bytes does not fit in memory"))
+    })?;
     let mut buf = HostBuffer::new(size)?;
     for &threads in &options.threads {
         let handle = open(&options.file, "r", threads, false)?;
@@ -118,7 +125,13 @@ pub fn run_host(options: &BenchOptions, emit: &mut dyn FnMut(&Record)) -> Result
         evict(&options.file)?;
         let t = Instant::now();
         cold.read_exact(&mut buf, 0)?;
-        emit(&Record::new(IMPL_HOST, "seq_read_cold", threads, file_len, t.elapsed().as_secs_f64()));
+        emit(&Record::new(
+            IMPL_HOST,
+            "seq_read_cold",
+            threads,
+            file_len,
+            t.elapsed().as_secs_f64(),
+        ));
         handle.read_exact(&mut buf, 0)?; // warm it
         let best = best_of(options.repeats, || {
             let t = Instant::now();
@@ -152,7 +165,10 @@ pub fn run_host(options: &BenchOptions, emit: &mut dyn FnMut(&Record)) -> Result
             }
             let secs = t.elapsed().as_secs_f64();
             let name = format!("{workload}_{temperature}");
-            emit(&Record::new(IMPL_HOST, &name, threads, block * ops as u64, secs).with_ops(ops as u64));
+            emit(
+                &Record::new(IMPL_HOST, &name, threads, block * ops as u64, secs)
+                    .with_ops(ops as u64),
+            );
         }
     }
     let out = options.file.with_extension("gpumap-bench-write");
@@ -194,7 +210,13 @@ fn open(path: &Path, flags: &str, threads: usize, direct: bool) -> Result<FileHa
 /// Drops the file's pages from the page cache (they are clean: the file is only read here).
 fn evict(path: &Path) -> Result<()> {
     let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, None, e))?;
-    crate::sys::posix::fadvise(&file, path, 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED)
+    crate::sys::posix::fadvise(
+        &file,
+        path,
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    )
 }
 
 fn best_of(repeats: usize, mut measure: impl FnMut() -> Result<f64>) -> Result<f64> {

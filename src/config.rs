@@ -133,7 +133,12 @@ const VARS: [(Setting, &str, &str, &str); 7] = [
         "GPUMAP_BOUNCE_BUFFER_SIZE",
         "KVIKIO_BOUNCE_BUFFER_SIZE",
     ),
-    (Setting::DirectIoRead, "direct_io_read", "GPUMAP_AUTO_DIRECT_IO_READ", "KVIKIO_AUTO_DIRECT_IO_READ"),
+    (
+        Setting::DirectIoRead,
+        "direct_io_read",
+        "GPUMAP_AUTO_DIRECT_IO_READ",
+        "KVIKIO_AUTO_DIRECT_IO_READ",
+    ),
     (
         Setting::DirectIoWrite,
         "direct_io_write",
@@ -159,9 +164,11 @@ impl Config {
             })
         }) {
             Ok(c) => Ok(c),
-            Err((var, value, reason)) => {
-                Err(Error::InvalidConfig { var: var.clone(), value: value.clone(), reason: reason.clone() })
-            }
+            Err((var, value, reason)) => Err(Error::InvalidConfig {
+                var: var.clone(),
+                value: value.clone(),
+                reason: reason.clone(),
+            }),
         }
     }
 
@@ -203,8 +210,12 @@ impl Config {
                     }
                     config.bounce_buffer_size = n;
                 }
-                Setting::GdsThreshold => config.gds_threshold = parse_size(&value).map_err(invalid)?,
-                Setting::DirectIoRead => config.direct_io_read = parse_bool(&value).map_err(invalid)?,
+                Setting::GdsThreshold => {
+                    config.gds_threshold = parse_size(&value).map_err(invalid)?
+                }
+                Setting::DirectIoRead => {
+                    config.direct_io_read = parse_bool(&value).map_err(invalid)?
+                }
                 Setting::DirectIoWrite => {
                     config.direct_io_write = parse_bool(&value).map_err(invalid)?
                 }
@@ -216,7 +227,11 @@ impl Config {
 
     /// Where `setting` (a field name) came from.
     pub fn source(&self, setting: &str) -> Source {
-        self.sources.iter().find(|(s, _)| *s == setting).map(|(_, src)| src.clone()).unwrap_or(Source::Default)
+        self.sources
+            .iter()
+            .find(|(s, _)| *s == setting)
+            .map(|(_, src)| src.clone())
+            .unwrap_or(Source::Default)
     }
 }
 
@@ -227,7 +242,9 @@ pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
     let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, suffix) = text.split_at(digits_end);
     if digits.is_empty() {
-        return Err("expected a non-negative whole number, optionally with a suffix such as 4MiB".into());
+        return Err(
+            "expected a non-negative whole number, optionally with a suffix such as 4MiB".into()
+        );
     }
     let number: u64 = digits.parse().map_err(|_| "number too large".to_string())?;
     let multiplier: u64 = match suffix.trim() {
@@ -240,7 +257,11 @@ pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
         "GB" => 1_000_000_000,
         "T" | "TiB" => 1 << 40,
         "TB" => 1_000_000_000_000,
-        other => return Err(format!("unknown size suffix {other:?}; use K, KiB, KB, M, MiB, MB, G, ...")),
+        other => {
+            return Err(format!(
+                "unknown size suffix {other:?}; use K, KiB, KB, M, MiB, MB, G, ..."
+            ))
+        }
     };
     number.checked_mul(multiplier).ok_or_else(|| "size too large".to_string())
 }

@@ -192,7 +192,12 @@ impl Error {
     }
 
     /// An [`Error::Io`] from an OS error, with its context.
-    pub(crate) fn io(op: &'static str, path: &Path, offset: Option<u64>, source: io::Error) -> Self {
+    pub(crate) fn io(
+        op: &'static str,
+        path: &Path,
+        offset: Option<u64>,
+        source: io::Error,
+    ) -> Self {
         Error::Io { op, path: Some(path.to_path_buf()), offset, source }
     }
 
@@ -235,7 +240,12 @@ mod tests {
 
     #[test]
     fn io_error_keeps_errno_and_context() {
-        let e = Error::io("open", Path::new("/x/y"), Some(7), io::Error::from_raw_os_error(libc::ENOENT));
+        let e = Error::io(
+            "open",
+            Path::new("/x/y"),
+            Some(7),
+            io::Error::from_raw_os_error(libc::ENOENT),
+        );
         assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         let msg = e.to_string();

@@ -30,7 +30,14 @@ fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
 
 /// Writes `data` at `offset` through gpumap, reads it back through gpumap and through std::fs,
 /// and checks both byte for byte.
-fn round_trip(dir: &std::path::Path, len: usize, offset: u64, threads: usize, task: u64, direct: bool) {
+fn round_trip(
+    dir: &std::path::Path,
+    len: usize,
+    offset: u64,
+    threads: usize,
+    task: u64,
+    direct: bool,
+) {
     let path = dir.join(format!("rt-{len}-{offset}-{threads}-{task}-{direct}"));
     let data = random_bytes(len, len as u64 ^ offset);
     let opts = options(threads, task, direct);
@@ -43,7 +50,10 @@ fn round_trip(dir: &std::path::Path, len: usize, offset: u64, threads: usize, ta
 
     let mut back = HostBuffer::new(len).unwrap();
     assert_eq!(fh.read(&mut back, offset).unwrap(), len);
-    assert!(back[..] == data[..], "gpumap read differs (len {len} offset {offset} threads {threads})");
+    assert!(
+        back[..] == data[..],
+        "gpumap read differs (len {len} offset {offset} threads {threads})"
+    );
 
     let mut via_std = vec![0u8; len];
     let mut f = fs::File::open(&path).unwrap();
@@ -131,8 +141,9 @@ fn futures_return_buffers_and_counts() {
     let path = dir.path().join("futures");
     let data = random_bytes(1 << 20, 5);
     let fh = options(4, 64 << 10, false).open(&path, "w+").unwrap();
-    let writes: Vec<_> =
-        (0..16).map(|i| fh.pwrite(data[i * 65536..(i + 1) * 65536].to_vec(), i as u64 * 65536)).collect();
+    let writes: Vec<_> = (0..16)
+        .map(|i| fh.pwrite(data[i * 65536..(i + 1) * 65536].to_vec(), i as u64 * 65536))
+        .collect();
     for w in writes {
         let (_, n) = w.wait().unwrap();
         assert_eq!(n, 65536);
@@ -240,20 +251,33 @@ fn bad_input_is_a_typed_error_and_leaves_files_untouched() {
     assert!(matches!(fh.set_len(u64::MAX), Err(Error::Overflow { .. })));
     drop(fh);
     assert_eq!(fs::read(&path).unwrap(), b"precious");
-    // No permission: a mode-000 file for ordinary users; root bypasses file modes, so there a
-    // procfs file that refuses writes to everyone stands in.
+    // No permission: a mode-000 file. Root bypasses file modes, so as root the check runs the
+    // CLI as `nobody` (util-linux setpriv), which must get the same EACCES and say so.
     let locked = dir.path().join("locked");
     fs::write(&locked, b"x").unwrap();
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
-    let denied = if fs::File::open(&locked).is_err() {
-        opts.open(&locked, "r").unwrap_err()
+    if fs::File::open(&locked).is_err() {
+        let denied = opts.open(&locked, "r").unwrap_err();
+        assert_eq!(denied.raw_os_error(), Some(libc::EACCES), "{denied}");
+        assert_eq!(denied.kind(), std::io::ErrorKind::PermissionDenied);
     } else {
-        eprintln!("running as root: checking EACCES on /proc/version instead of a mode-000 file");
-        opts.open("/proc/version", "r+").unwrap_err()
-    };
-    assert_eq!(denied.raw_os_error(), Some(libc::EACCES), "{denied}");
-    assert_eq!(denied.kind(), std::io::ErrorKind::PermissionDenied);
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_gpumap"))
+            .arg("read")
+            .arg(&locked)
+            .output()
+            .expect("setpriv (util-linux) runs the permission check as nobody");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.contains("open failed on") && stderr.contains("Permission denied"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(fs::metadata(&locked).unwrap().len(), 1);
 }
 
 #[test]

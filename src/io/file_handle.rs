@@ -253,7 +253,9 @@ impl FileHandle {
         match (&inner.direct, inner.direct_refused) {
             (Some(_), _) => Ok(()),
             (None, true) => Err("the file system refused O_DIRECT"),
-            (None, false) if inner.flags.append => Err("append handles write through the page cache"),
+            (None, false) if inner.flags.append => {
+                Err("append handles write through the page cache")
+            }
             (None, false) => Err("O_DIRECT is switched off (GPUMAP_AUTO_DIRECT_IO_READ/WRITE)"),
         }
     }
@@ -431,8 +433,11 @@ impl Inner {
         let direct = self.direct.as_ref().filter(|_| enabled)?;
         let split = direct_split(offset, len, PAGE_SIZE);
         let middle_addr = addr as u64 + split.head.1;
-        (split.middle.1 > 0 && align::is_aligned(middle_addr, PAGE_SIZE))
-            .then_some((direct, split.middle.0, split.middle.1))
+        (split.middle.1 > 0 && align::is_aligned(middle_addr, PAGE_SIZE)).then_some((
+            direct,
+            split.middle.0,
+            split.middle.1,
+        ))
     }
 
     /// One task's read: buffered, or head buffered + middle direct + tail buffered.
@@ -453,7 +458,8 @@ impl Inner {
         if got < mid_len as usize {
             return Ok(head + got);
         }
-        let tail = posix::pread_full(&self.file, &self.path, &mut buf[mid_end..], mid_off + mid_len)?;
+        let tail =
+            posix::pread_full(&self.file, &self.path, &mut buf[mid_end..], mid_off + mid_len)?;
         Ok(mid_end + tail)
     }
 
@@ -487,7 +493,9 @@ mod tests {
         let f: OpenFlags = "a".parse().unwrap();
         assert!(!f.read && f.write && f.append && !f.truncate);
         for bad in ["", "x", "rw", "r++", "wa", "+"] {
-            assert!(matches!(bad.parse::<OpenFlags>(), Err(Error::InvalidFlags(ref s)) if s == bad));
+            assert!(
+                matches!(bad.parse::<OpenFlags>(), Err(Error::InvalidFlags(ref s)) if s == bad)
+            );
         }
     }
 }

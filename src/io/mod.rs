@@ -1,1 +1,9 @@
-//! TODO
+//! Explicit file I/O: the thread pool, compat-mode decisions, and [`FileHandle`].
+#![forbid(unsafe_code)]
+
+pub mod file_handle;
+pub mod gds;
+pub mod pool;
+
+pub use file_handle::{FileHandle, HandleOptions, OpenFlags};
+pub use pool::{IoFuture, IoPool};

@@ -119,7 +119,8 @@ impl IoPool {
         let slot = Arc::new(Slot::default());
         let done = slot.clone();
         self.threads.read().spawn(move || {
-            let result = catch_unwind(AssertUnwindSafe(job)).unwrap_or_else(|p| Err(panic_error(p)));
+            let result =
+                catch_unwind(AssertUnwindSafe(job)).unwrap_or_else(|p| Err(panic_error(p)));
             done.complete(result);
         });
         IoFuture { slot }
@@ -128,9 +129,7 @@ impl IoPool {
 
 fn build(nthreads: usize) -> Result<rayon::ThreadPool> {
     if nthreads == 0 || nthreads > 4096 {
-        return Err(Error::InvalidArgument(format!(
-            "thread count {nthreads}: expected 1 to 4096"
-        )));
+        return Err(Error::InvalidArgument(format!("thread count {nthreads}: expected 1 to 4096")));
     }
     rayon::ThreadPoolBuilder::new()
         .num_threads(nthreads)
@@ -197,15 +196,6 @@ pub struct IoFuture<T> {
 }
 
 impl<T> IoFuture<T> {
-    /// An already-finished future.
-    pub(crate) fn ready(result: Result<T>) -> IoFuture<T> {
-        let slot = Arc::new(Slot {
-            state: Mutex::new(SlotState { result: Some(result), finished: true, waker: None }),
-            ready: Condvar::new(),
-        });
-        IoFuture { slot }
-    }
-
     /// Blocks until the work is done and returns its result.
     pub fn wait(self) -> Result<T> {
         let mut state = self.slot.state.lock();

@@ -23,7 +23,8 @@ impl HostBuffer {
         if len == 0 {
             return Ok(HostBuffer { map: None });
         }
-        let map = MmapMut::map_anon(len).map_err(|e| Error::io_nopath("mmap anonymous buffer", e))?;
+        let map =
+            MmapMut::map_anon(len).map_err(|e| Error::io_nopath("mmap anonymous buffer", e))?;
         Ok(HostBuffer { map: Some(map) })
     }
 

@@ -2,5 +2,7 @@
 //! with a `// SAFETY:` comment. Functions here map one-to-one onto a system or library call and
 //! turn its status into [`crate::Error`]; everything above is safe Rust.
 
+pub mod cuda;
+pub mod cufile;
 pub mod pagecache;
 pub mod posix;

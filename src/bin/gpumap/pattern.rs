@@ -17,9 +17,9 @@ fn byte(at: u64) -> u8 {
 pub fn fill(buf: &mut [u8], offset: u64) {
     use rayon::prelude::*;
     const CHUNK: usize = 1 << 20;
-    buf.par_chunks_mut(CHUNK).enumerate().for_each(|(i, chunk)| {
-        fill_serial(chunk, offset + (i * CHUNK) as u64)
-    });
+    buf.par_chunks_mut(CHUNK)
+        .enumerate()
+        .for_each(|(i, chunk)| fill_serial(chunk, offset + (i * CHUNK) as u64));
 }
 
 fn fill_serial(buf: &mut [u8], offset: u64) {

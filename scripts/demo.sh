@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The main job on any Linux machine: write a 1 GiB file, then read it back into GPU memory
+# (host memory where there is no GPU), checking every byte. Usage: scripts/demo.sh [SIZE] [FILE]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size=${1:-1GiB}
+file=${2:-${TMPDIR:-/tmp}/gpumap-demo.bin}
+cargo build --release --quiet --bin gpumap
+bin=target/release/gpumap
+"$bin" info
+"$bin" write "$file" --size "$size" --truncate
+"$bin" read "$file" --verify-pattern
+rm -f "$file"

@@ -1,0 +1,338 @@
+//! `gpumap info`, `gpumap read`, `gpumap write`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use gpumap::config::{parse_size, CompatMode, Config};
+use gpumap::io::{FileHandle, IoPool};
+use gpumap::memory::HostBuffer;
+use gpumap::{Error, Result};
+
+use crate::{output, pattern};
+
+fn size_arg(text: &str) -> std::result::Result<u64, String> {
+    parse_size(text)
+}
+
+/// Options every transfer command shares.
+#[derive(Args, Debug)]
+pub struct TransferOptions {
+    /// Worker threads (default: GPUMAP_NTHREADS, or the CPU count up to 16).
+    #[arg(long, short = 't')]
+    threads: Option<usize>,
+    /// Largest piece one task moves, e.g. 4MiB (default: GPUMAP_TASK_SIZE or 4 MiB).
+    #[arg(long, value_parser = size_arg)]
+    task_size: Option<u64>,
+    /// cuFile or POSIX: on (POSIX), off (cuFile), auto.
+    #[arg(long)]
+    compat_mode: Option<CompatMode>,
+    /// Move the page-aligned middle with O_DIRECT (bypassing the page cache): true or false.
+    #[arg(long)]
+    direct: Option<bool>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl TransferOptions {
+    fn open(&self, path: &PathBuf, flags: &str) -> Result<(FileHandle, Arc<IoPool>)> {
+        let config = Config::global()?;
+        let threads = self.threads.unwrap_or(config.nthreads);
+        let pool = Arc::new(IoPool::new(threads)?);
+        let mut options = FileHandle::options()?;
+        options.pool(pool.clone());
+        if let Some(t) = self.task_size {
+            options.task_size(t);
+        }
+        if let Some(m) = self.compat_mode {
+            options.compat_mode(m);
+        }
+        if let Some(d) = self.direct {
+            options.direct_io(d, d);
+        }
+        Ok((options.open(path, flags)?, pool))
+    }
+}
+
+/// Arguments of `gpumap info`.
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `gpumap read`.
+#[derive(Args, Debug)]
+pub struct ReadArgs {
+    /// The file to read.
+    file: PathBuf,
+    /// Where to start, in bytes (suffixes such as 4KiB allowed).
+    #[arg(long, default_value = "0", value_parser = size_arg)]
+    offset: u64,
+    /// How many bytes (default: to the end of the file).
+    #[arg(long, value_parser = size_arg)]
+    len: Option<u64>,
+    #[command(flatten)]
+    options: TransferOptions,
+    /// Check the bytes read against the pattern `gpumap write` generates.
+    #[arg(long)]
+    verify_pattern: bool,
+}
+
+/// Arguments of `gpumap write`.
+#[derive(Args, Debug)]
+pub struct WriteArgs {
+    /// The file to write (created if missing; never truncated: use --truncate).
+    file: PathBuf,
+    /// How many bytes to write, e.g. 1GiB.
+    #[arg(long, value_parser = size_arg)]
+    size: u64,
+    /// Where to start, in bytes.
+    #[arg(long, default_value = "0", value_parser = size_arg)]
+    offset: u64,
+    /// Cut the file to zero length first.
+    #[arg(long)]
+    truncate: bool,
+    /// fdatasync before reporting, so the rate includes making the data durable.
+    #[arg(long)]
+    sync: bool,
+    #[command(flatten)]
+    options: TransferOptions,
+}
+
+/// What one transfer did, for the text line and `--json`.
+#[derive(Serialize, Debug)]
+struct Report {
+    op: &'static str,
+    file: PathBuf,
+    offset: u64,
+    bytes: u64,
+    seconds: f64,
+    gbps: f64,
+    threads: usize,
+    task_size: u64,
+    memory: String,
+    direct_io: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verified: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    durable: Option<bool>,
+}
+
+impl Report {
+    fn print(&self, json: bool) -> Result<()> {
+        if json {
+            let text = serde_json::to_string(self)
+                .map_err(|e| Error::InvalidArgument(format!("cannot print JSON: {e}")))?;
+            output::line(text);
+            return Ok(());
+        }
+        output::line(format!(
+            "{} {} bytes {} {} at offset {} in {:.3} s: {:.2} GB/s ({} threads, task size {}, {}, O_DIRECT: {}){}",
+            if self.op == "read" { "read" } else { "wrote" },
+            self.bytes,
+            if self.op == "read" { "from" } else { "to" },
+            self.file.display(),
+            self.offset,
+            self.seconds,
+            self.gbps,
+            self.threads,
+            human(self.task_size),
+            self.memory,
+            self.direct_io,
+            match (self.verified, self.durable) {
+                (Some(true), _) => ", pattern verified",
+                (_, Some(true)) => ", durable (fdatasync)",
+                _ => "",
+            }
+        ));
+        Ok(())
+    }
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] =
+        [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if bytes >= size && bytes % size == 0 {
+            return format!("{} {unit}", bytes / size);
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// Where the data lives during a transfer, as the report says it.
+fn host_memory_note() -> String {
+    let caps = gpumap::Capabilities::probe();
+    if caps.gpu_available() {
+        "host memory".into()
+    } else {
+        format!("host memory (no GPU: {})", caps.cuda_reason().unwrap_or("not found"))
+    }
+}
+
+/// Pieces of at most this size are moved one after another so that progress can be shown;
+/// each piece is still split into tasks across every thread.
+fn progress_piece(handle: &FileHandle, threads: usize) -> u64 {
+    (handle.task_size() * threads as u64 * 4).max(64 << 20)
+}
+
+fn progress_bar(total: u64, json: bool, what: &str) -> ProgressBar {
+    if json || total < (256 << 20) {
+        return ProgressBar::hidden();
+    }
+    // Drawn to stderr, and hidden by indicatif when stderr is not a terminal.
+    let bar = ProgressBar::new(total);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// `gpumap info`.
+pub fn info(args: &InfoArgs) -> Result<()> {
+    let caps = gpumap::Capabilities::probe();
+    let config = Config::from_env()?;
+    if args.json {
+        let value = serde_json::json!({ "capabilities": caps, "config": config });
+        output::line(format!("{value:#}"));
+        return Ok(());
+    }
+    output::line(caps);
+    output::line("settings:");
+    let rows: [(&str, String); 7] = [
+        ("compat_mode", config.compat_mode.to_string()),
+        ("nthreads", config.nthreads.to_string()),
+        ("task_size", human(config.task_size)),
+        ("gds_threshold", human(config.gds_threshold)),
+        ("bounce_buffer_size", human(config.bounce_buffer_size)),
+        ("direct_io_read", config.direct_io_read.to_string()),
+        ("direct_io_write", config.direct_io_write.to_string()),
+    ];
+    for (name, value) in rows {
+        let source = match config.source(name) {
+            gpumap::config::Source::Default => "default".to_string(),
+            gpumap::config::Source::Env(var) => format!("from {var}"),
+        };
+        output::line(format!("  {name:<20} {value:<10} ({source})"));
+    }
+    Ok(())
+}
+
+/// `gpumap read`.
+pub fn read(args: &ReadArgs) -> Result<()> {
+    let (handle, pool) = args.options.open(&args.file, "r")?;
+    let file_len = handle.len()?;
+    let len = match args.len {
+        Some(len) => {
+            if args.offset.checked_add(len).map_or(true, |end| end > file_len) {
+                return Err(Error::OutOfRange { offset: args.offset, len, file_len });
+            }
+            len
+        }
+        None => file_len.saturating_sub(args.offset),
+    };
+    let size = usize::try_from(len)
+        .map_err(|_| Error::InvalidArgument(format!("--len {len} does not fit in memory")))?;
+    let mut buf = HostBuffer::new(size)?;
+    let piece = progress_piece(&handle, pool.nthreads());
+    let bar = progress_bar(len, args.options.json, "read");
+    let start = Instant::now();
+    let mut done = 0u64;
+    for chunk in buf.chunks_mut(piece as usize) {
+        handle.read_exact(chunk, args.offset + done)?;
+        done += chunk.len() as u64;
+        bar.set_position(done);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let verified = if args.verify_pattern {
+        if let Some(at) = pattern::first_mismatch(&buf, args.offset) {
+            return Err(Error::InvalidArgument(format!(
+                "--verify-pattern: byte at offset {at} differs from the pattern gpumap write generates"
+            )));
+        }
+        Some(true)
+    } else {
+        None
+    };
+    Report {
+        op: "read",
+        file: args.file.clone(),
+        offset: args.offset,
+        bytes: len,
+        seconds,
+        gbps: len as f64 / seconds.max(1e-9) / 1e9,
+        threads: pool.nthreads(),
+        task_size: handle.task_size(),
+        memory: host_memory_note(),
+        direct_io: direct_note(&handle),
+        verified,
+        durable: None,
+    }
+    .print(args.options.json)
+}
+
+fn direct_note(handle: &FileHandle) -> String {
+    match handle.direct_io_status() {
+        Ok(()) => "on".into(),
+        Err(why) => format!("off, {why}"),
+    }
+}
+
+/// `gpumap write`.
+pub fn write(args: &WriteArgs) -> Result<()> {
+    let (handle, pool) = args
+        .options
+        .open(&args.file, if args.truncate { "w" } else { "r+" })
+        .or_else(|e| match e {
+            // "r+" needs an existing file; create it like "w" would, without truncating.
+            Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                args.options.open(&args.file, "w")
+            }
+            other => Err(other),
+        })?;
+    let size = usize::try_from(args.size).map_err(|_| {
+        Error::InvalidArgument(format!("--size {} does not fit in memory", args.size))
+    })?;
+    let mut buf = HostBuffer::new(size)?;
+    pattern::fill(&mut buf, args.offset);
+    let piece = progress_piece(&handle, pool.nthreads());
+    let bar = progress_bar(args.size, args.options.json, "write");
+    let start = Instant::now();
+    let mut done = 0u64;
+    for chunk in buf.chunks(piece as usize) {
+        handle.write(chunk, args.offset + done)?;
+        done += chunk.len() as u64;
+        bar.set_position(done);
+    }
+    if args.sync {
+        handle.sync_data()?;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    Report {
+        op: "write",
+        file: args.file.clone(),
+        offset: args.offset,
+        bytes: args.size,
+        seconds,
+        gbps: args.size as f64 / seconds.max(1e-9) / 1e9,
+        threads: pool.nthreads(),
+        task_size: handle.task_size(),
+        memory: host_memory_note(),
+        direct_io: direct_note(&handle),
+        verified: None,
+        durable: args.sync.then_some(true),
+    }
+    .print(args.options.json)
+}

@@ -1,0 +1,567 @@
+//! The CUDA backend: devices, device allocations and regions, pinned host memory, streams and
+//! the double-buffering copy primitive ([`Stream::upload`] / [`Stream::download`]).
+//!
+//! Everything here is safe Rust over `crate::sys::cuda`. On a machine without CUDA every
+//! constructor returns [`Error::Unavailable`] with the probe's reason and
+//! [`classify_pointer`] answers [`PointerKind::PageableHost`].
+#![forbid(unsafe_code)]
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::rc::Rc;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::sys::cuda as sys;
+
+/// One CUDA device with its retained primary context. Cheap to clone; one instance per ordinal
+/// is kept for the life of the process, so the context (and every allocation in it) is never
+/// torn down under a user.
+#[derive(Clone)]
+pub struct CudaDevice {
+    inner: Arc<DeviceInner>,
+}
+
+struct DeviceInner {
+    ordinal: usize,
+    context: sys::PrimaryContext,
+    name: String,
+    total_memory: usize,
+    pci_bus_id: String,
+}
+
+impl fmt::Debug for CudaDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaDevice")
+            .field("ordinal", &self.inner.ordinal)
+            .field("name", &self.inner.name)
+            .field("total_memory", &self.inner.total_memory)
+            .field("pci_bus_id", &self.inner.pci_bus_id)
+            .finish()
+    }
+}
+
+impl CudaDevice {
+    /// The device with this ordinal (`cuDeviceGet` + `cuDevicePrimaryCtxRetain`), its context
+    /// bound to the calling thread. `Unavailable` when there is no driver or no such device.
+    #[doc(alias = "cuDevicePrimaryCtxRetain")]
+    pub fn new(ordinal: usize) -> Result<Self> {
+        static DEVICES: OnceLock<Mutex<HashMap<usize, CudaDevice>>> = OnceLock::new();
+        let devices = DEVICES.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut devices = devices.lock();
+        if let Some(d) = devices.get(&ordinal) {
+            return Ok(d.clone());
+        }
+        let dev = sys::device_get(ordinal)?;
+        let context = sys::PrimaryContext::retain(dev)?;
+        context.bind_to_thread()?;
+        let device = CudaDevice {
+            inner: Arc::new(DeviceInner {
+                ordinal,
+                name: sys::device_name(dev)?,
+                total_memory: sys::device_total_mem(dev)?,
+                pci_bus_id: sys::device_pci_bus_id(dev).unwrap_or_default(),
+                context,
+            }),
+        };
+        devices.insert(ordinal, device.clone());
+        Ok(device)
+    }
+
+    /// Number of CUDA devices (`cuDeviceGetCount`); `Unavailable` when there is no driver.
+    #[doc(alias = "cuDeviceGetCount")]
+    pub fn count() -> Result<usize> {
+        Ok(sys::driver()?.device_count)
+    }
+
+    /// The CUDA driver version (`cuDriverGetVersion`, e.g. 13000 for 13.0).
+    #[doc(alias = "cuDriverGetVersion")]
+    pub fn driver_version() -> Result<i32> {
+        Ok(sys::driver()?.version)
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
+    }
+
+    /// The device name (`cuDeviceGetName`), e.g. `"NVIDIA H100 PCIe"`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Total device memory in bytes (`cuDeviceTotalMem`).
+    pub fn total_memory(&self) -> usize {
+        self.inner.total_memory
+    }
+
+    /// PCI bus id (`cuDeviceGetPCIBusId`), empty if the driver did not report one.
+    pub fn pci_bus_id(&self) -> &str {
+        &self.inner.pci_bus_id
+    }
+
+    /// Makes this device's primary context current on the calling thread (`cuCtxSetCurrent`).
+    /// Cheap when it already is: call it at the top of every task that touches the device.
+    #[doc(alias = "cuCtxSetCurrent")]
+    pub fn bind_to_thread(&self) -> Result<()> {
+        self.inner.context.bind_to_thread()
+    }
+
+    fn context(&self) -> &sys::PrimaryContext {
+        &self.inner.context
+    }
+}
+
+/// An owned device allocation (`cuMemAlloc`), freed on drop.
+pub struct DeviceBuffer {
+    alloc: sys::DeviceAlloc,
+    device: CudaDevice,
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("ptr", &format_args!("{:#x}", self.alloc.ptr()))
+            .field("len", &self.alloc.len())
+            .field("device", &self.device.ordinal())
+            .finish()
+    }
+}
+
+fn check_range(offset: usize, len: usize, available: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= available => Ok(()),
+        Some(_) => Err(Error::OutOfRange {
+            offset: offset as u64,
+            len: len as u64,
+            file_len: available as u64,
+        }),
+        None => Err(Error::Overflow { offset: offset as u64, len: len as u64 }),
+    }
+}
+
+impl DeviceBuffer {
+    /// Allocates `len` bytes on `device` (contents undefined). A zero length allocates nothing.
+    #[doc(alias = "cuMemAlloc")]
+    pub fn alloc(device: &CudaDevice, len: usize) -> Result<Self> {
+        device.bind_to_thread()?;
+        let alloc = sys::DeviceAlloc::new(device.context(), len)?;
+        Ok(Self { alloc, device: device.clone() })
+    }
+
+    /// Allocates `len` zeroed bytes on `device` (`cuMemAlloc` + `cuMemsetD8`).
+    #[doc(alias = "cuMemsetD8")]
+    pub fn zeroed(device: &CudaDevice, len: usize) -> Result<Self> {
+        let buffer = Self::alloc(device, len)?;
+        sys::memset_d8(buffer.alloc.ptr(), 0, len)?;
+        Ok(buffer)
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.alloc.len()
+    }
+
+    /// Whether the buffer has zero length.
+    pub fn is_empty(&self) -> bool {
+        self.alloc.len() == 0
+    }
+
+    /// The device it lives on.
+    pub fn device(&self) -> &CudaDevice {
+        &self.device
+    }
+
+    /// The whole buffer as a region. The region is a plain address range: it must not be used
+    /// after the buffer is dropped (the driver then rejects it or, if the address was reused,
+    /// the data lands in the other allocation).
+    pub fn region(&self) -> DeviceRegion {
+        DeviceRegion {
+            ptr: self.alloc.ptr(),
+            len: self.alloc.len(),
+            ordinal: self.device.ordinal(),
+        }
+    }
+
+    /// Copies `src` into the buffer at `offset` (synchronous `cuMemcpyHtoD`).
+    #[doc(alias = "cuMemcpyHtoD")]
+    pub fn copy_from_host(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        self.region().copy_from_host(offset, src)
+    }
+
+    /// Copies `dst.len()` bytes at `offset` into `dst` (synchronous `cuMemcpyDtoH`).
+    #[doc(alias = "cuMemcpyDtoH")]
+    pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.region().copy_to_host(offset, dst)
+    }
+
+    /// Sets every byte to `value` (`cuMemsetD8`).
+    pub fn fill(&mut self, value: u8) -> Result<()> {
+        self.device.bind_to_thread()?;
+        sys::memset_d8(self.alloc.ptr(), value, self.len())
+    }
+}
+
+/// A borrowed range of device memory: address, length and device. It does not keep the memory
+/// alive; whoever made it (a [`DeviceBuffer`], another CUDA stack) must.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DeviceRegion {
+    ptr: u64,
+    len: usize,
+    ordinal: usize,
+}
+
+impl DeviceRegion {
+    /// Wraps device memory allocated by another CUDA stack, after checking through
+    /// `cuPointerGetAttributes` that `ptr` is device (or managed) memory and that
+    /// `[ptr, ptr + len)` lies inside one allocation. A host pointer is `InvalidArgument`,
+    /// a range past the allocation's end `BufferTooSmall`, an unknown (e.g. freed) address
+    /// `InvalidArgument`; without CUDA, `Unavailable`.
+    #[doc(alias = "cuPointerGetAttributes")]
+    #[doc(alias = "cuMemGetAddressRange")]
+    pub fn from_raw(ptr: u64, len: usize) -> Result<Self> {
+        let attrs = sys::pointer_attributes(ptr)?;
+        match attrs.memory_type {
+            sys::MEMORYTYPE_DEVICE | sys::MEMORYTYPE_UNIFIED => {}
+            sys::MEMORYTYPE_HOST => {
+                return Err(Error::InvalidArgument(format!(
+                    "{ptr:#x} is pinned host memory, not device memory"
+                )))
+            }
+            0 => {
+                return Err(Error::InvalidArgument(format!(
+                    "{ptr:#x} is not memory CUDA knows (pageable host memory, or freed)"
+                )))
+            }
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "{ptr:#x} has CUDA memory type {other}, not device memory"
+                )))
+            }
+        }
+        let ordinal = usize::try_from(attrs.device_ordinal)
+            .map_err(|_| Error::InvalidArgument(format!("{ptr:#x} reports no device ordinal")))?;
+        let (base, size) = if attrs.range_size > 0 {
+            (attrs.range_start, attrs.range_size)
+        } else {
+            let (base, size) = sys::mem_get_address_range(ptr, attrs.context)?;
+            (base, size as u64)
+        };
+        let end_of_allocation = base.saturating_add(size);
+        let available = end_of_allocation.saturating_sub(ptr);
+        if ptr < base || (len as u64) > available {
+            return Err(Error::BufferTooSmall { needed: len as u64, available });
+        }
+        Ok(Self { ptr, len, ordinal })
+    }
+
+    /// Wraps a cudarc device slice (`CudaSlice<u8>`, `CudaView<u8>`, ...). `stream` is the
+    /// cudarc stream it is used on; it is synchronized here, so that work cudarc queued on the
+    /// memory has finished before gpumap's own streams touch it.
+    pub fn from_cudarc<S>(slice: &S, stream: &cudarc::driver::CudaStream) -> Result<Self>
+    where
+        S: cudarc::driver::DevicePtr<u8>,
+    {
+        let len = slice.num_bytes();
+        let ptr = {
+            let (ptr, _record) = slice.device_ptr(stream);
+            ptr
+        };
+        stream.synchronize().map_err(|e| Error::Cuda {
+            op: "cuStreamSynchronize",
+            code: e.0 as i32,
+            name: sys::error_name(e.0 as i32),
+        })?;
+        Ok(Self { ptr, len, ordinal: stream.context().ordinal() })
+    }
+
+    /// The device address of the first byte.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region has zero length.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The ordinal of the device the memory is on.
+    pub fn device_ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The sub-range `[offset, offset + len)`, bounds-checked.
+    pub fn sub(&self, offset: usize, len: usize) -> Result<Self> {
+        check_range(offset, len, self.len)?;
+        Ok(Self { ptr: self.ptr + offset as u64, len, ordinal: self.ordinal })
+    }
+
+    fn bind(&self) -> Result<()> {
+        CudaDevice::new(self.ordinal)?.bind_to_thread()
+    }
+
+    /// Synchronous copy of `src` to `offset` (`cuMemcpyHtoD`).
+    pub fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
+        check_range(offset, src.len(), self.len)?;
+        self.bind()?;
+        sys::memcpy_htod(self.ptr + offset as u64, src)
+    }
+
+    /// Synchronous copy of `dst.len()` bytes at `offset` into `dst` (`cuMemcpyDtoH`).
+    pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        check_range(offset, dst.len(), self.len)?;
+        self.bind()?;
+        sys::memcpy_dtoh(dst, self.ptr + offset as u64)
+    }
+}
+
+/// What kind of memory an address points to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum PointerKind {
+    /// Device memory (`cuMemAlloc` and friends).
+    Device {
+        /// The device it lives on.
+        ordinal: usize,
+    },
+    /// Page-locked host memory known to CUDA (`cuMemHostAlloc`, `cuMemHostRegister`).
+    PinnedHost,
+    /// Managed (unified) memory, accessible from host and device.
+    Managed,
+    /// Ordinary host memory, or anything CUDA does not know (including freed device memory).
+    PageableHost,
+}
+
+/// Classifies `addr` through `cuPointerGetAttributes`. Without CUDA, or if the query fails,
+/// the answer is [`PointerKind::PageableHost`]: the host path is always the safe fallback.
+#[doc(alias = "cuPointerGetAttributes")]
+pub fn classify_pointer(addr: usize) -> PointerKind {
+    let Ok(attrs) = sys::pointer_attributes(addr as u64) else {
+        return PointerKind::PageableHost;
+    };
+    if attrs.is_managed {
+        return PointerKind::Managed;
+    }
+    match attrs.memory_type {
+        sys::MEMORYTYPE_DEVICE => match usize::try_from(attrs.device_ordinal) {
+            Ok(ordinal) => PointerKind::Device { ordinal },
+            Err(_) => PointerKind::PageableHost,
+        },
+        sys::MEMORYTYPE_UNIFIED => PointerKind::Managed,
+        sys::MEMORYTYPE_HOST => PointerKind::PinnedHost,
+        _ => PointerKind::PageableHost,
+    }
+}
+
+/// Page-aligned, page-locked host memory (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_PORTABLE`, so
+/// every context can DMA from it), zero-initialised, owned, freed on drop.
+pub struct PinnedBuffer {
+    pub(crate) host: sys::PinnedHost,
+}
+
+impl fmt::Debug for PinnedBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PinnedBuffer")
+            .field("addr", &format_args!("{:#x}", self.host.addr()))
+            .field("len", &self.host.len())
+            .finish()
+    }
+}
+
+impl PinnedBuffer {
+    /// Allocates `len` bytes of pinned host memory. `device`'s context is bound to the calling
+    /// thread because the driver allocates in the current context. Costs milliseconds for
+    /// megabytes: allocate once and reuse (see [`crate::memory::bounce::BouncePool`]).
+    #[doc(alias = "cuMemHostAlloc")]
+    pub fn new(device: &CudaDevice, len: usize) -> Result<Self> {
+        device.bind_to_thread()?;
+        Ok(Self { host: sys::PinnedHost::new(len)? })
+    }
+
+    /// A zero-length buffer (no allocation, no driver call), used as a placeholder.
+    pub(crate) fn empty() -> Self {
+        Self { host: sys::PinnedHost::empty() }
+    }
+
+    /// The memory.
+    pub fn as_slice(&self) -> &[u8] {
+        self.host.as_slice()
+    }
+
+    /// The memory, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.host.as_mut_slice()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.host.len()
+    }
+
+    /// Whether the buffer has zero length.
+    pub fn is_empty(&self) -> bool {
+        self.host.len() == 0
+    }
+}
+
+/// A buffer that can stage an asynchronous copy: it owns (or is) a [`PinnedBuffer`].
+/// Implemented by [`PinnedBuffer`] and [`crate::memory::bounce::BounceBuffer`]. The `'static`
+/// bound is what makes [`InFlight`] sound: the buffer moves into the guard, so nothing else can
+/// reach the memory while the copy engine uses it.
+pub trait StagingBuffer: Send + 'static {
+    /// The pinned memory that is copied from or into.
+    fn pinned_mut(&mut self) -> &mut PinnedBuffer;
+}
+
+impl StagingBuffer for PinnedBuffer {
+    fn pinned_mut(&mut self) -> &mut PinnedBuffer {
+        self
+    }
+}
+
+fn host_of<B: StagingBuffer>(buffer: &mut B) -> &mut sys::PinnedHost {
+    &mut buffer.pinned_mut().host
+}
+
+/// A CUDA stream (`cuStreamCreate` with `CU_STREAM_NON_BLOCKING`, so it never serialises with
+/// the legacy default stream), destroyed on drop after its work finished.
+pub struct Stream {
+    raw: Arc<sys::RawStream>,
+    device: CudaDevice,
+}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stream").field("device", &self.device.ordinal()).finish()
+    }
+}
+
+thread_local! {
+    static THREAD_STREAMS: RefCell<HashMap<usize, Rc<Stream>>> = RefCell::new(HashMap::new());
+}
+
+impl Stream {
+    /// Creates a stream on `device`.
+    #[doc(alias = "cuStreamCreate")]
+    pub fn new(device: &CudaDevice) -> Result<Self> {
+        device.bind_to_thread()?;
+        Ok(Self { raw: Arc::new(sys::RawStream::new()?), device: device.clone() })
+    }
+
+    /// The calling thread's stream for `device`, created on first use and kept for the
+    /// thread's life (pool threads reuse one stream each instead of creating one per call).
+    pub fn for_current_thread(device: &CudaDevice) -> Result<Rc<Stream>> {
+        THREAD_STREAMS.with(|streams| {
+            if let Some(s) = streams.borrow().get(&device.ordinal()) {
+                return Ok(Rc::clone(s));
+            }
+            let stream = Rc::new(Stream::new(device)?);
+            streams.borrow_mut().insert(device.ordinal(), Rc::clone(&stream));
+            Ok(stream)
+        })
+    }
+
+    /// The device the stream belongs to.
+    pub fn device(&self) -> &CudaDevice {
+        &self.device
+    }
+
+    /// Blocks until all work queued on the stream finished (`cuStreamSynchronize`).
+    #[doc(alias = "cuStreamSynchronize")]
+    pub fn synchronize(&self) -> Result<()> {
+        self.raw.synchronize()
+    }
+
+    pub(crate) fn raw(&self) -> &Arc<sys::RawStream> {
+        &self.raw
+    }
+
+    fn start<B: StagingBuffer>(
+        &self,
+        buffer: B,
+        len: usize,
+        region: DeviceRegion,
+        offset: usize,
+        direction: sys::CopyDirection,
+    ) -> Result<InFlight<B>> {
+        check_range(offset, len, region.len())?;
+        if region.device_ordinal() != self.device.ordinal() {
+            return Err(Error::InvalidArgument(format!(
+                "region is on device {} but the stream on device {}",
+                region.device_ordinal(),
+                self.device.ordinal()
+            )));
+        }
+        self.device.bind_to_thread()?;
+        let pending = sys::PendingCopy::start(
+            &self.raw,
+            buffer,
+            host_of::<B>,
+            direction,
+            region.ptr() + offset as u64,
+            len,
+        )?;
+        Ok(InFlight { pending })
+    }
+
+    /// Starts copying the first `len` bytes of `src` to `dst` at `dst_offset`
+    /// (`cuMemcpyHtoDAsync`). `src` moves into the returned guard, so it cannot be reused or
+    /// freed while the copy runs; [`InFlight::wait`] hands it back. Fill buffer A, `upload` it,
+    /// fill buffer B meanwhile: that is the double-buffered staging loop.
+    #[doc(alias = "cuMemcpyHtoDAsync")]
+    pub fn upload<B: StagingBuffer>(
+        &self,
+        src: B,
+        len: usize,
+        dst: DeviceRegion,
+        dst_offset: usize,
+    ) -> Result<InFlight<B>> {
+        self.start(src, len, dst, dst_offset, sys::CopyDirection::HostToDevice)
+    }
+
+    /// Starts copying `len` bytes of `src` at `src_offset` into the start of `dst`
+    /// (`cuMemcpyDtoHAsync`); after [`InFlight::wait`] the returned buffer holds the data.
+    #[doc(alias = "cuMemcpyDtoHAsync")]
+    pub fn download<B: StagingBuffer>(
+        &self,
+        src: DeviceRegion,
+        src_offset: usize,
+        dst: B,
+        len: usize,
+    ) -> Result<InFlight<B>> {
+        self.start(dst, len, src, src_offset, sys::CopyDirection::DeviceToHost)
+    }
+}
+
+/// An asynchronous copy in flight, owning its staging buffer until the copy completed.
+/// Dropping it waits for the copy (errors are logged, never panicked on).
+pub struct InFlight<B: StagingBuffer> {
+    pending: sys::PendingCopy<B>,
+}
+
+impl<B: StagingBuffer> fmt::Debug for InFlight<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InFlight").finish_non_exhaustive()
+    }
+}
+
+impl<B: StagingBuffer> InFlight<B> {
+    /// Blocks until the copy completed (`cuEventSynchronize`) and returns the buffer.
+    #[doc(alias = "cuEventSynchronize")]
+    pub fn wait(self) -> Result<B> {
+        self.pending.wait()
+    }
+
+    /// Whether the copy has completed, without blocking (`cuEventQuery`).
+    #[doc(alias = "cuEventQuery")]
+    pub fn is_complete(&self) -> Result<bool> {
+        self.pending.is_complete()
+    }
+}

@@ -1,0 +1,777 @@
+//! Raw + result layer over the CUDA driver API (`libcuda`).
+//!
+//! Loading is guarded: cudarc's loaders panic when `libcuda` is missing, so the library is probed
+//! once with [`cudarc::driver::sys::is_culib_present`] inside `catch_unwind` and the answer is
+//! cached. Only after a positive probe is cudarc's library handle touched.
+//!
+//! The driver functions themselves are resolved here into a table of fn pointers whose return
+//! type is a plain `c_int`, not cudarc's `CUresult` enum: a driver newer than the bindings can
+//! return status codes the enum does not list, and reading such a value as a Rust enum would be
+//! undefined behaviour. A missing symbol becomes [`Error::Unavailable`] naming it, never a panic.
+//! cudarc's `sys` module is used for handle types, constants and layouts only.
+//!
+//! Device addresses (`u64`) are opaque to Rust: nothing here dereferences them, the driver
+//! validates them, so functions taking them are safe. Host memory is only ever passed as Rust
+//! slices or as owned pinned allocations ([`PinnedHost`]); asynchronous copies take ownership of
+//! the host buffer ([`PendingCopy`]) so it cannot be freed or touched while the DMA runs.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ptr::NonNull;
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::sys as cu;
+
+use crate::error::{Error, Result};
+
+/// A `CUresult` read as the integer it is (see the module docs for why not the enum).
+type Status = c_int;
+
+const CUDA_SUCCESS: Status = 0;
+const CUDA_ERROR_NOT_READY: Status = 600;
+/// `CU_MEMORYTYPE_*` values as returned by `CU_POINTER_ATTRIBUTE_MEMORY_TYPE`.
+pub(crate) const MEMORYTYPE_HOST: u32 = 1;
+/// See [`MEMORYTYPE_HOST`].
+pub(crate) const MEMORYTYPE_DEVICE: u32 = 2;
+/// See [`MEMORYTYPE_HOST`].
+pub(crate) const MEMORYTYPE_UNIFIED: u32 = 4;
+
+/// The driver entry points gpumap calls, resolved once from `libcuda`.
+#[allow(non_snake_case)]
+struct Api {
+    cuInit: unsafe extern "C" fn(c_uint) -> Status,
+    cuDriverGetVersion: unsafe extern "C" fn(*mut c_int) -> Status,
+    cuGetErrorName: unsafe extern "C" fn(Status, *mut *const c_char) -> Status,
+    cuDeviceGetCount: unsafe extern "C" fn(*mut c_int) -> Status,
+    cuDeviceGet: unsafe extern "C" fn(*mut cu::CUdevice, c_int) -> Status,
+    cuDeviceGetName: unsafe extern "C" fn(*mut c_char, c_int, cu::CUdevice) -> Status,
+    cuDeviceTotalMem_v2: unsafe extern "C" fn(*mut usize, cu::CUdevice) -> Status,
+    cuDeviceGetPCIBusId: unsafe extern "C" fn(*mut c_char, c_int, cu::CUdevice) -> Status,
+    cuDevicePrimaryCtxRetain: unsafe extern "C" fn(*mut cu::CUcontext, cu::CUdevice) -> Status,
+    cuDevicePrimaryCtxRelease_v2: unsafe extern "C" fn(cu::CUdevice) -> Status,
+    cuCtxSetCurrent: unsafe extern "C" fn(cu::CUcontext) -> Status,
+    cuCtxGetCurrent: unsafe extern "C" fn(*mut cu::CUcontext) -> Status,
+    cuMemAlloc_v2: unsafe extern "C" fn(*mut cu::CUdeviceptr, usize) -> Status,
+    cuMemFree_v2: unsafe extern "C" fn(cu::CUdeviceptr) -> Status,
+    cuMemHostAlloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> Status,
+    cuMemFreeHost: unsafe extern "C" fn(*mut c_void) -> Status,
+    cuPointerGetAttributes:
+        unsafe extern "C" fn(c_uint, *mut c_uint, *mut *mut c_void, cu::CUdeviceptr) -> Status,
+    cuMemGetAddressRange_v2:
+        unsafe extern "C" fn(*mut cu::CUdeviceptr, *mut usize, cu::CUdeviceptr) -> Status,
+    cuStreamCreate: unsafe extern "C" fn(*mut cu::CUstream, c_uint) -> Status,
+    cuStreamSynchronize: unsafe extern "C" fn(cu::CUstream) -> Status,
+    cuStreamDestroy_v2: unsafe extern "C" fn(cu::CUstream) -> Status,
+    cuEventCreate: unsafe extern "C" fn(*mut cu::CUevent, c_uint) -> Status,
+    cuEventRecord: unsafe extern "C" fn(cu::CUevent, cu::CUstream) -> Status,
+    cuEventSynchronize: unsafe extern "C" fn(cu::CUevent) -> Status,
+    cuEventQuery: unsafe extern "C" fn(cu::CUevent) -> Status,
+    cuEventDestroy_v2: unsafe extern "C" fn(cu::CUevent) -> Status,
+    cuMemcpyHtoD_v2: unsafe extern "C" fn(cu::CUdeviceptr, *const c_void, usize) -> Status,
+    cuMemcpyDtoH_v2: unsafe extern "C" fn(*mut c_void, cu::CUdeviceptr, usize) -> Status,
+    cuMemcpyHtoDAsync_v2:
+        unsafe extern "C" fn(cu::CUdeviceptr, *const c_void, usize, cu::CUstream) -> Status,
+    cuMemcpyDtoHAsync_v2:
+        unsafe extern "C" fn(*mut c_void, cu::CUdeviceptr, usize, cu::CUstream) -> Status,
+    cuMemsetD8_v2: unsafe extern "C" fn(cu::CUdeviceptr, u8, usize) -> Status,
+}
+
+/// What the one-time probe of the CUDA driver found.
+pub(crate) struct DriverInfo {
+    api: Api,
+    /// `cuDriverGetVersion`, e.g. 13000 for CUDA 13.0.
+    pub(crate) version: i32,
+    /// `cuDeviceGetCount` after a successful `cuInit`.
+    pub(crate) device_count: usize,
+}
+
+/// Resolves one symbol from `lib` as a fn pointer of type `F`.
+///
+/// # Safety
+/// `F` must be the exact C signature of `name` as the driver exports it.
+unsafe fn symbol<F: Copy>(lib: &'static libloading::Library, name: &str) -> Result<F, String> {
+    // SAFETY: the caller guarantees `F` matches the symbol's signature; the library is
+    // `'static` (cudarc keeps it in a static), so the fn pointer never dangles.
+    unsafe { lib.get::<F>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| format!("libcuda lacks {name}: {e}"))
+}
+
+fn load_api() -> Result<Api, String> {
+    let present = std::panic::catch_unwind(|| {
+        // SAFETY: only tries to dlopen the candidate names; no symbol is called.
+        unsafe { cu::is_culib_present() }
+    })
+    .unwrap_or(false);
+    if !present {
+        // cudarc's candidate list repeats names and includes Windows-style ones; report the
+        // distinct `libcuda.so*` names it tried.
+        let searched = std::panic::catch_unwind(|| cudarc::get_lib_name_candidates("cuda"))
+            .map(|candidates| {
+                let mut names: Vec<String> = Vec::new();
+                for c in candidates {
+                    if c.starts_with("libcuda.so") && !names.contains(&c) {
+                        names.push(c);
+                    }
+                }
+                names.join(", ")
+            })
+            .unwrap_or_else(|_| "libcuda.so".to_owned());
+        return Err(format!("libcuda not found (searched: {searched})"));
+    }
+    let lib = std::panic::catch_unwind(|| {
+        // SAFETY: loading libcuda runs its initialisers only; the probe above found it.
+        unsafe { cu::culib() }
+    })
+    .map_err(|_| "libcuda was found but could not be loaded".to_owned())?;
+    macro_rules! resolve {
+        ($($name:ident),* $(,)?) => {
+            Api { $(
+                // SAFETY: each field's type is the driver API's C signature for that name
+                // (cuda.h, with CUresult read as int and enums passed as unsigned int).
+                $name: unsafe { symbol(lib, stringify!($name))? },
+            )* }
+        };
+    }
+    Ok(resolve!(
+        cuInit,
+        cuDriverGetVersion,
+        cuGetErrorName,
+        cuDeviceGetCount,
+        cuDeviceGet,
+        cuDeviceGetName,
+        cuDeviceTotalMem_v2,
+        cuDeviceGetPCIBusId,
+        cuDevicePrimaryCtxRetain,
+        cuDevicePrimaryCtxRelease_v2,
+        cuCtxSetCurrent,
+        cuCtxGetCurrent,
+        cuMemAlloc_v2,
+        cuMemFree_v2,
+        cuMemHostAlloc,
+        cuMemFreeHost,
+        cuPointerGetAttributes,
+        cuMemGetAddressRange_v2,
+        cuStreamCreate,
+        cuStreamSynchronize,
+        cuStreamDestroy_v2,
+        cuEventCreate,
+        cuEventRecord,
+        cuEventSynchronize,
+        cuEventQuery,
+        cuEventDestroy_v2,
+        cuMemcpyHtoD_v2,
+        cuMemcpyDtoH_v2,
+        cuMemcpyHtoDAsync_v2,
+        cuMemcpyDtoHAsync_v2,
+        cuMemsetD8_v2,
+    ))
+}
+
+fn probe() -> Result<DriverInfo, String> {
+    let api = load_api()?;
+    // SAFETY: cuInit takes flags (must be 0) and no pointers.
+    let rc = unsafe { (api.cuInit)(0) };
+    if rc != CUDA_SUCCESS {
+        return Err(format!("cuInit: {} ({rc})", name_with(&api, rc)));
+    }
+    let mut version: c_int = 0;
+    // SAFETY: `version` is a valid out-pointer for the duration of the call.
+    let rc = unsafe { (api.cuDriverGetVersion)(&mut version) };
+    if rc != CUDA_SUCCESS {
+        return Err(format!("cuDriverGetVersion: {} ({rc})", name_with(&api, rc)));
+    }
+    let mut count: c_int = 0;
+    // SAFETY: `count` is a valid out-pointer for the duration of the call.
+    let rc = unsafe { (api.cuDeviceGetCount)(&mut count) };
+    if rc != CUDA_SUCCESS {
+        return Err(format!("cuDeviceGetCount: {} ({rc})", name_with(&api, rc)));
+    }
+    Ok(DriverInfo { api, version, device_count: usize::try_from(count).unwrap_or(0) })
+}
+
+/// The CUDA driver, probed and initialised once per process; `Unavailable` with the reason when
+/// the library is missing, lacks a symbol, or `cuInit` fails (e.g. `CUDA_ERROR_NO_DEVICE`).
+pub(crate) fn driver() -> Result<&'static DriverInfo> {
+    static DRIVER: OnceLock<Result<DriverInfo, String>> = OnceLock::new();
+    DRIVER
+        .get_or_init(probe)
+        .as_ref()
+        .map_err(|reason| Error::Unavailable { what: "CUDA driver", reason: reason.clone() })
+}
+
+fn api() -> Result<&'static Api> {
+    driver().map(|d| &d.api)
+}
+
+fn name_with(api: &Api, code: Status) -> String {
+    let mut name: *const c_char = std::ptr::null();
+    // SAFETY: `name` is a valid out-pointer; an unknown code yields an error and leaves it null.
+    let rc = unsafe { (api.cuGetErrorName)(code, &mut name) };
+    if rc != CUDA_SUCCESS || name.is_null() {
+        return "unknown".to_owned();
+    }
+    // SAFETY: the driver returns a pointer to a static NUL-terminated string.
+    unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
+}
+
+/// The symbolic name of a `CUresult` (`CUDA_ERROR_OUT_OF_MEMORY`), or `"unknown"`.
+pub(crate) fn error_name(code: i32) -> String {
+    match api() {
+        Ok(api) => name_with(api, code),
+        Err(_) => "unknown".to_owned(),
+    }
+}
+
+fn check(op: &'static str, code: Status) -> Result<()> {
+    if code == CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Cuda { op, code, name: error_name(code) })
+    }
+}
+
+/// `cuDeviceGet`: the device handle for an ordinal, checked against the device count.
+pub(crate) fn device_get(ordinal: usize) -> Result<cu::CUdevice> {
+    let info = driver()?;
+    if ordinal >= info.device_count {
+        return Err(Error::Unavailable {
+            what: "CUDA device",
+            reason: format!("ordinal {ordinal} requested, {} device(s) present", info.device_count),
+        });
+    }
+    let ordinal = c_int::try_from(ordinal)
+        .map_err(|_| Error::InvalidArgument(format!("device ordinal {ordinal} too large")))?;
+    let mut dev: cu::CUdevice = 0;
+    // SAFETY: `dev` is a valid out-pointer.
+    check("cuDeviceGet", unsafe { (info.api.cuDeviceGet)(&mut dev, ordinal) })?;
+    Ok(dev)
+}
+
+fn c_string_query(
+    op: &'static str,
+    f: unsafe extern "C" fn(*mut c_char, c_int, cu::CUdevice) -> Status,
+    dev: cu::CUdevice,
+) -> Result<String> {
+    let mut buf = [0 as c_char; 256];
+    // SAFETY: `buf` is writable for its full length, which is passed; the driver NUL-terminates.
+    check(op, unsafe { f(buf.as_mut_ptr(), buf.len() as c_int - 1, dev) })?;
+    // SAFETY: the buffer was zeroed and the driver writes at most len-1 bytes, so it ends in NUL.
+    Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+}
+
+/// `cuDeviceGetName`.
+pub(crate) fn device_name(dev: cu::CUdevice) -> Result<String> {
+    c_string_query("cuDeviceGetName", api()?.cuDeviceGetName, dev)
+}
+
+/// `cuDeviceGetPCIBusId` (`domain:bus:device.function`).
+pub(crate) fn device_pci_bus_id(dev: cu::CUdevice) -> Result<String> {
+    c_string_query("cuDeviceGetPCIBusId", api()?.cuDeviceGetPCIBusId, dev)
+}
+
+/// `cuDeviceTotalMem`: bytes of device memory.
+pub(crate) fn device_total_mem(dev: cu::CUdevice) -> Result<usize> {
+    let mut bytes = 0usize;
+    // SAFETY: `bytes` is a valid out-pointer.
+    check("cuDeviceTotalMem", unsafe { (api()?.cuDeviceTotalMem_v2)(&mut bytes, dev) })?;
+    Ok(bytes)
+}
+
+/// A retained primary context (`cuDevicePrimaryCtxRetain`), released on drop.
+pub(crate) struct PrimaryContext {
+    dev: cu::CUdevice,
+    ctx: cu::CUcontext,
+}
+
+// SAFETY: a CUcontext handle may be used from any thread (the driver API is thread-safe);
+// the struct only stores the handle.
+unsafe impl Send for PrimaryContext {}
+// SAFETY: as above; no method mutates the struct.
+unsafe impl Sync for PrimaryContext {}
+
+impl PrimaryContext {
+    /// `cuDevicePrimaryCtxRetain`.
+    pub(crate) fn retain(dev: cu::CUdevice) -> Result<Self> {
+        let mut ctx: cu::CUcontext = std::ptr::null_mut();
+        // SAFETY: `ctx` is a valid out-pointer; `dev` came from cuDeviceGet.
+        check("cuDevicePrimaryCtxRetain", unsafe {
+            (api()?.cuDevicePrimaryCtxRetain)(&mut ctx, dev)
+        })?;
+        Ok(Self { dev, ctx })
+    }
+
+    /// Makes this context current on the calling thread (`cuCtxSetCurrent`), unless it already
+    /// is (`cuCtxGetCurrent` is a thread-local read in the driver, so this is cheap to repeat and
+    /// stays right when other code switched the thread's context meanwhile).
+    pub(crate) fn bind_to_thread(&self) -> Result<()> {
+        let api = api()?;
+        let mut current: cu::CUcontext = std::ptr::null_mut();
+        // SAFETY: `current` is a valid out-pointer.
+        check("cuCtxGetCurrent", unsafe { (api.cuCtxGetCurrent)(&mut current) })?;
+        if current == self.ctx {
+            return Ok(());
+        }
+        // SAFETY: `self.ctx` is a retained, live primary context.
+        check("cuCtxSetCurrent", unsafe { (api.cuCtxSetCurrent)(self.ctx) })
+    }
+}
+
+impl Drop for PrimaryContext {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            // SAFETY: balances the retain in `PrimaryContext::retain`.
+            let rc = unsafe { (api.cuDevicePrimaryCtxRelease_v2)(self.dev) };
+            if rc != CUDA_SUCCESS {
+                eprintln!("gpumap: cuDevicePrimaryCtxRelease failed: {}", name_with(api, rc));
+            }
+        }
+    }
+}
+
+/// Binds a context current if the thread has none, so that calls which need *a* context (frees
+/// at drop time) work on threads that never bound one. Errors are ignored: callers report the
+/// failure of the call that follows.
+fn ensure_some_context(api: &Api, fallback: cu::CUcontext) {
+    let mut current: cu::CUcontext = std::ptr::null_mut();
+    // SAFETY: `current` is a valid out-pointer.
+    let rc = unsafe { (api.cuCtxGetCurrent)(&mut current) };
+    if rc == CUDA_SUCCESS && current.is_null() && !fallback.is_null() {
+        // SAFETY: `fallback` is a live context owned by the caller's allocation.
+        let _ = unsafe { (api.cuCtxSetCurrent)(fallback) };
+    }
+}
+
+/// An owned device allocation (`cuMemAlloc`), freed (`cuMemFree`) on drop.
+pub(crate) struct DeviceAlloc {
+    ptr: cu::CUdeviceptr,
+    len: usize,
+    ctx: cu::CUcontext,
+}
+
+// SAFETY: holds a device address and a context handle; the driver API is thread-safe.
+unsafe impl Send for DeviceAlloc {}
+// SAFETY: as above; no method mutates the struct.
+unsafe impl Sync for DeviceAlloc {}
+
+impl DeviceAlloc {
+    /// `cuMemAlloc` of `len` bytes in `ctx`, which the caller has made current. A zero length
+    /// allocates nothing (the driver rejects it) and yields a null address.
+    pub(crate) fn new(ctx: &PrimaryContext, len: usize) -> Result<Self> {
+        if len == 0 {
+            return Ok(Self { ptr: 0, len: 0, ctx: ctx.ctx });
+        }
+        let mut ptr: cu::CUdeviceptr = 0;
+        // SAFETY: `ptr` is a valid out-pointer.
+        check("cuMemAlloc", unsafe { (api()?.cuMemAlloc_v2)(&mut ptr, len) })?;
+        Ok(Self { ptr, len, ctx: ctx.ctx })
+    }
+
+    /// The device address.
+    pub(crate) fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Bytes allocated.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        if let Ok(api) = api() {
+            ensure_some_context(api, self.ctx);
+            // SAFETY: `ptr` came from cuMemAlloc and is freed exactly once, here.
+            let rc = unsafe { (api.cuMemFree_v2)(self.ptr) };
+            if rc != CUDA_SUCCESS {
+                eprintln!("gpumap: cuMemFree({:#x}) failed: {}", self.ptr, name_with(api, rc));
+            }
+        }
+    }
+}
+
+/// `cuMemcpyHtoD`: synchronous copy of `src` to device address `dst`.
+pub(crate) fn memcpy_htod(dst: u64, src: &[u8]) -> Result<()> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: `src` is readable for its length; the call returns after the source was consumed.
+    check("cuMemcpyHtoD", unsafe { (api()?.cuMemcpyHtoD_v2)(dst, src.as_ptr().cast(), src.len()) })
+}
+
+/// `cuMemcpyDtoH`: synchronous copy from device address `src` into `dst`.
+pub(crate) fn memcpy_dtoh(dst: &mut [u8], src: u64) -> Result<()> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: `dst` is writable for its length and exclusively borrowed; the call returns after
+    // the copy completed.
+    check("cuMemcpyDtoH", unsafe {
+        (api()?.cuMemcpyDtoH_v2)(dst.as_mut_ptr().cast(), src, dst.len())
+    })
+}
+
+/// `cuMemsetD8`: sets `len` bytes at device address `dst` to `value`.
+pub(crate) fn memset_d8(dst: u64, value: u8, len: usize) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: no host memory is involved; the driver validates the device range.
+    check("cuMemsetD8", unsafe { (api()?.cuMemsetD8_v2)(dst, value, len) })
+}
+
+/// Page-locked host memory from `cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE)` (page-aligned,
+/// usable from every context), zero-initialised, freed on drop.
+pub(crate) struct PinnedHost {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: owns its allocation exclusively (like a Box<[u8]>).
+unsafe impl Send for PinnedHost {}
+// SAFETY: shared access only hands out `&[u8]`.
+unsafe impl Sync for PinnedHost {}
+
+impl PinnedHost {
+    /// `cuMemHostAlloc`; needs a current context (the caller binds one).
+    pub(crate) fn new(len: usize) -> Result<Self> {
+        if len == 0 {
+            return Ok(Self::empty());
+        }
+        let mut raw: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer.
+        check("cuMemHostAlloc", unsafe {
+            (api()?.cuMemHostAlloc)(&mut raw, len, cu::CU_MEMHOSTALLOC_PORTABLE)
+        })?;
+        let ptr = NonNull::new(raw.cast::<u8>()).ok_or(Error::Cuda {
+            op: "cuMemHostAlloc",
+            code: 0,
+            name: "returned a null pointer".to_owned(),
+        })?;
+        // SAFETY: the allocation is `len` writable bytes; zeroing makes every byte initialised
+        // before a `&[u8]` to it can exist.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
+        Ok(Self { ptr, len })
+    }
+
+    /// A zero-length placeholder; allocates nothing and never calls the driver.
+    pub(crate) fn empty() -> Self {
+        Self { ptr: NonNull::dangling(), len: 0 }
+    }
+
+    /// Bytes allocated.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The host address (page-aligned).
+    pub(crate) fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// The memory as a slice.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` is valid for `len` initialised bytes for the life of `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The memory as a mutable slice.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        if let Ok(api) = api() {
+            // SAFETY: the pointer came from cuMemHostAlloc and is freed exactly once, here.
+            let rc = unsafe { (api.cuMemFreeHost)(self.ptr.as_ptr().cast()) };
+            if rc != CUDA_SUCCESS {
+                eprintln!("gpumap: cuMemFreeHost failed: {}", name_with(api, rc));
+            }
+        }
+    }
+}
+
+/// What `cuPointerGetAttributes` says about an address.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PointerAttributes {
+    /// `CU_MEMORYTYPE_*`, or 0 when the address is not known to CUDA.
+    pub(crate) memory_type: u32,
+    /// Whether the allocation is managed (unified) memory.
+    pub(crate) is_managed: bool,
+    /// The device the memory lives on (or was allocated for).
+    pub(crate) device_ordinal: i32,
+    /// The owning context, 0 when none.
+    pub(crate) context: usize,
+    /// Start of the allocation containing the address (0 when unknown).
+    pub(crate) range_start: u64,
+    /// Size of that allocation (0 when unknown).
+    pub(crate) range_size: u64,
+}
+
+/// `cuPointerGetAttributes`: unlike `cuPointerGetAttribute`, it does not fail for addresses CUDA
+/// does not know (freed, pageable host) but reports memory type 0, which is what lets
+/// classification tell them apart without an error path.
+pub(crate) fn pointer_attributes(addr: u64) -> Result<PointerAttributes> {
+    let api = api()?;
+    let attrs: [c_uint; 6] = [
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE as c_uint,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED as c_uint,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL as c_uint,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT as c_uint,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR as c_uint,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE as c_uint,
+    ];
+    // Each result gets a zeroed 8-byte slot: the driver writes 4 bytes for the int-typed
+    // attributes and up to 8 for the others, so zero-extension reads every one correctly
+    // (little-endian). The device ordinal is pre-set to -1 for "none".
+    let mut slots: [u64; 6] = [0, 0, u32::MAX as u64, 0, 0, 0];
+    let mut data: [*mut c_void; 6] = [std::ptr::null_mut(); 6];
+    for (d, s) in data.iter_mut().zip(slots.iter_mut()) {
+        *d = (s as *mut u64).cast();
+    }
+    let mut attr_copy = attrs;
+    // SAFETY: `attr_copy` and `data` have 6 entries each, every data pointer points at an
+    // 8-byte slot that outlives the call; `addr` is only inspected, never dereferenced.
+    check("cuPointerGetAttributes", unsafe {
+        (api.cuPointerGetAttributes)(6, attr_copy.as_mut_ptr(), data.as_mut_ptr(), addr)
+    })?;
+    Ok(PointerAttributes {
+        memory_type: slots[0] as u32,
+        is_managed: slots[1] != 0,
+        device_ordinal: slots[2] as u32 as i32,
+        context: slots[3] as usize,
+        range_start: slots[4],
+        range_size: slots[5],
+    })
+}
+
+/// `cuMemGetAddressRange`: base and size of the allocation containing `addr` (binds `context`,
+/// the one the pointer attributes named, because the call is answered for the current context).
+pub(crate) fn mem_get_address_range(addr: u64, context: usize) -> Result<(u64, usize)> {
+    let api = api()?;
+    if context != 0 {
+        // SAFETY: `context` was reported by the driver as the owner of a live allocation.
+        check("cuCtxSetCurrent", unsafe { (api.cuCtxSetCurrent)(context as cu::CUcontext) })?;
+    }
+    let mut base: cu::CUdeviceptr = 0;
+    let mut size = 0usize;
+    // SAFETY: both out-pointers are valid; `addr` is only looked up.
+    check("cuMemGetAddressRange", unsafe {
+        (api.cuMemGetAddressRange_v2)(&mut base, &mut size, addr)
+    })?;
+    Ok((base, size))
+}
+
+/// A non-blocking stream (`cuStreamCreate(CU_STREAM_NON_BLOCKING)`), destroyed on drop.
+pub(crate) struct RawStream {
+    stream: cu::CUstream,
+}
+
+// SAFETY: CUDA streams may be used from any thread; the struct only stores the handle.
+unsafe impl Send for RawStream {}
+// SAFETY: as above.
+unsafe impl Sync for RawStream {}
+
+impl RawStream {
+    /// `cuStreamCreate` in the current context (the caller binds it).
+    pub(crate) fn new() -> Result<Self> {
+        let mut stream: cu::CUstream = std::ptr::null_mut();
+        // SAFETY: `stream` is a valid out-pointer.
+        check("cuStreamCreate", unsafe {
+            (api()?.cuStreamCreate)(
+                &mut stream,
+                cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint,
+            )
+        })?;
+        Ok(Self { stream })
+    }
+
+    /// `cuStreamSynchronize`.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        // SAFETY: the handle is live for the life of `self`.
+        check("cuStreamSynchronize", unsafe { (api()?.cuStreamSynchronize)(self.stream) })
+    }
+
+    /// The raw handle, for cuFile's stream-ordered calls.
+    pub(crate) fn handle(&self) -> cu::CUstream {
+        self.stream
+    }
+}
+
+impl Drop for RawStream {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            // SAFETY: destroyed exactly once; the driver lets queued work finish first.
+            let rc = unsafe { (api.cuStreamDestroy_v2)(self.stream) };
+            if rc != CUDA_SUCCESS {
+                eprintln!("gpumap: cuStreamDestroy failed: {}", name_with(api, rc));
+            }
+        }
+    }
+}
+
+/// An event created with `CU_EVENT_DISABLE_TIMING` (the cheap kind), destroyed on drop.
+pub(crate) struct RawEvent {
+    event: cu::CUevent,
+}
+
+// SAFETY: CUDA events may be used from any thread; the struct only stores the handle.
+unsafe impl Send for RawEvent {}
+// SAFETY: as above.
+unsafe impl Sync for RawEvent {}
+
+impl RawEvent {
+    /// `cuEventCreate` in the current context.
+    pub(crate) fn new() -> Result<Self> {
+        let mut event: cu::CUevent = std::ptr::null_mut();
+        // SAFETY: `event` is a valid out-pointer.
+        check("cuEventCreate", unsafe {
+            (api()?.cuEventCreate)(&mut event, cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint)
+        })?;
+        Ok(Self { event })
+    }
+
+    /// `cuEventRecord` on `stream`.
+    pub(crate) fn record(&self, stream: &RawStream) -> Result<()> {
+        // SAFETY: both handles are live.
+        check("cuEventRecord", unsafe { (api()?.cuEventRecord)(self.event, stream.stream) })
+    }
+
+    /// `cuEventSynchronize`: blocks until the work recorded before the event completed.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        // SAFETY: the handle is live.
+        check("cuEventSynchronize", unsafe { (api()?.cuEventSynchronize)(self.event) })
+    }
+
+    /// `cuEventQuery`: `Ok(true)` when complete, `Ok(false)` while pending.
+    pub(crate) fn is_complete(&self) -> Result<bool> {
+        // SAFETY: the handle is live.
+        let rc = unsafe { (api()?.cuEventQuery)(self.event) };
+        match rc {
+            CUDA_SUCCESS => Ok(true),
+            CUDA_ERROR_NOT_READY => Ok(false),
+            code => check("cuEventQuery", code).map(|()| false),
+        }
+    }
+}
+
+impl Drop for RawEvent {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            // SAFETY: destroyed exactly once.
+            let rc = unsafe { (api.cuEventDestroy_v2)(self.event) };
+            if rc != CUDA_SUCCESS {
+                eprintln!("gpumap: cuEventDestroy failed: {}", name_with(api, rc));
+            }
+        }
+    }
+}
+
+/// Direction of a [`PendingCopy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CopyDirection {
+    /// Host buffer -> device (`cuMemcpyHtoDAsync`).
+    HostToDevice,
+    /// Device -> host buffer (`cuMemcpyDtoHAsync`).
+    DeviceToHost,
+}
+
+/// An asynchronous copy between a pinned host buffer and device memory that owns the host buffer
+/// until the copy is known complete. The buffer is handed back by [`PendingCopy::wait`]; dropping
+/// the guard waits too. Because the guard owns `B` (and `B: 'static`), nothing else can free,
+/// read or write the host memory while the DMA engine uses it — not even after `mem::forget`,
+/// which leaks the buffer instead.
+pub(crate) struct PendingCopy<B: Send + 'static> {
+    buffer: Option<B>,
+    event: RawEvent,
+    /// Kept alive so the fallback synchronize in `drop` never touches a destroyed stream.
+    stream: Arc<RawStream>,
+}
+
+impl<B: Send + 'static> PendingCopy<B> {
+    /// Enqueues a copy of `len` bytes between the start of `buffer`'s pinned memory (found with
+    /// `host`, called exactly once) and device address `device` on `stream`, then records an
+    /// event. The caller has made the stream's context current and checked the device range.
+    pub(crate) fn start(
+        stream: &Arc<RawStream>,
+        mut buffer: B,
+        host: fn(&mut B) -> &mut PinnedHost,
+        direction: CopyDirection,
+        device: u64,
+        len: usize,
+    ) -> Result<Self> {
+        let api = api()?;
+        let event = RawEvent::new()?;
+        let pinned = host(&mut buffer);
+        if len > pinned.len() {
+            return Err(Error::BufferTooSmall {
+                needed: len as u64,
+                available: pinned.len() as u64,
+            });
+        }
+        let host_ptr = pinned.ptr.as_ptr();
+        if len > 0 {
+            let (op, rc) = match direction {
+                CopyDirection::HostToDevice => (
+                    "cuMemcpyHtoDAsync",
+                    // SAFETY: `host_ptr` is valid for `len` bytes (checked above) and stays valid
+                    // and untouched until the event completes: `buffer` moves into the guard.
+                    unsafe {
+                        (api.cuMemcpyHtoDAsync_v2)(device, host_ptr.cast(), len, stream.stream)
+                    },
+                ),
+                CopyDirection::DeviceToHost => (
+                    "cuMemcpyDtoHAsync",
+                    // SAFETY: as above; the guard also holds the only access to the memory, so
+                    // the device's writes race with nothing.
+                    unsafe {
+                        (api.cuMemcpyDtoHAsync_v2)(host_ptr.cast(), device, len, stream.stream)
+                    },
+                ),
+            };
+            check(op, rc)?;
+        }
+        let pending = Self { buffer: Some(buffer), event, stream: Arc::clone(stream) };
+        if let Err(e) = pending.event.record(stream) {
+            // The copy is queued but unrecorded: the guard's drop falls back to a stream sync
+            // before releasing the buffer.
+            drop(pending);
+            return Err(e);
+        }
+        Ok(pending)
+    }
+
+    /// Blocks until the copy completed and returns the buffer.
+    pub(crate) fn wait(mut self) -> Result<B> {
+        self.event.synchronize()?;
+        self.buffer.take().ok_or_else(|| Error::InvalidArgument("copy already waited".to_owned()))
+    }
+
+    /// Whether the copy has completed (`cuEventQuery`), without blocking.
+    pub(crate) fn is_complete(&self) -> Result<bool> {
+        self.event.is_complete()
+    }
+}
+
+impl<B: Send + 'static> Drop for PendingCopy<B> {
+    fn drop(&mut self) {
+        let Some(buffer) = self.buffer.take() else { return };
+        if self.event.synchronize().is_ok() {
+            return;
+        }
+        if self.stream.synchronize().is_err() {
+            // The DMA may still be using the memory: leak it rather than free or reuse it.
+            eprintln!("gpumap: could not confirm an async copy finished; leaking its buffer");
+            std::mem::forget(buffer);
+        }
+    }
+}

@@ -1,0 +1,750 @@
+//! Raw + result layer over cuFile (`libcufile`, GPUDirect Storage).
+//!
+//! cudarc's cuFile wrappers are not used: they search only `libcufile.so`, `.so.12`, `.so.1`...
+//! and panic when none loads, while CUDA 13 runtime packages and the pip wheels ship
+//! `libcufile.so.0`. So the library is loaded here with `libloading` (override:
+//! `GPUMAP_CUFILE_LIBRARY=/path/to/libcufile.so.0`), every function is resolved into a typed fn
+//! pointer table, and a missing library or symbol is [`Error::Unavailable`] naming it.
+//!
+//! Status values are read as integers — `CUfileError_t` is declared here as two `c_int`s, and
+//! batch events' status likewise — because a library newer than the bindings can return codes
+//! cudarc's enums do not list, and reading those as a Rust enum would be undefined behaviour.
+//! cudarc's `cufile::sys` is used for the layouts of structs we fill in (`CUfileDescr_t`,
+//! `CUfileIOParams_t`, `CUfileDrvProps`).
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use cudarc::cufile::sys as cf;
+use cudarc::driver::sys as cu;
+
+use crate::error::{Error, Result};
+use crate::sys::cuda::{RawEvent, RawStream};
+
+/// Environment variable naming the cuFile library to load instead of searching.
+pub(crate) const LIBRARY_ENV: &str = "GPUMAP_CUFILE_LIBRARY";
+/// Names tried, in order, when [`LIBRARY_ENV`] is unset.
+pub(crate) const LIBRARY_CANDIDATES: &[&str] =
+    &["libcufile.so.0", "libcufile.so", "libcufile.so.1", "libcufile.so.12"];
+
+/// `CUfileError_t` with both members read as integers (`CUfileOpError`, `CUresult`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FileStatus {
+    err: c_int,
+    cu_err: c_int,
+}
+
+/// `CUfileIOEvents_t` with `status` read as an integer.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct IoEvent {
+    cookie: *mut c_void,
+    status: c_int,
+    ret: usize,
+}
+
+const CU_FILE_SUCCESS: c_int = 0;
+const CU_FILE_CUDA_DRIVER_ERROR: c_int = 5011;
+const CUFILE_COMPLETE: c_int = 16;
+const CUFILE_WAITING: c_int = 1;
+const CUFILE_PENDING: c_int = 2;
+
+/// The symbolic name of a `CUfileOpError` value, or `"unknown"`.
+pub(crate) fn op_error_name(code: i64) -> &'static str {
+    match code {
+        0 => "CU_FILE_SUCCESS",
+        5001 => "CU_FILE_DRIVER_NOT_INITIALIZED",
+        5002 => "CU_FILE_DRIVER_INVALID_PROPS",
+        5003 => "CU_FILE_DRIVER_UNSUPPORTED_LIMIT",
+        5004 => "CU_FILE_DRIVER_VERSION_MISMATCH",
+        5005 => "CU_FILE_DRIVER_VERSION_READ_ERROR",
+        5006 => "CU_FILE_DRIVER_CLOSING",
+        5007 => "CU_FILE_PLATFORM_NOT_SUPPORTED",
+        5008 => "CU_FILE_IO_NOT_SUPPORTED",
+        5009 => "CU_FILE_DEVICE_NOT_SUPPORTED",
+        5010 => "CU_FILE_NVFS_DRIVER_ERROR",
+        5011 => "CU_FILE_CUDA_DRIVER_ERROR",
+        5012 => "CU_FILE_CUDA_POINTER_INVALID",
+        5013 => "CU_FILE_CUDA_MEMORY_TYPE_INVALID",
+        5014 => "CU_FILE_CUDA_POINTER_RANGE_ERROR",
+        5015 => "CU_FILE_CUDA_CONTEXT_MISMATCH",
+        5016 => "CU_FILE_INVALID_MAPPING_SIZE",
+        5017 => "CU_FILE_INVALID_MAPPING_RANGE",
+        5018 => "CU_FILE_INVALID_FILE_TYPE",
+        5019 => "CU_FILE_INVALID_FILE_OPEN_FLAG",
+        5020 => "CU_FILE_DIO_NOT_SET",
+        5022 => "CU_FILE_INVALID_VALUE",
+        5023 => "CU_FILE_MEMORY_ALREADY_REGISTERED",
+        5024 => "CU_FILE_MEMORY_NOT_REGISTERED",
+        5025 => "CU_FILE_PERMISSION_DENIED",
+        5026 => "CU_FILE_DRIVER_ALREADY_OPEN",
+        5027 => "CU_FILE_HANDLE_NOT_REGISTERED",
+        5028 => "CU_FILE_HANDLE_ALREADY_REGISTERED",
+        5029 => "CU_FILE_DEVICE_NOT_FOUND",
+        5030 => "CU_FILE_INTERNAL_ERROR",
+        5031 => "CU_FILE_GETNEWFD_FAILED",
+        5033 => "CU_FILE_NVFS_SETUP_ERROR",
+        5034 => "CU_FILE_IO_DISABLED",
+        5035 => "CU_FILE_BATCH_SUBMIT_FAILED",
+        5036 => "CU_FILE_GPU_MEMORY_PINNING_FAILED",
+        5037 => "CU_FILE_BATCH_FULL",
+        5038 => "CU_FILE_ASYNC_NOT_SUPPORTED",
+        5039 => "CU_FILE_INTERNAL_BATCH_SETUP_ERROR",
+        5040 => "CU_FILE_INTERNAL_BATCH_SUBMIT_ERROR",
+        5041 => "CU_FILE_INTERNAL_BATCH_GETSTATUS_ERROR",
+        5042 => "CU_FILE_INTERNAL_BATCH_CANCEL_ERROR",
+        5043 => "CU_FILE_NOMEM_ERROR",
+        5044 => "CU_FILE_IO_ERROR",
+        5045 => "CU_FILE_INTERNAL_BUF_REGISTER_ERROR",
+        5046 => "CU_FILE_HASH_OPR_ERROR",
+        5047 => "CU_FILE_INVALID_CONTEXT_ERROR",
+        5048 => "CU_FILE_NVFS_INTERNAL_DRIVER_ERROR",
+        5049 => "CU_FILE_BATCH_NOCOMPAT_ERROR",
+        5050 => "CU_FILE_IO_MAX_ERROR",
+        _ => "unknown",
+    }
+}
+
+type Handle = cf::CUfileHandle_t;
+type BatchHandle = cf::CUfileBatchHandle_t;
+type AsyncFn = unsafe extern "C" fn(
+    Handle,
+    *mut c_void,
+    *mut usize,
+    *mut libc::off_t,
+    *mut libc::off_t,
+    *mut isize,
+    cu::CUstream,
+) -> FileStatus;
+
+/// The cuFile entry points. The core set is required to load the library at all; the batch and
+/// stream functions are kept as `Result`s so that a library lacking them still does plain I/O
+/// and only their callers see `Unavailable` naming the symbol.
+#[allow(non_snake_case)]
+struct Api {
+    cuFileDriverOpen: unsafe extern "C" fn() -> FileStatus,
+    cuFileDriverGetProperties:
+        Result<unsafe extern "C" fn(*mut cf::CUfileDrvProps) -> FileStatus, String>,
+    cuFileHandleRegister: unsafe extern "C" fn(*mut Handle, *mut cf::CUfileDescr_t) -> FileStatus,
+    cuFileHandleDeregister: unsafe extern "C" fn(Handle),
+    cuFileBufRegister: unsafe extern "C" fn(*const c_void, usize, c_int) -> FileStatus,
+    cuFileBufDeregister: unsafe extern "C" fn(*const c_void) -> FileStatus,
+    cuFileRead: unsafe extern "C" fn(Handle, *mut c_void, usize, libc::off_t, libc::off_t) -> isize,
+    cuFileWrite:
+        unsafe extern "C" fn(Handle, *const c_void, usize, libc::off_t, libc::off_t) -> isize,
+    cuFileBatchIOSetUp:
+        Result<unsafe extern "C" fn(*mut BatchHandle, c_uint) -> FileStatus, String>,
+    cuFileBatchIOSubmit: Result<
+        unsafe extern "C" fn(BatchHandle, c_uint, *mut cf::CUfileIOParams_t, c_uint) -> FileStatus,
+        String,
+    >,
+    cuFileBatchIOGetStatus: Result<
+        unsafe extern "C" fn(
+            BatchHandle,
+            c_uint,
+            *mut c_uint,
+            *mut IoEvent,
+            *mut libc::timespec,
+        ) -> FileStatus,
+        String,
+    >,
+    cuFileBatchIOCancel: Result<unsafe extern "C" fn(BatchHandle) -> FileStatus, String>,
+    cuFileBatchIODestroy: Result<unsafe extern "C" fn(BatchHandle), String>,
+    cuFileReadAsync: Result<AsyncFn, String>,
+    cuFileWriteAsync: Result<AsyncFn, String>,
+}
+
+/// The loaded cuFile library.
+pub(crate) struct Library {
+    api: Api,
+    /// The name (or override path) that loaded.
+    pub(crate) name: String,
+}
+
+/// Resolves `name` from `lib` as a fn pointer of type `F`.
+///
+/// # Safety
+/// `F` must be the exact C signature of `name`.
+unsafe fn symbol<F: Copy>(lib: &'static libloading::Library, name: &str) -> Result<F, String> {
+    // SAFETY: the caller guarantees the signature; `lib` is leaked, so the pointer never dangles.
+    unsafe { lib.get::<F>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| format!("libcufile lacks {name}: {e}"))
+}
+
+fn load_library() -> Result<Library, String> {
+    let override_path = std::env::var_os(LIBRARY_ENV);
+    let candidates: Vec<String> = match &override_path {
+        Some(p) => vec![p.to_string_lossy().into_owned()],
+        None => LIBRARY_CANDIDATES.iter().map(|s| (*s).to_owned()).collect(),
+    };
+    let mut errors = Vec::new();
+    let mut loaded = None;
+    for name in &candidates {
+        // SAFETY: loading libcufile runs its initialisers, which only set up its own state.
+        match unsafe { libloading::Library::new(name) } {
+            Ok(lib) => {
+                loaded = Some((name.clone(), lib));
+                break;
+            }
+            // libloading's Display says only "dlopen failed"; the dlerror text is its source.
+            Err(e) => errors.push(match std::error::Error::source(&e) {
+                Some(detail) => format!("{name}: {detail}"),
+                None => format!("{name}: {e}"),
+            }),
+        }
+    }
+    let Some((name, lib)) = loaded else {
+        return Err(match override_path {
+            Some(_) => format!("libcufile not found ({LIBRARY_ENV}: {})", errors.join("; ")),
+            None => format!("libcufile not found (searched: {})", candidates.join(", ")),
+        });
+    };
+    // Kept for the life of the process: fn pointers into it are cached in statics.
+    let lib: &'static libloading::Library = Box::leak(Box::new(lib));
+    // SAFETY (all blocks below): each target type is the C signature from cufile.h, with
+    // `CUfileError_t` declared as `FileStatus` (two ints) and enums passed as unsigned int.
+    let api = Api {
+        cuFileDriverOpen: unsafe { symbol(lib, "cuFileDriverOpen")? },
+        cuFileDriverGetProperties: unsafe { symbol(lib, "cuFileDriverGetProperties") },
+        cuFileHandleRegister: unsafe { symbol(lib, "cuFileHandleRegister")? },
+        cuFileHandleDeregister: unsafe { symbol(lib, "cuFileHandleDeregister")? },
+        cuFileBufRegister: unsafe { symbol(lib, "cuFileBufRegister")? },
+        cuFileBufDeregister: unsafe { symbol(lib, "cuFileBufDeregister")? },
+        cuFileRead: unsafe { symbol(lib, "cuFileRead")? },
+        cuFileWrite: unsafe { symbol(lib, "cuFileWrite")? },
+        cuFileBatchIOSetUp: unsafe { symbol(lib, "cuFileBatchIOSetUp") },
+        cuFileBatchIOSubmit: unsafe { symbol(lib, "cuFileBatchIOSubmit") },
+        cuFileBatchIOGetStatus: unsafe { symbol(lib, "cuFileBatchIOGetStatus") },
+        cuFileBatchIOCancel: unsafe { symbol(lib, "cuFileBatchIOCancel") },
+        cuFileBatchIODestroy: unsafe { symbol(lib, "cuFileBatchIODestroy") },
+        cuFileReadAsync: unsafe { symbol(lib, "cuFileReadAsync") },
+        cuFileWriteAsync: unsafe { symbol(lib, "cuFileWriteAsync") },
+    };
+    Ok(Library { api, name })
+}
+
+/// The cuFile library, loaded once per process (no driver call is made).
+pub(crate) fn library() -> Result<&'static Library> {
+    static LIB: OnceLock<Result<Library, String>> = OnceLock::new();
+    LIB.get_or_init(load_library)
+        .as_ref()
+        .map_err(|reason| Error::Unavailable { what: "cuFile", reason: reason.clone() })
+}
+
+/// Driver properties (`cuFileDriverGetProperties`) worth reporting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DriverProps {
+    /// nvidia-fs major version (0 when the kernel module is absent).
+    pub(crate) nvfs_major: u32,
+    /// nvidia-fs minor version.
+    pub(crate) nvfs_minor: u32,
+    /// Largest single direct I/O in bytes.
+    pub(crate) max_direct_io_size: usize,
+    /// Largest number of entries in one batch.
+    pub(crate) max_batch_io_size: u32,
+    /// Driver status flags (`CU_FILE_*_SUPPORTED` bits).
+    pub(crate) status_flags: u32,
+    /// Feature flags (batch, streams, ...).
+    pub(crate) feature_flags: u32,
+}
+
+/// The opened cuFile driver.
+pub(crate) struct Driver {
+    /// The library it was opened through.
+    pub(crate) library: &'static Library,
+    /// Its properties, when the library can report them.
+    pub(crate) props: Option<DriverProps>,
+}
+
+fn status_error(
+    op: &'static str,
+    st: FileStatus,
+    path: Option<&Path>,
+    offset: Option<u64>,
+) -> Error {
+    let code = i64::from(st.err);
+    let name = if st.err == CU_FILE_CUDA_DRIVER_ERROR {
+        format!(
+            "{} ({} {})",
+            op_error_name(code),
+            crate::sys::cuda::error_name(st.cu_err),
+            st.cu_err
+        )
+    } else {
+        op_error_name(code).to_owned()
+    };
+    Error::CuFile { op, code, name, path: path.map(Path::to_path_buf), offset }
+}
+
+fn check(op: &'static str, st: FileStatus, path: Option<&Path>, offset: Option<u64>) -> Result<()> {
+    if st.err == CU_FILE_SUCCESS {
+        Ok(())
+    } else {
+        Err(status_error(op, st, path, offset))
+    }
+}
+
+fn open_driver() -> Result<Driver, String> {
+    let library = library().map_err(|e| match e {
+        Error::Unavailable { reason, .. } => reason,
+        other => other.to_string(),
+    })?;
+    let api = &library.api;
+    // SAFETY: no arguments; opening twice is harmless (returns DRIVER_ALREADY_OPEN or success).
+    let st = unsafe { (api.cuFileDriverOpen)() };
+    if st.err != CU_FILE_SUCCESS && i64::from(st.err) != 5026 {
+        let e = status_error("cuFileDriverOpen", st, None, None);
+        return Err(match e {
+            Error::CuFile { code, name, .. } => format!("cuFileDriverOpen: {name} ({code})"),
+            other => other.to_string(),
+        });
+    }
+    let props = api.cuFileDriverGetProperties.as_ref().ok().and_then(|get| {
+        // SAFETY: CUfileDrvProps is plain integers, so all-zero is a valid value.
+        let mut p: cf::CUfileDrvProps = unsafe { std::mem::zeroed() };
+        // SAFETY: `p` is a valid out-pointer of the struct the function fills.
+        let st = unsafe { get(&mut p) };
+        (st.err == CU_FILE_SUCCESS).then_some(DriverProps {
+            nvfs_major: p.nvfs.major_version,
+            nvfs_minor: p.nvfs.minor_version,
+            // Reported in KiB (cufile.json's `max_direct_io_size_kb`).
+            max_direct_io_size: p.nvfs.max_direct_io_size.saturating_mul(1024),
+            max_batch_io_size: p.max_batch_io_size,
+            status_flags: p.nvfs.dstatusflags,
+            feature_flags: p.fflags,
+        })
+    });
+    Ok(Driver { library, props })
+}
+
+/// The cuFile driver, opened once per process (`cuFileDriverOpen`); never closed, since the
+/// library tears itself down at exit. `Unavailable` carries the reason it could not be opened.
+pub(crate) fn driver() -> Result<&'static Driver> {
+    static DRIVER: OnceLock<Result<Driver, String>> = OnceLock::new();
+    DRIVER
+        .get_or_init(open_driver)
+        .as_ref()
+        .map_err(|reason| Error::Unavailable { what: "cuFile", reason: reason.clone() })
+}
+
+fn api() -> Result<&'static Api> {
+    driver().map(|d| &d.library.api)
+}
+
+fn optional<T: Copy>(f: &Result<T, String>) -> Result<T> {
+    f.as_ref()
+        .copied()
+        .map_err(|reason| Error::Unavailable { what: "cuFile", reason: reason.clone() })
+}
+
+fn to_off(value: u64, len: u64) -> Result<libc::off_t> {
+    libc::off_t::try_from(value)
+        .ok()
+        .filter(|v| v.checked_add(len as libc::off_t).is_some())
+        .ok_or(Error::Overflow { offset: value, len })
+}
+
+/// A file registered with cuFile (`cuFileHandleRegister` on an `O_DIRECT`-or-not fd of our own
+/// duplicate of the caller's file), deregistered on drop before its fd closes.
+pub(crate) struct FileRegistration {
+    handle: Handle,
+    /// Our own fd, so the registration never outlives the descriptor it names.
+    _file: File,
+    path: PathBuf,
+}
+
+// SAFETY: a CUfileHandle_t may be used from any thread (cuFile I/O is thread-safe per handle).
+unsafe impl Send for FileRegistration {}
+// SAFETY: as above; no method mutates the struct.
+unsafe impl Sync for FileRegistration {}
+
+impl FileRegistration {
+    /// Duplicates `file`'s descriptor and registers it (`CU_FILE_HANDLE_TYPE_OPAQUE_FD`).
+    pub(crate) fn new(file: &File, path: &Path) -> Result<Self> {
+        let api = api()?;
+        let file = file.try_clone().map_err(|e| Error::io("dup", path, None, e))?;
+        let mut descr = cf::CUfileDescr_t {
+            type_: cf::CUfileFileHandleType::CU_FILE_HANDLE_TYPE_OPAQUE_FD,
+            handle: cf::CUfileDescr_t__bindgen_ty_1 { fd: file.as_raw_fd() },
+            fs_ops: std::ptr::null(),
+        };
+        let mut handle: Handle = std::ptr::null_mut();
+        // SAFETY: both pointers are valid for the call; the fd stays open while registered.
+        let st = unsafe { (api.cuFileHandleRegister)(&mut handle, &mut descr) };
+        check("cuFileHandleRegister", st, Some(path), None)?;
+        Ok(Self { handle, _file: file, path: path.to_path_buf() })
+    }
+
+    /// The registered file's path (for error context).
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for FileRegistration {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            // SAFETY: the handle was registered in `new` and is deregistered once, before `_file`
+            // closes the descriptor.
+            unsafe { (api.cuFileHandleDeregister)(self.handle) };
+        }
+    }
+}
+
+fn io_result(op: &'static str, ret: isize, path: &Path, offset: u64) -> Result<usize> {
+    match ret {
+        n if n >= 0 => Ok(n as usize),
+        -1 => Err(Error::io(op, path, Some(offset), std::io::Error::last_os_error())),
+        n => {
+            let code = -(n as i64);
+            Err(Error::CuFile {
+                op,
+                code,
+                name: op_error_name(code).to_owned(),
+                path: Some(path.to_path_buf()),
+                offset: Some(offset),
+            })
+        }
+    }
+}
+
+/// `cuFileRead`: up to `len` bytes at `file_offset` into device memory `base + base_offset`.
+/// Blocks; the caller has bound the memory's context to this thread and range-checked it.
+pub(crate) fn read(
+    reg: &FileRegistration,
+    base: u64,
+    base_offset: usize,
+    len: usize,
+    file_offset: u64,
+) -> Result<usize> {
+    let api = api()?;
+    let off = to_off(file_offset, len as u64)?;
+    let dev_off = to_off(base_offset as u64, len as u64)?;
+    // SAFETY: only device memory is written, which the driver validates; the handle is live.
+    let ret = unsafe { (api.cuFileRead)(reg.handle, base as *mut c_void, len, off, dev_off) };
+    io_result("cuFileRead", ret, &reg.path, file_offset)
+}
+
+/// `cuFileWrite`: up to `len` bytes from device memory `base + base_offset` at `file_offset`.
+pub(crate) fn write(
+    reg: &FileRegistration,
+    base: u64,
+    base_offset: usize,
+    len: usize,
+    file_offset: u64,
+) -> Result<usize> {
+    let api = api()?;
+    let off = to_off(file_offset, len as u64)?;
+    let dev_off = to_off(base_offset as u64, len as u64)?;
+    // SAFETY: only device memory is read; the handle is live.
+    let ret = unsafe { (api.cuFileWrite)(reg.handle, base as *const c_void, len, off, dev_off) };
+    io_result("cuFileWrite", ret, &reg.path, file_offset)
+}
+
+/// A device buffer registered with cuFile (`cuFileBufRegister`), deregistered on drop.
+pub(crate) struct BufferRegistration {
+    base: u64,
+}
+
+impl BufferRegistration {
+    /// `cuFileBufRegister(base, len, 0)`.
+    pub(crate) fn new(base: u64, len: usize) -> Result<Self> {
+        let api = api()?;
+        // SAFETY: the address is device memory, only looked up and pinned by the driver.
+        let st = unsafe { (api.cuFileBufRegister)(base as *const c_void, len, 0) };
+        check("cuFileBufRegister", st, None, None)?;
+        Ok(Self { base })
+    }
+}
+
+impl Drop for BufferRegistration {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            // SAFETY: deregisters the registration made in `new`, once.
+            let st = unsafe { (api.cuFileBufDeregister)(self.base as *const c_void) };
+            if st.err != CU_FILE_SUCCESS {
+                eprintln!(
+                    "gpumap: cuFileBufDeregister({:#x}) failed: {}",
+                    self.base,
+                    op_error_name(i64::from(st.err))
+                );
+            }
+        }
+    }
+}
+
+/// One read of a batch: `len` bytes at `file_offset` into `base + base_offset`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BatchEntry {
+    /// Device address the offsets are relative to.
+    pub(crate) base: u64,
+    /// Offset into `base`.
+    pub(crate) base_offset: usize,
+    /// Bytes.
+    pub(crate) len: usize,
+    /// File offset.
+    pub(crate) file_offset: u64,
+}
+
+/// Largest batch when the driver does not say (cuFile's default `max_batch_io_size`).
+const DEFAULT_MAX_BATCH: usize = 128;
+/// How long one batch may make no progress before it is cancelled and reported.
+const BATCH_STALL_LIMIT: Duration = Duration::from_secs(300);
+
+/// A batch id (`cuFileBatchIOSetUp`), destroyed on drop.
+struct Batch {
+    handle: BatchHandle,
+    destroy: unsafe extern "C" fn(BatchHandle),
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        // SAFETY: the id came from cuFileBatchIOSetUp and is destroyed once; every submitted
+        // I/O completed or was cancelled first.
+        unsafe { (self.destroy)(self.handle) };
+    }
+}
+
+/// Reads `entries` with the batch API (`cuFileBatchIOSetUp/Submit/GetStatus/Destroy`), at most
+/// the driver's batch size at a time, and returns one result per entry in order.
+pub(crate) fn read_batch(
+    reg: &FileRegistration,
+    entries: &[BatchEntry],
+) -> Result<Vec<Result<usize>>> {
+    let driver = driver()?;
+    let api = &driver.library.api;
+    let setup = optional(&api.cuFileBatchIOSetUp)?;
+    let submit = optional(&api.cuFileBatchIOSubmit)?;
+    let get_status = optional(&api.cuFileBatchIOGetStatus)?;
+    let destroy = optional(&api.cuFileBatchIODestroy)?;
+    let max = driver
+        .props
+        .map(|p| p.max_batch_io_size as usize)
+        .filter(|&m| m > 0)
+        .unwrap_or(DEFAULT_MAX_BATCH);
+    let mut results: Vec<Result<usize>> = Vec::with_capacity(entries.len());
+    for chunk in entries.chunks(max) {
+        let mut params = Vec::with_capacity(chunk.len());
+        for (i, e) in chunk.iter().enumerate() {
+            let file_offset = to_off(e.file_offset, e.len as u64)?;
+            let dev_offset = to_off(e.base_offset as u64, e.len as u64)?;
+            params.push(cf::CUfileIOParams_t {
+                mode: cf::CUfileBatchMode_t::CUFILE_BATCH,
+                u: cf::CUfileIOParams__bindgen_ty_1 {
+                    batch: cf::CUfileIOParams__bindgen_ty_1__bindgen_ty_1 {
+                        devPtr_base: e.base as *mut c_void,
+                        file_offset,
+                        devPtr_offset: dev_offset,
+                        size: e.len,
+                    },
+                },
+                fh: reg.handle,
+                opcode: cf::CUfileOpcode_t::CUFILE_READ,
+                // The index comes back in the completion event to place its result.
+                cookie: i as *mut c_void,
+            });
+        }
+        let n = chunk.len() as c_uint;
+        let mut handle: BatchHandle = std::ptr::null_mut();
+        // SAFETY: `handle` is a valid out-pointer.
+        check("cuFileBatchIOSetUp", unsafe { setup(&mut handle, n) }, Some(&reg.path), None)?;
+        let batch = Batch { handle, destroy };
+        // SAFETY: `params` holds `n` initialised entries and lives until every I/O completed
+        // (it is leaked on the paths where that cannot be confirmed).
+        let st = unsafe { submit(batch.handle, n, params.as_mut_ptr(), 0) };
+        check("cuFileBatchIOSubmit", st, Some(&reg.path), None)?;
+        let mut chunk_results: Vec<Option<Result<usize>>> =
+            (0..chunk.len()).map(|_| None).collect();
+        let mut done = 0usize;
+        let mut events =
+            vec![IoEvent { cookie: std::ptr::null_mut(), status: 0, ret: 0 }; chunk.len()];
+        let mut last_progress = Instant::now();
+        while done < chunk.len() {
+            let remaining = (chunk.len() - done) as c_uint;
+            let mut nr = remaining;
+            let mut timeout = libc::timespec { tv_sec: 1, tv_nsec: 0 };
+            // SAFETY: `events` has room for `remaining` (<= its length) entries, `nr` and
+            // `timeout` are valid for the call.
+            let st = unsafe {
+                get_status(batch.handle, remaining, &mut nr, events.as_mut_ptr(), &mut timeout)
+            };
+            let stalled = last_progress.elapsed() > BATCH_STALL_LIMIT;
+            if st.err != CU_FILE_SUCCESS || stalled {
+                let cancelled = api
+                    .cuFileBatchIOCancel
+                    .as_ref()
+                    // SAFETY: cancels the live batch's outstanding I/O.
+                    .map(|cancel| unsafe { cancel(batch.handle) }.err == CU_FILE_SUCCESS)
+                    .unwrap_or(false);
+                if !cancelled {
+                    // The library may still read the parameters (and write the device): keep
+                    // the memory and the batch id alive forever rather than free them under it.
+                    std::mem::forget(params);
+                    std::mem::forget(batch);
+                }
+                if stalled && st.err == CU_FILE_SUCCESS {
+                    return Err(Error::CuFile {
+                        op: "cuFileBatchIOGetStatus",
+                        code: 0,
+                        name: format!("no progress for {}s", BATCH_STALL_LIMIT.as_secs()),
+                        path: Some(reg.path.clone()),
+                        offset: None,
+                    });
+                }
+                return Err(status_error("cuFileBatchIOGetStatus", st, Some(&reg.path), None));
+            }
+            let reported = (nr as usize).min(events.len());
+            for ev in &events[..reported] {
+                let index = ev.cookie as usize;
+                if ev.status == CUFILE_WAITING || ev.status == CUFILE_PENDING {
+                    continue;
+                }
+                let Some(slot) = chunk_results.get_mut(index) else { continue };
+                if slot.is_some() {
+                    continue;
+                }
+                let entry = chunk[index];
+                *slot = Some(if ev.status == CUFILE_COMPLETE {
+                    Ok(ev.ret)
+                } else {
+                    // `ret` carries a negated CUfileOpError for failed entries when it has one.
+                    let signed = ev.ret as isize;
+                    let code = if signed < 0 { -(signed as i64) } else { i64::from(ev.status) };
+                    Err(Error::CuFile {
+                        op: "cuFileBatchIO read",
+                        code,
+                        name: if signed < 0 {
+                            op_error_name(code).to_owned()
+                        } else {
+                            format!("batch entry status {}", ev.status)
+                        },
+                        path: Some(reg.path.clone()),
+                        offset: Some(entry.file_offset),
+                    })
+                });
+                done += 1;
+                last_progress = Instant::now();
+            }
+        }
+        drop(batch);
+        drop(params);
+        results.extend(chunk_results.into_iter().map(|r| {
+            r.unwrap_or_else(|| Err(Error::InvalidArgument("batch entry lost".to_owned())))
+        }));
+    }
+    Ok(results)
+}
+
+/// The values `cuFileReadAsync`/`cuFileWriteAsync` read and write through pointers when the
+/// stream reaches the operation; boxed so their addresses are stable until it completed.
+struct AsyncState {
+    size: usize,
+    file_offset: libc::off_t,
+    buf_offset: libc::off_t,
+    bytes_done: isize,
+}
+
+/// A stream-ordered cuFile read or write in flight. Owns the parameter block, the registration
+/// and the stream until the recorded event completed; dropping it waits (and leaks the block if
+/// completion cannot be confirmed).
+pub(crate) struct PendingFileIo {
+    state: Option<Box<AsyncState>>,
+    event: RawEvent,
+    stream: Arc<RawStream>,
+    reg: Arc<FileRegistration>,
+    op: &'static str,
+    file_offset: u64,
+}
+
+impl PendingFileIo {
+    /// Enqueues `cuFileReadAsync` (`write == false`) or `cuFileWriteAsync` on `stream`; the
+    /// caller has bound the stream's context and range-checked the device memory.
+    pub(crate) fn start(
+        reg: &Arc<FileRegistration>,
+        stream: &Arc<RawStream>,
+        write: bool,
+        base: u64,
+        base_offset: usize,
+        len: usize,
+        file_offset: u64,
+    ) -> Result<Self> {
+        let api = api()?;
+        let (op, f) = if write {
+            ("cuFileWriteAsync", optional(&api.cuFileWriteAsync)?)
+        } else {
+            ("cuFileReadAsync", optional(&api.cuFileReadAsync)?)
+        };
+        let mut state = Box::new(AsyncState {
+            size: len,
+            file_offset: to_off(file_offset, len as u64)?,
+            buf_offset: to_off(base_offset as u64, len as u64)?,
+            bytes_done: 0,
+        });
+        let event = RawEvent::new()?;
+        let s: &mut AsyncState = &mut state;
+        // SAFETY: the four pointers point into the boxed state, which this guard keeps (or
+        // leaks) until the stream passed the operation; the handle and stream are kept alive by
+        // the Arcs held below.
+        let st = unsafe {
+            f(
+                reg.handle,
+                base as *mut c_void,
+                &mut s.size,
+                &mut s.file_offset,
+                &mut s.buf_offset,
+                &mut s.bytes_done,
+                stream.handle(),
+            )
+        };
+        check(op, st, Some(&reg.path), Some(file_offset))?;
+        let pending = Self {
+            state: Some(state),
+            event,
+            stream: Arc::clone(stream),
+            reg: Arc::clone(reg),
+            op,
+            file_offset,
+        };
+        pending.event.record(stream)?;
+        Ok(pending)
+    }
+
+    /// Blocks until the operation completed; returns the bytes transferred.
+    pub(crate) fn wait(mut self) -> Result<usize> {
+        self.event.synchronize()?;
+        let state = self
+            .state
+            .take()
+            .ok_or_else(|| Error::InvalidArgument("async I/O already waited".to_owned()))?;
+        match state.bytes_done {
+            n if n >= 0 => Ok(n as usize),
+            n => {
+                let code = if n == -1 { 5044 } else { -(n as i64) };
+                Err(Error::CuFile {
+                    op: self.op,
+                    code,
+                    name: op_error_name(code).to_owned(),
+                    path: Some(self.reg.path().to_path_buf()),
+                    offset: Some(self.file_offset),
+                })
+            }
+        }
+    }
+}
+
+impl Drop for PendingFileIo {
+    fn drop(&mut self) {
+        let Some(state) = self.state.take() else { return };
+        if self.event.synchronize().is_ok() || self.stream.synchronize().is_ok() {
+            return;
+        }
+        eprintln!("gpumap: could not confirm a cuFile async I/O finished; leaking its state");
+        std::mem::forget(state);
+    }
+}

@@ -1,0 +1,344 @@
+//! The CUDA and cuFile layers. Tests in the first part hold on every machine (on one without
+//! CUDA they check that everything reports `Unavailable` with a reason and nothing panics);
+//! those in the second need a GPU and skip loudly without one (`GPUMAP_REQUIRE_GPU=1` makes the
+//! skip a failure).
+
+mod common;
+
+use std::io::Write;
+
+use gpumap::io::gds::{BatchRead, CuFileDriver, CuFileHandle};
+use gpumap::memory::bounce::BouncePool;
+use gpumap::memory::cuda::{
+    classify_pointer, CudaDevice, DeviceBuffer, DeviceRegion, PinnedBuffer, PointerKind, Stream,
+};
+use gpumap::{Capabilities, Error};
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+// ---- every machine ------------------------------------------------------------------------
+
+#[test]
+fn probe_explains_every_missing_capability() {
+    let caps = Capabilities::probe();
+    let report = caps.to_string();
+    assert!(report.contains("CUDA"), "{report}");
+    assert!(report.contains("cuFile"), "{report}");
+    let json = serde_json::to_string(caps).expect("capabilities serialize");
+    assert!(json.contains("\"cuda\""), "{json}");
+    if !caps.gpu_available() {
+        let reason = caps.cuda_reason().expect("a missing GPU has a reason");
+        assert!(!reason.is_empty());
+        assert!(caps.cufile_usable().is_err());
+    }
+    if let Err(reason) = caps.cufile_usable() {
+        assert!(!reason.is_empty());
+    }
+}
+
+#[test]
+fn without_cuda_constructors_are_unavailable() {
+    if CudaDevice::count().is_ok_and(|n| n > 0) {
+        eprintln!("SKIP without_cuda_constructors_are_unavailable: a GPU is present");
+        return;
+    }
+    match CudaDevice::new(0) {
+        Err(Error::Unavailable { what, reason }) => {
+            assert!(!reason.is_empty(), "{what} without a reason");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    let host = [0u8; 64];
+    assert!(matches!(
+        DeviceRegion::from_raw(host.as_ptr() as u64, host.len()),
+        Err(Error::Unavailable { .. })
+    ));
+    assert_eq!(classify_pointer(host.as_ptr() as usize), PointerKind::PageableHost);
+    assert!(!Capabilities::probe().gpu_available());
+}
+
+#[test]
+fn without_cuda_the_reason_names_libcuda() {
+    if CudaDevice::count().is_ok() {
+        eprintln!("SKIP without_cuda_the_reason_names_libcuda: the CUDA driver loads");
+        return;
+    }
+    let reason = Capabilities::probe().cuda_reason().unwrap_or_default().to_owned();
+    assert!(reason.contains("libcuda") || reason.contains("cuInit"), "{reason}");
+}
+
+#[test]
+fn cufile_driver_errs_with_a_reason_or_opens() {
+    match CuFileDriver::get() {
+        Ok(driver) => assert!(!driver.library().is_empty()),
+        Err(Error::Unavailable { what, reason }) => {
+            assert_eq!(what, "cuFile");
+            assert!(!reason.is_empty());
+            if CuFileDriver::library_name().is_err() {
+                assert!(reason.contains("libcufile"), "{reason}");
+            }
+        }
+        Err(other) => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn cufile_registration_without_driver_is_unavailable() {
+    if CuFileDriver::get().is_ok() {
+        eprintln!("SKIP cufile_registration_without_driver_is_unavailable: cuFile opens");
+        return;
+    }
+    let file = tempfile::tempfile().expect("temp file");
+    let err = CuFileHandle::register(&file, std::path::Path::new("/tmp/x")).unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+}
+
+// ---- GPU ------------------------------------------------------------------------------------
+
+#[test]
+fn gpu_device_reports_itself() {
+    let Some(dev) = common::gpu() else { return };
+    assert_eq!(dev.ordinal(), 0);
+    assert!(!dev.name().is_empty());
+    assert!(dev.total_memory() > 0);
+    assert!(CudaDevice::count().expect("count") >= 1);
+    dev.bind_to_thread().expect("bind");
+    dev.bind_to_thread().expect("bind again");
+    let caps = Capabilities::probe();
+    assert!(caps.gpu_available(), "{caps}");
+}
+
+#[test]
+fn gpu_buffer_round_trip_and_bounds() {
+    let Some(dev) = common::gpu() else { return };
+    let len = 1 << 20;
+    let data = pattern(len, 7);
+    let mut buf = DeviceBuffer::alloc(&dev, len).expect("alloc");
+    assert_eq!(buf.len(), len);
+    buf.copy_from_host(0, &data).expect("h2d");
+    let mut back = vec![0u8; len];
+    buf.copy_to_host(0, &mut back).expect("d2h");
+    assert_eq!(back, data);
+
+    let mut part = vec![0u8; 100];
+    buf.copy_to_host(len - 100, &mut part).expect("tail");
+    assert_eq!(part, data[len - 100..]);
+    assert!(matches!(buf.copy_to_host(len - 99, &mut part), Err(Error::OutOfRange { .. })));
+    assert!(matches!(buf.copy_from_host(len, &[1]), Err(Error::OutOfRange { .. })));
+
+    let zeroed = DeviceBuffer::zeroed(&dev, 4096).expect("zeroed");
+    let mut z = vec![1u8; 4096];
+    zeroed.copy_to_host(0, &mut z).expect("d2h");
+    assert!(z.iter().all(|&b| b == 0));
+
+    let empty = DeviceBuffer::alloc(&dev, 0).expect("empty alloc");
+    assert!(empty.is_empty());
+
+    let region = buf.region();
+    let sub = region.sub(4096, 4096).expect("sub");
+    assert_eq!(sub.ptr(), region.ptr() + 4096);
+    assert!(region.sub(len - 1, 2).is_err());
+}
+
+#[test]
+fn gpu_from_raw_validates() {
+    let Some(dev) = common::gpu() else { return };
+    let buf = DeviceBuffer::alloc(&dev, 1 << 16).expect("alloc");
+    let r = DeviceRegion::from_raw(buf.region().ptr(), buf.len()).expect("whole allocation");
+    assert_eq!(r.len(), buf.len());
+    assert_eq!(r.device_ordinal(), 0);
+    DeviceRegion::from_raw(buf.region().ptr() + 100, buf.len() - 100).expect("interior range");
+    match DeviceRegion::from_raw(buf.region().ptr() + 100, buf.len()) {
+        Err(Error::BufferTooSmall { needed, available }) => {
+            assert_eq!(needed, buf.len() as u64);
+            assert_eq!(available, buf.len() as u64 - 100);
+        }
+        other => panic!("expected BufferTooSmall, got {other:?}"),
+    }
+    let host = [0u8; 64];
+    match DeviceRegion::from_raw(host.as_ptr() as u64, 64) {
+        Err(Error::InvalidArgument(msg)) => {
+            assert!(msg.contains("host") || msg.contains("not memory CUDA knows"), "{msg}")
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    let pinned = PinnedBuffer::new(&dev, 4096).expect("pinned");
+    assert!(matches!(
+        DeviceRegion::from_raw(pinned.as_slice().as_ptr() as u64, 16),
+        Err(Error::InvalidArgument(_))
+    ));
+    let freed = {
+        let gone = DeviceBuffer::alloc(&dev, 1 << 20).expect("alloc");
+        gone.region().ptr()
+    };
+    assert!(DeviceRegion::from_raw(freed, 16).is_err(), "a freed pointer must not validate");
+}
+
+#[test]
+fn gpu_pointer_classification() {
+    let Some(dev) = common::gpu() else { return };
+    let buf = DeviceBuffer::alloc(&dev, 4096).expect("alloc");
+    assert_eq!(classify_pointer(buf.region().ptr() as usize), PointerKind::Device { ordinal: 0 });
+    let pinned = PinnedBuffer::new(&dev, 4096).expect("pinned");
+    assert_eq!(classify_pointer(pinned.as_slice().as_ptr() as usize), PointerKind::PinnedHost);
+    let host = vec![0u8; 4096];
+    assert_eq!(classify_pointer(host.as_ptr() as usize), PointerKind::PageableHost);
+}
+
+#[test]
+fn gpu_pinned_buffer_is_page_aligned() {
+    let Some(dev) = common::gpu() else { return };
+    let pinned = PinnedBuffer::new(&dev, 3 << 20).expect("pinned");
+    assert_eq!(pinned.as_slice().as_ptr() as usize % 4096, 0);
+    assert_eq!(pinned.len(), 3 << 20);
+    assert!(pinned.as_slice().iter().all(|&b| b == 0));
+}
+
+#[test]
+fn gpu_stream_double_buffered_round_trip() {
+    let Some(dev) = common::gpu() else { return };
+    let chunk = 1 << 20;
+    let total = 4 * chunk + 12345;
+    let data = pattern(total, 3);
+    let pool = BouncePool::new(&dev, chunk, 2).expect("pool");
+    let stream = Stream::new(&dev).expect("stream");
+    let dst = DeviceBuffer::alloc(&dev, total).expect("alloc");
+
+    // Upload: fill one buffer while the previous one is in flight.
+    let mut in_flight = None;
+    for (i, piece) in data.chunks(chunk).enumerate() {
+        let mut buf = pool.acquire().expect("acquire");
+        buf[..piece.len()].copy_from_slice(piece);
+        let next = stream.upload(buf, piece.len(), dst.region(), i * chunk).expect("upload");
+        if let Some(prev) = in_flight.replace(next) {
+            drop(prev.wait().expect("wait"));
+        }
+    }
+    if let Some(last) = in_flight {
+        drop(last.wait().expect("wait"));
+    }
+    assert!(pool.allocated() <= 2);
+
+    // Download with the same pool.
+    let mut back = vec![0u8; total];
+    for (i, out) in back.chunks_mut(chunk).enumerate() {
+        let buf = pool.acquire().expect("acquire");
+        let flight = stream.download(dst.region(), i * chunk, buf, out.len()).expect("download");
+        let buf = flight.wait().expect("wait");
+        out.copy_from_slice(&buf[..out.len()]);
+    }
+    assert_eq!(back, data);
+
+    // Bounds: a copy longer than the staging buffer or past the region is refused.
+    let buf = pool.acquire().expect("acquire");
+    assert!(stream.upload(buf, chunk + 1, dst.region(), 0).is_err());
+    let buf = pool.acquire().expect("acquire");
+    assert!(stream.upload(buf, 16, dst.region(), total - 8).is_err());
+    stream.synchronize().expect("sync");
+
+    // Dropping an un-waited copy waits for it.
+    let buf = pool.acquire().expect("acquire");
+    let flight = stream.upload(buf, chunk, dst.region(), 0).expect("upload");
+    drop(flight);
+    assert!(pool.try_acquire().expect("try").is_some());
+
+    let s1 = Stream::for_current_thread(&dev).expect("thread stream");
+    let s2 = Stream::for_current_thread(&dev).expect("thread stream");
+    assert!(std::rc::Rc::ptr_eq(&s1, &s2));
+}
+
+#[test]
+fn gpu_bounce_pool_is_bounded() {
+    let Some(dev) = common::gpu() else { return };
+    let pool = BouncePool::new(&dev, 1 << 16, 2).expect("pool");
+    let a = pool.acquire().expect("a");
+    let b = pool.acquire().expect("b");
+    assert_eq!(a.len(), 1 << 16);
+    assert!(pool.try_acquire().expect("try").is_none());
+    drop(a);
+    let c = pool.try_acquire().expect("try").expect("recycled buffer");
+    assert_eq!(pool.allocated(), 2);
+    drop((b, c));
+    let shared = BouncePool::for_device(&dev, 1 << 16, 3).expect("shared");
+    let again = BouncePool::for_device(&dev, 1 << 16, 5).expect("shared");
+    assert!(std::sync::Arc::ptr_eq(&shared, &again));
+    assert_eq!(again.max_buffers(), 5);
+}
+
+#[test]
+fn gpu_cufile_round_trip_or_reason() {
+    let Some(dev) = common::gpu() else { return };
+    if let Err(e) = CuFileDriver::get() {
+        eprintln!("cuFile unavailable on this GPU machine: {e}");
+        assert!(matches!(e, Error::Unavailable { .. }));
+        return;
+    }
+    let len = 1 << 20;
+    let data = pattern(len, 11);
+    // cuFile refuses tmpfs: use the GPU run's disk-backed folder, else cargo's target tmp dir.
+    let parent =
+        std::env::var("GPUMAP_BENCH_DIR").unwrap_or_else(|_| env!("CARGO_TARGET_TMPDIR").into());
+    std::fs::create_dir_all(&parent).expect("test dir");
+    let dir = tempfile::tempdir_in(&parent).expect("temp dir");
+    let path = dir.path().join("gds.bin");
+    std::fs::File::create(&path).and_then(|mut f| f.write_all(&vec![0u8; len])).expect("file");
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).expect("open");
+    let handle = match CuFileHandle::register(&file, &path) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("cuFile refused the file (the fallback reason): {e}");
+            assert!(matches!(e, Error::CuFile { .. } | Error::Unavailable { .. }), "{e:?}");
+            if let Error::CuFile { name, .. } = &e {
+                assert!(!name.is_empty());
+            }
+            return;
+        }
+    };
+    let mut src = DeviceBuffer::alloc(&dev, len).expect("alloc");
+    src.copy_from_host(0, &data).expect("h2d");
+    assert_eq!(handle.write(src.region(), 0, len, 0).expect("cuFileWrite"), len);
+
+    let dst = DeviceBuffer::zeroed(&dev, len).expect("alloc");
+    assert_eq!(handle.read(dst.region(), 0, len, 0).expect("cuFileRead"), len);
+    let mut back = vec![0u8; len];
+    dst.copy_to_host(0, &mut back).expect("d2h");
+    assert_eq!(back, data);
+
+    // Batch: four quarter reads into a fresh buffer.
+    let dst2 = DeviceBuffer::zeroed(&dev, len).expect("alloc");
+    let q = len / 4;
+    let ios: Vec<BatchRead> = (0..4)
+        .map(|i| BatchRead {
+            dst: dst2.region(),
+            dst_offset: i * q,
+            len: q,
+            file_offset: (i * q) as u64,
+        })
+        .collect();
+    match handle.read_batch(&ios) {
+        Ok(results) => {
+            for r in results {
+                assert_eq!(r.expect("batch entry"), q);
+            }
+            dst2.copy_to_host(0, &mut back).expect("d2h");
+            assert_eq!(back, data);
+        }
+        Err(e) => eprintln!("cuFile batch API not usable here: {e}"),
+    }
+
+    // Out-of-range requests are refused before reaching cuFile.
+    assert!(handle.read(dst.region(), 1, len, 0).is_err());
+
+    // Registered buffer + stream-ordered read, where supported.
+    match CuFileHandle::register_buffer(dst.region()) {
+        Ok(reg) => assert_eq!(reg.region(), dst.region()),
+        Err(e) => eprintln!("cuFileBufRegister not usable here: {e}"),
+    }
+    let stream = Stream::new(&dev).expect("stream");
+    match handle.read_async(&stream, dst.region(), 0, len, 0).and_then(|io| io.wait()) {
+        Ok(n) => assert_eq!(n, len),
+        Err(e) => eprintln!("cuFileReadAsync not usable here: {e}"),
+    }
+}
