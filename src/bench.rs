@@ -15,8 +15,10 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::config::CompatMode;
 use crate::error::{Error, Result};
 use crate::io::{FileHandle, IoPool};
+use crate::memory::cuda::{CudaDevice, DeviceBuffer, PinnedBuffer, Stream};
 use crate::memory::HostBuffer;
 
 /// One measurement.
@@ -199,6 +201,130 @@ pub fn run_host(options: &BenchOptions, emit: &mut dyn FnMut(&Record)) -> Result
         }
     }
     Ok(())
+}
+
+/// Runs the device-memory workloads on `device`: gpumap's default path (`impl`
+/// `gpumap-filehandle`, compat mode auto) and, where cuFile registers the file, the cuFile path
+/// forced (`gpumap-cufile`, compat mode off). Also times a pinned host-to-device copy of 256 MiB
+/// (`cuda-h2d-pinned`), the ceiling of any path that crosses PCIe from host memory.
+pub fn run_device(
+    options: &BenchOptions,
+    device: &CudaDevice,
+    emit: &mut dyn FnMut(&Record),
+) -> Result<()> {
+    let file_len = std::fs::metadata(&options.file)
+        .map_err(|e| Error::io("stat", &options.file, None, e))?
+        .len();
+    let size = usize::try_from(file_len).map_err(|_| {
+        Error::InvalidArgument(format!("file of {file_len} bytes does not fit in memory"))
+    })?;
+    if options.baselines {
+        let copy_len = size.clamp(1, 256 << 20);
+        let pinned = PinnedBuffer::new(device, copy_len)?;
+        let target = DeviceBuffer::alloc(device, copy_len)?;
+        let stream = Stream::new(device)?;
+        let mut pinned = Some(pinned);
+        let best = best_of(options.repeats.max(3), || {
+            let buf =
+                pinned.take().ok_or_else(|| Error::InvalidArgument("pinned buffer lost".into()))?;
+            let t = Instant::now();
+            let back = stream.upload(buf, copy_len, target.region(), 0)?.wait()?;
+            let secs = t.elapsed().as_secs_f64();
+            pinned = Some(back);
+            Ok(secs)
+        })?;
+        emit(&Record::new("cuda-h2d-pinned", "seq_read_warm", 1, copy_len as u64, best));
+    }
+    let dst = DeviceBuffer::alloc(device, size)?;
+    let mut paths = vec![("gpumap-filehandle", CompatMode::Auto)];
+    let probe = device_open(&options.file, "r", 1, false, CompatMode::Off);
+    match probe {
+        Ok(_) => paths.push(("gpumap-cufile", CompatMode::Off)),
+        Err(e) => eprintln!("bench: cuFile path not measured: {e}"),
+    }
+    for (name, mode) in paths {
+        for &threads in &options.threads {
+            let warm = device_open(&options.file, "r", threads, false, mode)?;
+            let cold = device_open(&options.file, "r", threads, true, mode)?;
+            eprintln!("bench: {name} {threads} threads: {}", warm.compat_decision().reason);
+            warm.read_device_exact(dst.region(), 0)?; // allocates bounce buffers, warms streams
+            evict(&options.file)?;
+            let t = Instant::now();
+            cold.read_device_exact(dst.region(), 0)?;
+            emit(&Record::new(name, "seq_read_cold", threads, file_len, t.elapsed().as_secs_f64()));
+            warm.read_device_exact(dst.region(), 0)?;
+            let best = best_of(options.repeats, || {
+                let t = Instant::now();
+                warm.read_device_exact(dst.region(), 0)?;
+                Ok(t.elapsed().as_secs_f64())
+            })?;
+            emit(&Record::new(name, "seq_read_warm", threads, file_len, best));
+        }
+        for (workload, block) in [("rand_read_4k", 4096u64), ("rand_read_64k", 65536u64)] {
+            if file_len < block {
+                continue;
+            }
+            let ops = if block == 4096 { options.random_ops } else { options.random_ops / 4 };
+            let offsets = random_offsets(file_len, block, ops);
+            let threads = *options.threads.iter().max().unwrap_or(&1);
+            let handle = device_open(&options.file, "r", threads, false, mode)?;
+            let region = dst.region();
+            let slots = (size / block as usize).max(1);
+            for temperature in ["cold", "warm"] {
+                if temperature == "cold" {
+                    evict(&options.file)?;
+                }
+                let t = Instant::now();
+                let futures = offsets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &o)| {
+                        let slot = region.sub((i % slots) * block as usize, block as usize)?;
+                        Ok(handle.pread_device(slot, o))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                for f in futures {
+                    f.wait()?;
+                }
+                let secs = t.elapsed().as_secs_f64();
+                let name_t = format!("{workload}_{temperature}");
+                emit(
+                    &Record::new(name, &name_t, threads, block * ops as u64, secs)
+                        .with_ops(ops as u64),
+                );
+            }
+        }
+        let out = options.file.with_extension("gpumap-bench-write");
+        let src = DeviceBuffer::zeroed(device, (options.write_bytes as usize).min(size.max(1)))?;
+        for &threads in &options.write_threads {
+            for durable in [false, true] {
+                let _ = std::fs::remove_file(&out);
+                let handle = device_open(&out, "w", threads, true, mode)?;
+                let t = Instant::now();
+                handle.write_device(src.region(), 0)?;
+                if durable {
+                    handle.sync_data()?;
+                }
+                let secs = t.elapsed().as_secs_f64();
+                let workload = if durable { "seq_write_durable" } else { "seq_write" };
+                emit(&Record::new(name, workload, threads, src.len() as u64, secs));
+            }
+        }
+        let _ = std::fs::remove_file(&out);
+    }
+    Ok(())
+}
+
+fn device_open(
+    path: &Path,
+    flags: &str,
+    threads: usize,
+    direct: bool,
+    mode: CompatMode,
+) -> Result<FileHandle> {
+    let mut options = FileHandle::options()?;
+    options.pool(Arc::new(IoPool::new(threads)?)).direct_io(direct, true).compat_mode(mode);
+    options.open(path, flags)
 }
 
 fn open(path: &Path, flags: &str, threads: usize, direct: bool) -> Result<FileHandle> {

@@ -4,11 +4,13 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::align::{self, checked_end, direct_split, split_tasks, PAGE_SIZE};
 use crate::config::{CompatMode, Config};
 use crate::error::{Error, Result};
+use crate::io::compat::{self, CompatDecision, IoPath};
+use crate::io::gds::CuFileHandle;
 use crate::io::pool::{IoFuture, IoPool};
 use crate::sys::posix;
 
@@ -67,6 +69,10 @@ pub struct HandleOptions {
     pub direct_io_read: bool,
     /// Use `O_DIRECT` for the aligned middle of writes.
     pub direct_io_write: bool,
+    /// Device transfers smaller than this use the POSIX path even where cuFile is chosen.
+    pub gds_threshold: u64,
+    /// Size of each pinned bounce buffer (the POSIX path to device memory).
+    pub bounce_buffer_size: u64,
     /// Permission bits of a file the open creates (before the umask).
     pub mode: u32,
     /// The pool that runs this handle's tasks; `None` = the process-wide pool.
@@ -81,6 +87,8 @@ impl HandleOptions {
             task_size: config.task_size,
             direct_io_read: config.direct_io_read,
             direct_io_write: config.direct_io_write,
+            gds_threshold: config.gds_threshold,
+            bounce_buffer_size: config.bounce_buffer_size,
             mode: 0o644,
             pool: None,
         }
@@ -137,21 +145,26 @@ impl HandleOptions {
 /// address is not page-aligned at that point is moved buffered.
 #[derive(Clone)]
 pub struct FileHandle {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
-struct Inner {
-    path: PathBuf,
+pub(super) struct Inner {
+    pub(super) path: PathBuf,
     flags_text: String,
-    flags: OpenFlags,
+    pub(super) flags: OpenFlags,
     file: File,
     direct: Option<File>,
     direct_refused: bool,
-    task_size: u64,
+    pub(super) task_size: u64,
     direct_io_read: bool,
     direct_io_write: bool,
-    compat_mode: CompatMode,
-    pool: Arc<IoPool>,
+    pub(super) compat_mode: CompatMode,
+    pub(super) gds_threshold: u64,
+    pub(super) bounce_buffer_size: u64,
+    pub(super) pool: Arc<IoPool>,
+    /// The compat decision, made at open for `Off` (so the open fails with the reason) and at
+    /// the first device transfer otherwise (so host-only users never load cuFile).
+    pub(super) decision: OnceLock<(CompatDecision, Option<CuFileHandle>)>,
 }
 
 impl std::fmt::Debug for FileHandle {
@@ -215,6 +228,17 @@ impl FileHandle {
             Some(p) => p.clone(),
             None => IoPool::global()?,
         };
+        if options.bounce_buffer_size == 0 || options.bounce_buffer_size % PAGE_SIZE != 0 {
+            return Err(Error::Unaligned {
+                what: "bounce buffer size",
+                value: options.bounce_buffer_size,
+                alignment: PAGE_SIZE,
+            });
+        }
+        let decision = OnceLock::new();
+        if options.compat_mode == CompatMode::Off {
+            let _ = decision.set(compat::decide(CompatMode::Off, path, flags.read, flags.write)?);
+        }
         Ok(FileHandle {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
@@ -227,7 +251,10 @@ impl FileHandle {
                 direct_io_read: options.direct_io_read,
                 direct_io_write: options.direct_io_write,
                 compat_mode: options.compat_mode,
+                gds_threshold: options.gds_threshold,
+                bounce_buffer_size: options.bounce_buffer_size,
                 pool,
+                decision,
             }),
         })
     }
@@ -245,6 +272,12 @@ impl FileHandle {
     /// The compat mode the handle was opened with.
     pub fn compat_mode(&self) -> CompatMode {
         self.inner.compat_mode
+    }
+
+    /// Which path device transfers take (cuFile or POSIX) and why. Made at the first device
+    /// transfer (or here, if none happened yet); in `Auto` mode this loads cuFile.
+    pub fn compat_decision(&self) -> &CompatDecision {
+        &self.inner.decision().0
     }
 
     /// Whether the aligned middle of transfers can go through `O_DIRECT`, and if not, why.
@@ -390,11 +423,24 @@ fn expect_len(offset: u64, wanted: usize, got: usize) -> Result<()> {
 }
 
 impl Inner {
+    pub(super) fn decision(&self) -> &(CompatDecision, Option<CuFileHandle>) {
+        self.decision.get_or_init(|| {
+            compat::decide(self.compat_mode, &self.path, self.flags.read, self.flags.write)
+                .unwrap_or_else(|e| {
+                    let reason = e.to_string();
+                    (
+                        CompatDecision { requested: self.compat_mode, path: IoPath::Posix, reason },
+                        None,
+                    )
+                })
+        })
+    }
+
     fn access_error(&self, op: &'static str) -> Error {
         Error::AccessMode { path: self.path.clone(), mode: self.flags_text.clone(), op }
     }
 
-    fn check_read(&self) -> Result<()> {
+    pub(super) fn check_read(&self) -> Result<()> {
         if self.flags.read {
             Ok(())
         } else {
@@ -410,7 +456,7 @@ impl Inner {
         }
     }
 
-    fn check_positional_write(&self) -> Result<()> {
+    pub(super) fn check_positional_write(&self) -> Result<()> {
         self.check_write("writing")?;
         if self.flags.append {
             // Linux's pwrite ignores the offset on O_APPEND descriptors; refuse rather than
@@ -441,7 +487,7 @@ impl Inner {
     }
 
     /// One task's read: buffered, or head buffered + middle direct + tail buffered.
-    fn read_piece(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+    pub(super) fn read_piece(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         let len = buf.len() as u64;
         let Some((direct, mid_off, mid_len)) =
             self.direct_middle(self.direct_io_read, buf.as_ptr() as usize, offset, len)
@@ -464,7 +510,7 @@ impl Inner {
     }
 
     /// One task's write: buffered, or head buffered + middle direct + tail buffered.
-    fn write_piece(&self, buf: &[u8], offset: u64) -> Result<usize> {
+    pub(super) fn write_piece(&self, buf: &[u8], offset: u64) -> Result<usize> {
         let len = buf.len() as u64;
         let Some((direct, mid_off, mid_len)) =
             self.direct_middle(self.direct_io_write, buf.as_ptr() as usize, offset, len)

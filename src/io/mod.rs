@@ -1,9 +1,12 @@
 //! Explicit file I/O: the thread pool, compat-mode decisions, and [`FileHandle`].
 #![forbid(unsafe_code)]
 
+pub mod compat;
+mod device_io;
 pub mod file_handle;
 pub mod gds;
 pub mod pool;
 
+pub use compat::{CompatDecision, IoPath};
 pub use file_handle::{FileHandle, HandleOptions, OpenFlags};
 pub use pool::{IoFuture, IoPool};

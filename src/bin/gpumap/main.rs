@@ -1,6 +1,7 @@
 //! `gpumap`: file data into and out of GPU memory, from the command line.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod output;
 mod pagecache;
 mod pattern;
@@ -28,6 +29,8 @@ enum Command {
     Read(transfer::ReadArgs),
     /// Write a generated pattern to a file, in parallel, and report the rate.
     Write(transfer::WriteArgs),
+    /// Run the standard workloads (sequential, random, writes) on a file and print a table.
+    Bench(bench::BenchArgs),
     /// See and control the host page cache: residency, warm, evict, lock, drop.
     Pagecache(pagecache::PagecacheArgs),
 }
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Info(args) => transfer::info(args),
         Command::Read(args) => transfer::read(args),
         Command::Write(args) => transfer::write(args),
+        Command::Bench(args) => bench::bench(args),
         Command::Pagecache(_) => Ok(()),
     };
     match result {

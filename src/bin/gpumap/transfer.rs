@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use gpumap::config::{parse_size, CompatMode, Config};
 use gpumap::io::{FileHandle, IoPool};
+use gpumap::memory::cuda::{CudaDevice, DeviceBuffer};
 use gpumap::memory::HostBuffer;
 use gpumap::{Error, Result};
 
@@ -34,12 +35,37 @@ pub struct TransferOptions {
     /// Move the page-aligned middle with O_DIRECT (bypassing the page cache): true or false.
     #[arg(long)]
     direct: Option<bool>,
+    /// Use this GPU's memory (default: GPU 0 when there is one, else host memory).
+    #[arg(long, conflicts_with = "host")]
+    device: Option<usize>,
+    /// Use host memory even where there is a GPU.
+    #[arg(long)]
+    host: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
 }
 
+/// Where a transfer's bytes live.
+enum Memory {
+    Host(String),
+    Device(CudaDevice),
+}
+
 impl TransferOptions {
+    fn memory(&self) -> Result<Memory> {
+        if self.host {
+            return Ok(Memory::Host("host memory".into()));
+        }
+        match self.device {
+            Some(ordinal) => Ok(Memory::Device(CudaDevice::new(ordinal)?)),
+            None => match CudaDevice::new(0) {
+                Ok(device) => Ok(Memory::Device(device)),
+                Err(_) => Ok(Memory::Host(host_memory_note())),
+            },
+        }
+    }
+
     fn open(&self, path: &PathBuf, flags: &str) -> Result<(FileHandle, Arc<IoPool>)> {
         let config = Config::global()?;
         let threads = self.threads.unwrap_or(config.nthreads);
@@ -83,6 +109,9 @@ pub struct ReadArgs {
     /// Check the bytes read against the pattern `gpumap write` generates.
     #[arg(long)]
     verify_pattern: bool,
+    /// Check the bytes read into GPU memory against a plain host read of the same range.
+    #[arg(long)]
+    verify: bool,
 }
 
 /// Arguments of `gpumap write`.
@@ -243,27 +272,80 @@ pub fn read(args: &ReadArgs) -> Result<()> {
     };
     let size = usize::try_from(len)
         .map_err(|_| Error::InvalidArgument(format!("--len {len} does not fit in memory")))?;
-    let mut buf = HostBuffer::new(size)?;
-    let piece = progress_piece(&handle, pool.nthreads());
+    let memory = args.options.memory()?;
+    let piece = progress_piece(&handle, pool.nthreads()) as usize;
     let bar = progress_bar(len, args.options.json, "read");
-    let start = Instant::now();
-    let mut done = 0u64;
-    for chunk in buf.chunks_mut(piece as usize) {
-        handle.read_exact(chunk, args.offset + done)?;
-        done += chunk.len() as u64;
-        bar.set_position(done);
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    bar.finish_and_clear();
-    let verified = if args.verify_pattern {
-        if let Some(at) = pattern::first_mismatch(&buf, args.offset) {
-            return Err(Error::InvalidArgument(format!(
-                "--verify-pattern: byte at offset {at} differs from the pattern gpumap write generates"
-            )));
+    let (seconds, memory_note, verified) = match memory {
+        Memory::Host(note) => {
+            let mut buf = HostBuffer::new(size)?;
+            let start = Instant::now();
+            let mut done = 0u64;
+            for chunk in buf.chunks_mut(piece) {
+                handle.read_exact(chunk, args.offset + done)?;
+                done += chunk.len() as u64;
+                bar.set_position(done);
+            }
+            let seconds = start.elapsed().as_secs_f64();
+            bar.finish_and_clear();
+            if args.verify {
+                return Err(Error::InvalidArgument(
+                    "--verify checks GPU memory; this read went to host memory".into(),
+                ));
+            }
+            let verified = verify_pattern(args.verify_pattern, &buf, args.offset)?;
+            (seconds, note, verified)
         }
-        Some(true)
-    } else {
-        None
+        Memory::Device(device) => {
+            let buf = DeviceBuffer::alloc(&device, size)?;
+            let region = buf.region();
+            let start = Instant::now();
+            let mut done = 0usize;
+            while done < size {
+                let n = piece.min(size - done);
+                handle.read_device_exact(region.sub(done, n)?, args.offset + done as u64)?;
+                done += n;
+                bar.set_position(done as u64);
+            }
+            let seconds = start.elapsed().as_secs_f64();
+            bar.finish_and_clear();
+            let mut verified = None;
+            if args.verify || args.verify_pattern {
+                let mut staged = vec![0u8; piece.min(size)];
+                let mut expected = vec![0u8; piece.min(size)];
+                let mut done = 0usize;
+                while done < size {
+                    let n = piece.min(size - done);
+                    buf.copy_to_host(done, &mut staged[..n])?;
+                    let at = args.offset + done as u64;
+                    if args.verify {
+                        handle.read_exact(&mut expected[..n], at)?;
+                        if let Some(p) =
+                            staged[..n].iter().zip(&expected[..n]).position(|(a, b)| a != b)
+                        {
+                            return Err(Error::InvalidArgument(format!(
+                                "--verify: GPU memory differs from the file at offset {}",
+                                at + p as u64
+                            )));
+                        }
+                    }
+                    verify_pattern(args.verify_pattern, &staged[..n], at)?;
+                    done += n;
+                }
+                verified = Some(true);
+            }
+            let decision = handle.compat_decision();
+            let note = format!(
+                "GPU {} ({}), {} path: {}",
+                device.ordinal(),
+                device.name(),
+                match decision.path {
+                    gpumap::io::IoPath::CuFile => "cuFile",
+                    gpumap::io::IoPath::Posix => "POSIX",
+                },
+                decision.reason
+            );
+            (seconds, note, verified)
+        }
     };
     Report {
         op: "read",
@@ -274,12 +356,24 @@ pub fn read(args: &ReadArgs) -> Result<()> {
         gbps: len as f64 / seconds.max(1e-9) / 1e9,
         threads: pool.nthreads(),
         task_size: handle.task_size(),
-        memory: host_memory_note(),
+        memory: memory_note,
         direct_io: direct_note(&handle),
         verified,
         durable: None,
     }
     .print(args.options.json)
+}
+
+fn verify_pattern(wanted: bool, data: &[u8], offset: u64) -> Result<Option<bool>> {
+    if !wanted {
+        return Ok(None);
+    }
+    match pattern::first_mismatch(data, offset) {
+        Some(at) => Err(Error::InvalidArgument(format!(
+            "--verify-pattern: byte at offset {at} differs from the pattern gpumap write generates"
+        ))),
+        None => Ok(Some(true)),
+    }
 }
 
 fn direct_note(handle: &FileHandle) -> String {
@@ -306,15 +400,47 @@ pub fn write(args: &WriteArgs) -> Result<()> {
     })?;
     let mut buf = HostBuffer::new(size)?;
     pattern::fill(&mut buf, args.offset);
-    let piece = progress_piece(&handle, pool.nthreads());
+    let piece = progress_piece(&handle, pool.nthreads()) as usize;
     let bar = progress_bar(args.size, args.options.json, "write");
-    let start = Instant::now();
-    let mut done = 0u64;
-    for chunk in buf.chunks(piece as usize) {
-        handle.write(chunk, args.offset + done)?;
-        done += chunk.len() as u64;
-        bar.set_position(done);
-    }
+    let memory = args.options.memory()?;
+    let (start, memory_note) = match memory {
+        Memory::Host(note) => {
+            let start = Instant::now();
+            let mut done = 0u64;
+            for chunk in buf.chunks(piece) {
+                handle.write(chunk, args.offset + done)?;
+                done += chunk.len() as u64;
+                bar.set_position(done);
+            }
+            (start, note)
+        }
+        Memory::Device(device) => {
+            // The pattern is staged on the GPU first (not timed): the write is GPU -> file.
+            let mut staged = DeviceBuffer::alloc(&device, size)?;
+            staged.copy_from_host(0, &buf)?;
+            drop(buf);
+            let region = staged.region();
+            let start = Instant::now();
+            let mut done = 0usize;
+            while done < size {
+                let n = piece.min(size - done);
+                handle.write_device(region.sub(done, n)?, args.offset + done as u64)?;
+                done += n;
+                bar.set_position(done as u64);
+            }
+            let decision = handle.compat_decision();
+            (
+                start,
+                format!(
+                    "GPU {} ({}), {:?} path: {}",
+                    device.ordinal(),
+                    device.name(),
+                    decision.path,
+                    decision.reason
+                ),
+            )
+        }
+    };
     if args.sync {
         handle.sync_data()?;
     }
@@ -329,7 +455,7 @@ pub fn write(args: &WriteArgs) -> Result<()> {
         gbps: args.size as f64 / seconds.max(1e-9) / 1e9,
         threads: pool.nthreads(),
         task_size: handle.task_size(),
-        memory: host_memory_note(),
+        memory: memory_note,
         direct_io: direct_note(&handle),
         verified: None,
         durable: args.sync.then_some(true),

@@ -1,0 +1,225 @@
+//! [`FileHandle`] transfers to and from device memory.
+//!
+//! Two paths, chosen per file by [`crate::io::compat`]:
+//!
+//! - **cuFile**: the transfer is split into `task_size` tasks, each a `cuFileRead`/`cuFileWrite`
+//!   at its device offset, run in parallel on the pool.
+//! - **POSIX** (pipelined bounce buffers): the transfer is split into one large span per task
+//!   (at least `task_size`, about two spans per thread), and each span moves through pinned
+//!   bounce buffers in `bounce_buffer_size` chunks, double-buffered: while chunk *k* is copied
+//!   to the GPU on the worker's stream, chunk *k + 1* is read from the file. Bounce buffers are
+//!   page aligned, so the aligned middle of each chunk can bypass the page cache with
+//!   `O_DIRECT`. Writes mirror it: chunk *k + 1* is copied from the GPU while chunk *k* is
+//!   written.
+//!
+//! A [`DeviceRegion`] does not keep its memory alive: it must stay allocated until the call (or
+//! the [`IoFuture`]) completes.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use crate::align::{align_up, checked_end, split_tasks, PAGE_SIZE};
+use crate::error::Result;
+use crate::io::compat::IoPath;
+use crate::io::file_handle::{FileHandle, Inner};
+use crate::io::pool::IoFuture;
+use crate::memory::bounce::{BounceBuffer, BouncePool};
+use crate::memory::cuda::{CudaDevice, DeviceRegion, InFlight, Stream};
+
+impl FileHandle {
+    /// Reads into device memory `dst` from `offset`, in parallel; returns the count read, short
+    /// only where the file ends first.
+    pub fn read_device(&self, dst: DeviceRegion, offset: u64) -> Result<usize> {
+        let inner = &self.inner;
+        inner.check_read()?;
+        checked_end(offset, dst.len() as u64)?;
+        match inner.device_path(dst.len()) {
+            IoPath::CuFile => inner.run_cufile(dst, offset, true),
+            IoPath::Posix => {
+                let tasks = split_tasks(offset, dst.len() as u64, inner.span_size(dst.len()));
+                inner.pool.run(tasks, |t| {
+                    inner.read_span(dst, t.buf_offset as usize, t.len as usize, t.offset)
+                })
+            }
+        }
+    }
+
+    /// Reads exactly `dst.len()` bytes into device memory, or fails with
+    /// [`crate::Error::UnexpectedEof`].
+    pub fn read_device_exact(&self, dst: DeviceRegion, offset: u64) -> Result<()> {
+        let got = self.read_device(dst, offset)?;
+        if got == dst.len() {
+            Ok(())
+        } else {
+            Err(crate::Error::UnexpectedEof { offset, wanted: dst.len() as u64, got: got as u64 })
+        }
+    }
+
+    /// Writes all of device memory `src` at `offset`, in parallel; returns `src.len()`.
+    pub fn write_device(&self, src: DeviceRegion, offset: u64) -> Result<usize> {
+        let inner = &self.inner;
+        inner.check_positional_write()?;
+        checked_end(offset, src.len() as u64)?;
+        match inner.device_path(src.len()) {
+            IoPath::CuFile => inner.run_cufile(src, offset, false),
+            IoPath::Posix => {
+                let tasks = split_tasks(offset, src.len() as u64, inner.span_size(src.len()));
+                inner.pool.run(tasks, |t| {
+                    inner.write_span(src, t.buf_offset as usize, t.len as usize, t.offset)
+                })
+            }
+        }
+    }
+
+    /// Starts [`read_device`](Self::read_device) on the pool.
+    pub fn pread_device(&self, dst: DeviceRegion, offset: u64) -> IoFuture<usize> {
+        let handle = self.clone();
+        self.inner.pool.spawn(move || handle.read_device(dst, offset))
+    }
+
+    /// Starts [`write_device`](Self::write_device) on the pool.
+    pub fn pwrite_device(&self, src: DeviceRegion, offset: u64) -> IoFuture<usize> {
+        let handle = self.clone();
+        self.inner.pool.spawn(move || handle.write_device(src, offset))
+    }
+}
+
+/// A staged chunk on its way between file and device.
+struct Chunk {
+    copy: InFlight<BounceBuffer>,
+    len: usize,
+    file_offset: u64,
+}
+
+impl Inner {
+    fn device_path(&self, len: usize) -> IoPath {
+        let (decision, gds) = self.decision();
+        if decision.path == IoPath::CuFile && gds.is_some() && len as u64 >= self.gds_threshold {
+            IoPath::CuFile
+        } else {
+            IoPath::Posix
+        }
+    }
+
+    /// One span per task on the POSIX device path: large enough to pipeline several bounce
+    /// chunks, small enough to give every thread about two spans.
+    fn span_size(&self, len: usize) -> u64 {
+        let per_thread = (len as u64).div_ceil(2 * self.pool.nthreads() as u64);
+        let span = per_thread.max(self.task_size).max(self.bounce_buffer_size);
+        align_up(span, PAGE_SIZE).unwrap_or(span)
+    }
+
+    fn run_cufile(&self, region: DeviceRegion, offset: u64, read: bool) -> Result<usize> {
+        let Some(gds) = self.decision().1.as_ref() else {
+            return Ok(0); // device_path only answers CuFile with a handle
+        };
+        let tasks = split_tasks(offset, region.len() as u64, self.task_size);
+        self.pool.run(tasks, |t| {
+            let (at, len) = (t.buf_offset as usize, t.len as usize);
+            if read {
+                gds.read(region, at, len, t.offset)
+            } else {
+                gds.write(region, at, len, t.offset)
+            }
+        })
+    }
+
+    fn staging(&self, ordinal: usize) -> Result<(Arc<BouncePool>, std::rc::Rc<Stream>)> {
+        let device = CudaDevice::new(ordinal)?;
+        device.bind_to_thread()?;
+        let pool = BouncePool::for_device(
+            &device,
+            self.bounce_buffer_size as usize,
+            2 * self.pool.nthreads(),
+        )?;
+        Ok((pool, Stream::for_current_thread(&device)?))
+    }
+
+    /// A second buffer for double-buffering, or — when the pool is exhausted by other
+    /// transfers — the buffer of the chunk in flight once its copy is done. Never blocks while
+    /// holding a buffer, so workers cannot deadlock on the pool.
+    fn next_buffer(pool: &Arc<BouncePool>, in_flight: &mut Option<Chunk>) -> Result<BounceBuffer> {
+        if let Some(buffer) = pool.try_acquire()? {
+            return Ok(buffer);
+        }
+        match in_flight.take() {
+            Some(chunk) => chunk.copy.wait(),
+            None => pool.acquire(),
+        }
+    }
+
+    /// File -> device for `[file_offset, file_offset + len)` into `dst` at `dst_offset`.
+    fn read_span(
+        &self,
+        dst: DeviceRegion,
+        dst_offset: usize,
+        len: usize,
+        file_offset: u64,
+    ) -> Result<usize> {
+        let (pool, stream) = self.staging(dst.device_ordinal())?;
+        let chunk_size = pool.buffer_size();
+        let mut in_flight: Option<Chunk> = None;
+        let mut done = 0usize;
+        while done < len {
+            let want = chunk_size.min(len - done);
+            let mut buffer = Self::next_buffer(&pool, &mut in_flight)?;
+            let got = self.read_piece(&mut buffer[..want], file_offset + done as u64)?;
+            if got > 0 {
+                let copy = stream.upload(buffer, got, dst, dst_offset + done)?;
+                let previous = in_flight.replace(Chunk { copy, len: got, file_offset: 0 });
+                if let Some(previous) = previous {
+                    previous.copy.wait()?;
+                }
+            }
+            done += got;
+            if got < want {
+                break; // end of file
+            }
+        }
+        if let Some(last) = in_flight {
+            last.copy.wait()?;
+        }
+        Ok(done)
+    }
+
+    /// Device -> file for `src[src_offset..src_offset + len]` at `file_offset`.
+    fn write_span(
+        &self,
+        src: DeviceRegion,
+        src_offset: usize,
+        len: usize,
+        file_offset: u64,
+    ) -> Result<usize> {
+        let (pool, stream) = self.staging(src.device_ordinal())?;
+        let chunk_size = pool.buffer_size();
+        let start = |buffer: BounceBuffer, done: usize| -> Result<Chunk> {
+            let n = chunk_size.min(len - done);
+            let copy = stream.download(src, src_offset + done, buffer, n)?;
+            Ok(Chunk { copy, len: n, file_offset: file_offset + done as u64 })
+        };
+        if len == 0 {
+            return Ok(0);
+        }
+        let first = start(pool.acquire()?, 0)?;
+        let mut next_start = first.len;
+        let mut in_flight = Some(first);
+        while let Some(chunk) = in_flight.take() {
+            let buffer = chunk.copy.wait()?;
+            // Start the next download before writing this chunk, when a buffer is free.
+            if next_start < len {
+                if let Some(spare) = pool.try_acquire()? {
+                    let next = start(spare, next_start)?;
+                    next_start += next.len;
+                    in_flight = Some(next);
+                }
+            }
+            self.write_piece(&buffer[..chunk.len], chunk.file_offset)?;
+            if in_flight.is_none() && next_start < len {
+                let next = start(buffer, next_start)?;
+                next_start += next.len;
+                in_flight = Some(next);
+            }
+        }
+        Ok(len)
+    }
+}

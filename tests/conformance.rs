@@ -1,0 +1,239 @@
+//! One conformance suite for every backend: the same cases run against host memory (CI, every
+//! machine) and against device memory through each compat mode (the GPU machine; skipped
+//! loudly elsewhere, forced by `GPUMAP_REQUIRE_GPU=1`).
+
+mod common;
+
+use std::fs;
+use std::sync::Arc;
+
+use gpumap::config::CompatMode;
+use gpumap::io::{FileHandle, HandleOptions, IoPath, IoPool};
+use gpumap::memory::cuda::{CudaDevice, DeviceBuffer, DeviceRegion};
+use gpumap::memory::HostBuffer;
+use gpumap::Error;
+
+/// Where the bytes of a transfer live.
+enum Backend {
+    Host,
+    Device { device: CudaDevice, mode: CompatMode },
+}
+
+impl Backend {
+    fn name(&self) -> String {
+        match self {
+            Backend::Host => "host".into(),
+            Backend::Device { mode, .. } => format!("device (compat {mode})"),
+        }
+    }
+
+    fn options(&self, threads: usize, task: u64) -> HandleOptions {
+        let mut o = FileHandle::options().unwrap();
+        o.pool(Arc::new(IoPool::new(threads).unwrap())).task_size(task).direct_io(true, true);
+        if let Backend::Device { mode, .. } = self {
+            o.compat_mode(*mode);
+            // Small bounce buffers and threshold so that every size crosses chunk borders.
+            o.bounce_buffer_size = 1 << 20;
+            o.gds_threshold = 0;
+        }
+        o
+    }
+
+    /// Writes `data` at `offset` from this backend's memory; returns the count.
+    fn write(&self, fh: &FileHandle, data: &[u8], offset: u64) -> gpumap::Result<usize> {
+        match self {
+            Backend::Host => {
+                let mut buf = HostBuffer::new(data.len())?;
+                buf.copy_from_slice(data);
+                fh.write(&buf, offset)
+            }
+            Backend::Device { device, .. } => {
+                let mut buf = DeviceBuffer::alloc(device, data.len())?;
+                buf.copy_from_host(0, data)?;
+                fh.write_device(buf.region(), offset)
+            }
+        }
+    }
+
+    /// Reads `len` bytes at `offset` into this backend's memory; returns the bytes read.
+    fn read(&self, fh: &FileHandle, len: usize, offset: u64) -> gpumap::Result<Vec<u8>> {
+        match self {
+            Backend::Host => {
+                let mut buf = HostBuffer::new(len)?;
+                let n = fh.read(&mut buf, offset)?;
+                Ok(buf[..n].to_vec())
+            }
+            Backend::Device { device, .. } => {
+                let mut buf = DeviceBuffer::alloc(device, len)?;
+                buf.fill(0xEE)?;
+                let n = fh.read_device(buf.region(), offset)?;
+                let mut host = vec![0u8; n];
+                buf.copy_to_host(0, &mut host)?;
+                Ok(host)
+            }
+        }
+    }
+}
+
+/// Host always; device memory in each compat mode where there is a GPU.
+fn backends() -> Vec<Backend> {
+    let mut all = vec![Backend::Host];
+    if let Some(device) = common::gpu() {
+        for mode in [CompatMode::On, CompatMode::Auto, CompatMode::Off] {
+            all.push(Backend::Device { device: device.clone(), mode });
+        }
+    }
+    all
+}
+
+/// A directory on a real disk (cuFile refuses tmpfs): `$GPUMAP_BENCH_DIR` where set (the GPU
+/// machine's shimmed disk), else cargo's target tmpdir.
+fn test_dir() -> tempfile::TempDir {
+    let base =
+        std::env::var("GPUMAP_BENCH_DIR").unwrap_or_else(|_| env!("CARGO_TARGET_TMPDIR").into());
+    fs::create_dir_all(&base).unwrap();
+    tempfile::tempdir_in(base).unwrap()
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn round_trips_at_odd_sizes_offsets_and_thread_counts() {
+    let dir = test_dir();
+    for backend in backends() {
+        for (len, offset) in [
+            (0usize, 0u64),
+            (1, 0),
+            (4095, 1),
+            (4096, 4096),
+            (4097, 4095),
+            ((5 << 20) + 3, 12_345),
+            (9 << 20, 0),
+        ] {
+            for threads in [1usize, 3, 8] {
+                let path = dir.path().join(format!("rt-{len}-{offset}-{threads}"));
+                let fh = backend.options(threads, 1 << 20).open(&path, "w+").unwrap();
+                let data = pattern(len, len as u64 + offset);
+                let what =
+                    format!("{} len {len} offset {offset} threads {threads}", backend.name());
+                assert_eq!(backend.write(&fh, &data, offset).unwrap(), len, "{what}");
+                // Independent check of the file through std.
+                let on_disk = fs::read(&path).unwrap();
+                if len > 0 {
+                    assert!(on_disk[offset as usize..] == data[..], "file content, {what}");
+                }
+                let back = backend.read(&fh, len, offset).unwrap();
+                assert!(back == data, "read back, {what}");
+                // Reads that run past the end come back short, not padded.
+                let short = backend.read(&fh, len + 10_000, offset).unwrap();
+                assert_eq!(short.len(), len, "short read at EOF, {what}");
+                fs::remove_file(&path).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn transfers_beyond_4_gib() {
+    let dir = test_dir();
+    for backend in backends() {
+        let path = dir.path().join("big");
+        let fh = backend.options(8, 4 << 20).open(&path, "w+").unwrap();
+        let far = (4u64 << 30) + 8191; // past 2^32, unaligned
+        fh.set_len(far + (8 << 20)).unwrap();
+        let data = pattern(3 << 20, 7);
+        backend.write(&fh, &data, far).unwrap();
+        assert!(backend.read(&fh, data.len(), far).unwrap() == data, "{}", backend.name());
+        // One transfer larger than 4 GiB: holes read as zeros, the tail is the data.
+        if std::env::var("GPUMAP_SKIP_HUGE").is_err() {
+            let whole = backend.read(&fh, (far + data.len() as u64) as usize, 0).unwrap();
+            assert_eq!(whole.len() as u64, far + data.len() as u64);
+            assert!(whole[..1 << 20].iter().all(|&b| b == 0));
+            assert!(whole[far as usize..] == data[..], "{}", backend.name());
+        }
+        drop(fh);
+        fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn a_read_only_handle_refuses_writes_before_any_io() {
+    let dir = test_dir();
+    for backend in backends() {
+        let path = dir.path().join("ro");
+        fs::write(&path, b"unchanged").unwrap();
+        let fh = backend.options(2, 1 << 20).open(&path, "r").unwrap();
+        match backend.write(&fh, b"XXXX", 0) {
+            Err(Error::AccessMode { op, .. }) => assert_eq!(op, "writing"),
+            other => panic!("{}: expected AccessMode, got {other:?}", backend.name()),
+        }
+        assert_eq!(fs::read(&path).unwrap(), b"unchanged");
+    }
+}
+
+#[test]
+fn compat_modes_tell_the_truth() {
+    let dir = test_dir();
+    let path = dir.path().join("compat");
+    fs::write(&path, vec![1u8; 1 << 20]).unwrap();
+    let caps = gpumap::Capabilities::probe();
+    let mut o = FileHandle::options().unwrap();
+    // On: POSIX, and says so.
+    let on = o.compat_mode(CompatMode::On).open(&path, "r").unwrap();
+    assert_eq!(on.compat_decision().path, IoPath::Posix);
+    assert!(on.compat_decision().reason.contains("compat mode is on"));
+    // Auto: whichever path, always with a reason.
+    let auto = o.compat_mode(CompatMode::Auto).open(&path, "r").unwrap();
+    let decision = auto.compat_decision();
+    assert!(!decision.reason.is_empty());
+    eprintln!("auto chose {:?}: {}", decision.path, decision.reason);
+    // Off: cuFile, or an error that carries the reason.
+    match (caps.cufile_usable(), o.compat_mode(CompatMode::Off).open(&path, "r")) {
+        (Ok(()), Ok(fh)) => assert_eq!(fh.compat_decision().path, IoPath::CuFile),
+        (Ok(()), Err(e)) => eprintln!("cuFile usable but refused this file: {e}"),
+        (Err(reason), Err(Error::Unavailable { what: "cuFile", reason: got })) => {
+            assert_eq!(got, reason)
+        }
+        (Err(reason), other) => panic!("cuFile unusable ({reason}) but Off gave {other:?}"),
+    }
+}
+
+#[test]
+fn bad_device_buffers_are_caught_before_io() {
+    let Some(device) = common::gpu() else { return };
+    let dir = test_dir();
+    let path = dir.path().join("bad");
+    fs::write(&path, vec![9u8; 1 << 20]).unwrap();
+    let fh = FileHandle::open(&path, "r+").unwrap();
+    // A host pointer passed as device memory.
+    let host = vec![0u8; 4096];
+    let e = DeviceRegion::from_raw(host.as_ptr() as u64, host.len()).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    // A region longer than its allocation.
+    let buf = DeviceBuffer::alloc(&device, 4096).unwrap();
+    let e = DeviceRegion::from_raw(buf.region().ptr(), 8192).unwrap_err();
+    assert!(matches!(e, Error::BufferTooSmall { needed: 8192, available: 4096 }), "{e}");
+    // A freed buffer.
+    let ptr = buf.region().ptr();
+    drop(buf);
+    assert!(DeviceRegion::from_raw(ptr, 4096).is_err());
+    // A device buffer used as the source of a write to a read-only handle: nothing written.
+    let ro = FileHandle::open(&path, "r").unwrap();
+    let src = DeviceBuffer::zeroed(&device, 4096).unwrap();
+    assert!(matches!(ro.write_device(src.region(), 0), Err(Error::AccessMode { .. })));
+    assert!(fs::read(&path).unwrap().iter().all(|&b| b == 9));
+    // Futures give the same answers.
+    let dst = DeviceBuffer::alloc(&device, 1 << 20).unwrap();
+    assert_eq!(fh.pread_device(dst.region(), 0).wait().unwrap(), 1 << 20);
+    assert!(matches!(fh.pread_device(dst.region(), u64::MAX).wait(), Err(Error::Overflow { .. })));
+}
