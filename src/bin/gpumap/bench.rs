@@ -43,7 +43,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         options.repeats = 2;
     }
     if let Some(t) = &args.threads {
-        if t.iter().any(|&n| n == 0) {
+        if t.contains(&0) {
             return Err(Error::InvalidArgument("--threads: counts must be at least 1".into()));
         }
         options.threads = t.clone();
