@@ -11,7 +11,7 @@
 //! | worker threads | `GPUMAP_NTHREADS` (`KVIKIO_NTHREADS`) | CPUs, at most 16 |
 //! | task size | `GPUMAP_TASK_SIZE` (`KVIKIO_TASK_SIZE`) | 4 MiB |
 //! | cuFile threshold | `GPUMAP_GDS_THRESHOLD` (`KVIKIO_GDS_THRESHOLD`) | 1 MiB |
-//! | bounce buffer size | `GPUMAP_BOUNCE_BUFFER_SIZE` (`KVIKIO_BOUNCE_BUFFER_SIZE`) | 16 MiB |
+//! | bounce buffer size | `GPUMAP_BOUNCE_BUFFER_SIZE` (`KVIKIO_BOUNCE_BUFFER_SIZE`) | 4 MiB |
 //! | O_DIRECT reads | `GPUMAP_AUTO_DIRECT_IO_READ` (`KVIKIO_AUTO_DIRECT_IO_READ`) | off |
 //! | O_DIRECT writes | `GPUMAP_AUTO_DIRECT_IO_WRITE` (`KVIKIO_AUTO_DIRECT_IO_WRITE`) | on |
 //!
@@ -84,7 +84,9 @@ pub struct Config {
     pub task_size: u64,
     /// Transfers to device memory smaller than this use the POSIX path even where cuFile works.
     pub gds_threshold: u64,
-    /// Size of each pinned bounce buffer of the POSIX path to device memory.
+    /// Size of each pinned bounce buffer of the POSIX path to device memory. 4 MiB, not
+    /// KvikIO's 16 MiB: with 16 MiB buffers warm reads to an H200 ran at 41 GB/s, with 4 MiB
+    /// buffers at 52 GB/s (2026-11-21; the working set of all threads' buffers stays in cache).
     pub bounce_buffer_size: u64,
     /// Read the page-aligned middle of a transfer with `O_DIRECT` where the file system allows.
     pub direct_io_read: bool,
@@ -102,7 +104,7 @@ impl Default for Config {
             nthreads: cpus.clamp(1, 16),
             task_size: 4 << 20,
             gds_threshold: 1 << 20,
-            bounce_buffer_size: 16 << 20,
+            bounce_buffer_size: 4 << 20,
             direct_io_read: false,
             direct_io_write: true,
             sources: Vec::new(),
@@ -291,7 +293,7 @@ mod tests {
         let c = with(&[]).unwrap();
         assert_eq!(c.compat_mode, CompatMode::Auto);
         assert_eq!(c.task_size, 4 << 20);
-        assert_eq!(c.bounce_buffer_size, 16 << 20);
+        assert_eq!(c.bounce_buffer_size, 4 << 20);
         assert!(c.nthreads >= 1);
         assert_eq!(c.source("task_size"), Source::Default);
     }

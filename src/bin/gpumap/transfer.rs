@@ -112,6 +112,10 @@ pub struct ReadArgs {
     /// Check the bytes read into GPU memory against a plain host read of the same range.
     #[arg(long)]
     verify: bool,
+    /// Read the range this many times and report the fastest (the first pays for warming
+    /// caches and allocating pinned buffers).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
 }
 
 /// Arguments of `gpumap write`.
@@ -206,10 +210,14 @@ fn host_memory_note() -> String {
     }
 }
 
-/// Pieces of at most this size are moved one after another so that progress can be shown;
-/// each piece is still split into tasks across every thread.
-fn progress_piece(handle: &FileHandle, threads: usize) -> u64 {
-    (handle.task_size() * threads as u64 * 4).max(64 << 20)
+/// With a visible progress bar, pieces of this size are moved one after another so that
+/// progress can be shown (each piece still split into tasks across every thread); without
+/// one, the whole transfer is one piece, with no pause between pieces.
+fn progress_piece(handle: &FileHandle, threads: usize, bar: &ProgressBar, total: usize) -> usize {
+    if bar.is_hidden() {
+        return total.max(1);
+    }
+    (handle.task_size() as usize * threads * 16).max(256 << 20)
 }
 
 fn progress_bar(total: u64, json: bool, what: &str) -> ProgressBar {
@@ -273,19 +281,22 @@ pub fn read(args: &ReadArgs) -> Result<()> {
     let size = usize::try_from(len)
         .map_err(|_| Error::InvalidArgument(format!("--len {len} does not fit in memory")))?;
     let memory = args.options.memory()?;
-    let piece = progress_piece(&handle, pool.nthreads()) as usize;
     let bar = progress_bar(len, args.options.json, "read");
+    let piece = progress_piece(&handle, pool.nthreads(), &bar, size);
     let (seconds, memory_note, verified) = match memory {
         Memory::Host(note) => {
             let mut buf = HostBuffer::new(size)?;
-            let start = Instant::now();
-            let mut done = 0u64;
-            for chunk in buf.chunks_mut(piece) {
-                handle.read_exact(chunk, args.offset + done)?;
-                done += chunk.len() as u64;
-                bar.set_position(done);
+            let mut seconds = f64::INFINITY;
+            for _ in 0..args.repeat {
+                let start = Instant::now();
+                let mut done = 0u64;
+                for chunk in buf.chunks_mut(piece) {
+                    handle.read_exact(chunk, args.offset + done)?;
+                    done += chunk.len() as u64;
+                    bar.set_position(done);
+                }
+                seconds = seconds.min(start.elapsed().as_secs_f64());
             }
-            let seconds = start.elapsed().as_secs_f64();
             bar.finish_and_clear();
             if args.verify {
                 return Err(Error::InvalidArgument(
@@ -298,15 +309,18 @@ pub fn read(args: &ReadArgs) -> Result<()> {
         Memory::Device(device) => {
             let buf = DeviceBuffer::alloc(&device, size)?;
             let region = buf.region();
-            let start = Instant::now();
-            let mut done = 0usize;
-            while done < size {
-                let n = piece.min(size - done);
-                handle.read_device_exact(region.sub(done, n)?, args.offset + done as u64)?;
-                done += n;
-                bar.set_position(done as u64);
+            let mut seconds = f64::INFINITY;
+            for _ in 0..args.repeat {
+                let start = Instant::now();
+                let mut done = 0usize;
+                while done < size {
+                    let n = piece.min(size - done);
+                    handle.read_device_exact(region.sub(done, n)?, args.offset + done as u64)?;
+                    done += n;
+                    bar.set_position(done as u64);
+                }
+                seconds = seconds.min(start.elapsed().as_secs_f64());
             }
-            let seconds = start.elapsed().as_secs_f64();
             bar.finish_and_clear();
             let mut verified = None;
             if args.verify || args.verify_pattern {
@@ -400,8 +414,8 @@ pub fn write(args: &WriteArgs) -> Result<()> {
     })?;
     let mut buf = HostBuffer::new(size)?;
     pattern::fill(&mut buf, args.offset);
-    let piece = progress_piece(&handle, pool.nthreads()) as usize;
     let bar = progress_bar(args.size, args.options.json, "write");
+    let piece = progress_piece(&handle, pool.nthreads(), &bar, size);
     let memory = args.options.memory()?;
     let (start, memory_note) = match memory {
         Memory::Host(note) => {
