@@ -3,47 +3,18 @@
 //!     cargo bench --bench filehandle -- --jsonl OUT.jsonl FILE [--quick]
 //!
 //! Speaks the JSON-lines format of `shared/gpu/README.md`; on the GPU machine it is staged as
-//! `bench-filehandle` and run by `on-device.sh bench`.
-use std::process::ExitCode;
+//! `bench-filehandle` and run by `on-device.sh bench`, where it measures nothing unless
+//! `GPUMAP_BENCH_HOST=1`: host-memory figures next to device figures would read as device
+//! results in the side-by-side table, and `bench-device` measures device memory there.
+use gpumap::bench::{run_host, target_main};
 
-use gpumap::bench::{append_jsonl, parse_bench_args, run_host, BenchOptions};
-
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (jsonl, file, quick) = match parse_bench_args(&args) {
-        Ok(parsed) => parsed,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
+fn main() -> std::process::ExitCode {
+    target_main(|options, emit| {
+        let gpu = gpumap::Capabilities::probe().gpu_available();
+        if gpu && std::env::var("GPUMAP_BENCH_HOST").is_err() {
+            eprintln!("bench-filehandle: a GPU is present, host-memory workloads skipped");
+            return Ok(());
         }
-    };
-    if gpumap::Capabilities::probe().gpu_available() && std::env::var("GPUMAP_BENCH_HOST").is_err()
-    {
-        // Host-memory figures next to device figures would read as device results in the
-        // side-by-side table; bench-device measures device memory here.
-        eprintln!("bench-filehandle: a GPU is present, host-memory workloads skipped (GPUMAP_BENCH_HOST=1 runs them)");
-        return ExitCode::SUCCESS;
-    }
-    let mut options = BenchOptions::standard(file);
-    if quick {
-        options.threads = vec![1, 2];
-        options.write_threads = vec![1, 2];
-        options.write_bytes = 256 << 20;
-        options.random_ops = 4096;
-    }
-    let mut failed = false;
-    let result = run_host(&options, &mut |record| {
-        if let Err(e) = append_jsonl(&jsonl, record) {
-            eprintln!("cannot record a result: {e}");
-            failed = true;
-        }
-    });
-    match result {
-        Ok(()) if !failed => ExitCode::SUCCESS,
-        Ok(()) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("bench failed: {e}");
-            ExitCode::FAILURE
-        }
-    }
+        run_host(options, emit)
+    })
 }

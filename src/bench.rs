@@ -106,18 +106,103 @@ impl BenchOptions {
             baselines: true,
         }
     }
+
+    /// A shorter set for a quick look: 1 and 4 threads, 256 MiB writes, 4096 random reads.
+    pub fn quick(file: impl Into<PathBuf>) -> BenchOptions {
+        BenchOptions {
+            threads: vec![1, 4],
+            write_threads: vec![1, 4],
+            write_bytes: 256 << 20,
+            random_ops: 4096,
+            repeats: 2,
+            ..BenchOptions::standard(file)
+        }
+    }
+}
+
+/// The `main` of a bench target (`harness = false`): parses `--jsonl OUT FILE [--quick]`, runs
+/// `run` with the standard (or quick) options and appends every record to `OUT`.
+pub fn target_main(
+    run: impl FnOnce(&BenchOptions, &mut dyn FnMut(&Record)) -> Result<()>,
+) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (jsonl, file, quick) = match parse_bench_args(&args) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let options = if quick { BenchOptions::quick(file) } else { BenchOptions::standard(file) };
+    let mut failed = false;
+    let result = run(&options, &mut |record| {
+        if let Err(e) = append_jsonl(&jsonl, record) {
+            eprintln!("cannot record a result: {e}");
+            failed = true;
+        }
+    });
+    match result {
+        Ok(()) if !failed => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("bench failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The file's length, also as a buffer size.
+fn file_size(path: &Path) -> Result<(u64, usize)> {
+    let len = std::fs::metadata(path).map_err(|e| Error::io("stat", path, None, e))?.len();
+    let size = usize::try_from(len).map_err(|_| {
+        Error::InvalidArgument(format!("file of {len} bytes does not fit in memory"))
+    })?;
+    Ok((len, size))
+}
+
+/// Times all `futures` to completion after `start`.
+fn wait_all<T>(start: Instant, futures: Vec<crate::io::IoFuture<T>>) -> Result<f64> {
+    for f in futures {
+        f.wait()?;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// `seq_write` and `seq_write_durable` at each write thread count: `write` on a handle of a new
+/// sibling file, then (durable) `fdatasync`; the file is removed afterwards.
+fn write_workloads(
+    options: &BenchOptions,
+    implementation: &str,
+    bytes: u64,
+    open: impl Fn(&Path, usize) -> Result<FileHandle>,
+    write: impl Fn(&FileHandle) -> Result<usize>,
+    emit: &mut dyn FnMut(&Record),
+) -> Result<()> {
+    let out = options.file.with_extension("gpumap-bench-write");
+    for &threads in &options.write_threads {
+        for durable in [false, true] {
+            let _ = std::fs::remove_file(&out);
+            let handle = open(&out, threads)?;
+            let t = Instant::now();
+            write(&handle)?;
+            if durable {
+                handle.sync_data()?;
+            }
+            let secs = t.elapsed().as_secs_f64();
+            let workload = if durable { "seq_write_durable" } else { "seq_write" };
+            emit(&Record::new(implementation, workload, threads, bytes, secs));
+        }
+    }
+    let _ = std::fs::remove_file(&out);
+    Ok(())
 }
 
 const IMPL_HOST: &str = "gpumap-filehandle-host";
 
 /// Runs the host-memory workloads and hands each record to `emit` as it is measured.
 pub fn run_host(options: &BenchOptions, emit: &mut dyn FnMut(&Record)) -> Result<()> {
-    let file_len = std::fs::metadata(&options.file)
-        .map_err(|e| Error::io("stat", &options.file, None, e))?
-        .len();
-    let size = usize::try_from(file_len).map_err(|_| {
-        Error::InvalidArgument(format!("file of {file_len} bytes does not fit in memory"))
-    })?;
+    let (file_len, size) = file_size(&options.file)?;
     let mut buf = HostBuffer::new(size)?;
     for &threads in &options.threads {
         let handle = open(&options.file, "r", threads, false)?;
@@ -162,10 +247,7 @@ pub fn run_host(options: &BenchOptions, emit: &mut dyn FnMut(&Record)) -> Result
             let t = Instant::now();
             let futures: Vec<_> =
                 offsets.iter().map(|&o| handle.pread(vec![0u8; block as usize], o)).collect();
-            for f in futures {
-                f.wait()?;
-            }
-            let secs = t.elapsed().as_secs_f64();
+            let secs = wait_all(t, futures)?;
             let name = format!("{workload}_{temperature}");
             emit(
                 &Record::new(IMPL_HOST, &name, threads, block * ops as u64, secs)
@@ -173,24 +255,16 @@ pub fn run_host(options: &BenchOptions, emit: &mut dyn FnMut(&Record)) -> Result
             );
         }
     }
-    let out = options.file.with_extension("gpumap-bench-write");
     let mut src = HostBuffer::new(options.write_bytes as usize)?;
     src.par_chunks_mut(1 << 20).for_each(|c| c.fill(0x5a));
-    for &threads in &options.write_threads {
-        for durable in [false, true] {
-            let _ = std::fs::remove_file(&out);
-            let handle = open(&out, "w", threads, true)?;
-            let t = Instant::now();
-            handle.write(&src, 0)?;
-            if durable {
-                handle.sync_data()?;
-            }
-            let secs = t.elapsed().as_secs_f64();
-            let workload = if durable { "seq_write_durable" } else { "seq_write" };
-            emit(&Record::new(IMPL_HOST, workload, threads, options.write_bytes, secs));
-        }
-    }
-    let _ = std::fs::remove_file(&out);
+    write_workloads(
+        options,
+        IMPL_HOST,
+        options.write_bytes,
+        |path, threads| open(path, "w", threads, true),
+        |handle| handle.write(&src, 0),
+        emit,
+    )?;
     if options.baselines {
         for (name, cmd) in [
             ("dd", format!("dd if='{}' of=/dev/null bs=4M status=none", options.file.display())),
@@ -213,12 +287,7 @@ pub fn run_device(
     device: &CudaDevice,
     emit: &mut dyn FnMut(&Record),
 ) -> Result<()> {
-    let file_len = std::fs::metadata(&options.file)
-        .map_err(|e| Error::io("stat", &options.file, None, e))?
-        .len();
-    let size = usize::try_from(file_len).map_err(|_| {
-        Error::InvalidArgument(format!("file of {file_len} bytes does not fit in memory"))
-    })?;
+    let (file_len, size) = file_size(&options.file)?;
     if options.baselines {
         let copy_len = size.clamp(1, 256 << 20);
         let pinned = PinnedBuffer::new(device, copy_len)?;
@@ -285,10 +354,7 @@ pub fn run_device(
                         Ok(handle.pread_device(slot, o))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                for f in futures {
-                    f.wait()?;
-                }
-                let secs = t.elapsed().as_secs_f64();
+                let secs = wait_all(t, futures)?;
                 let name_t = format!("{workload}_{temperature}");
                 emit(
                     &Record::new(name, &name_t, threads, block * ops as u64, secs)
@@ -296,23 +362,15 @@ pub fn run_device(
                 );
             }
         }
-        let out = options.file.with_extension("gpumap-bench-write");
         let src = DeviceBuffer::zeroed(device, (options.write_bytes as usize).min(size.max(1)))?;
-        for &threads in &options.write_threads {
-            for durable in [false, true] {
-                let _ = std::fs::remove_file(&out);
-                let handle = device_open(&out, "w", threads, true, mode)?;
-                let t = Instant::now();
-                handle.write_device(src.region(), 0)?;
-                if durable {
-                    handle.sync_data()?;
-                }
-                let secs = t.elapsed().as_secs_f64();
-                let workload = if durable { "seq_write_durable" } else { "seq_write" };
-                emit(&Record::new(name, workload, threads, src.len() as u64, secs));
-            }
-        }
-        let _ = std::fs::remove_file(&out);
+        write_workloads(
+            options,
+            name,
+            src.len() as u64,
+            |path, threads| device_open(path, "w", threads, true, mode),
+            |handle| handle.write_device(src.region(), 0),
+            emit,
+        )?;
     }
     Ok(())
 }

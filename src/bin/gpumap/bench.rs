@@ -34,14 +34,11 @@ pub struct BenchArgs {
 
 /// `gpumap bench`.
 pub fn bench(args: &BenchArgs) -> Result<()> {
-    let mut options = BenchOptions::standard(&args.file);
-    if args.quick {
-        options.threads = vec![1, 4];
-        options.write_threads = vec![1, 4];
-        options.write_bytes = 256 << 20;
-        options.random_ops = 4096;
-        options.repeats = 2;
-    }
+    let mut options = if args.quick {
+        BenchOptions::quick(&args.file)
+    } else {
+        BenchOptions::standard(&args.file)
+    };
     if let Some(t) = &args.threads {
         if t.contains(&0) {
             return Err(Error::InvalidArgument("--threads: counts must be at least 1".into()));

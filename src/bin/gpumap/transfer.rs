@@ -347,18 +347,7 @@ pub fn read(args: &ReadArgs) -> Result<()> {
                 }
                 verified = Some(true);
             }
-            let decision = handle.compat_decision();
-            let note = format!(
-                "GPU {} ({}), {} path: {}",
-                device.ordinal(),
-                device.name(),
-                match decision.path {
-                    gpumap::io::IoPath::CuFile => "cuFile",
-                    gpumap::io::IoPath::Posix => "POSIX",
-                },
-                decision.reason
-            );
-            (seconds, note, verified)
+            (seconds, device_note(&device, &handle), verified)
         }
     };
     Report {
@@ -376,6 +365,16 @@ pub fn read(args: &ReadArgs) -> Result<()> {
         durable: None,
     }
     .print(args.options.json)
+}
+
+/// "GPU 0 (NVIDIA H200), POSIX path: <why>", as the report says it.
+fn device_note(device: &CudaDevice, handle: &FileHandle) -> String {
+    let decision = handle.compat_decision();
+    let path = match decision.path {
+        gpumap::io::IoPath::CuFile => "cuFile",
+        gpumap::io::IoPath::Posix => "POSIX",
+    };
+    format!("GPU {} ({}), {path} path: {}", device.ordinal(), device.name(), decision.reason)
 }
 
 fn verify_pattern(wanted: bool, data: &[u8], offset: u64) -> Result<Option<bool>> {
