@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::config::CompatMode;
 use crate::error::{Error, Result};
-use crate::io::{FileHandle, IoPool};
+use crate::io::{DeviceRead, FileHandle, IoPool};
 use crate::memory::cuda::{CudaDevice, DeviceBuffer, PinnedBuffer, Stream};
 use crate::memory::HostBuffer;
 
@@ -358,6 +358,28 @@ pub fn run_device(
                 let name_t = format!("{workload}_{temperature}");
                 emit(
                     &Record::new(name, &name_t, threads, block * ops as u64, secs)
+                        .with_ops(ops as u64),
+                );
+                if mode != CompatMode::Auto {
+                    continue;
+                }
+                // The same reads as one batch (FileHandle::read_device_batch).
+                let reads = offsets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &offset)| {
+                        let dst = region.sub((i % slots) * block as usize, block as usize)?;
+                        Ok(DeviceRead { dst, offset })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                if temperature == "cold" {
+                    evict(&options.file)?;
+                }
+                let t = Instant::now();
+                handle.read_device_batch(&reads)?;
+                let secs = t.elapsed().as_secs_f64();
+                emit(
+                    &Record::new("gpumap-batch", &name_t, threads, block * ops as u64, secs)
                         .with_ops(ops as u64),
                 );
             }

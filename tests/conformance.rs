@@ -237,3 +237,55 @@ fn bad_device_buffers_are_caught_before_io() {
     assert_eq!(fh.pread_device(dst.region(), 0).wait().unwrap(), 1 << 20);
     assert!(matches!(fh.pread_device(dst.region(), u64::MAX).wait(), Err(Error::Overflow { .. })));
 }
+
+#[test]
+fn batched_device_reads_match_the_file() {
+    use gpumap::io::DeviceRead;
+    let Some(device) = common::gpu() else { return };
+    let dir = test_dir();
+    let path = dir.path().join("batch");
+    let data = pattern((8 << 20) + 1234, 11);
+    fs::write(&path, &data).unwrap();
+    let mut o = FileHandle::options().unwrap();
+    o.bounce_buffer_size = 64 << 10; // many groups, and one piece larger than a buffer
+    let fh = o.open(&path, "r").unwrap();
+    let dst = DeviceBuffer::alloc(&device, 16 << 20).unwrap();
+    dst.region().copy_from_host(0, &vec![0xAB; 16 << 20]).unwrap();
+    // (destination offset, length, file offset): adjacent runs, gaps, a piece larger than a
+    // bounce buffer, a short read at the end of the file and one entirely past it.
+    let mut pieces = Vec::new();
+    let mut at = 0usize;
+    for i in 0..300u64 {
+        let len = [4096usize, 1, 65536, 777][i as usize % 4];
+        let gap = if i % 7 == 0 { 4096 } else { 0 };
+        at += gap;
+        pieces.push((at, len, (i * 7919 * 4096) % (8 << 20)));
+        at += len;
+    }
+    pieces.push((at, 200 << 10, 1 << 20)); // larger than a bounce buffer
+    at += 200 << 10;
+    pieces.push((at, 5000, data.len() as u64 - 1000)); // short: 1000 bytes
+    at += 5000;
+    pieces.push((at, 4096, data.len() as u64 + 10)); // past the end: 0 bytes
+    let reads: Vec<DeviceRead> = pieces
+        .iter()
+        .map(|&(d, len, offset)| DeviceRead { dst: dst.region().sub(d, len).unwrap(), offset })
+        .collect();
+    let counts = fh.read_device_batch(&reads).unwrap();
+    let mut host = vec![0u8; 16 << 20];
+    dst.copy_to_host(0, &mut host).unwrap();
+    for (&(d, len, offset), &n) in pieces.iter().zip(&counts) {
+        let available = (data.len() as u64).saturating_sub(offset).min(len as u64) as usize;
+        assert_eq!(n, available, "count of the piece at file offset {offset}");
+        let o = offset as usize;
+        assert!(host[d..d + n] == data[o..o + n], "bytes of the piece at file offset {offset}");
+        assert!(host[d + n..d + len].iter().all(|&b| b == 0xAB), "bytes past a short read touched");
+    }
+    // Gaps between pieces are untouched.
+    let first_gap = pieces[7].0 - 4096;
+    assert!(host[first_gap..first_gap + 4096].iter().all(|&b| b == 0xAB));
+    // The future form, and errors before any I/O.
+    assert_eq!(fh.pread_device_batch(reads.clone()).wait().unwrap(), counts);
+    let bad = vec![DeviceRead { dst: dst.region().sub(0, 10).unwrap(), offset: u64::MAX - 1 }];
+    assert!(matches!(fh.read_device_batch(&bad), Err(Error::Overflow { .. })));
+}

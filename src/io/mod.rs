@@ -3,6 +3,7 @@
 
 pub mod compat;
 mod device_io;
+pub use device_io::DeviceRead;
 pub mod file_handle;
 pub mod gds;
 pub mod pool;

@@ -278,6 +278,11 @@ impl DeviceRegion {
         Ok(Self { ptr, len, ordinal: stream.context().ordinal() })
     }
 
+    /// The union of adjacent regions already validated by the caller (batch copies).
+    pub(crate) fn from_parts(ptr: u64, len: usize, ordinal: usize) -> Self {
+        Self { ptr, len, ordinal }
+    }
+
     /// The device address of the first byte.
     pub fn ptr(&self) -> u64 {
         self.ptr
@@ -486,6 +491,7 @@ impl Stream {
     fn start<B: StagingBuffer>(
         &self,
         buffer: B,
+        host_offset: usize,
         len: usize,
         region: DeviceRegion,
         offset: usize,
@@ -504,6 +510,7 @@ impl Stream {
             &self.raw,
             buffer,
             host_of::<B>,
+            host_offset,
             direction,
             region.ptr() + offset as u64,
             len,
@@ -523,7 +530,21 @@ impl Stream {
         dst: DeviceRegion,
         dst_offset: usize,
     ) -> Result<InFlight<B>> {
-        self.start(src, len, dst, dst_offset, sys::CopyDirection::HostToDevice)
+        self.start(src, 0, len, dst, dst_offset, sys::CopyDirection::HostToDevice)
+    }
+
+    /// Like [`Stream::upload`], but copies `len` bytes starting at `src_offset` in `src` (so
+    /// that one staging buffer can feed several destinations).
+    #[doc(alias = "cuMemcpyHtoDAsync")]
+    pub fn upload_from<B: StagingBuffer>(
+        &self,
+        src: B,
+        src_offset: usize,
+        len: usize,
+        dst: DeviceRegion,
+        dst_offset: usize,
+    ) -> Result<InFlight<B>> {
+        self.start(src, src_offset, len, dst, dst_offset, sys::CopyDirection::HostToDevice)
     }
 
     /// Starts copying `len` bytes of `src` at `src_offset` into the start of `dst`
@@ -536,7 +557,7 @@ impl Stream {
         dst: B,
         len: usize,
     ) -> Result<InFlight<B>> {
-        self.start(dst, len, src, src_offset, sys::CopyDirection::DeviceToHost)
+        self.start(dst, 0, len, src, src_offset, sys::CopyDirection::DeviceToHost)
     }
 }
 

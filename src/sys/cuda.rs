@@ -705,6 +705,7 @@ impl<B: Send + 'static> PendingCopy<B> {
         stream: &Arc<RawStream>,
         mut buffer: B,
         host: fn(&mut B) -> &mut PinnedHost,
+        host_offset: usize,
         direction: CopyDirection,
         device: u64,
         len: usize,
@@ -712,13 +713,18 @@ impl<B: Send + 'static> PendingCopy<B> {
         let api = api()?;
         let event = RawEvent::new()?;
         let pinned = host(&mut buffer);
-        if len > pinned.len() {
+        let needed = host_offset
+            .checked_add(len)
+            .ok_or(Error::Overflow { offset: host_offset as u64, len: len as u64 })?;
+        if needed > pinned.len() {
             return Err(Error::BufferTooSmall {
-                needed: len as u64,
+                needed: needed as u64,
                 available: pinned.len() as u64,
             });
         }
-        let host_ptr = pinned.ptr.as_ptr();
+        // SAFETY: `host_offset + len <= pinned.len()` (checked above), so the offset pointer
+        // stays inside the allocation.
+        let host_ptr = unsafe { pinned.ptr.as_ptr().add(host_offset) };
         if len > 0 {
             let (op, rc) = match direction {
                 CopyDirection::HostToDevice => (

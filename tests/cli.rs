@@ -1,0 +1,91 @@
+//! The `gpumap` binary: the main job end to end, JSON output, and errors a user would hit.
+
+use std::process::Command;
+
+fn gpumap() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gpumap"))
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().expect("gpumap runs");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn write_then_read_verifies_and_reports_json() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let file = dir.path().join("data.bin");
+    let (code, out, err) =
+        run(gpumap().args(["write", "--size", "5MiB", "--offset", "4097", "--json"]).arg(&file));
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["op"], "write");
+    assert_eq!(report["bytes"], 5 << 20);
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 4097 + (5 << 20));
+
+    let (code, out, err) = run(gpumap()
+        .args([
+            "read",
+            "--offset",
+            "4097",
+            "--verify-pattern",
+            "--threads",
+            "3",
+            "--task-size",
+            "64KiB",
+            "--json",
+        ])
+        .arg(&file));
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["verified"], true);
+    assert_eq!(report["threads"], 3);
+    assert!(report["gbps"].as_f64().unwrap() > 0.0);
+
+    // A byte changed on disk is found, with its offset.
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[4097 + 1_000_000] ^= 0xFF;
+    std::fs::write(&file, &bytes).unwrap();
+    let (code, _, err) =
+        run(gpumap().args(["read", "--offset", "4097", "--verify-pattern"]).arg(&file));
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("offset {}", 4097 + 1_000_000)), "{err}");
+}
+
+#[test]
+fn info_json_describes_capabilities_and_settings() {
+    let (code, out, err) = run(gpumap().args(["info", "--json"]).env("GPUMAP_TASK_SIZE", "1MiB"));
+    assert_eq!(code, 0, "{err}");
+    let info: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(info["config"]["task_size"], 1 << 20);
+    assert!(info["capabilities"]["cuda"].is_object(), "{out}");
+    let (code, text, _) = run(gpumap().arg("info"));
+    assert_eq!(code, 0);
+    assert!(text.contains("task_size") && text.contains("CUDA"), "{text}");
+}
+
+#[test]
+fn user_errors_are_clear_and_typed() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let file = dir.path().join("small");
+    std::fs::write(&file, vec![1u8; 1000]).unwrap();
+    // A bad environment value names the variable and its value.
+    let (code, _, err) = run(gpumap().arg("read").arg(&file).env("GPUMAP_TASK_SIZE", "-4"));
+    assert_eq!(code, 1);
+    assert!(err.contains("GPUMAP_TASK_SIZE") && err.contains("\"-4\""), "{err}");
+    // A range past the end of the file carries the values.
+    let (code, _, err) = run(gpumap().args(["read", "--offset", "900", "--len", "200"]).arg(&file));
+    assert_eq!(code, 1);
+    assert!(err.contains("900..1100") && err.contains("1000 bytes"), "{err}");
+    // Missing file.
+    let (code, _, err) = run(gpumap().arg("read").arg(dir.path().join("nope")));
+    assert_eq!(code, 1);
+    assert!(err.contains("No such file"), "{err}");
+    // Bad sizes are rejected by the argument parser (exit 2), naming the option.
+    let (code, _, err) = run(gpumap().args(["write", "--size", "lots"]).arg(&file));
+    assert_eq!(code, 2);
+    assert!(err.contains("--size"), "{err}");
+    // The file was not touched by any of it.
+    assert_eq!(std::fs::read(&file).unwrap(), vec![1u8; 1000]);
+}
