@@ -291,3 +291,46 @@ fn batched_device_reads_match_the_file() {
     let bad = vec![DeviceRead { dst: dst.region().sub(0, 10).unwrap(), offset: u64::MAX - 1 }];
     assert!(matches!(fh.read_device_batch(&bad), Err(Error::Overflow { .. })));
 }
+
+#[test]
+fn concurrent_small_device_futures_coalesce_correctly() {
+    let Some(device) = common::gpu() else { return };
+    let dir = test_dir();
+    let path = dir.path().join("futures");
+    let data = pattern((4 << 20) + 321, 5);
+    fs::write(&path, &data).unwrap();
+    let mut o = FileHandle::options().unwrap();
+    o.pool(Arc::new(IoPool::new(4).unwrap()));
+    o.bounce_buffer_size = 256 << 10; // reads up to 64 KiB coalesce; groups of at most 256 KiB
+    let fh = o.open(&path, "r").unwrap();
+    let dst = DeviceBuffer::alloc(&device, 40 << 20).unwrap();
+    dst.region().copy_from_host(0, &vec![0xCD; 40 << 20]).unwrap();
+    // 2000 futures in flight: adjacent and scattered destinations, sizes 1 B to 64 KiB (the
+    // largest beside a 256 KiB one that takes the ordinary path), some running past the end.
+    let mut pieces = Vec::new();
+    let mut at = 0usize;
+    for i in 0..2000u64 {
+        let len = [4096usize, 3, 65536, 512, 4096][i as usize % 5];
+        at += if i % 11 == 0 { 100 } else { 0 };
+        pieces.push((at, len, (i * 104_729) % (data.len() as u64 + 5000)));
+        at += len;
+    }
+    pieces.push((at, 256 << 10, 4096));
+    assert!(at + (256 << 10) <= 40 << 20);
+    let futures: Vec<_> = pieces
+        .iter()
+        .map(|&(d, len, offset)| fh.pread_device(dst.region().sub(d, len).unwrap(), offset))
+        .collect();
+    let counts: Vec<usize> = futures.into_iter().map(|f| f.wait().unwrap()).collect();
+    let mut host = vec![0u8; 40 << 20];
+    dst.copy_to_host(0, &mut host).unwrap();
+    for (&(d, len, offset), &n) in pieces.iter().zip(&counts) {
+        let available = (data.len() as u64).saturating_sub(offset).min(len as u64) as usize;
+        assert_eq!(n, available, "count of the read at file offset {offset}");
+        if n > 0 {
+            let o = offset as usize;
+            assert!(host[d..d + n] == data[o..o + n], "bytes of the read at file offset {offset}");
+        }
+        assert!(host[d + n..d + len].iter().all(|&b| b == 0xCD), "bytes past a short read touched");
+    }
+}

@@ -17,13 +17,14 @@
 //! the [`IoFuture`]) completes.
 #![forbid(unsafe_code)]
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::align::{align_up, checked_end, split_tasks, PAGE_SIZE};
 use crate::error::Result;
 use crate::io::compat::IoPath;
 use crate::io::file_handle::{FileHandle, Inner};
-use crate::io::pool::IoFuture;
+use crate::io::pool::{Completer, IoFuture};
 use crate::memory::bounce::{BounceBuffer, BouncePool};
 use crate::memory::cuda::{CudaDevice, DeviceRegion, InFlight, Stream};
 
@@ -73,9 +74,89 @@ impl FileHandle {
     }
 
     /// Starts [`read_device`](Self::read_device) on the pool.
+    ///
+    /// Small reads on the POSIX path (at most a quarter of a bounce buffer) that are in flight
+    /// together are coalesced: they queue on the handle, and pool threads take them in groups
+    /// that go through [`read_device_batch`](Self::read_device_batch)'s path — one pinned
+    /// buffer and one host-to-device copy per run of adjacent destinations instead of one per
+    /// read. A lone read is taken alone, at once.
     pub fn pread_device(&self, dst: DeviceRegion, offset: u64) -> IoFuture<usize> {
+        let inner = &self.inner;
+        let small = !dst.is_empty() && dst.len() as u64 <= inner.bounce_buffer_size / 4;
+        if small
+            && inner.check_read().is_ok()
+            && checked_end(offset, dst.len() as u64).is_ok()
+            && inner.device_path(dst.len()) == IoPath::Posix
+        {
+            return self.enqueue_small_read(DeviceRead { dst, offset });
+        }
         let handle = self.clone();
-        self.inner.pool.spawn(move || handle.read_device(dst, offset))
+        inner.pool.spawn(move || handle.read_device(dst, offset))
+    }
+
+    fn enqueue_small_read(&self, read: DeviceRead) -> IoFuture<usize> {
+        let (future, completer) = IoFuture::pending();
+        let start_drainer = {
+            let mut queue = self.inner.small_reads.lock();
+            queue.waiting.push_back((read, completer));
+            let start = queue.drainers < self.inner.pool.nthreads();
+            if start {
+                queue.drainers += 1;
+            }
+            start
+        };
+        if start_drainer {
+            let handle = self.clone();
+            self.inner.pool.spawn_detached(move || handle.drain_small_reads());
+        }
+        future
+    }
+
+    /// A drainer: takes groups of queued small reads (a fair share of the queue, within one
+    /// bounce buffer, one device) until the queue is empty.
+    fn drain_small_reads(&self) {
+        let inner = &self.inner;
+        let capacity = inner.bounce_buffer_size as usize;
+        loop {
+            let group = {
+                let mut queue = inner.small_reads.lock();
+                if queue.waiting.is_empty() {
+                    queue.drainers -= 1;
+                    return;
+                }
+                let share = queue.waiting.len().div_ceil(inner.pool.nthreads());
+                let mut group: Vec<(DeviceRead, Completer<usize>)> = Vec::new();
+                let mut bytes = 0usize;
+                while let Some((next, _)) = queue.waiting.front() {
+                    let fits = group.is_empty()
+                        || (group.len() < share
+                            && bytes + next.dst.len() <= capacity
+                            && next.dst.device_ordinal() == group[0].0.dst.device_ordinal());
+                    if !fits {
+                        break;
+                    }
+                    bytes += next.dst.len();
+                    group.extend(queue.waiting.pop_front());
+                }
+                group
+            };
+            let (reads, completers): (Vec<DeviceRead>, Vec<Completer<usize>>) =
+                group.into_iter().unzip();
+            let mut counts = vec![0usize; reads.len()];
+            match inner.read_group(&reads, &mut counts) {
+                Ok(_) => {
+                    for (completer, n) in completers.into_iter().zip(counts) {
+                        completer.complete(Ok(n));
+                    }
+                }
+                // Each read again on its own, so each future gets its own answer.
+                Err(_) => {
+                    for (completer, r) in completers.into_iter().zip(&reads) {
+                        completer.complete(self.read_device(r.dst, r.offset));
+                    }
+                }
+            }
+        }
     }
 
     /// Starts [`write_device`](Self::write_device) on the pool.
@@ -83,6 +164,13 @@ impl FileHandle {
         let handle = self.clone();
         self.inner.pool.spawn(move || handle.write_device(src, offset))
     }
+}
+
+/// Small `pread_device` calls waiting to be coalesced, and the drainers taking them.
+#[derive(Default)]
+pub(super) struct SmallReads {
+    waiting: VecDeque<(DeviceRead, Completer<usize>)>,
+    drainers: usize,
 }
 
 /// One read of a batch: the bytes of the file at `offset` go to `dst` (all of it, unless the

@@ -165,6 +165,8 @@ pub(super) struct Inner {
     /// The compat decision, made at open for `Off` (so the open fails with the reason) and at
     /// the first device transfer otherwise (so host-only users never load cuFile).
     pub(super) decision: OnceLock<(CompatDecision, Option<CuFileHandle>)>,
+    /// Small device reads waiting to be coalesced (see `FileHandle::pread_device`).
+    pub(super) small_reads: parking_lot::Mutex<crate::io::device_io::SmallReads>,
 }
 
 impl std::fmt::Debug for FileHandle {
@@ -255,6 +257,7 @@ impl FileHandle {
                 bounce_buffer_size: options.bounce_buffer_size,
                 pool,
                 decision,
+                small_reads: Default::default(),
             }),
         })
     }

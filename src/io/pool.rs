@@ -127,6 +127,17 @@ impl IoPool {
     }
 }
 
+impl IoPool {
+    /// Runs `job` on the pool with no future (it reports through its own means).
+    pub(crate) fn spawn_detached(&self, job: impl FnOnce() + Send + 'static) {
+        self.threads.read().spawn(move || {
+            if let Err(p) = catch_unwind(AssertUnwindSafe(job)) {
+                eprintln!("gpumap: {}", panic_error(p));
+            }
+        });
+    }
+}
+
 fn build(nthreads: usize) -> Result<rayon::ThreadPool> {
     if nthreads == 0 || nthreads > 4096 {
         return Err(Error::InvalidArgument(format!("thread count {nthreads}: expected 1 to 4096")));
@@ -208,6 +219,37 @@ impl<T> IoFuture<T> {
     /// Whether the work has finished (then [`IoFuture::wait`] returns at once).
     pub fn is_done(&self) -> bool {
         self.slot.state.lock().finished
+    }
+}
+
+impl<T> IoFuture<T> {
+    /// A future completed later through its [`Completer`].
+    pub(crate) fn pending() -> (IoFuture<T>, Completer<T>) {
+        let slot = Arc::new(Slot::default());
+        (IoFuture { slot: slot.clone() }, Completer { slot: Some(slot) })
+    }
+}
+
+/// The completing side of [`IoFuture::pending`]. Dropped without completing, it completes the
+/// future with an error, so that no waiter hangs.
+pub(crate) struct Completer<T> {
+    slot: Option<Arc<Slot<T>>>,
+}
+
+impl<T> Completer<T> {
+    /// Completes the future.
+    pub(crate) fn complete(mut self, result: Result<T>) {
+        if let Some(slot) = self.slot.take() {
+            slot.complete(result);
+        }
+    }
+}
+
+impl<T> Drop for Completer<T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.complete(Err(Error::TaskPanicked("the transfer was abandoned".into())));
+        }
     }
 }
 
