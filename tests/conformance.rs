@@ -334,3 +334,38 @@ fn concurrent_small_device_futures_coalesce_correctly() {
         assert!(host[d + n..d + len].iter().all(|&b| b == 0xCD), "bytes past a short read touched");
     }
 }
+
+#[test]
+fn stream_ordered_transfers_in_every_compat_mode() {
+    use gpumap::memory::cuda::Stream;
+    let Some(device) = common::gpu() else { return };
+    let dir = test_dir();
+    for mode in [CompatMode::On, CompatMode::Auto, CompatMode::Off] {
+        let path = dir.path().join(format!("async-{mode}"));
+        let data = pattern((3 << 20) + 4096, 3);
+        let mut o = FileHandle::options().unwrap();
+        o.compat_mode(mode);
+        o.gds_threshold = 0;
+        let fh = match o.open(&path, "w+") {
+            Ok(fh) => fh,
+            Err(e) if mode == CompatMode::Off => {
+                eprintln!("compat off unavailable here: {e}");
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let stream = Stream::new(&device).unwrap();
+        let mut src = DeviceBuffer::alloc(&device, data.len()).unwrap();
+        src.copy_from_host(0, &data).unwrap();
+        let n = fh.write_async(src.region(), 4096, &stream).unwrap().wait().unwrap();
+        assert_eq!(n, data.len(), "{mode}");
+        let dst = DeviceBuffer::zeroed(&device, data.len()).unwrap();
+        let n = fh.read_async(dst.region(), 4096, &stream).unwrap().wait().unwrap();
+        assert_eq!(n, data.len(), "{mode}");
+        let mut back = vec![0u8; data.len()];
+        dst.copy_to_host(0, &mut back).unwrap();
+        assert!(back == data, "{mode}: {:?}", fh.compat_decision());
+        let ro = FileHandle::open(&path, "r").unwrap();
+        assert!(matches!(ro.write_async(src.region(), 0, &stream), Err(Error::AccessMode { .. })));
+    }
+}

@@ -24,6 +24,7 @@ use crate::align::{align_up, checked_end, split_tasks, PAGE_SIZE};
 use crate::error::Result;
 use crate::io::compat::IoPath;
 use crate::io::file_handle::{FileHandle, Inner};
+use crate::io::gds::AsyncIo;
 use crate::io::pool::{Completer, IoFuture};
 use crate::memory::bounce::{BounceBuffer, BouncePool};
 use crate::memory::cuda::{CudaDevice, DeviceRegion, InFlight, Stream};
@@ -163,6 +164,101 @@ impl FileHandle {
     pub fn pwrite_device(&self, src: DeviceRegion, offset: u64) -> IoFuture<usize> {
         let handle = self.clone();
         self.inner.pool.spawn(move || handle.write_device(src, offset))
+    }
+}
+
+/// A stream-ordered transfer started by [`FileHandle::read_async`] or
+/// [`FileHandle::write_async`].
+#[derive(Debug)]
+#[must_use = "wait() gives the count (and the error, if any)"]
+pub struct StreamTransfer {
+    state: StreamState,
+}
+
+#[derive(Debug)]
+enum StreamState {
+    /// The POSIX path ran in stream order before the call returned.
+    Done(usize),
+    /// `cuFileReadAsync`/`cuFileWriteAsync` queued on the stream.
+    CuFile(AsyncIo),
+}
+
+impl StreamTransfer {
+    /// Blocks until the stream has carried out the transfer; returns the bytes moved.
+    pub fn wait(self) -> Result<usize> {
+        match self.state {
+            StreamState::Done(n) => Ok(n),
+            StreamState::CuFile(io) => io.wait(),
+        }
+    }
+}
+
+impl FileHandle {
+    /// A read into `dst` ordered on `stream`: it sees the work queued on `stream` before the
+    /// call, and work queued after the call sees its data.
+    ///
+    /// On the cuFile path this is `cuFileReadAsync`: the call returns at once and the read
+    /// runs when the stream reaches it. On the POSIX path (and below `gds_threshold`) there is
+    /// no way to run `pread` inside a stream, so — like KvikIO's compatibility mode — the
+    /// stream is synchronized, the read runs in parallel on the pool, and the call returns
+    /// when it is done; [`StreamTransfer::wait`] then returns at once.
+    pub fn read_async(
+        &self,
+        dst: DeviceRegion,
+        offset: u64,
+        stream: &Stream,
+    ) -> Result<StreamTransfer> {
+        self.stream_ordered(dst, offset, stream, false)
+    }
+
+    /// A write of `src` ordered on `stream` (see [`read_async`](Self::read_async)).
+    pub fn write_async(
+        &self,
+        src: DeviceRegion,
+        offset: u64,
+        stream: &Stream,
+    ) -> Result<StreamTransfer> {
+        self.stream_ordered(src, offset, stream, true)
+    }
+
+    fn stream_ordered(
+        &self,
+        region: DeviceRegion,
+        offset: u64,
+        stream: &Stream,
+        write: bool,
+    ) -> Result<StreamTransfer> {
+        let inner = &self.inner;
+        if write {
+            inner.check_positional_write()?;
+        } else {
+            inner.check_read()?;
+        }
+        checked_end(offset, region.len() as u64)?;
+        if region.device_ordinal() != stream.device().ordinal() {
+            return Err(crate::Error::InvalidArgument(format!(
+                "region is on device {} but the stream on device {}",
+                region.device_ordinal(),
+                stream.device().ordinal()
+            )));
+        }
+        if let (IoPath::CuFile, Some(gds)) =
+            (inner.device_path(region.len()), inner.decision().1.as_ref())
+        {
+            let io = if write {
+                gds.write_async(stream, region, 0, region.len(), offset)?
+            } else {
+                gds.read_async(stream, region, 0, region.len(), offset)?
+            };
+            return Ok(StreamTransfer { state: StreamState::CuFile(io) });
+        }
+        stream.synchronize()?;
+        let n = if write {
+            self.write_device(region, offset)?
+        } else {
+            self.read_device(region, offset)?
+        };
+        Ok(StreamTransfer { state: StreamState::Done(n) })
     }
 }
 

@@ -221,9 +221,9 @@ fn drop_all(args: &PagecacheArgs) -> ExitCode {
         Ok(()) => {
             let what = if args.dentries { "page cache, dentries and inodes" } else { "page cache" };
             if args.json {
-                println!("{}", serde_json::json!({ "dropped": what }));
+                crate::output::line(serde_json::json!({ "dropped": what }));
             } else {
-                println!("dropped the system's clean {what}");
+                crate::output::line(format!("dropped the system's clean {what}"));
             }
             ExitCode::SUCCESS
         }
