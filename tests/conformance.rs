@@ -75,11 +75,20 @@ impl Backend {
     }
 }
 
-/// Host always; device memory in each compat mode where there is a GPU.
+/// Host always; device memory in each compat mode where there is a GPU (compat off only where
+/// cuFile can be used at all: elsewhere its refusal is checked by `compat_modes_tell_the_truth`).
 fn backends() -> Vec<Backend> {
     let mut all = vec![Backend::Host];
     if let Some(device) = common::gpu() {
         for mode in [CompatMode::On, CompatMode::Auto, CompatMode::Off] {
+            if mode == CompatMode::Off {
+                if let Err(reason) = gpumap::Capabilities::probe().cufile_usable() {
+                    eprintln!(
+                        "SKIP device backend with compat off: cuFile unusable here ({reason})"
+                    );
+                    continue;
+                }
+            }
             all.push(Backend::Device { device: device.clone(), mode });
         }
     }

@@ -441,17 +441,7 @@ pub fn write(args: &WriteArgs) -> Result<()> {
                 done += n;
                 bar.set_position(done as u64);
             }
-            let decision = handle.compat_decision();
-            (
-                start,
-                format!(
-                    "GPU {} ({}), {:?} path: {}",
-                    device.ordinal(),
-                    device.name(),
-                    decision.path,
-                    decision.reason
-                ),
-            )
+            (start, device_note(&device, &handle))
         }
     };
     if args.sync {
