@@ -306,6 +306,16 @@ pub fn run_device(
         // Its own workload row: a ceiling to read figures against, not a peer to beat.
         emit(&Record::new("cuda-h2d-pinned", "pinned_h2d_copy_256m", 1, copy_len as u64, best));
     }
+    if options.baselines {
+        // The disk's own rate: O_DIRECT, 16 MiB requests, one at a time (the page cache plays
+        // no part, so this is a cold read whatever the cache holds).
+        let cmd = format!(
+            "dd if='{}' of=/dev/null bs=16M iflag=direct status=none",
+            options.file.display()
+        );
+        let secs = time_shell(&cmd)?;
+        emit(&Record::new("dd-odirect", "seq_read_cold", 1, file_len, secs));
+    }
     let dst = DeviceBuffer::alloc(device, size)?;
     let mut paths = vec![("gpumap-filehandle", CompatMode::Auto)];
     let probe = device_open(&options.file, "r", 1, false, CompatMode::Off);

@@ -378,3 +378,24 @@ fn stream_ordered_transfers_in_every_compat_mode() {
         assert!(matches!(ro.write_async(src.region(), 0, &stream), Err(Error::AccessMode { .. })));
     }
 }
+
+#[test]
+fn cudarc_slices_are_device_memory_too() {
+    let Some(_device) = common::gpu() else { return };
+    let dir = test_dir();
+    let path = dir.path().join("cudarc");
+    let data = pattern((2 << 20) + 17, 9);
+    fs::write(&path, &data).unwrap();
+    let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+    let stream = ctx.default_stream();
+    let slice = stream.alloc_zeros::<u8>(data.len()).unwrap();
+    let region = DeviceRegion::from_cudarc(&slice, &stream).unwrap();
+    assert_eq!(region.len(), data.len());
+    let fh = FileHandle::open(&path, "r").unwrap();
+    assert_eq!(fh.read_device(region, 0).unwrap(), data.len());
+    let back: Vec<u8> = stream.clone_dtoh(&slice).unwrap();
+    assert!(back == data);
+    // Registering the buffer with cuFile is a no-op on the POSIX path, and works on cuFile's.
+    let registered = fh.buffer_register(region).unwrap();
+    assert_eq!(registered.is_some(), fh.compat_decision().path == IoPath::CuFile);
+}

@@ -24,7 +24,7 @@ use crate::align::{align_up, checked_end, split_tasks, PAGE_SIZE};
 use crate::error::Result;
 use crate::io::compat::IoPath;
 use crate::io::file_handle::{FileHandle, Inner};
-use crate::io::gds::AsyncIo;
+use crate::io::gds::{AsyncIo, CuFileHandle, RegisteredBuffer};
 use crate::io::pool::{Completer, IoFuture};
 use crate::memory::bounce::{BounceBuffer, BouncePool};
 use crate::memory::cuda::{CudaDevice, DeviceRegion, InFlight, Stream};
@@ -219,6 +219,20 @@ impl FileHandle {
         stream: &Stream,
     ) -> Result<StreamTransfer> {
         self.stream_ordered(src, offset, stream, true)
+    }
+
+    /// Registers `region` with cuFile (`cuFileBufRegister`) for the life of the returned guard,
+    /// as KvikIO's `buffer_register`: worthwhile for a buffer that is the target of many
+    /// transfers on the cuFile path. On the POSIX path there is nothing to register and this
+    /// returns `Ok(None)`.
+    #[doc(alias = "cuFileBufRegister")]
+    pub fn buffer_register(&self, region: DeviceRegion) -> Result<Option<RegisteredBuffer>> {
+        match self.inner.decision() {
+            (decision, Some(_)) if decision.path == IoPath::CuFile => {
+                CuFileHandle::register_buffer(region).map(Some)
+            }
+            _ => Ok(None),
+        }
     }
 
     fn stream_ordered(
