@@ -152,6 +152,33 @@ pub fn target_main(
     }
 }
 
+/// One random-read workload: `offsets.len()` reads of `block` bytes, on `threads` threads.
+struct RandomWorkload {
+    name: &'static str,
+    block: u64,
+    offsets: Vec<u64>,
+    threads: usize,
+}
+
+/// `rand_read_4k` (`random_ops` reads) and `rand_read_64k` (a quarter as many) at the largest
+/// thread count, for a file large enough to hold one block.
+fn random_workloads(options: &BenchOptions, file_len: u64) -> Vec<RandomWorkload> {
+    let threads = options.threads.iter().copied().max().unwrap_or(1);
+    [
+        ("rand_read_4k", 4096u64, options.random_ops),
+        ("rand_read_64k", 65536, options.random_ops / 4),
+    ]
+    .into_iter()
+    .filter(|&(_, block, _)| file_len >= block)
+    .map(|(name, block, ops)| RandomWorkload {
+        name,
+        block,
+        offsets: random_offsets(file_len, block, ops),
+        threads,
+    })
+    .collect()
+}
+
 /// The file's length, also as a buffer size.
 fn file_size(path: &Path) -> Result<(u64, usize)> {
     let len = std::fs::metadata(path).map_err(|e| Error::io("stat", path, None, e))?.len();
@@ -232,13 +259,10 @@ pub fn run_host(options: &BenchOptions, emit: &mut dyn FnMut(&Record)) -> Result
             emit(&Record::new("memcpy", "seq_read_warm", threads, file_len, best));
         }
     }
-    for (workload, block) in [("rand_read_4k", 4096u64), ("rand_read_64k", 65536u64)] {
-        if file_len < block {
-            continue;
-        }
-        let ops = if block == 4096 { options.random_ops } else { options.random_ops / 4 };
-        let offsets = random_offsets(file_len, block, ops);
-        let threads = *options.threads.iter().max().unwrap_or(&1);
+    for RandomWorkload { name: workload, block, offsets, threads } in
+        random_workloads(options, file_len)
+    {
+        let ops = offsets.len();
         let handle = open(&options.file, "r", threads, false)?;
         for temperature in ["cold", "warm"] {
             if temperature == "cold" {
@@ -341,13 +365,10 @@ pub fn run_device(
             })?;
             emit(&Record::new(name, "seq_read_warm", threads, file_len, best));
         }
-        for (workload, block) in [("rand_read_4k", 4096u64), ("rand_read_64k", 65536u64)] {
-            if file_len < block {
-                continue;
-            }
-            let ops = if block == 4096 { options.random_ops } else { options.random_ops / 4 };
-            let offsets = random_offsets(file_len, block, ops);
-            let threads = *options.threads.iter().max().unwrap_or(&1);
+        for RandomWorkload { name: workload, block, offsets, threads } in
+            random_workloads(options, file_len)
+        {
+            let ops = offsets.len();
             let handle = device_open(&options.file, "r", threads, false, mode)?;
             let region = dst.region();
             let slots = (size / block as usize).max(1);

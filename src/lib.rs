@@ -36,7 +36,7 @@
 //! driver at about 12 µs a copy — so small reads are batched: pieces in flight together
 //! ([`io::FileHandle::pread_device`] futures, or one [`io::FileHandle::read_device_batch`])
 //! are packed into one pinned buffer and copied once per run of adjacent destinations. That
-//! takes random 4 KiB reads from a warm cache from 78 thousand to 2.5 million a second.
+//! takes random 4 KiB reads from a warm cache from 78 thousand to over 2 million a second.
 //!
 //! **cuFile (GPUDirect Storage).** Where nvidia-fs (or NVMe P2P DMA) is available, cuFile DMAs
 //! between the disk and GPU memory with no bounce. Where cuFile's library opens but no DMA path
