@@ -220,6 +220,24 @@ fn progress_piece(handle: &FileHandle, threads: usize, bar: &ProgressBar, total:
     (handle.task_size() as usize * threads * 16).max(256 << 20)
 }
 
+/// Calls `step(at, n)` for consecutive pieces `[at, at + n)` of `[0, total)`, each at most
+/// `piece` bytes, moving the progress bar after each.
+fn in_pieces(
+    total: usize,
+    piece: usize,
+    bar: &ProgressBar,
+    mut step: impl FnMut(usize, usize) -> Result<()>,
+) -> Result<()> {
+    let mut at = 0usize;
+    while at < total {
+        let n = piece.min(total - at);
+        step(at, n)?;
+        at += n;
+        bar.set_position(at as u64);
+    }
+    Ok(())
+}
+
 fn progress_bar(total: u64, json: bool, what: &str) -> ProgressBar {
     if json || total < (256 << 20) {
         return ProgressBar::hidden();
@@ -289,12 +307,9 @@ pub fn read(args: &ReadArgs) -> Result<()> {
             let mut seconds = f64::INFINITY;
             for _ in 0..args.repeat {
                 let start = Instant::now();
-                let mut done = 0u64;
-                for chunk in buf.chunks_mut(piece) {
-                    handle.read_exact(chunk, args.offset + done)?;
-                    done += chunk.len() as u64;
-                    bar.set_position(done);
-                }
+                in_pieces(size, piece, &bar, |at, n| {
+                    handle.read_exact(&mut buf[at..at + n], args.offset + at as u64)
+                })?;
                 seconds = seconds.min(start.elapsed().as_secs_f64());
             }
             bar.finish_and_clear();
@@ -315,13 +330,9 @@ pub fn read(args: &ReadArgs) -> Result<()> {
             let mut seconds = f64::INFINITY;
             for _ in 0..args.repeat {
                 let start = Instant::now();
-                let mut done = 0usize;
-                while done < size {
-                    let n = piece.min(size - done);
-                    handle.read_device_exact(region.sub(done, n)?, args.offset + done as u64)?;
-                    done += n;
-                    bar.set_position(done as u64);
-                }
+                in_pieces(size, piece, &bar, |at, n| {
+                    handle.read_device_exact(region.sub(at, n)?, args.offset + at as u64)
+                })?;
                 seconds = seconds.min(start.elapsed().as_secs_f64());
             }
             bar.finish_and_clear();
@@ -422,12 +433,9 @@ pub fn write(args: &WriteArgs) -> Result<()> {
     let (start, memory_note) = match memory {
         Memory::Host(note) => {
             let start = Instant::now();
-            let mut done = 0u64;
-            for chunk in buf.chunks(piece) {
-                handle.write(chunk, args.offset + done)?;
-                done += chunk.len() as u64;
-                bar.set_position(done);
-            }
+            in_pieces(size, piece, &bar, |at, n| {
+                handle.write(&buf[at..at + n], args.offset + at as u64).map(|_| ())
+            })?;
             (start, note)
         }
         Memory::Device(device) => {
@@ -438,13 +446,9 @@ pub fn write(args: &WriteArgs) -> Result<()> {
             let region = staged.region();
             let _ = handle.compat_decision(); // decided before the clock starts, as in read
             let start = Instant::now();
-            let mut done = 0usize;
-            while done < size {
-                let n = piece.min(size - done);
-                handle.write_device(region.sub(done, n)?, args.offset + done as u64)?;
-                done += n;
-                bar.set_position(done as u64);
-            }
+            in_pieces(size, piece, &bar, |at, n| {
+                handle.write_device(region.sub(at, n)?, args.offset + at as u64).map(|_| ())
+            })?;
             (start, device_note(&device, &handle))
         }
     };
