@@ -446,16 +446,9 @@ fn open(path: &Path, flags: &str, threads: usize, direct: bool) -> Result<FileHa
     options.open(path, flags)
 }
 
-/// Drops the file's pages from the page cache (they are clean: the file is only read here).
+/// Drops the file's pages from the page cache ([`crate::pagecache::evict`]).
 fn evict(path: &Path) -> Result<()> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io("open", path, None, e))?;
-    crate::sys::posix::fadvise(
-        &file,
-        path,
-        0,
-        0,
-        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-    )
+    crate::pagecache::evict(path, crate::pagecache::ByteRange::ALL).map(|_| ())
 }
 
 fn best_of(repeats: usize, mut measure: impl FnMut() -> Result<f64>) -> Result<f64> {

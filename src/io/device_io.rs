@@ -23,7 +23,7 @@ use std::sync::Arc;
 use crate::align::{align_up, checked_end, split_tasks, PAGE_SIZE};
 use crate::error::Result;
 use crate::io::compat::IoPath;
-use crate::io::file_handle::{FileHandle, Inner};
+use crate::io::file_handle::{expect_len, FileHandle, Inner};
 use crate::io::gds::{AsyncIo, CuFileHandle, RegisteredBuffer};
 use crate::io::pool::{Completer, IoFuture};
 use crate::memory::bounce::{BounceBuffer, BouncePool};
@@ -36,9 +36,9 @@ impl FileHandle {
         let inner = &self.inner;
         inner.check_read()?;
         checked_end(offset, dst.len() as u64)?;
-        match inner.device_path(dst.len()) {
-            IoPath::CuFile => inner.run_cufile(dst, offset, true),
-            IoPath::Posix => {
+        match inner.cufile_for(dst.len()) {
+            Some(gds) => inner.run_cufile(gds, dst, offset, true),
+            None => {
                 let tasks = split_tasks(offset, dst.len() as u64, inner.span_size(dst.len()));
                 inner.pool.run(tasks, |t| {
                     inner.read_span(dst, t.buf_offset as usize, t.len as usize, t.offset)
@@ -51,11 +51,7 @@ impl FileHandle {
     /// [`crate::Error::UnexpectedEof`].
     pub fn read_device_exact(&self, dst: DeviceRegion, offset: u64) -> Result<()> {
         let got = self.read_device(dst, offset)?;
-        if got == dst.len() {
-            Ok(())
-        } else {
-            Err(crate::Error::UnexpectedEof { offset, wanted: dst.len() as u64, got: got as u64 })
-        }
+        expect_len(offset, dst.len(), got)
     }
 
     /// Writes all of device memory `src` at `offset`, in parallel; returns `src.len()`.
@@ -63,9 +59,9 @@ impl FileHandle {
         let inner = &self.inner;
         inner.check_positional_write()?;
         checked_end(offset, src.len() as u64)?;
-        match inner.device_path(src.len()) {
-            IoPath::CuFile => inner.run_cufile(src, offset, false),
-            IoPath::Posix => {
+        match inner.cufile_for(src.len()) {
+            Some(gds) => inner.run_cufile(gds, src, offset, false),
+            None => {
                 let tasks = split_tasks(offset, src.len() as u64, inner.span_size(src.len()));
                 inner.pool.run(tasks, |t| {
                     inner.write_span(src, t.buf_offset as usize, t.len as usize, t.offset)
@@ -87,7 +83,7 @@ impl FileHandle {
         if small
             && inner.check_read().is_ok()
             && checked_end(offset, dst.len() as u64).is_ok()
-            && inner.device_path(dst.len()) == IoPath::Posix
+            && inner.cufile_for(dst.len()).is_none()
         {
             return self.enqueue_small_read(DeviceRead { dst, offset });
         }
@@ -256,9 +252,7 @@ impl FileHandle {
                 stream.device().ordinal()
             )));
         }
-        if let (IoPath::CuFile, Some(gds)) =
-            (inner.device_path(region.len()), inner.decision().1.as_ref())
-        {
+        if let Some(gds) = inner.cufile_for(region.len()) {
             let io = if write {
                 gds.write_async(stream, region, 0, region.len(), offset)?
             } else {
@@ -365,7 +359,7 @@ fn group_reads(reads: &[DeviceRead], capacity: usize) -> Vec<std::ops::Range<usi
 /// Bounce-buffer chunks per task on the POSIX device path (see `Inner::span_size`).
 const PIPELINE_CHUNKS: u64 = 16;
 
-/// A staged chunk on its way between file and device.
+/// A chunk on its way from device to file: the download in flight, and where it goes.
 struct Chunk {
     copy: InFlight<BounceBuffer>,
     len: usize,
@@ -373,13 +367,11 @@ struct Chunk {
 }
 
 impl Inner {
-    fn device_path(&self, len: usize) -> IoPath {
+    /// The cuFile handle when a device transfer of `len` bytes takes the cuFile path (cuFile
+    /// chosen for the file and `len` at least `gds_threshold`); `None` for the POSIX path.
+    fn cufile_for(&self, len: usize) -> Option<&CuFileHandle> {
         let (decision, gds) = self.decision();
-        if decision.path == IoPath::CuFile && gds.is_some() && len as u64 >= self.gds_threshold {
-            IoPath::CuFile
-        } else {
-            IoPath::Posix
-        }
+        gds.as_ref().filter(|_| decision.path == IoPath::CuFile && len as u64 >= self.gds_threshold)
     }
 
     /// The task size on the POSIX device path: [`PIPELINE_CHUNKS`] bounce buffers, so that a
@@ -397,10 +389,13 @@ impl Inner {
         align_up(span, PAGE_SIZE).unwrap_or(span)
     }
 
-    fn run_cufile(&self, region: DeviceRegion, offset: u64, read: bool) -> Result<usize> {
-        let Some(gds) = self.decision().1.as_ref() else {
-            return Ok(0); // device_path only answers CuFile with a handle
-        };
+    fn run_cufile(
+        &self,
+        gds: &CuFileHandle,
+        region: DeviceRegion,
+        offset: u64,
+        read: bool,
+    ) -> Result<usize> {
         let tasks = split_tasks(offset, region.len() as u64, self.task_size);
         self.pool.run(tasks, |t| {
             let (at, len) = (t.buf_offset as usize, t.len as usize);
@@ -424,14 +419,17 @@ impl Inner {
     }
 
     /// A second buffer for double-buffering, or — when the pool is exhausted by other
-    /// transfers — the buffer of the chunk in flight once its copy is done. Never blocks while
+    /// transfers — the buffer of the copy in flight once it is done. Never blocks while
     /// holding a buffer, so workers cannot deadlock on the pool.
-    fn next_buffer(pool: &Arc<BouncePool>, in_flight: &mut Option<Chunk>) -> Result<BounceBuffer> {
+    fn next_buffer(
+        pool: &Arc<BouncePool>,
+        in_flight: &mut Option<InFlight<BounceBuffer>>,
+    ) -> Result<BounceBuffer> {
         if let Some(buffer) = pool.try_acquire()? {
             return Ok(buffer);
         }
         match in_flight.take() {
-            Some(chunk) => chunk.copy.wait(),
+            Some(copy) => copy.wait(),
             None => pool.acquire(),
         }
     }
@@ -446,7 +444,7 @@ impl Inner {
     ) -> Result<usize> {
         let (pool, stream) = self.staging(dst.device_ordinal())?;
         let chunk_size = pool.buffer_size();
-        let mut in_flight: Option<Chunk> = None;
+        let mut in_flight: Option<InFlight<BounceBuffer>> = None;
         let mut done = 0usize;
         while done < len {
             let want = chunk_size.min(len - done);
@@ -454,9 +452,8 @@ impl Inner {
             let got = self.read_piece(&mut buffer[..want], file_offset + done as u64)?;
             if got > 0 {
                 let copy = stream.upload(buffer, got, dst, dst_offset + done)?;
-                let previous = in_flight.replace(Chunk { copy, len: got, file_offset: 0 });
-                if let Some(previous) = previous {
-                    previous.copy.wait()?;
+                if let Some(previous) = in_flight.replace(copy) {
+                    previous.wait()?;
                 }
             }
             done += got;
@@ -465,7 +462,7 @@ impl Inner {
             }
         }
         if let Some(last) = in_flight {
-            last.copy.wait()?;
+            last.wait()?;
         }
         Ok(done)
     }

@@ -417,7 +417,8 @@ impl FileHandle {
     }
 }
 
-fn expect_len(offset: u64, wanted: usize, got: usize) -> Result<()> {
+/// `Ok` when a read got all it wanted, else [`Error::UnexpectedEof`] with the counts.
+pub(super) fn expect_len(offset: u64, wanted: usize, got: usize) -> Result<()> {
     if got == wanted {
         Ok(())
     } else {

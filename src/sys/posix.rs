@@ -1,4 +1,5 @@
-//! POSIX file I/O: positional read/write loops, `O_DIRECT` opens, advice, sync.
+//! POSIX file I/O: positional read/write loops, `O_DIRECT` opens, sync. (Page-cache calls —
+//! advice, residency, locking — are in `sys::pagecache`.)
 //!
 //! One function per system call (or per loop around one), each documented with the call it maps
 //! to. The standard library's safe wrappers (`FileExt::read_at` is `pread64`) carry the calls, so
@@ -7,7 +8,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -121,17 +121,4 @@ pub fn fsync(file: &File, path: &Path) -> Result<()> {
 #[doc(alias = "ftruncate")]
 pub fn set_len(file: &File, path: &Path, len: u64) -> Result<()> {
     file.set_len(len).map_err(|e| Error::io("ftruncate", path, Some(len), e))
-}
-
-/// Advice to the kernel about a range: `posix_fadvise(2)`.
-#[doc(alias = "posix_fadvise")]
-pub fn fadvise(
-    file: &File,
-    path: &Path,
-    offset: u64,
-    len: u64,
-    advice: nix::fcntl::PosixFadviseAdvice,
-) -> Result<()> {
-    nix::fcntl::posix_fadvise(file.as_raw_fd(), offset as i64, len as i64, advice)
-        .map_err(|errno| Error::io("posix_fadvise", path, Some(offset), io::Error::from(errno)))
 }
