@@ -13,6 +13,8 @@ use gpumap::memory::cuda::{CudaDevice, DeviceBuffer, DeviceRegion};
 use gpumap::memory::HostBuffer;
 use gpumap::Error;
 
+use common::random_bytes;
+
 /// Where the bytes of a transfer live.
 enum Backend {
     Host,
@@ -104,18 +106,6 @@ fn test_dir() -> tempfile::TempDir {
     tempfile::tempdir_in(base).unwrap()
 }
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
 #[test]
 fn round_trips_at_odd_sizes_offsets_and_thread_counts() {
     let dir = test_dir();
@@ -132,7 +122,7 @@ fn round_trips_at_odd_sizes_offsets_and_thread_counts() {
             for threads in [1usize, 3, 8] {
                 let path = dir.path().join(format!("rt-{len}-{offset}-{threads}"));
                 let fh = backend.options(threads, 1 << 20).open(&path, "w+").unwrap();
-                let data = pattern(len, len as u64 + offset);
+                let data = random_bytes(len, len as u64 + offset);
                 let what =
                     format!("{} len {len} offset {offset} threads {threads}", backend.name());
                 assert_eq!(backend.write(&fh, &data, offset).unwrap(), len, "{what}");
@@ -160,7 +150,7 @@ fn transfers_beyond_4_gib() {
         let fh = backend.options(8, 4 << 20).open(&path, "w+").unwrap();
         let far = (4u64 << 30) + 8191; // past 2^32, unaligned
         fh.set_len(far + (8 << 20)).unwrap();
-        let data = pattern(3 << 20, 7);
+        let data = random_bytes(3 << 20, 7);
         backend.write(&fh, &data, far).unwrap();
         assert!(backend.read(&fh, data.len(), far).unwrap() == data, "{}", backend.name());
         // One transfer larger than 4 GiB: holes read as zeros, the tail is the data.
@@ -253,7 +243,7 @@ fn batched_device_reads_match_the_file() {
     let Some(device) = common::gpu() else { return };
     let dir = test_dir();
     let path = dir.path().join("batch");
-    let data = pattern((8 << 20) + 1234, 11);
+    let data = random_bytes((8 << 20) + 1234, 11);
     fs::write(&path, &data).unwrap();
     let mut o = FileHandle::options().unwrap();
     o.bounce_buffer_size = 64 << 10; // many groups, and one piece larger than a buffer
@@ -306,7 +296,7 @@ fn concurrent_small_device_futures_coalesce_correctly() {
     let Some(device) = common::gpu() else { return };
     let dir = test_dir();
     let path = dir.path().join("futures");
-    let data = pattern((4 << 20) + 321, 5);
+    let data = random_bytes((4 << 20) + 321, 5);
     fs::write(&path, &data).unwrap();
     let mut o = FileHandle::options().unwrap();
     o.pool(Arc::new(IoPool::new(4).unwrap()));
@@ -351,7 +341,7 @@ fn stream_ordered_transfers_in_every_compat_mode() {
     let dir = test_dir();
     for mode in [CompatMode::On, CompatMode::Auto, CompatMode::Off] {
         let path = dir.path().join(format!("async-{mode}"));
-        let data = pattern((3 << 20) + 4096, 3);
+        let data = random_bytes((3 << 20) + 4096, 3);
         let mut o = FileHandle::options().unwrap();
         o.compat_mode(mode);
         o.gds_threshold = 0;
@@ -384,7 +374,7 @@ fn cudarc_slices_are_device_memory_too() {
     let Some(_device) = common::gpu() else { return };
     let dir = test_dir();
     let path = dir.path().join("cudarc");
-    let data = pattern((2 << 20) + 17, 9);
+    let data = random_bytes((2 << 20) + 17, 9);
     fs::write(&path, &data).unwrap();
     let ctx = cudarc::driver::CudaContext::new(0).unwrap();
     let stream = ctx.default_stream();

@@ -1,10 +1,13 @@
 //! FileHandle on host memory, against real files: round trips at awkward sizes and offsets,
 //! every thread count, open flags against their POSIX meaning, and bad input.
 
+mod common;
+
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
+use common::random_bytes;
 use gpumap::io::{FileHandle, HandleOptions, IoPool};
 use gpumap::memory::HostBuffer;
 use gpumap::Error;
@@ -14,18 +17,6 @@ fn options(threads: usize, task_size: u64, direct: bool) -> HandleOptions {
     let mut o = FileHandle::options().unwrap();
     o.pool(Arc::new(IoPool::new(threads).unwrap())).task_size(task_size).direct_io(direct, direct);
     o
-}
-
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Writes `data` at `offset` through gpumap, reads it back through gpumap and through std::fs,

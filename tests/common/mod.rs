@@ -1,4 +1,4 @@
-//! Helpers shared by integration tests that need a GPU.
+//! Helpers shared by integration tests: test data, and the GPU for tests that need one.
 #![allow(dead_code)]
 
 use gpumap::memory::cuda::CudaDevice;
@@ -23,4 +23,18 @@ pub fn gpu() -> Option<CudaDevice> {
             None
         }
     }
+}
+
+/// `len` pseudo-random bytes (xorshift64), the same for the same `seed`: test data whose
+/// every window differs from every other, so a misplaced byte shows.
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
 }
