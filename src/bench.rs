@@ -15,7 +15,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::config::CompatMode;
+use crate::config::{CompatMode, DirectRead};
 use crate::error::{Error, Result};
 use crate::io::{DeviceRead, FileHandle, IoPool};
 use crate::memory::cuda::{CudaDevice, DeviceBuffer, PinnedBuffer, Stream};
@@ -233,19 +233,18 @@ pub fn run_host(options: &BenchOptions, emit: &mut dyn FnMut(&Record)) -> Result
     let mut buf = HostBuffer::new(size)?;
     for &threads in &options.threads {
         let handle = open(&options.file, "r", threads, false)?;
-        // Cold: evicted from the page cache (fdatasync + POSIX_FADV_DONTNEED), read once with
-        // O_DIRECT for the aligned middle, as a cold load should be.
-        let cold = open(&options.file, "r", threads, true)?;
-        evict(&options.file)?;
-        let t = Instant::now();
-        cold.read_exact(&mut buf, 0)?;
-        emit(&Record::new(
-            IMPL_HOST,
-            "seq_read_cold",
-            threads,
-            file_len,
-            t.elapsed().as_secs_f64(),
-        ));
+        // Cold: evicted from the page cache (fdatasync + POSIX_FADV_DONTNEED), then read once
+        // by the default handle (buffered) and once with the `uncached` O_DIRECT policy.
+        let mut uncached = FileHandle::options()?;
+        uncached.pool(handle.pool().clone()).direct_read(DirectRead::Uncached);
+        let uncached = uncached.open(&options.file, "r")?;
+        for (name, cold) in [(IMPL_HOST, &handle), ("gpumap-uncached-host", &uncached)] {
+            evict(&options.file)?;
+            let t = Instant::now();
+            cold.read_exact(&mut buf, 0)?;
+            let secs = t.elapsed().as_secs_f64();
+            emit(&Record::new(name, "seq_read_cold", threads, file_len, secs));
+        }
         handle.read_exact(&mut buf, 0)?; // warm it
         let best = best_of(options.repeats, || {
             let t = Instant::now();
@@ -350,13 +349,23 @@ pub fn run_device(
     for (name, mode) in paths {
         for &threads in &options.threads {
             let warm = device_open(&options.file, "r", threads, false, mode)?;
-            let cold = device_open(&options.file, "r", threads, true, mode)?;
             eprintln!("bench: {name} {threads} threads: {}", warm.compat_decision().reason);
             warm.read_device_exact(dst.region(), 0)?; // allocates bounce buffers, warms streams
-            evict(&options.file)?;
-            let t = Instant::now();
-            cold.read_device_exact(dst.region(), 0)?;
-            emit(&Record::new(name, "seq_read_cold", threads, file_len, t.elapsed().as_secs_f64()));
+                                                      // Cold: the default handle (buffered), and on the POSIX path also the `uncached`
+                                                      // O_DIRECT policy a one-time load would choose.
+            let mut cold_handles = vec![(name, warm.clone())];
+            if mode == CompatMode::Auto {
+                let mut o = FileHandle::options()?;
+                o.pool(warm.pool().clone()).direct_read(DirectRead::Uncached).compat_mode(mode);
+                cold_handles.push(("gpumap-uncached", o.open(&options.file, "r")?));
+            }
+            for (cold_name, cold) in cold_handles {
+                evict(&options.file)?;
+                let t = Instant::now();
+                cold.read_device_exact(dst.region(), 0)?;
+                let secs = t.elapsed().as_secs_f64();
+                emit(&Record::new(cold_name, "seq_read_cold", threads, file_len, secs));
+            }
             warm.read_device_exact(dst.region(), 0)?;
             let best = best_of(options.repeats, || {
                 let t = Instant::now();

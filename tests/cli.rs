@@ -89,3 +89,35 @@ fn user_errors_are_clear_and_typed() {
     // The file was not touched by any of it.
     assert_eq!(std::fs::read(&file).unwrap(), vec![1u8; 1000]);
 }
+
+#[test]
+fn cold_repeated_reads_report_every_run() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let file = dir.path().join("cold.bin");
+    let (code, _, err) = run(gpumap().args(["write", "--size", "8MiB"]).arg(&file));
+    assert_eq!(code, 0, "{err}");
+    for policy in ["uncached", "on", "off"] {
+        let (code, out, err) = run(gpumap()
+            .args(["read", "--cold", "--repeat", "3", "--verify-pattern", "--json", "--direct"])
+            .arg(policy)
+            .arg(&file));
+        assert_eq!(code, 0, "{policy}: {err}");
+        let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(report["cold"], true);
+        assert_eq!(report["verified"], true);
+        let runs: Vec<f64> =
+            report["runs_gbps"].as_array().unwrap().iter().map(|r| r.as_f64().unwrap()).collect();
+        assert_eq!(runs.len(), 3, "{out}");
+        let fastest = runs.iter().copied().fold(0.0, f64::max);
+        assert!((report["gbps"].as_f64().unwrap() - fastest).abs() < 1e-9, "{out}");
+        let direct = report["direct_io"].as_str().unwrap();
+        match policy {
+            "uncached" => assert!(direct.contains("not in the page cache"), "{direct}"),
+            "on" => assert!(direct == "on" || direct.contains("refused"), "{direct}"),
+            _ => assert!(direct.starts_with("off"), "{direct}"),
+        }
+    }
+    let (code, _, err) = run(gpumap().args(["read", "--direct", "sometimes"]).arg(&file));
+    assert_eq!(code, 2);
+    assert!(err.contains("uncached"), "{err}");
+}

@@ -143,6 +143,51 @@ fn round_trips_at_odd_sizes_offsets_and_thread_counts() {
 }
 
 #[test]
+fn cold_reads_under_every_direct_read_policy() {
+    use gpumap::config::DirectRead;
+    use gpumap::pagecache::{evict, residency, ByteRange};
+    let dir = test_dir();
+    let path = dir.path().join("cold");
+    let len = (24 << 20) + 5;
+    let data = random_bytes(len, 4242);
+    fs::write(&path, &data).unwrap();
+    fs::File::open(&path).unwrap().sync_all().unwrap();
+    for backend in backends() {
+        for (policy, offset) in [DirectRead::Off, DirectRead::On, DirectRead::Uncached]
+            .into_iter()
+            .flat_map(|p| [(p, 0usize), (p, 7)])
+        {
+            let mut o = backend.options(3, 4 << 20);
+            o.direct_read(policy);
+            let fh = o.open(&path, "r").unwrap();
+            let evicted = evict(&path, ByteRange::ALL).unwrap().after;
+            let got = backend.read(&fh, len - offset, offset as u64).unwrap();
+            let name = format!("{} {policy} at {offset}", backend.name());
+            assert!(got[..] == data[offset..], "{name}: cold read differs");
+            let cuda_path = fh.compat_decision().path == IoPath::CuFile;
+            let after = residency(&path, ByteRange::ALL).unwrap();
+            let (Some(before), Some(cached)) = (evicted.cached_pages, after.cached_pages) else {
+                continue;
+            };
+            // Around the page cache: the cache stays as empty as the eviction left it. Device
+            // reads line their bounce buffers up with the file at any offset; a host buffer at
+            // file offset 7 is not page aligned where the file's pages start, so it is read
+            // buffered.
+            let aligned = offset == 0 || matches!(backend, Backend::Device { .. });
+            let around =
+                policy != DirectRead::Off && fh.direct_io_status().is_ok() && !cuda_path && aligned;
+            if around && before * 100 <= evicted.total_pages {
+                assert!(
+                    cached * 16 <= after.total_pages,
+                    "{name}: {cached} of {} pages cached after an O_DIRECT read",
+                    after.total_pages
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn transfers_beyond_4_gib() {
     let dir = test_dir();
     for backend in backends() {
@@ -239,16 +284,30 @@ fn bad_device_buffers_are_caught_before_io() {
 
 #[test]
 fn batched_device_reads_match_the_file() {
-    use gpumap::io::DeviceRead;
     let Some(device) = common::gpu() else { return };
     let dir = test_dir();
     let path = dir.path().join("batch");
     let data = random_bytes((8 << 20) + 1234, 11);
     fs::write(&path, &data).unwrap();
-    let mut o = FileHandle::options().unwrap();
-    o.bounce_buffer_size = 64 << 10; // many groups, and one piece larger than a buffer
-    let fh = o.open(&path, "r").unwrap();
-    let dst = DeviceBuffer::alloc(&device, 16 << 20).unwrap();
+    let mut modes = vec![CompatMode::On];
+    match gpumap::Capabilities::probe().cufile_usable() {
+        // compat off: cuFile's batch API.
+        Ok(()) => modes.push(CompatMode::Off),
+        Err(reason) => eprintln!("SKIP cuFile batch reads: cuFile unusable here ({reason})"),
+    }
+    for mode in modes {
+        let mut o = FileHandle::options().unwrap();
+        o.bounce_buffer_size = 64 << 10; // many groups, and one piece larger than a buffer
+        o.compat_mode(mode);
+        let fh = o.open(&path, "r").unwrap();
+        eprintln!("batch reads, compat {mode}: {}", fh.compat_decision().reason);
+        check_batch(&device, &fh, &data);
+    }
+}
+
+fn check_batch(device: &CudaDevice, fh: &FileHandle, data: &[u8]) {
+    use gpumap::io::DeviceRead;
+    let dst = DeviceBuffer::alloc(device, 16 << 20).unwrap();
     dst.region().copy_from_host(0, &vec![0xAB; 16 << 20]).unwrap();
     // (destination offset, length, file offset): adjacent runs, gaps, a piece larger than a
     // bounce buffer, a short read at the end of the file and one entirely past it.

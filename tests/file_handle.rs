@@ -289,3 +289,76 @@ fn durability_calls_and_set_len() {
     f.write_all(b"abc").unwrap();
     assert_eq!(fh.len().unwrap(), (1 << 20) + 3);
 }
+
+/// Pages of `path` in the page cache.
+fn cached_pages(path: &std::path::Path) -> (u64, u64) {
+    let r = gpumap::pagecache::residency(path, gpumap::pagecache::ByteRange::ALL).unwrap();
+    (r.cached_pages.expect("residency of our own file is known"), r.total_pages)
+}
+
+#[test]
+fn uncached_policy_reads_cold_ranges_around_the_page_cache() {
+    use gpumap::config::DirectRead;
+    use gpumap::pagecache::{evict, ByteRange};
+    // A real disk (the per-target temporary directory): tmpfs has no O_DIRECT and never evicts.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = dir.path().join("uncached");
+    let len = 64usize << 20;
+    let data = random_bytes(len, 77);
+    fs::write(&path, &data).unwrap();
+    fs::File::open(&path).unwrap().sync_all().unwrap();
+    let task = 4u64 << 20;
+    let open = |policy: DirectRead| {
+        let mut o = options(2, task, false);
+        o.direct_read(policy);
+        o.open(&path, "r").unwrap()
+    };
+    let uncached = open(DirectRead::Uncached);
+    assert_eq!(uncached.direct_read_policy(), DirectRead::Uncached);
+    let mut buf = HostBuffer::new(len).unwrap();
+
+    let report = evict(&path, ByteRange::ALL).unwrap();
+    let evicted = report.after.cached_pages.unwrap() * 100 <= report.after.total_pages;
+    if let (Err(why), _) | (_, Err(why)) = (
+        uncached.direct_io_status(),
+        if evicted { Ok(()) } else { Err("the kernel kept the pages after eviction") },
+    ) {
+        eprintln!("*** SKIP (cache checks): {why}; checking the bytes only");
+        assert_eq!(uncached.read(&mut buf, 0).unwrap(), len);
+        assert!(buf[..] == data[..]);
+        return;
+    }
+
+    // Cold: every task goes around the page cache, which stays (almost) empty.
+    assert_eq!(uncached.read(&mut buf, 0).unwrap(), len);
+    assert!(buf[..] == data[..], "uncached read of a cold file differs");
+    let (cached, total) = cached_pages(&path);
+    assert!(cached * 16 <= total, "O_DIRECT read left {cached} of {total} pages cached");
+
+    // The same cold read with the default policy fills the cache.
+    evict(&path, ByteRange::ALL).unwrap();
+    assert_eq!(open(DirectRead::Off).read(&mut buf, 0).unwrap(), len);
+    let (cached, total) = cached_pages(&path);
+    assert!(cached * 10 >= total * 9, "buffered read left only {cached} of {total} cached");
+
+    // The second half cached: it is read from the cache, the first half around it, so the
+    // read adds at most the tasks where the halves meet. (The second half, not the first: a
+    // buffered read of the cached first half would set off read-ahead into the second, which
+    // then counts as cached by the time its tasks look.)
+    evict(&path, ByteRange::ALL).unwrap();
+    let mut half = vec![0u8; len / 2];
+    let half_at = (len / 2) as u64;
+    std::os::unix::fs::FileExt::read_exact_at(&fs::File::open(&path).unwrap(), &mut half, half_at)
+        .unwrap();
+    let (before, total) = cached_pages(&path);
+    buf.fill(0);
+    assert_eq!(uncached.read(&mut buf, 0).unwrap(), len);
+    assert!(buf[..] == data[..], "uncached read of a half-cached file differs");
+    let (after, _) = cached_pages(&path);
+    let task_pages = task / 4096;
+    assert!(before * 2 >= total * 9 / 10, "only {before} of {total} pages cached by half a read");
+    assert!(
+        after <= before + 2 * task_pages,
+        "uncached read grew the cache from {before} to {after} pages of {total}"
+    );
+}

@@ -24,7 +24,7 @@ use crate::align::{align_up, checked_end, split_tasks, PAGE_SIZE};
 use crate::error::Result;
 use crate::io::compat::IoPath;
 use crate::io::file_handle::{expect_len, FileHandle, Inner};
-use crate::io::gds::{AsyncIo, CuFileHandle, RegisteredBuffer};
+use crate::io::gds::{AsyncIo, BatchRead, CuFileHandle, RegisteredBuffer};
 use crate::io::pool::{Completer, IoFuture};
 use crate::memory::bounce::{BounceBuffer, BouncePool};
 use crate::memory::cuda::{CudaDevice, DeviceRegion, InFlight, Stream};
@@ -291,7 +291,9 @@ impl FileHandle {
     /// Reads many (typically small, scattered) pieces into device memory and returns each
     /// one's count, in order (short only where the file ends first).
     ///
-    /// Many small reads are limited by the cost of one host-to-device copy each (about 8 µs,
+    /// Where the file takes the cuFile path, the batch goes through cuFile's batch API (see
+    /// `read_batch_cufile`). On the POSIX path:
+    /// many small reads are limited by the cost of one host-to-device copy each (about 8 µs,
     /// and serialised in the driver), not by the disk or the page cache. A batch pays it once
     /// per *run* instead: the pieces are read into a pinned buffer packed in list order, and
     /// pieces whose destinations follow one another in device memory (`dst` of one ending where
@@ -308,6 +310,11 @@ impl FileHandle {
                     reads[0].dst.device_ordinal(),
                     r.dst.device_ordinal()
                 )));
+            }
+        }
+        if let (decision, Some(gds)) = inner.decision() {
+            if decision.path == IoPath::CuFile {
+                return self.read_batch_cufile(gds, reads);
             }
         }
         let mut counts = vec![0usize; reads.len()];
@@ -328,6 +335,28 @@ impl FileHandle {
             }
             inner.read_group(group, out)
         })?;
+        Ok(counts)
+    }
+
+    /// A batch on the cuFile path: cuFile's batch API (`cuFileBatchIOSubmit`), which with
+    /// GPUDirect Storage reads every piece straight into device memory, many in flight at once.
+    /// Pieces are clipped to the file's length first, so the batch never asks cuFile to read
+    /// past the end (what it does there is not documented).
+    fn read_batch_cufile(&self, gds: &CuFileHandle, reads: &[DeviceRead]) -> Result<Vec<usize>> {
+        let file_len = self.len()?;
+        let mut ios = Vec::with_capacity(reads.len());
+        let mut slots = Vec::with_capacity(reads.len());
+        for (i, r) in reads.iter().enumerate() {
+            let len = file_len.saturating_sub(r.offset).min(r.dst.len() as u64) as usize;
+            if len > 0 {
+                ios.push(BatchRead { dst: r.dst, dst_offset: 0, len, file_offset: r.offset });
+                slots.push(i);
+            }
+        }
+        let mut counts = vec![0usize; reads.len()];
+        for (slot, result) in slots.into_iter().zip(gds.read_batch(&ios)?) {
+            counts[slot] = result?;
+        }
         Ok(counts)
     }
 
@@ -362,6 +391,8 @@ const PIPELINE_CHUNKS: u64 = 16;
 /// A chunk on its way from device to file: the download in flight, and where it goes.
 struct Chunk {
     copy: InFlight<BounceBuffer>,
+    /// Where the chunk starts in its buffer.
+    skew: usize,
     len: usize,
     file_offset: u64,
 }
@@ -447,11 +478,15 @@ impl Inner {
         let mut in_flight: Option<InFlight<BounceBuffer>> = None;
         let mut done = 0usize;
         while done < len {
-            let want = chunk_size.min(len - done);
+            // Bytes land in the buffer at the file offset's place within its page, so that
+            // buffer and file line up for O_DIRECT whatever the offset (only the first chunk
+            // of an unaligned transfer has a skew).
+            let skew = ((file_offset + done as u64) % PAGE_SIZE) as usize;
+            let want = (chunk_size - skew).min(len - done);
             let mut buffer = Self::next_buffer(&pool, &mut in_flight)?;
-            let got = self.read_piece(&mut buffer[..want], file_offset + done as u64)?;
+            let got = self.read_piece(&mut buffer[skew..skew + want], file_offset + done as u64)?;
             if got > 0 {
-                let copy = stream.upload(buffer, got, dst, dst_offset + done)?;
+                let copy = stream.upload_from(buffer, skew, got, dst, dst_offset + done)?;
                 if let Some(previous) = in_flight.replace(copy) {
                     previous.wait()?;
                 }
@@ -519,9 +554,11 @@ impl Inner {
         let (pool, stream) = self.staging(src.device_ordinal())?;
         let chunk_size = pool.buffer_size();
         let start = |buffer: BounceBuffer, done: usize| -> Result<Chunk> {
-            let n = chunk_size.min(len - done);
-            let copy = stream.download(src, src_offset + done, buffer, n)?;
-            Ok(Chunk { copy, len: n, file_offset: file_offset + done as u64 })
+            // Placed as in `read_span`, so the aligned middle can go out with O_DIRECT.
+            let skew = ((file_offset + done as u64) % PAGE_SIZE) as usize;
+            let n = (chunk_size - skew).min(len - done);
+            let copy = stream.download_to(src, src_offset + done, buffer, skew, n)?;
+            Ok(Chunk { copy, skew, len: n, file_offset: file_offset + done as u64 })
         };
         if len == 0 {
             return Ok(0);
@@ -539,7 +576,7 @@ impl Inner {
                     in_flight = Some(next);
                 }
             }
-            self.write_piece(&buffer[..chunk.len], chunk.file_offset)?;
+            self.write_piece(&buffer[chunk.skew..chunk.skew + chunk.len], chunk.file_offset)?;
             if in_flight.is_none() && next_start < len {
                 let next = start(buffer, next_start)?;
                 next_start += next.len;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use crate::align::{self, checked_end, direct_split, split_tasks, PAGE_SIZE};
-use crate::config::{CompatMode, Config};
+use crate::config::{CompatMode, Config, DirectRead};
 use crate::error::{Error, Result};
 use crate::io::compat::{self, CompatDecision, IoPath};
 use crate::io::gds::CuFileHandle;
@@ -65,8 +65,8 @@ pub struct HandleOptions {
     pub compat_mode: CompatMode,
     /// Largest piece a task moves.
     pub task_size: u64,
-    /// Use `O_DIRECT` for the aligned middle of reads.
-    pub direct_io_read: bool,
+    /// When to use `O_DIRECT` for the aligned middle of reads.
+    pub direct_io_read: DirectRead,
     /// Use `O_DIRECT` for the aligned middle of writes.
     pub direct_io_write: bool,
     /// Device transfers smaller than this use the POSIX path even where cuFile is chosen.
@@ -108,8 +108,14 @@ impl HandleOptions {
 
     /// Turns `O_DIRECT` on or off for reads and writes.
     pub fn direct_io(&mut self, read: bool, write: bool) -> &mut Self {
-        self.direct_io_read = read;
+        self.direct_io_read = if read { DirectRead::On } else { DirectRead::Off };
         self.direct_io_write = write;
+        self
+    }
+
+    /// Sets when reads use `O_DIRECT` (see [`DirectRead`]).
+    pub fn direct_read(&mut self, policy: DirectRead) -> &mut Self {
+        self.direct_io_read = policy;
         self
     }
 
@@ -156,7 +162,7 @@ pub(super) struct Inner {
     direct: Option<File>,
     direct_refused: bool,
     pub(super) task_size: u64,
-    direct_io_read: bool,
+    direct_io_read: DirectRead,
     direct_io_write: bool,
     pub(super) compat_mode: CompatMode,
     pub(super) gds_threshold: u64,
@@ -215,7 +221,8 @@ impl FileHandle {
         }
         // The direct descriptor serves positional transfers only; appends stay buffered.
         let wants_direct = !flags.append
-            && ((options.direct_io_read && flags.read) || (options.direct_io_write && flags.write));
+            && ((options.direct_io_read != DirectRead::Off && flags.read)
+                || (options.direct_io_write && flags.write));
         let (direct, direct_refused) = if wants_direct {
             match posix::open_direct(path, flags.read, flags.write) {
                 Ok(Some(f)) => (Some(f), false),
@@ -281,6 +288,12 @@ impl FileHandle {
     /// transfer (or here, if none happened yet); in `Auto` mode this loads cuFile.
     pub fn compat_decision(&self) -> &CompatDecision {
         &self.inner.decision().0
+    }
+
+    /// When reads use `O_DIRECT` (as asked; [`direct_io_status`](Self::direct_io_status) says
+    /// whether the file system allows it).
+    pub fn direct_read_policy(&self) -> DirectRead {
+        self.inner.direct_io_read
     }
 
     /// Whether the aligned middle of transfers can go through `O_DIRECT`, and if not, why.
@@ -417,6 +430,9 @@ impl FileHandle {
     }
 }
 
+/// Reads shorter than this never ask the page cache what it holds (see [`DirectRead::Uncached`]).
+const UNCACHED_CHECK_MIN: u64 = 1 << 20;
+
 /// `Ok` when a read got all it wanted, else [`Error::UnexpectedEof`] with the counts.
 pub(super) fn expect_len(offset: u64, wanted: usize, got: usize) -> Result<()> {
     if got == wanted {
@@ -490,11 +506,33 @@ impl Inner {
         ))
     }
 
+    /// Whether a read of `[offset, offset + len)` should bypass the page cache, by the handle's
+    /// [`DirectRead`] policy.
+    fn read_direct(&self, offset: u64, len: u64) -> bool {
+        match self.direct_io_read {
+            DirectRead::Off => false,
+            DirectRead::On => true,
+            // Small reads stay buffered: the check would cost about as much as the read, and
+            // the kernel reads a lone small miss without read-ahead anyway.
+            DirectRead::Uncached if len < UNCACHED_CHECK_MIN || self.direct.is_none() => false,
+            DirectRead::Uncached => {
+                let range = crate::pagecache::ByteRange::new(offset, len);
+                match crate::pagecache::residency(&self.file, range) {
+                    Ok(r) => r.cached_pages.is_some_and(|cached| cached * 8 < r.total_pages),
+                    // Unknown (a range past the end, a kernel that will not say): buffered,
+                    // which is never far wrong.
+                    Err(_) => false,
+                }
+            }
+        }
+    }
+
     /// One task's read: buffered, or head buffered + middle direct + tail buffered.
     pub(super) fn read_piece(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         let len = buf.len() as u64;
+        let direct = self.read_direct(offset, len);
         let Some((direct, mid_off, mid_len)) =
-            self.direct_middle(self.direct_io_read, buf.as_ptr() as usize, offset, len)
+            self.direct_middle(direct, buf.as_ptr() as usize, offset, len)
         else {
             return posix::pread_full(&self.file, &self.path, buf, offset);
         };

@@ -559,6 +559,19 @@ impl Stream {
     ) -> Result<InFlight<B>> {
         self.start(dst, 0, len, src, src_offset, sys::CopyDirection::DeviceToHost)
     }
+
+    /// Like [`Stream::download`], but into `dst` at `dst_offset`.
+    #[doc(alias = "cuMemcpyDtoHAsync")]
+    pub fn download_to<B: StagingBuffer>(
+        &self,
+        src: DeviceRegion,
+        src_offset: usize,
+        dst: B,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<InFlight<B>> {
+        self.start(dst, dst_offset, len, src, src_offset, sys::CopyDirection::DeviceToHost)
+    }
 }
 
 /// An asynchronous copy in flight, owning its staging buffer until the copy completed.

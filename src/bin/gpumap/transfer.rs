@@ -8,7 +8,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use gpumap::config::{parse_size, CompatMode, Config};
+use gpumap::config::{parse_size, CompatMode, Config, DirectRead};
 use gpumap::io::{FileHandle, IoPool};
 use gpumap::memory::cuda::{CudaDevice, DeviceBuffer};
 use gpumap::memory::HostBuffer;
@@ -32,9 +32,10 @@ pub struct TransferOptions {
     /// cuFile or POSIX: on (POSIX), off (cuFile), auto.
     #[arg(long)]
     compat_mode: Option<CompatMode>,
-    /// Move the page-aligned middle with O_DIRECT (bypassing the page cache): true or false.
+    /// Move the page-aligned middle with O_DIRECT (bypassing the page cache): on, off, or
+    /// uncached (reads: only ranges the page cache does not hold, for data read once).
     #[arg(long)]
-    direct: Option<bool>,
+    direct: Option<DirectRead>,
     /// Use this GPU's memory (default: GPU 0 when there is one, else host memory).
     #[arg(long, conflicts_with = "host")]
     device: Option<usize>,
@@ -78,9 +79,12 @@ impl TransferOptions {
         if let Some(m) = self.compat_mode {
             options.compat_mode(m);
         }
-        if let Some(d) = self.direct {
-            options.direct_io(d, d);
-        }
+        match self.direct {
+            Some(DirectRead::On) => options.direct_io(true, true),
+            Some(DirectRead::Off) => options.direct_io(false, false),
+            Some(DirectRead::Uncached) => options.direct_read(DirectRead::Uncached),
+            None => &mut options,
+        };
         Ok((options.open(path, flags)?, pool))
     }
 }
@@ -116,6 +120,10 @@ pub struct ReadArgs {
     /// caches and allocating pinned buffers).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
+    /// Drop the range from the page cache before each read (fdatasync, then
+    /// POSIX_FADV_DONTNEED), so every read comes from the disk.
+    #[arg(long)]
+    cold: bool,
 }
 
 /// Arguments of `gpumap write`.
@@ -148,6 +156,12 @@ struct Report {
     bytes: u64,
     seconds: f64,
     gbps: f64,
+    /// Every repetition's rate, in order (`--repeat`); `gbps` is the fastest.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    runs_gbps: Vec<f64>,
+    /// Whether each read was made cold first (`--cold`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cold: bool,
     threads: usize,
     task_size: u64,
     memory: String,
@@ -167,7 +181,8 @@ impl Report {
             return Ok(());
         }
         output::line(format!(
-            "{} {} bytes {} {} at offset {} in {:.3} s: {:.2} GB/s ({} threads, task size {}, {}, O_DIRECT: {}){}",
+            "{}{} {} bytes {} {} at offset {} in {:.3} s: {:.2} GB/s{} ({} threads, task size {}, {}, O_DIRECT: {}){}",
+            if self.cold { "cold: " } else { "" },
             if self.op == "read" { "read" } else { "wrote" },
             self.bytes,
             if self.op == "read" { "from" } else { "to" },
@@ -175,6 +190,14 @@ impl Report {
             self.offset,
             self.seconds,
             self.gbps,
+            match self.runs_gbps.as_slice() {
+                [] | [_] => String::new(),
+                runs => format!(
+                    ", the fastest of {} (each: {})",
+                    runs.len(),
+                    runs.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", ")
+                ),
+            },
             self.threads,
             human(self.task_size),
             self.memory,
@@ -301,16 +324,17 @@ pub fn read(args: &ReadArgs) -> Result<()> {
     let memory = args.options.memory()?;
     let bar = progress_bar(len, args.options.json, "read");
     let piece = progress_piece(&handle, pool.nthreads(), &bar, size);
-    let (seconds, memory_note, verified) = match memory {
+    let mut runs = Vec::with_capacity(args.repeat as usize);
+    let (memory_note, verified) = match memory {
         Memory::Host(note) => {
             let mut buf = HostBuffer::new(size)?;
-            let mut seconds = f64::INFINITY;
             for _ in 0..args.repeat {
+                cool(args, len)?;
                 let start = Instant::now();
                 in_pieces(size, piece, &bar, |at, n| {
                     handle.read_exact(&mut buf[at..at + n], args.offset + at as u64)
                 })?;
-                seconds = seconds.min(start.elapsed().as_secs_f64());
+                runs.push(start.elapsed().as_secs_f64());
             }
             bar.finish_and_clear();
             if args.verify {
@@ -319,7 +343,7 @@ pub fn read(args: &ReadArgs) -> Result<()> {
                 ));
             }
             let verified = verify_pattern(args.verify_pattern, &buf, args.offset)?;
-            (seconds, note, verified)
+            (note, verified)
         }
         Memory::Device(device) => {
             let buf = DeviceBuffer::alloc(&device, size)?;
@@ -327,13 +351,13 @@ pub fn read(args: &ReadArgs) -> Result<()> {
             // Decided (and cuFile opened, in auto mode) before the clock starts: opening is
             // not part of the transfer.
             let _ = handle.compat_decision();
-            let mut seconds = f64::INFINITY;
             for _ in 0..args.repeat {
+                cool(args, len)?;
                 let start = Instant::now();
                 in_pieces(size, piece, &bar, |at, n| {
                     handle.read_device_exact(region.sub(at, n)?, args.offset + at as u64)
                 })?;
-                seconds = seconds.min(start.elapsed().as_secs_f64());
+                runs.push(start.elapsed().as_secs_f64());
             }
             bar.finish_and_clear();
             let mut verified = None;
@@ -361,16 +385,20 @@ pub fn read(args: &ReadArgs) -> Result<()> {
                 }
                 verified = Some(true);
             }
-            (seconds, device_note(&device, &handle), verified)
+            (device_note(&device, &handle), verified)
         }
     };
+    let seconds = runs.iter().copied().fold(f64::INFINITY, f64::min);
+    let rate = |seconds: f64| len as f64 / seconds.max(1e-9) / 1e9;
     Report {
         op: "read",
         file: args.file.clone(),
         offset: args.offset,
         bytes: len,
         seconds,
-        gbps: len as f64 / seconds.max(1e-9) / 1e9,
+        gbps: rate(seconds),
+        runs_gbps: if runs.len() > 1 { runs.iter().map(|&s| rate(s)).collect() } else { vec![] },
+        cold: args.cold,
         threads: pool.nthreads(),
         task_size: handle.task_size(),
         memory: memory_note,
@@ -379,6 +407,15 @@ pub fn read(args: &ReadArgs) -> Result<()> {
         durable: None,
     }
     .print(args.options.json)
+}
+
+/// With `--cold`, drops the range about to be read from the page cache.
+fn cool(args: &ReadArgs, len: u64) -> Result<()> {
+    if args.cold {
+        let range = gpumap::pagecache::ByteRange::new(args.offset, len);
+        gpumap::pagecache::evict(args.file.as_path(), range)?;
+    }
+    Ok(())
 }
 
 /// "GPU 0 (NVIDIA H200), POSIX path: <why>", as the report says it.
@@ -404,7 +441,9 @@ fn verify_pattern(wanted: bool, data: &[u8], offset: u64) -> Result<Option<bool>
 }
 
 fn direct_note(handle: &FileHandle) -> String {
+    let uncached_reads = handle.flags().read && handle.direct_read_policy() == DirectRead::Uncached;
     match handle.direct_io_status() {
+        Ok(()) if uncached_reads => "for ranges not in the page cache".into(),
         Ok(()) => "on".into(),
         Err(why) => format!("off, {why}"),
     }
@@ -464,6 +503,8 @@ pub fn write(args: &WriteArgs) -> Result<()> {
         bytes: args.size,
         seconds,
         gbps: args.size as f64 / seconds.max(1e-9) / 1e9,
+        runs_gbps: vec![],
+        cold: false,
         threads: pool.nthreads(),
         task_size: handle.task_size(),
         memory: memory_note,
