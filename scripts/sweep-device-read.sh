@@ -3,6 +3,7 @@
 # into GPU memory over a grid of threads x bounce-buffer size x task size, beside KvikIO's POSIX
 # path at the same thread counts, all in one run on one file. Prints one line per point.
 #   bash .gpu/on-device.sh run bash scripts/sweep-device-read.sh [GIB]
+# THREADS="8 16" CONFIGS="1MiB:64MiB 4MiB:64MiB" (bounce:task) narrow the grid.
 set -uo pipefail
 gib=${1:-4}
 dir=${GPUMAP_BENCH_DIR:-/tmp/gpumap-bench}; mkdir -p "$dir"
@@ -10,8 +11,8 @@ file="$dir/sweep-${gib}g.bin"
 bin=.gpu/bin/gpumap
 [ -s "$file" ] || "$bin" write "$file" --size "${gib}GiB" --truncate --host >/dev/null
 cat "$file" > /dev/null # warm
-for threads in 4 8 16; do
-  for cfg in 1MiB:4MiB 4MiB:4MiB 4MiB:16MiB 16MiB:16MiB 4MiB:64MiB 16MiB:256MiB; do
+for threads in ${THREADS:-4 8 16}; do
+  for cfg in ${CONFIGS:-1MiB:4MiB 4MiB:4MiB 4MiB:16MiB 16MiB:16MiB 4MiB:64MiB 16MiB:256MiB}; do
     bounce=${cfg%%:*}; task=${cfg##*:}
     printf 'gpumap threads=%-2s bounce=%-6s task=%-7s ' "$threads" "$bounce" "$task"
     GPUMAP_BOUNCE_BUFFER_SIZE=$bounce "$bin" read "$file" --threads "$threads" --task-size "$task" \
@@ -25,7 +26,7 @@ path = sys.argv[1]
 import os; size = os.path.getsize(path)
 buf = cupy.empty(size, dtype=cupy.uint8)
 kvikio.defaults.set({"compat_mode": kvikio.CompatMode.ON})
-for n in (4, 8, 16):
+for n in [int(t) for t in os.environ.get("THREADS", "4 8 16").split()]:
     kvikio.defaults.set({"num_threads": n})
     best = 1e9
     for _ in range(3):

@@ -177,9 +177,13 @@ fn cold_reads_under_every_direct_read_policy() {
             let around =
                 policy != DirectRead::Off && fh.direct_io_status().is_ok() && !cuda_path && aligned;
             if around && before * 100 <= evicted.total_pages {
+                let runs = gpumap::pagecache::residency_map(path.as_path(), ByteRange::ALL)
+                    .map(|m| format!("{:?}", m.resident_runs))
+                    .unwrap_or_default();
                 assert!(
                     cached * 16 <= after.total_pages,
-                    "{name}: {cached} of {} pages cached after an O_DIRECT read",
+                    "{name}: {cached} of {} pages cached after an O_DIRECT read \
+                     ({before} after eviction); cached runs: {runs}",
                     after.total_pages
                 );
             }

@@ -194,6 +194,18 @@ fn gpu_pinned_buffer_is_page_aligned() {
     assert_eq!(pinned.as_slice().as_ptr() as usize % 4096, 0);
     assert_eq!(pinned.len(), 3 << 20);
     assert!(pinned.as_slice().iter().all(|&b| b == 0));
+    // Many at once, small and odd sizes too: the driver may carve these out of one larger
+    // allocation, and O_DIRECT through them needs every one page aligned.
+    let mut held = Vec::new();
+    for len in [1usize, 100, 4096, 5000, 64 << 10, 1 << 20, 4 << 20] {
+        for _ in 0..6 {
+            let mut b = PinnedBuffer::new(&dev, len).expect("pinned");
+            assert_eq!(b.as_slice().as_ptr() as usize % 4096, 0, "{len}-byte pinned buffer");
+            assert_eq!(b.len(), len);
+            b.as_mut_slice().fill(0x5A);
+            held.push(b);
+        }
+    }
 }
 
 #[test]

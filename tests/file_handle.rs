@@ -335,6 +335,16 @@ fn uncached_policy_reads_cold_ranges_around_the_page_cache() {
     let (cached, total) = cached_pages(&path);
     assert!(cached * 16 <= total, "O_DIRECT read left {cached} of {total} pages cached");
 
+    // An unaligned start (buffer and file agree modulo the page, so the middle can still go
+    // around the cache): the buffered head must not make the rest buffered through the
+    // read-ahead it sets off.
+    evict(&path, ByteRange::ALL).unwrap();
+    let mut shifted = HostBuffer::new(len).unwrap();
+    assert_eq!(uncached.read(&mut shifted[7..], 7).unwrap(), len - 7);
+    assert!(shifted[7..] == data[7..], "uncached read at offset 7 differs");
+    let (cached, total) = cached_pages(&path);
+    assert!(cached * 16 <= total, "read at offset 7 left {cached} of {total} pages cached");
+
     // The same cold read with the default policy fills the cache.
     evict(&path, ByteRange::ALL).unwrap();
     assert_eq!(open(DirectRead::Off).read(&mut buf, 0).unwrap(), len);

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use crate::align::{align_up, checked_end, split_tasks, PAGE_SIZE};
 use crate::error::Result;
 use crate::io::compat::IoPath;
-use crate::io::file_handle::{expect_len, FileHandle, Inner};
+use crate::io::file_handle::{expect_len, FileHandle, Inner, ReadPlan};
 use crate::io::gds::{AsyncIo, BatchRead, CuFileHandle, RegisteredBuffer};
 use crate::io::pool::{Completer, IoFuture};
 use crate::memory::bounce::{BounceBuffer, BouncePool};
@@ -40,8 +40,9 @@ impl FileHandle {
             Some(gds) => inner.run_cufile(gds, dst, offset, true),
             None => {
                 let tasks = split_tasks(offset, dst.len() as u64, inner.span_size(dst.len()));
+                let plan = inner.read_plan(offset, dst.len() as u64);
                 inner.pool.run(tasks, |t| {
-                    inner.read_span(dst, t.buf_offset as usize, t.len as usize, t.offset)
+                    inner.read_span(dst, t.buf_offset as usize, t.len as usize, t.offset, plan)
                 })
             }
         }
@@ -472,6 +473,7 @@ impl Inner {
         dst_offset: usize,
         len: usize,
         file_offset: u64,
+        plan: ReadPlan,
     ) -> Result<usize> {
         let (pool, stream) = self.staging(dst.device_ordinal())?;
         let chunk_size = pool.buffer_size();
@@ -484,7 +486,8 @@ impl Inner {
             let skew = ((file_offset + done as u64) % PAGE_SIZE) as usize;
             let want = (chunk_size - skew).min(len - done);
             let mut buffer = Self::next_buffer(&pool, &mut in_flight)?;
-            let got = self.read_piece(&mut buffer[skew..skew + want], file_offset + done as u64)?;
+            let at = file_offset + done as u64;
+            let got = self.read_piece(&mut buffer[skew..skew + want], at, plan)?;
             if got > 0 {
                 let copy = stream.upload_from(buffer, skew, got, dst, dst_offset + done)?;
                 if let Some(previous) = in_flight.replace(copy) {
@@ -512,7 +515,8 @@ impl Inner {
         let mut packed = 0usize;
         for (r, count) in group.iter().zip(counts.iter_mut()) {
             let len = r.dst.len();
-            *count = self.read_piece(&mut buffer[packed..packed + len], r.offset)?;
+            let plan = self.read_plan(r.offset, len as u64);
+            *count = self.read_piece(&mut buffer[packed..packed + len], r.offset, plan)?;
             packed += len;
         }
         // Runs: [run_start, i) with adjacent destinations and full reads (but the last).

@@ -350,7 +350,8 @@ impl FileHandle {
         inner.check_read()?;
         checked_end(offset, buf.len() as u64)?;
         let tasks = split_tasks(offset, buf.len() as u64, inner.task_size);
-        inner.pool.run_split(&tasks, buf, |task, piece| inner.read_piece(piece, task.offset))
+        let plan = inner.read_plan(offset, buf.len() as u64);
+        inner.pool.run_split(&tasks, buf, |task, piece| inner.read_piece(piece, task.offset, plan))
     }
 
     /// Reads exactly `buf.len()` bytes from `offset`, in parallel, or fails with
@@ -383,7 +384,8 @@ impl FileHandle {
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         self.inner.check_read()?;
         checked_end(offset, buf.len() as u64)?;
-        self.inner.read_piece(buf, offset)
+        let plan = self.inner.read_plan(offset, buf.len() as u64);
+        self.inner.read_piece(buf, offset, plan)
     }
 
     /// Writes all of `buf` at `offset` on the calling thread only.
@@ -428,6 +430,18 @@ impl FileHandle {
     pub fn task_size(&self) -> u64 {
         self.inner.task_size
     }
+}
+
+/// How the pieces of one read choose between the page cache and `O_DIRECT`
+/// (see `Inner::read_plan`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReadPlan {
+    /// Every piece through the page cache.
+    Buffered,
+    /// The aligned middle of every piece with `O_DIRECT`.
+    Direct,
+    /// Each piece of 1 MiB or more asks the page cache what it holds.
+    PerPiece,
 }
 
 /// Reads shorter than this never ask the page cache what it holds (see [`DirectRead::Uncached`]).
@@ -506,31 +520,48 @@ impl Inner {
         ))
     }
 
-    /// Whether a read of `[offset, offset + len)` should bypass the page cache, by the handle's
-    /// [`DirectRead`] policy.
-    fn read_direct(&self, offset: u64, len: u64) -> bool {
+    /// How the pieces of a read of `[offset, offset + len)` choose between the page cache and
+    /// `O_DIRECT`, by the handle's [`DirectRead`] policy.
+    ///
+    /// Under `Uncached` the whole transfer is looked at first: when almost none of it is cached
+    /// every piece goes around the cache. Deciding piece by piece there would go wrong: one
+    /// buffered piece (an unaligned head, say) sets off the kernel's read-ahead, the next piece
+    /// then finds itself cached and reads buffered, which reads ahead further, and so on to
+    /// the end of the file.
+    pub(super) fn read_plan(&self, offset: u64, len: u64) -> ReadPlan {
         match self.direct_io_read {
-            DirectRead::Off => false,
-            DirectRead::On => true,
+            DirectRead::Off => ReadPlan::Buffered,
+            DirectRead::On => ReadPlan::Direct,
             // Small reads stay buffered: the check would cost about as much as the read, and
             // the kernel reads a lone small miss without read-ahead anyway.
-            DirectRead::Uncached if len < UNCACHED_CHECK_MIN || self.direct.is_none() => false,
-            DirectRead::Uncached => {
-                let range = crate::pagecache::ByteRange::new(offset, len);
-                match crate::pagecache::residency(&self.file, range) {
-                    Ok(r) => r.cached_pages.is_some_and(|cached| cached * 8 < r.total_pages),
-                    // Unknown (a range past the end, a kernel that will not say): buffered,
-                    // which is never far wrong.
-                    Err(_) => false,
-                }
+            DirectRead::Uncached if len < UNCACHED_CHECK_MIN || self.direct.is_none() => {
+                ReadPlan::Buffered
             }
+            DirectRead::Uncached if self.mostly_uncached(offset, len) => ReadPlan::Direct,
+            DirectRead::Uncached => ReadPlan::PerPiece,
         }
     }
 
-    /// One task's read: buffered, or head buffered + middle direct + tail buffered.
-    pub(super) fn read_piece(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+    /// Whether less than an eighth of `[offset, offset + len)` is in the page cache; `false`
+    /// when the kernel will not say (or the range runs past the end): buffered is never far
+    /// wrong.
+    fn mostly_uncached(&self, offset: u64, len: u64) -> bool {
+        let range = crate::pagecache::ByteRange::new(offset, len);
+        match crate::pagecache::residency(&self.file, range) {
+            Ok(r) => r.cached_pages.is_some_and(|cached| cached * 8 < r.total_pages),
+            Err(_) => false,
+        }
+    }
+
+    /// One task's read: buffered, or head buffered + middle direct + tail buffered, as `plan`
+    /// says.
+    pub(super) fn read_piece(&self, buf: &mut [u8], offset: u64, plan: ReadPlan) -> Result<usize> {
         let len = buf.len() as u64;
-        let direct = self.read_direct(offset, len);
+        let direct = match plan {
+            ReadPlan::Buffered => false,
+            ReadPlan::Direct => true,
+            ReadPlan::PerPiece => len >= UNCACHED_CHECK_MIN && self.mostly_uncached(offset, len),
+        };
         let Some((direct, mid_off, mid_len)) =
             self.direct_middle(direct, buf.as_ptr() as usize, offset, len)
         else {

@@ -426,8 +426,11 @@ pub(crate) fn memset_d8(dst: u64, value: u8, len: usize) -> Result<()> {
 /// Page-locked host memory from `cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE)` (page-aligned,
 /// usable from every context), zero-initialised, freed on drop.
 pub(crate) struct PinnedHost {
+    /// Page-aligned start of the `len` usable bytes.
     ptr: NonNull<u8>,
     len: usize,
+    /// What `cuMemHostAlloc` returned (what `cuMemFreeHost` takes).
+    base: NonNull<u8>,
 }
 
 // SAFETY: owns its allocation exclusively (like a Box<[u8]>).
@@ -441,25 +444,36 @@ impl PinnedHost {
         if len == 0 {
             return Ok(Self::empty());
         }
+        // The driver does not promise page alignment (small pinned allocations may be carved
+        // out of larger ones), and O_DIRECT needs it: ask for a page more and start at the
+        // first page boundary.
+        let page = crate::align::PAGE_SIZE as usize;
+        let padded = len.checked_add(page - 1).ok_or_else(|| {
+            Error::InvalidArgument(format!("a pinned buffer of {len} bytes is too large"))
+        })?;
         let mut raw: *mut c_void = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
         check("cuMemHostAlloc", unsafe {
-            (api()?.cuMemHostAlloc)(&mut raw, len, cu::CU_MEMHOSTALLOC_PORTABLE)
+            (api()?.cuMemHostAlloc)(&mut raw, padded, cu::CU_MEMHOSTALLOC_PORTABLE)
         })?;
-        let ptr = NonNull::new(raw.cast::<u8>()).ok_or(Error::Cuda {
+        let base = NonNull::new(raw.cast::<u8>()).ok_or(Error::Cuda {
             op: "cuMemHostAlloc",
             code: 0,
             name: "returned a null pointer".to_owned(),
         })?;
-        // SAFETY: the allocation is `len` writable bytes; zeroing makes every byte initialised
-        // before a `&[u8]` to it can exist.
+        let skew = (page - base.as_ptr() as usize % page) % page;
+        // SAFETY: `skew < page`, so `base + skew` and the `len` bytes after it lie inside the
+        // `len + page - 1` bytes allocated.
+        let ptr = unsafe { base.add(skew) };
+        // SAFETY: the `len` bytes at `ptr` are allocated and writable; zeroing makes every byte
+        // initialised before a `&[u8]` to them can exist.
         unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
-        Ok(Self { ptr, len })
+        Ok(Self { ptr, len, base })
     }
 
     /// A zero-length placeholder; allocates nothing and never calls the driver.
     pub(crate) fn empty() -> Self {
-        Self { ptr: NonNull::dangling(), len: 0 }
+        Self { ptr: NonNull::dangling(), len: 0, base: NonNull::dangling() }
     }
 
     /// Bytes allocated.
@@ -491,8 +505,8 @@ impl Drop for PinnedHost {
             return;
         }
         if let Ok(api) = api() {
-            // SAFETY: the pointer came from cuMemHostAlloc and is freed exactly once, here.
-            let rc = unsafe { (api.cuMemFreeHost)(self.ptr.as_ptr().cast()) };
+            // SAFETY: `base` came from cuMemHostAlloc and is freed exactly once, here.
+            let rc = unsafe { (api.cuMemFreeHost)(self.base.as_ptr().cast()) };
             if rc != CUDA_SUCCESS {
                 eprintln!("gpumap: cuMemFreeHost failed: {}", name_with(api, rc));
             }
@@ -574,7 +588,13 @@ pub(crate) fn mem_get_address_range(addr: u64, context: usize) -> Result<(u64, u
 /// A non-blocking stream (`cuStreamCreate(CU_STREAM_NON_BLOCKING)`), destroyed on drop.
 pub(crate) struct RawStream {
     stream: cu::CUstream,
+    /// Completed events kept for the stream's next copies: creating and destroying an event
+    /// per copy costs two more driver calls on every bounce-buffer chunk.
+    spare_events: parking_lot::Mutex<Vec<RawEvent>>,
 }
+
+/// Spare events a stream keeps (a double-buffered loop needs two or three).
+const SPARE_EVENTS: usize = 8;
 
 // SAFETY: CUDA streams may be used from any thread; the struct only stores the handle.
 unsafe impl Send for RawStream {}
@@ -592,7 +612,23 @@ impl RawStream {
                 cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint,
             )
         })?;
-        Ok(Self { stream })
+        Ok(Self { stream, spare_events: parking_lot::Mutex::new(Vec::new()) })
+    }
+
+    /// A spare event of this stream, or a new one (`cuEventCreate`).
+    fn take_event(&self) -> Result<RawEvent> {
+        match self.spare_events.lock().pop() {
+            Some(event) => Ok(event),
+            None => RawEvent::new(),
+        }
+    }
+
+    /// Keeps a completed event for a later copy (or destroys it when enough are kept).
+    fn keep_event(&self, event: RawEvent) {
+        let mut spare = self.spare_events.lock();
+        if spare.len() < SPARE_EVENTS {
+            spare.push(event);
+        }
     }
 
     /// `cuStreamSynchronize`.
@@ -692,7 +728,8 @@ pub(crate) enum CopyDirection {
 /// which leaks the buffer instead.
 pub(crate) struct PendingCopy<B: Send + 'static> {
     buffer: Option<B>,
-    event: RawEvent,
+    /// Recorded after the copy; back to the stream's spares once it completed.
+    event: Option<RawEvent>,
     /// Kept alive so the fallback synchronize in `drop` never touches a destroyed stream.
     stream: Arc<RawStream>,
 }
@@ -711,7 +748,7 @@ impl<B: Send + 'static> PendingCopy<B> {
         len: usize,
     ) -> Result<Self> {
         let api = api()?;
-        let event = RawEvent::new()?;
+        let event = stream.take_event()?;
         let pinned = host(&mut buffer);
         let needed = host_offset
             .checked_add(len)
@@ -746,8 +783,14 @@ impl<B: Send + 'static> PendingCopy<B> {
             };
             check(op, rc)?;
         }
+        // An event that was never recorded would report "complete" at once: keep it only if
+        // recording worked, so that otherwise the guard's drop synchronizes the whole stream.
+        let (event, recorded) = match event.record(stream) {
+            Ok(()) => (Some(event), Ok(())),
+            Err(e) => (None, Err(e)),
+        };
         let pending = Self { buffer: Some(buffer), event, stream: Arc::clone(stream) };
-        if let Err(e) = pending.event.record(stream) {
+        if let Err(e) = recorded {
             // The copy is queued but unrecorded: the guard's drop falls back to a stream sync
             // before releasing the buffer.
             drop(pending);
@@ -758,20 +801,29 @@ impl<B: Send + 'static> PendingCopy<B> {
 
     /// Blocks until the copy completed and returns the buffer.
     pub(crate) fn wait(mut self) -> Result<B> {
-        self.event.synchronize()?;
+        match self.event.take() {
+            Some(event) => {
+                event.synchronize()?;
+                self.stream.keep_event(event);
+            }
+            None => self.stream.synchronize()?,
+        }
         self.buffer.take().ok_or_else(|| Error::InvalidArgument("copy already waited".to_owned()))
     }
 
     /// Whether the copy has completed (`cuEventQuery`), without blocking.
     pub(crate) fn is_complete(&self) -> Result<bool> {
-        self.event.is_complete()
+        match &self.event {
+            Some(event) => event.is_complete(),
+            None => Ok(true),
+        }
     }
 }
 
 impl<B: Send + 'static> Drop for PendingCopy<B> {
     fn drop(&mut self) {
         let Some(buffer) = self.buffer.take() else { return };
-        if self.event.synchronize().is_ok() {
+        if self.event.as_ref().is_some_and(|event| event.synchronize().is_ok()) {
             return;
         }
         if self.stream.synchronize().is_err() {
