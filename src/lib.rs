@@ -19,7 +19,10 @@
 //! (about 2 GB/s on the test machine's virtual disk); `O_DIRECT` skips the page cache, which
 //! saves a copy and avoids evicting other data, but needs page-aligned offsets, lengths and
 //! buffers. gpumap splits every transfer into an unaligned head and tail (buffered) and an
-//! aligned middle (direct where enabled and the file system allows it).
+//! aligned middle (direct where enabled and the file system allows it). Reads are buffered by
+//! default, so a file read twice comes from memory the second time; the `uncached` policy
+//! ([`config::DirectRead`]) asks the kernel what a transfer has in the cache (`cachestat`) and
+//! goes around the cache only where nothing is there — for data loaded once.
 //!
 //! **Tasks and threads.** A transfer is split into tasks ([`align::split_tasks`]); all but the
 //! first start page-aligned. Tasks run on a persistent [`io::IoPool`] — threads are created once,
@@ -30,8 +33,9 @@
 //! 16 MiB), so bounce buffers are allocated once per process and recycled
 //! ([`memory::bounce::BouncePool`]). Each worker pipelines: while chunk *k* is copied to the GPU
 //! on its own stream, chunk *k + 1* is read from the file. With 4 MiB chunks in 64 MiB tasks
-//! this reaches 49 GB/s from a warm page cache into an H200 at 8 or 16 threads, 93 % of the
-//! pinned copy rate (see `docs/benchmarks.md`). Small copies are expensive — a 4 KiB
+//! this reaches 49–51 GB/s from a warm page cache into an H100 or H200 at 16 threads, 89–93 %
+//! of the pinned copy rate and 97 % of what the page cache itself delivers to 16 threads (see
+//! `docs/benchmarks.md`). Small copies are expensive — a 4 KiB
 //! host-to-device copy costs about 8 µs, and 16 threads issuing one each are serialised in the
 //! driver at about 12 µs a copy — so small reads are batched: pieces in flight together
 //! ([`io::FileHandle::pread_device`] futures, or one [`io::FileHandle::read_device_batch`])

@@ -448,6 +448,25 @@ fn cudarc_slices_are_device_memory_too() {
     assert_eq!(fh.read_device(region, 0).unwrap(), data.len());
     let back: Vec<u8> = stream.clone_dtoh(&slice).unwrap();
     assert!(back == data);
+    // Views: a CudaView and a CudaViewMut of part of a slice, each read into at its own start.
+    let mut other = stream.alloc_zeros::<u8>(data.len()).unwrap();
+    {
+        let view = other.slice(100..4196);
+        let region = DeviceRegion::from_cudarc(&view, &stream).unwrap();
+        assert_eq!(region.len(), 4096);
+        assert_eq!(fh.read_device(region, 5).unwrap(), 4096);
+    }
+    {
+        let view = other.slice_mut(8192..(1 << 20));
+        let region = DeviceRegion::from_cudarc(&view, &stream).unwrap();
+        assert_eq!(region.len(), (1 << 20) - 8192);
+        assert_eq!(fh.read_device(region, 12_345).unwrap(), region.len());
+    }
+    let back: Vec<u8> = stream.clone_dtoh(&other).unwrap();
+    assert!(back[..100].iter().all(|&b| b == 0), "bytes before the first view touched");
+    assert!(back[100..4196] == data[5..4101], "CudaView read differs");
+    assert!(back[4196..8192].iter().all(|&b| b == 0), "bytes between the views touched");
+    assert!(back[8192..1 << 20] == data[12_345..12_345 + (1 << 20) - 8192], "CudaViewMut differs");
     // Registering the buffer with cuFile is a no-op on the POSIX path, and works on cuFile's.
     let registered = fh.buffer_register(region).unwrap();
     assert_eq!(registered.is_some(), fh.compat_decision().path == IoPath::CuFile);
