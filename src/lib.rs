@@ -78,6 +78,7 @@ pub mod capabilities;
 pub mod config;
 pub mod error;
 pub mod io;
+pub mod mapped;
 pub mod memory;
 pub mod pagecache;
 mod sys;

@@ -121,3 +121,30 @@ fn cold_repeated_reads_report_every_run() {
     assert_eq!(code, 2);
     assert!(err.contains("uncached"), "{err}");
 }
+
+#[test]
+fn map_walks_a_file_under_a_budget() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let file = dir.path().join("mapped.bin");
+    let (code, _, err) = run(gpumap().args(["write", "--size", "12MiB"]).arg(&file));
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) =
+        run(gpumap().args(["map", "--budget", "4MiB", "--verify-pattern", "--json"]).arg(&file));
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["verified"], true);
+    assert_eq!(report["bytes_viewed"], 12 << 20);
+    assert_eq!(report["stats"]["bytes_faulted"], 12 << 20, "{out}");
+    assert_eq!(report["stats"]["budget"], 4 << 20);
+    assert_eq!(report["stats"]["evictions"], 4, "{out}");
+    let (code, out, err) = run(gpumap()
+        .args(["map", "--random", "200", "--block", "4KiB", "--verify-pattern", "--json"])
+        .arg(&file));
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["views"], 200);
+    assert_eq!(report["access"], "random");
+    let (code, _, err) = run(gpumap().args(["map", "--extent", "3KiB"]).arg(&file));
+    assert_eq!(code, 1);
+    assert!(err.contains("extent size 3072"), "{err}");
+}

@@ -599,3 +599,136 @@ impl<B: StagingBuffer> InFlight<B> {
         self.pending.is_complete()
     }
 }
+
+/// One range of device addresses into which physical frames are mapped and unmapped (CUDA
+/// virtual memory management): the memory behind a [`crate::mapped::DeviceMappedFile`].
+///
+/// The whole range is reserved up front, so addresses never move; frames (the allocation
+/// granularity, 2 MiB on current GPUs) are mapped where data is needed and unmapped under
+/// memory pressure. Unmapped frames are kept and reused: creating one costs about 45 µs, and
+/// the fault path should not pay it twice.
+pub(crate) struct FrameArena {
+    device: CudaDevice,
+    frame: usize,
+    /// Declared before `reservation`, but `Drop` unmaps everything before either goes.
+    slots: parking_lot::Mutex<Vec<Option<sys::PhysicalFrame>>>,
+    spare: parking_lot::Mutex<Vec<sys::PhysicalFrame>>,
+    reservation: sys::AddressReservation,
+}
+
+impl fmt::Debug for FrameArena {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FrameArena")
+            .field("device", &self.device.ordinal())
+            .field("base", &format_args!("{:#x}", self.reservation.base()))
+            .field("frame", &self.frame)
+            .finish()
+    }
+}
+
+impl FrameArena {
+    /// The allocation granularity of `device` (the frame size).
+    #[doc(alias = "cuMemGetAllocationGranularity")]
+    pub(crate) fn granularity(device: &CudaDevice) -> Result<usize> {
+        device.bind_to_thread()?;
+        sys::allocation_granularity(device.ordinal())
+    }
+
+    /// Reserves addresses for `frames` frames of `frame` bytes (a multiple of the
+    /// granularity) on `device`; nothing is mapped yet.
+    #[doc(alias = "cuMemAddressReserve")]
+    pub(crate) fn new(device: &CudaDevice, frames: usize, frame: usize) -> Result<Self> {
+        device.bind_to_thread()?;
+        let len = frames.max(1).checked_mul(frame).ok_or_else(|| {
+            Error::InvalidArgument(format!("{frames} frames of {frame} bytes overflow"))
+        })?;
+        Ok(Self {
+            device: device.clone(),
+            frame,
+            slots: parking_lot::Mutex::new((0..frames).map(|_| None).collect()),
+            spare: parking_lot::Mutex::new(Vec::new()),
+            reservation: sys::AddressReservation::new(len, frame)?,
+        })
+    }
+
+    /// The device address of the range's first byte.
+    pub(crate) fn base(&self) -> u64 {
+        self.reservation.base()
+    }
+
+    /// The device the memory is on.
+    pub(crate) fn device(&self) -> &CudaDevice {
+        &self.device
+    }
+
+    /// Maps a frame (a kept one, or a new one) at frame index `index`, zeroed.
+    #[doc(alias = "cuMemMap")]
+    pub(crate) fn map(&self, index: usize) -> Result<()> {
+        self.device.bind_to_thread()?;
+        let mut slots = self.slots.lock();
+        let slot = slots.get_mut(index).ok_or_else(|| self.no_such_frame(index))?;
+        if slot.is_some() {
+            return Ok(());
+        }
+        let frame = match self.spare.lock().pop() {
+            Some(frame) => frame,
+            None => sys::PhysicalFrame::new(self.device.ordinal(), self.frame)?,
+        };
+        let offset = index * self.frame;
+        if let Err(e) = self.reservation.map(offset, &frame, self.device.ordinal()) {
+            self.spare.lock().push(frame);
+            return Err(e);
+        }
+        // A reused frame holds another part's bytes; bytes past the end of the file must read
+        // as zeros.
+        if let Err(e) = sys::memset_d8(self.base() + offset as u64, 0, self.frame) {
+            let _ = self.reservation.unmap(offset, self.frame);
+            self.spare.lock().push(frame);
+            return Err(e);
+        }
+        *slot = Some(frame);
+        Ok(())
+    }
+
+    /// Unmaps the frame at `index` and keeps it for reuse. The caller guarantees that nothing
+    /// uses the range any more.
+    #[doc(alias = "cuMemUnmap")]
+    pub(crate) fn unmap(&self, index: usize) -> Result<()> {
+        self.device.bind_to_thread()?;
+        let mut slots = self.slots.lock();
+        let slot = slots.get_mut(index).ok_or_else(|| self.no_such_frame(index))?;
+        if let Some(frame) = slot.take() {
+            if let Err(e) = self.reservation.unmap(index * self.frame, self.frame) {
+                *slot = Some(frame);
+                return Err(e);
+            }
+            self.spare.lock().push(frame);
+        }
+        Ok(())
+    }
+
+    /// `[offset, offset + len)` of the range as a region (the caller keeps it mapped).
+    pub(crate) fn region(&self, offset: u64, len: usize) -> DeviceRegion {
+        DeviceRegion::from_parts(self.base() + offset, len, self.device.ordinal())
+    }
+
+    fn no_such_frame(&self, index: usize) -> Error {
+        Error::InvalidArgument(format!("frame {index} is outside the reserved range"))
+    }
+}
+
+impl Drop for FrameArena {
+    fn drop(&mut self) {
+        if self.device.bind_to_thread().is_err() {
+            return;
+        }
+        let slots = std::mem::take(&mut *self.slots.lock());
+        for (index, slot) in slots.into_iter().enumerate() {
+            if slot.is_some() {
+                if let Err(e) = self.reservation.unmap(index * self.frame, self.frame) {
+                    eprintln!("gpumap: unmapping frame {index} of a mapped file failed: {e}");
+                }
+            }
+        }
+    }
+}

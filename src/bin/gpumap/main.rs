@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod map;
 mod output;
 mod pagecache;
 mod pattern;
@@ -31,6 +32,8 @@ enum Command {
     Write(transfer::WriteArgs),
     /// Run the standard workloads (sequential, random, writes) on a file and print a table.
     Bench(bench::BenchArgs),
+    /// Map a file into GPU memory under a budget and walk it through views (faults, evictions).
+    Map(map::MapArgs),
     /// See and control the host page cache: residency, warm, evict, lock, drop.
     Pagecache(pagecache::PagecacheArgs),
 }
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Command::Read(args) => transfer::read(args),
         Command::Write(args) => transfer::write(args),
         Command::Bench(args) => bench::bench(args),
+        Command::Map(args) => map::map(args),
         Command::Pagecache(_) => Ok(()),
     };
     match result {
