@@ -18,6 +18,7 @@ use serde::Serialize;
 use crate::config::{CompatMode, DirectRead};
 use crate::error::{Error, Result};
 use crate::io::{DeviceRead, FileHandle, IoPool};
+use crate::mapped::{DeviceMappedFile, MapMemory, MapOptions};
 use crate::memory::cuda::{CudaDevice, DeviceBuffer, PinnedBuffer, Stream};
 use crate::memory::HostBuffer;
 
@@ -433,6 +434,79 @@ pub fn run_device(
             |handle| handle.write_device(src.region(), 0),
             emit,
         )?;
+    }
+    drop(dst);
+    run_mapped(options, device, file_len, emit)?;
+    Ok(())
+}
+
+/// `DeviceMappedFile` workloads (`gpumap-mapped`): whole-file views at each thread count, and
+/// random 4 KiB views from every thread at once. Each measured read starts from a map whose
+/// frames exist but hold nothing (`evict`), so every byte is a fault.
+fn run_mapped(
+    options: &BenchOptions,
+    device: &CudaDevice,
+    file_len: u64,
+    emit: &mut dyn FnMut(&Record),
+) -> Result<()> {
+    const IMPL: &str = "gpumap-mapped";
+    let open_map = |threads: usize, extent: u64| -> Result<DeviceMappedFile> {
+        let mut handle = FileHandle::options()?;
+        handle.pool(Arc::new(IoPool::new(threads)?));
+        MapOptions::new()
+            .memory(MapMemory::Device(device.ordinal()))
+            .budget(file_len.max(1).next_multiple_of(2 << 20))
+            .extent_size(extent)
+            .handle_options(handle)
+            .open(&options.file)
+    };
+    for &threads in &options.threads {
+        let map = open_map(threads, 2 << 20)?;
+        drop(map.view(0, file_len)?); // creates the frames
+        for temperature in ["cold", "warm"] {
+            map.evict()?;
+            if temperature == "cold" {
+                evict(&options.file)?;
+            }
+            let t = Instant::now();
+            drop(map.view(0, file_len)?);
+            let secs = t.elapsed().as_secs_f64();
+            emit(&Record::new(IMPL, &format!("seq_read_{temperature}"), threads, file_len, secs));
+        }
+    }
+    for RandomWorkload { name, block, offsets, threads } in random_workloads(options, file_len) {
+        let map = open_map(threads, block)?;
+        drop(map.view(0, file_len)?);
+        for temperature in ["cold", "warm"] {
+            map.evict()?;
+            if temperature == "cold" {
+                evict(&options.file)?;
+            }
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let t = Instant::now();
+            std::thread::scope(|s| -> Result<()> {
+                let workers: Vec<_> = (0..threads)
+                    .map(|_| {
+                        s.spawn(|| -> Result<()> {
+                            loop {
+                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let Some(&offset) = offsets.get(i) else { return Ok(()) };
+                                drop(map.view(offset, block)?);
+                            }
+                        })
+                    })
+                    .collect();
+                for w in workers {
+                    w.join()
+                        .map_err(|_| Error::InvalidArgument("a bench thread panicked".into()))??;
+                }
+                Ok(())
+            })?;
+            let secs = t.elapsed().as_secs_f64();
+            let ops = offsets.len() as u64;
+            let workload = format!("{name}_{temperature}");
+            emit(&Record::new(IMPL, &workload, threads, block * ops, secs).with_ops(ops));
+        }
     }
     Ok(())
 }

@@ -6,6 +6,9 @@
 //! - [`io::FileHandle`]: explicit, parallel reads and writes of one file into host memory
 //!   ([`read`](io::FileHandle::read), [`pread`](io::FileHandle::pread), ...) or device memory
 //!   ([`read_device`](io::FileHandle::read_device), ...). KvikIO's `FileHandle`/`CuFile` surface.
+//! - [`mapped::DeviceMappedFile`]: mmap semantics on the GPU — a file as one device address
+//!   range, faulted in by [views](mapped::View) under a memory budget, written back by
+//!   [`flush`](mapped::DeviceMappedFile::flush).
 //! - [`pagecache`]: the host page cache as a tool — residency, warm, evict, lock, drop — as
 //!   `fincore` and `vmtouch` users expect.
 //! - [`Capabilities`]: what the machine offers (CUDA, cuFile, udev, WSL), every "no" with its
@@ -53,6 +56,14 @@
 //! `O_DIRECT`). [`io::FileHandle::sync_data`] (`fdatasync`) returns when it would survive a
 //! crash. Linux reports a write-back error once: an error from a sync is final, and a retry that
 //! succeeds does not mean the data are safe.
+//!
+//! **Extents and frames.** A [`mapped::DeviceMappedFile`] reserves device addresses for the
+//! whole file up front (CUDA virtual memory management) and maps physical memory a *frame* at
+//! a time — 2 MiB, the GPUs' allocation granularity; mapping one costs about 45 µs. Validity
+//! and I/O are tracked per *extent* (a power of two from 4 KiB to 2 MiB, 64 KiB by default):
+//! a view reads only the extents it lacks, adjacent ones coalesced into one read. Frames are
+//! evicted least recently used first, never while a view pins them, and after their dirty
+//! extents were written back.
 //!
 //! **Residency.** The page cache holds file pages in 4 KiB units; [`pagecache::residency`]
 //! reports how many of a range are cached (and, via `cachestat(2)` on Linux ≥ 6.5, how many are

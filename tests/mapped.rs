@@ -303,3 +303,30 @@ fn device_views_are_device_memory_at_base_plus_offset() {
     region.copy_to_host(0, &mut got).unwrap();
     assert!(got[..] == data[(3 * MIB + 5) as usize..][..MIB as usize]);
 }
+
+#[test]
+fn evict_gives_memory_back_and_faults_again() {
+    for memory in memories() {
+        let dir = scratch();
+        let path = dir.path().join("evict");
+        let mut model = random_bytes((5 * MIB) as usize, 13);
+        fs::write(&path, &model).unwrap();
+        let m = map(&path, memory, 6 * MIB, 65536, true);
+        let patch = random_bytes(777, 14);
+        m.write(3 * MIB, &patch).unwrap();
+        model[3 * MIB as usize..][..777].copy_from_slice(&patch);
+        let held = m.view(0, 100).unwrap(); // frame 0 stays
+        m.evict().unwrap();
+        let stats = m.stats();
+        assert_eq!(stats.mapped_bytes, 2 * MIB, "{memory:?}: only the pinned frame stays");
+        assert_eq!(stats.dirty_bytes, 0);
+        assert!(fs::read(&path).unwrap() == model, "{memory:?}: evict did not write back");
+        drop(held);
+        let before = m.stats().bytes_faulted;
+        let mut got = vec![0u8; model.len()];
+        m.read(0, &mut got).unwrap();
+        assert!(got == model);
+        // Everything but the one extent the pinned view had was read again.
+        assert_eq!(m.stats().bytes_faulted - before, 5 * MIB - 65536);
+    }
+}

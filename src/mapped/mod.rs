@@ -52,6 +52,9 @@ pub enum MapMemory {
     Device(usize),
 }
 
+/// Faults up to this size take the coalescing path (`FileHandle::pread_device`).
+const SMALL_FAULT: usize = 256 << 10;
+
 /// Frame size of the host backend: the GPUs' allocation granularity, so that both backends
 /// keep the same books.
 const HOST_FRAME: u64 = 2 << 20;
@@ -123,9 +126,11 @@ impl MapOptions {
     }
 }
 
-/// Frames of host memory (the host backend), allocated when mapped, freed when unmapped.
+/// Frames of host memory (the host backend), allocated when first mapped and kept for reuse
+/// when unmapped (a fresh allocation pays a page fault per 4 KiB on first touch).
 struct HostFrames {
     frames: Vec<Mutex<Option<Box<[u8]>>>>,
+    spare: Mutex<Vec<Box<[u8]>>>,
     frame: u64,
 }
 
@@ -142,10 +147,23 @@ impl Backing {
         }
     }
 
+    /// Whether frames are separate allocations (host) rather than one address range (device),
+    /// so that a transfer must not cross a frame border.
+    fn frames_apart(&self) -> bool {
+        matches!(self, Backing::Host(_))
+    }
+
     fn map(&self, frame: usize) -> Result<()> {
         match self {
             Backing::Host(h) => {
-                *h.frames[frame].lock() = Some(vec![0u8; h.frame as usize].into_boxed_slice());
+                let bytes = match h.spare.lock().pop() {
+                    Some(mut kept) => {
+                        kept.fill(0);
+                        kept
+                    }
+                    None => vec![0u8; h.frame as usize].into_boxed_slice(),
+                };
+                *h.frames[frame].lock() = Some(bytes);
                 Ok(())
             }
             Backing::Device(a) => a.map(frame),
@@ -155,7 +173,9 @@ impl Backing {
     fn unmap(&self, frame: usize) -> Result<()> {
         match self {
             Backing::Host(h) => {
-                *h.frames[frame].lock() = None;
+                if let Some(bytes) = h.frames[frame].lock().take() {
+                    h.spare.lock().push(bytes);
+                }
                 Ok(())
             }
             Backing::Device(a) => a.unmap(frame),
@@ -178,15 +198,21 @@ impl Backing {
         f(&mut bytes[at..at + len])
     }
 
-    /// File -> memory for `[offset, offset + len)` (within one frame); the count read.
+    /// File -> memory for `[offset, offset + len)` (within one frame on the host backend); the
+    /// count read.
     fn load(&self, file: &FileHandle, offset: u64, len: usize) -> Result<usize> {
         match self {
             Backing::Host(h) => Self::with_host(h, offset, len, |b| file.read(b, offset)),
+            // Small reads go through the handle's coalescing futures: faults of many threads
+            // in flight together share pinned buffers and host-to-device copies.
+            Backing::Device(a) if len <= SMALL_FAULT => {
+                file.pread_device(a.region(offset, len), offset).wait()
+            }
             Backing::Device(a) => file.read_device(a.region(offset, len), offset),
         }
     }
 
-    /// Memory -> file for `[offset, offset + len)` (within one frame).
+    /// Memory -> file for `[offset, offset + len)` (within one frame on the host backend).
     fn store(&self, file: &FileHandle, offset: u64, len: usize) -> Result<()> {
         match self {
             Backing::Host(h) => Self::with_host(h, offset, len, |b| file.write(b, offset)),
@@ -315,6 +341,7 @@ impl DeviceMappedFile {
             Some(d) => Backing::Device(FrameArena::new(&d, geometry.frames(), frame as usize)?),
             None => Backing::Host(HostFrames {
                 frames: (0..geometry.frames()).map(|_| Mutex::new(None)).collect(),
+                spare: Mutex::new(Vec::new()),
                 frame,
             }),
         };
@@ -428,6 +455,21 @@ impl DeviceMappedFile {
     pub fn close(self) -> Result<()> {
         if self.shared.writable {
             self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes back what is dirty, then gives up the memory of every frame no view pins (the
+    /// map keeps it for its next faults); the next view of those ranges reads them again.
+    /// Like `POSIX_FADV_DONTNEED` for the map.
+    pub fn evict(&self) -> Result<()> {
+        if self.shared.writable {
+            self.flush()?;
+        }
+        let mut table = self.shared.table.lock();
+        while let Victim::Clean(frame) = table.victim() {
+            self.shared.backing.unmap(frame)?;
+            table.mark_unmapped(frame);
         }
         Ok(())
     }
@@ -548,27 +590,30 @@ impl DeviceMappedFile {
 }
 
 impl Shared {
-    /// Reads the runs of `extents` (sorted) from the file.
+    /// Reads the runs of `extents` (sorted) from the file, in parallel on the file's pool. On
+    /// the device, frames are adjacent in the address range, so a run spans as many frames as
+    /// it covers and goes through the pipelined device read whole.
     fn load(&self, geometry: &Geometry, extents: &[usize]) -> Result<()> {
-        let shared = self;
-        for (offset, len) in geometry.runs(extents) {
-            let got = shared.backing.load(&shared.file, offset, len as usize)?;
+        let runs = geometry.runs(extents, self.backing.frames_apart());
+        self.file.pool().run(runs, |(offset, len)| {
+            let got = self.backing.load(&self.file, offset, len as usize)?;
             if (got as u64) < len {
                 // The file shrank under the map: what it no longer has is an error, not zeros.
                 return Err(Error::UnexpectedEof { offset, wanted: len, got: got as u64 });
             }
-            let mut stats = shared.stats.lock();
+            let mut stats = self.stats.lock();
             stats.fault_reads += 1;
             stats.bytes_faulted += len;
-        }
+            Ok(got)
+        })?;
         Ok(())
     }
 
-    /// Writes the dirty extents of `extents` back; extents whose write failed stay dirty.
+    /// Writes the dirty extents of `extents` back, runs in parallel on the file's pool;
+    /// extents whose write failed stay dirty, and the first error is returned.
     fn write_back(&self, extents: Range<usize>) -> Result<()> {
-        let shared = self;
         let (dirty, geometry) = {
-            let mut table = shared.table.lock();
+            let mut table = self.table.lock();
             let dirty = table.dirty_in(extents);
             let geometry = *table.geometry();
             // Pinned while they are written, so they cannot be evicted meanwhile.
@@ -577,38 +622,39 @@ impl Shared {
             }
             (dirty, geometry)
         };
-        let mut first_error = None;
-        let mut written = Vec::with_capacity(dirty.len());
+        // Runs: consecutive extents (within one frame on the host backend), as ranges of
+        // `dirty`.
+        let within_frames = self.backing.frames_apart();
+        let mut runs = Vec::new();
         let mut i = 0;
         while i < dirty.len() {
-            // One run: consecutive extents in one frame.
             let mut j = i + 1;
             while j < dirty.len()
                 && dirty[j].0 == dirty[j - 1].0 + 1
-                && geometry.frame_of(dirty[j].0) == geometry.frame_of(dirty[i].0)
+                && (!within_frames
+                    || geometry.frame_of(dirty[j].0) == geometry.frame_of(dirty[i].0))
             {
                 j += 1;
             }
-            let (offset, len) = geometry.bytes_of(dirty[i].0..dirty[j - 1].0 + 1);
-            match shared.backing.store(&shared.file, offset, len as usize) {
-                Ok(()) => {
-                    written.extend_from_slice(&dirty[i..j]);
-                    shared.stats.lock().bytes_written_back += len;
-                }
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
+            runs.push(i..j);
             i = j;
         }
-        let mut table = shared.table.lock();
-        table.finish_writeback(&written);
+        let written = Mutex::new(Vec::with_capacity(dirty.len()));
+        let result = self.file.pool().run(runs, |run| {
+            let (offset, len) = geometry.bytes_of(dirty[run.start].0..dirty[run.end - 1].0 + 1);
+            self.backing.store(&self.file, offset, len as usize)?;
+            written.lock().extend_from_slice(&dirty[run]);
+            self.stats.lock().bytes_written_back += len;
+            Ok(len as usize)
+        });
+        let mut table = self.table.lock();
+        table.finish_writeback(&written.into_inner());
         for f in frames_of(&geometry, &dirty) {
             table.unpin(f);
         }
         drop(table);
-        shared.changed.notify_all();
-        first_error.map_or(Ok(()), Err)
+        self.changed.notify_all();
+        result.map(|_| ())
     }
 }
 

@@ -65,10 +65,10 @@ impl Geometry {
         (start, end.saturating_sub(start))
     }
 
-    /// Cuts sorted extent indices into runs of consecutive extents within one frame, as byte
-    /// ranges `(offset, len)` of the mapping. Runs never cross a frame: frames need not be
-    /// adjacent in memory on every backend.
-    pub(crate) fn runs(&self, sorted: &[usize]) -> Vec<(u64, u64)> {
+    /// Cuts sorted extent indices into runs of consecutive extents, as byte ranges
+    /// `(offset, len)` of the mapping; with `within_frames`, runs also break at frame borders
+    /// (for backends whose frames are not adjacent in memory).
+    pub(crate) fn runs(&self, sorted: &[usize], within_frames: bool) -> Vec<(u64, u64)> {
         let mut runs = Vec::new();
         let mut i = 0;
         while i < sorted.len() {
@@ -76,7 +76,7 @@ impl Geometry {
             let mut end = start + 1;
             while i + 1 < sorted.len()
                 && sorted[i + 1] == end
-                && self.frame_of(end) == self.frame_of(start)
+                && (!within_frames || self.frame_of(end) == self.frame_of(start))
             {
                 end += 1;
                 i += 1;
@@ -354,8 +354,12 @@ mod tests {
         assert_eq!(GEO.bytes_of(40..41), (40 * 2048, 100));
         // Runs break at gaps and at frame borders.
         assert_eq!(
-            GEO.runs(&[0, 1, 2, 3, 4, 5, 9, 40]),
+            GEO.runs(&[0, 1, 2, 3, 4, 5, 9, 40], true),
             vec![(0, 8192), (8192, 4096), (9 * 2048, 2048), (40 * 2048, 100)]
+        );
+        assert_eq!(
+            GEO.runs(&[0, 1, 2, 3, 4, 5, 9, 39, 40], false),
+            vec![(0, 12288), (9 * 2048, 2048), (39 * 2048, 2148)]
         );
     }
 

@@ -661,7 +661,7 @@ impl FrameArena {
         &self.device
     }
 
-    /// Maps a frame (a kept one, or a new one) at frame index `index`, zeroed.
+    /// Maps a frame (a kept one, or a new one) at frame index `index`.
     #[doc(alias = "cuMemMap")]
     pub(crate) fn map(&self, index: usize) -> Result<()> {
         self.device.bind_to_thread()?;
@@ -679,13 +679,8 @@ impl FrameArena {
             self.spare.lock().push(frame);
             return Err(e);
         }
-        // A reused frame holds another part's bytes; bytes past the end of the file must read
-        // as zeros.
-        if let Err(e) = sys::memset_d8(self.base() + offset as u64, 0, self.frame) {
-            let _ = self.reservation.unmap(offset, self.frame);
-            self.spare.lock().push(frame);
-            return Err(e);
-        }
+        // Not zeroed: a reused frame holds bytes of this same mapping, and every byte a view
+        // can reach is read from the file before the view is handed out.
         *slot = Some(frame);
         Ok(())
     }

@@ -423,13 +423,25 @@ impl Drop for DeviceAlloc {
     }
 }
 
-/// `cuMemcpyHtoD`: synchronous copy of `src` to device address `dst`.
+/// `cuMemcpyHtoD`: copy of `src` to device address `dst`, on the device when it returns.
 pub(crate) fn memcpy_htod(dst: u64, src: &[u8]) -> Result<()> {
     if src.is_empty() {
         return Ok(());
     }
     // SAFETY: `src` is readable for its length; the call returns after the source was consumed.
-    check("cuMemcpyHtoD", unsafe { (api()?.cuMemcpyHtoD_v2)(dst, src.as_ptr().cast(), src.len()) })
+    check("cuMemcpyHtoD", unsafe {
+        (api()?.cuMemcpyHtoD_v2)(dst, src.as_ptr().cast(), src.len())
+    })?;
+    // From pageable memory the call may return once the bytes are staged, before they reach
+    // the device; gpumap's own streams are non-blocking and would not wait for them.
+    legacy_stream_synchronize()
+}
+
+/// `cuStreamSynchronize` on the legacy default stream, where the synchronous copy and memset
+/// calls run: after it, their effects are visible to work on any stream.
+fn legacy_stream_synchronize() -> Result<()> {
+    // SAFETY: the null handle names the legacy default stream of the current context.
+    check("cuStreamSynchronize", unsafe { (api()?.cuStreamSynchronize)(std::ptr::null_mut()) })
 }
 
 /// `cuMemcpyDtoH`: synchronous copy from device address `src` into `dst`.
@@ -444,13 +456,16 @@ pub(crate) fn memcpy_dtoh(dst: &mut [u8], src: u64) -> Result<()> {
     })
 }
 
-/// `cuMemsetD8`: sets `len` bytes at device address `dst` to `value`.
+/// `cuMemsetD8`: sets `len` bytes at device address `dst` to `value`; done when it returns.
 pub(crate) fn memset_d8(dst: u64, value: u8, len: usize) -> Result<()> {
     if len == 0 {
         return Ok(());
     }
     // SAFETY: no host memory is involved; the driver validates the device range.
-    check("cuMemsetD8", unsafe { (api()?.cuMemsetD8_v2)(dst, value, len) })
+    check("cuMemsetD8", unsafe { (api()?.cuMemsetD8_v2)(dst, value, len) })?;
+    // cuMemsetD8 is asynchronous to the host; make it done before anything else touches the
+    // memory from a non-blocking stream.
+    legacy_stream_synchronize()
 }
 
 /// Page-locked host memory from `cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE)` (page-aligned,
