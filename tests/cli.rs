@@ -128,8 +128,9 @@ fn map_walks_a_file_under_a_budget() {
     let file = dir.path().join("mapped.bin");
     let (code, _, err) = run(gpumap().args(["write", "--size", "12MiB"]).arg(&file));
     assert_eq!(code, 0, "{err}");
-    let (code, out, err) =
-        run(gpumap().args(["map", "--budget", "4MiB", "--verify-pattern", "--json"]).arg(&file));
+    let (code, out, err) = run(gpumap()
+        .args(["map", "--budget", "4MiB", "--frame", "2MiB", "--verify-pattern", "--json"])
+        .arg(&file));
     assert_eq!(code, 0, "{err}");
     let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(report["verified"], true);

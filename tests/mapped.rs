@@ -39,8 +39,10 @@ fn map(
     extent: u64,
     writable: bool,
 ) -> DeviceMappedFile {
+    // 2 MiB frames (the granularity) keep the budgets of these tests small.
     MapOptions::new()
         .memory(memory)
+        .frame_size(2 * MIB)
         .budget(budget)
         .extent_size(extent)
         .writable(writable)
@@ -278,7 +280,11 @@ fn bad_requests_are_typed_errors() {
         // An empty view of an empty range is fine.
         assert!(m.view(10_000, 0).unwrap().is_empty());
     }
-    for extent in [0u64, 1000, 2048, 3 * 4096, 4 * MIB] {
+    for frame in [0u64, MIB, 3 * MIB] {
+        let got = MapOptions::new().memory(MapMemory::Host).frame_size(frame).open(&path);
+        assert!(matches!(got, Err(Error::InvalidArgument(_))), "frame {frame}: {got:?}");
+    }
+    for extent in [0u64, 1000, 2048, 3 * 4096, 16 * MIB] {
         let got = MapOptions::new().memory(MapMemory::Host).extent_size(extent).open(&path);
         assert!(matches!(got, Err(Error::InvalidArgument(_))), "extent {extent}: {got:?}");
     }
@@ -328,5 +334,103 @@ fn evict_gives_memory_back_and_faults_again() {
         assert!(got == model);
         // Everything but the one extent the pinned view had was read again.
         assert_eq!(m.stats().bytes_faulted - before, 5 * MIB - 65536);
+    }
+}
+
+#[test]
+fn larger_frames_keep_the_same_semantics() {
+    for memory in memories() {
+        let ops = vec![
+            Op::Write { offset: 100, len: 3 * MIB, seed: 1 },
+            Op::Read { offset: 9 * MIB, len: 2 * MIB },
+            Op::Write { offset: 17 * MIB, len: 5, seed: 2 },
+            Op::Read { offset: 0, len: 4 * MIB },
+            Op::FlushRange { offset: 0, len: MIB },
+            Op::Read { offset: 16 * MIB, len: 3 * MIB },
+        ];
+        let dir = scratch();
+        let path = dir.path().join("big-frames");
+        let len = 19 * MIB + 7;
+        let mut model = random_bytes(len as usize, 21);
+        fs::write(&path, &model).unwrap();
+        let m = MapOptions::new()
+            .memory(memory)
+            .frame_size(8 * MIB)
+            .budget(8 * MIB)
+            .writable(true)
+            .open(&path)
+            .unwrap();
+        assert_eq!(m.frame_size(), 8 * MIB);
+        for op in &ops {
+            match *op {
+                Op::Read { offset, len } => {
+                    let mut got = vec![0u8; len as usize];
+                    m.read(offset, &mut got).unwrap();
+                    assert!(got[..] == model[offset as usize..(offset + len) as usize]);
+                }
+                Op::Write { offset, len, seed } => {
+                    let data = random_bytes(len as usize, seed);
+                    m.write(offset, &data).unwrap();
+                    model[offset as usize..(offset + len) as usize].copy_from_slice(&data);
+                }
+                Op::Flush => m.flush().unwrap(),
+                Op::FlushRange { offset, len } => m.flush_range(offset, len).unwrap(),
+            }
+            assert!(m.stats().mapped_bytes <= 8 * MIB);
+        }
+        assert!(m.stats().evictions >= 3, "{:?}", m.stats());
+        m.close().unwrap();
+        assert!(fs::read(&path).unwrap() == model, "{memory:?}");
+    }
+}
+
+/// Diagnostic, run by hand on the GPU machine (`--ignored --nocapture`): the same warm read
+/// into a plain device buffer and into a map, in one process.
+#[test]
+#[ignore]
+fn diagnose_fault_throughput() {
+    use gpumap::io::FileHandle;
+    use gpumap::memory::cuda::DeviceBuffer;
+    let Some(device) = common::gpu() else { return };
+    let path = std::env::var("GPUMAP_DIAG_FILE").unwrap();
+    let fh = FileHandle::open(&path, "r").unwrap();
+    let len = fh.len().unwrap();
+    let buf = DeviceBuffer::alloc(&device, len as usize).unwrap();
+    for _ in 0..2 {
+        let t = std::time::Instant::now();
+        fh.read_device(buf.region(), 0).unwrap();
+        eprintln!("DeviceBuffer: {:.2} GB/s", len as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    for frame in [2 * MIB, 32 * MIB] {
+        let m = MapOptions::new()
+            .memory(MapMemory::Device(0))
+            .frame_size(frame)
+            .extent_size(2 * MIB)
+            .budget(len.next_multiple_of(frame))
+            .open(&path)
+            .unwrap();
+        let base = m.base().unwrap();
+        for round in 0..3 {
+            m.evict().unwrap();
+            let t = std::time::Instant::now();
+            drop(m.view(0, len).unwrap());
+            eprintln!(
+                "map frame {frame} round {round}: {:.2} GB/s {:?}",
+                len as f64 / t.elapsed().as_secs_f64() / 1e9,
+                m.stats()
+            );
+        }
+        // The same bytes read with FileHandle straight into the mapped range.
+        let view = m.view(0, len).unwrap();
+        let region = view.region().unwrap();
+        assert_eq!(region.ptr(), base);
+        for _ in 0..2 {
+            let t = std::time::Instant::now();
+            fh.read_device(region, 0).unwrap();
+            eprintln!(
+                "read_device into the mapped range: {:.2} GB/s",
+                len as f64 / t.elapsed().as_secs_f64() / 1e9
+            );
+        }
     }
 }

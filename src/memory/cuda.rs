@@ -647,7 +647,9 @@ impl FrameArena {
             frame,
             slots: parking_lot::Mutex::new((0..frames).map(|_| None).collect()),
             spare: parking_lot::Mutex::new(Vec::new()),
-            reservation: sys::AddressReservation::new(len, frame)?,
+            // Aligned to the largest power of two dividing the frame (a multiple of the
+            // granularity, so at least that).
+            reservation: sys::AddressReservation::new(len, frame & frame.wrapping_neg())?,
         })
     }
 

@@ -27,6 +27,9 @@ pub struct MapArgs {
     /// Unit of validity and I/O: a power of two from 4KiB to 2MiB.
     #[arg(long, default_value = "64KiB", value_parser = size_arg)]
     extent: u64,
+    /// Unit of device memory (mapped, evicted, budgeted): a multiple of 2MiB (default 8MiB).
+    #[arg(long, value_parser = size_arg)]
+    frame: Option<u64>,
     /// Bytes per view when walking the file in order (at most the budget).
     #[arg(long, default_value = "64MiB", value_parser = size_arg)]
     window: u64,
@@ -71,11 +74,12 @@ pub fn map(args: &MapArgs) -> Result<()> {
         (false, Some(n)) => MapMemory::Device(n),
         (false, None) => MapMemory::Auto,
     };
-    let map = MapOptions::new()
-        .memory(memory)
-        .budget(args.budget)
-        .extent_size(args.extent)
-        .open(&args.file)?;
+    let mut options = MapOptions::new();
+    options.memory(memory).budget(args.budget).extent_size(args.extent);
+    if let Some(frame) = args.frame {
+        options.frame_size(frame);
+    }
+    let map = options.open(&args.file)?;
     let len = map.len();
     // Views of whole frames, as many as the budget holds at most.
     let frame = map.frame_size();
@@ -159,8 +163,15 @@ pub fn map(args: &MapArgs) -> Result<()> {
             if report.verified == Some(true) { ", pattern verified" } else { "" }
         ));
         output::line(format!(
-            "  faults: {} reads, {} bytes; evictions: {}; resident {} of budget {} bytes",
-            s.fault_reads, s.bytes_faulted, s.evictions, s.resident_bytes, s.budget
+            "  faults: {} reads, {} bytes, {:.3} s; mapping memory: {:.3} s; evictions: {}; \
+             resident {} of budget {} bytes",
+            s.fault_reads,
+            s.bytes_faulted,
+            s.fault_seconds,
+            s.map_seconds,
+            s.evictions,
+            s.resident_bytes,
+            s.budget
         ));
     }
     Ok(())
