@@ -434,3 +434,47 @@ fn diagnose_fault_throughput() {
         }
     }
 }
+
+#[test]
+fn threads_under_a_tight_budget_see_the_files_bytes() {
+    for memory in memories() {
+        let dir = scratch();
+        let path = dir.path().join("stress");
+        let data = random_bytes((12 * MIB + 333) as usize, 15);
+        fs::write(&path, &data).unwrap();
+        let m = map(&path, memory, 6 * MIB, 65536, false);
+        let busy = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let (m, data, busy) = (&m, &data, &busy);
+                s.spawn(move || {
+                    let mut x = 0x2545_F491_4F6C_DD1Du64 ^ t;
+                    for _ in 0..60 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let len = x % MIB + 1;
+                        let offset = (x >> 20) % (data.len() as u64 - len);
+                        let mut got = vec![0u8; len as usize];
+                        loop {
+                            match m.read(offset, &mut got) {
+                                Ok(()) => break,
+                                // Every frame pinned by other threads' views: try again.
+                                Err(Error::OutOfBudget { .. }) => {
+                                    busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    std::thread::yield_now();
+                                }
+                                Err(e) => panic!("{memory:?}: {e}"),
+                            }
+                        }
+                        assert!(got[..] == data[offset as usize..][..len as usize], "{memory:?}");
+                    }
+                });
+            }
+        });
+        let stats = m.stats();
+        assert!(stats.mapped_bytes <= 6 * MIB, "{stats:?}");
+        assert!(stats.evictions > 0, "{stats:?}");
+        eprintln!("{memory:?}: {stats:?}, {} busy retries", busy.into_inner());
+    }
+}

@@ -532,7 +532,7 @@ impl DeviceMappedFile {
                 in_use: 0,
             });
         }
-        let mut pinned = frames.start..frames.start;
+        let mut pinned = Vec::with_capacity(frames.len());
         let result = self.map_and_pin(&mut table, frames.clone(), &mut pinned);
         let result =
             result.and_then(|()| self.fault_in(&mut table, geometry.extents_covering(offset, len)));
@@ -549,60 +549,97 @@ impl DeviceMappedFile {
         Ok(View { map: self.clone(), offset, len, frames })
     }
 
-    /// Maps (evicting where needed) and pins every frame of `frames`, in order; `pinned` grows
-    /// as they are pinned, so the caller can undo a failure.
+    /// Maps (evicting where needed) and pins every frame of `frames`; `pinned` lists the
+    /// frames pinned so far, so the caller can undo a failure.
+    ///
+    /// Mapping memory costs a driver call per frame (about 35 µs), so the frames a view lacks
+    /// are mapped together on the file's pool, and the victims making room for them unmapped
+    /// together, while the table is locked (no pool task takes the table's lock, so this
+    /// cannot deadlock; other views wait, as they would for the frames anyway).
     fn map_and_pin(
         &self,
         table: &mut MutexGuard<'_, Table>,
         frames: Range<usize>,
-        pinned: &mut Range<usize>,
+        pinned: &mut Vec<usize>,
     ) -> Result<()> {
-        for frame in frames {
-            while !table.is_mapped(frame) {
-                if table.has_room() {
-                    let t = Instant::now();
-                    let mapped = self.shared.backing.map(frame);
-                    self.shared.stats.lock().map_seconds += t.elapsed().as_secs_f64();
-                    mapped?;
-                    table.mark_mapped(frame);
-                    break;
-                }
-                match table.victim() {
-                    Victim::Clean(v) => {
-                        let t = Instant::now();
-                        let unmapped = self.shared.backing.unmap(v);
-                        self.shared.stats.lock().map_seconds += t.elapsed().as_secs_f64();
-                        unmapped?;
-                        table.mark_unmapped(v);
-                    }
-                    Victim::Dirty(v) => {
-                        // Pinned while its bytes go out, so no one else evicts it meanwhile.
-                        table.pin(v);
-                        let extents = {
-                            let per = table.geometry().extents_per_frame();
-                            (v * per)..((v + 1) * per).min(table.geometry().extents())
-                        };
-                        let result =
-                            MutexGuard::unlocked(table, || self.shared.write_back(extents));
-                        table.unpin(v);
-                        result?;
-                    }
-                    Victim::None => {
-                        // Every mapped frame is pinned (by views, or by this view).
-                        let frame = table.geometry().frame;
-                        return Err(Error::OutOfBudget {
-                            requested: (pinned.len() + 1) as u64 * frame,
-                            budget: table.max_frames() as u64 * frame,
-                            in_use: table.mapped_frames() as u64 * frame,
-                        });
-                    }
+        let pool = self.shared.file.pool();
+        let backing = &self.shared.backing;
+        'again: loop {
+            // Pin what is mapped, so that it cannot be chosen to make room; list the rest.
+            let mut missing = Vec::new();
+            for f in frames.clone() {
+                if !table.is_mapped(f) {
+                    missing.push(f);
+                } else if !pinned.contains(&f) {
+                    table.pin(f);
+                    table.touch(f);
+                    pinned.push(f);
                 }
             }
-            table.pin(frame);
-            table.touch(frame);
-            pinned.end = frame + 1;
+            if missing.is_empty() {
+                return Ok(());
+            }
+            // Make room: clean victims leave the books at once and their memory goes below,
+            // all together; a dirty victim is written back first, with the table unlocked,
+            // after which everything is looked at again.
+            let mut unmap = Vec::new();
+            let mut write_back = None;
+            while table.max_frames() - table.mapped_frames() < missing.len() {
+                match table.victim() {
+                    Victim::Clean(v) => {
+                        table.mark_unmapped(v);
+                        unmap.push(v);
+                    }
+                    Victim::Dirty(v) => {
+                        write_back = Some(v);
+                        break;
+                    }
+                    Victim::None => break,
+                }
+            }
+            self.timed(|| pool.run(unmap, |f| backing.unmap(f).map(|()| 0)))?;
+            if let Some(v) = write_back {
+                // Pinned while its bytes go out, so no one else evicts it meanwhile.
+                table.pin(v);
+                let extents = {
+                    let per = table.geometry().extents_per_frame();
+                    (v * per)..((v + 1) * per).min(table.geometry().extents())
+                };
+                let result = MutexGuard::unlocked(table, || self.shared.write_back(extents));
+                table.unpin(v);
+                result?;
+                continue 'again;
+            }
+            if table.max_frames() - table.mapped_frames() < missing.len() {
+                // Every other mapped frame is pinned (by views, or by this view).
+                let frame = table.geometry().frame;
+                return Err(Error::OutOfBudget {
+                    requested: (pinned.len() + missing.len()) as u64 * frame,
+                    budget: table.max_frames() as u64 * frame,
+                    in_use: table.mapped_frames() as u64 * frame,
+                });
+            }
+            let mapped = Mutex::new(Vec::with_capacity(missing.len()));
+            let result = self.timed(|| {
+                pool.run(missing, |f| {
+                    backing.map(f)?;
+                    mapped.lock().push(f);
+                    Ok(0)
+                })
+            });
+            for f in mapped.into_inner() {
+                table.mark_mapped(f);
+            }
+            result?;
         }
-        Ok(())
+    }
+
+    /// Runs `f`, adding its time to [`MapStats::map_seconds`].
+    fn timed<T>(&self, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        self.shared.stats.lock().map_seconds += t.elapsed().as_secs_f64();
+        out
     }
 
     /// Brings every extent of `extents` in (their frames are mapped and pinned): claims the
