@@ -529,7 +529,7 @@ impl DeviceMappedFile {
             return Err(Error::OutOfBudget {
                 requested: frames.len() as u64 * geometry.frame,
                 budget: table.max_frames() as u64 * geometry.frame,
-                in_use: 0,
+                in_use: table.mapped_frames() as u64 * geometry.frame,
             });
         }
         let mut pinned = Vec::with_capacity(frames.len());
