@@ -694,28 +694,15 @@ impl Shared {
             }
             (dirty, geometry)
         };
-        // Runs: consecutive extents (within one frame on the host backend), as ranges of
-        // `dirty`.
-        let within_frames = self.backing.frames_apart();
-        let mut runs = Vec::new();
-        let mut i = 0;
-        while i < dirty.len() {
-            let mut j = i + 1;
-            while j < dirty.len()
-                && dirty[j].0 == dirty[j - 1].0 + 1
-                && (!within_frames
-                    || geometry.frame_of(dirty[j].0) == geometry.frame_of(dirty[i].0))
-            {
-                j += 1;
-            }
-            runs.push(i..j);
-            i = j;
-        }
+        let indices: Vec<usize> = dirty.iter().map(|&(e, _)| e).collect();
+        let runs = geometry.runs(&indices, self.backing.frames_apart());
         let written = Mutex::new(Vec::with_capacity(dirty.len()));
-        let result = self.file.pool().run(runs, |run| {
-            let (offset, len) = geometry.bytes_of(dirty[run.start].0..dirty[run.end - 1].0 + 1);
+        let result = self.file.pool().run(runs, |(offset, len)| {
             self.backing.store(&self.file, offset, len as usize)?;
-            written.lock().extend_from_slice(&dirty[run]);
+            let extents = geometry.extents_covering(offset, len);
+            let first = dirty.partition_point(|&(e, _)| e < extents.start);
+            let last = dirty.partition_point(|&(e, _)| e < extents.end);
+            written.lock().extend_from_slice(&dirty[first..last]);
             self.stats.lock().bytes_written_back += len;
             Ok(len as usize)
         });

@@ -6,15 +6,11 @@ use std::time::Instant;
 use clap::Args;
 use serde::Serialize;
 
-use gpumap::config::parse_size;
 use gpumap::mapped::{MapMemory, MapOptions, MapStats};
 use gpumap::{Error, Result};
 
+use crate::transfer::size_arg;
 use crate::{output, pattern};
-
-fn size_arg(text: &str) -> std::result::Result<u64, String> {
-    parse_size(text)
-}
 
 /// Arguments of `gpumap map`.
 #[derive(Args, Debug)]
@@ -119,13 +115,11 @@ pub fn map(args: &MapArgs) -> Result<()> {
                     args.block
                 )));
             }
-            let slots = len / args.block;
-            let mut x = 0x9E37_79B9_7F4A_7C15u64;
-            for _ in 0..count {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let view = map.view((x % slots) * args.block, args.block)?;
+            let count = usize::try_from(count).map_err(|_| {
+                Error::InvalidArgument(format!("--random {count} is too many views"))
+            })?;
+            for offset in gpumap::bench::random_offsets(len, args.block, count) {
+                let view = map.view(offset, args.block)?;
                 check(&mut seen, &view)?;
                 bytes += args.block;
                 views += 1;

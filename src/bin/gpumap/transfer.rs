@@ -16,7 +16,7 @@ use gpumap::{Error, Result};
 
 use crate::{output, pattern};
 
-fn size_arg(text: &str) -> std::result::Result<u64, String> {
+pub(crate) fn size_arg(text: &str) -> std::result::Result<u64, String> {
     parse_size(text)
 }
 
