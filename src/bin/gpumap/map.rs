@@ -6,10 +6,10 @@ use std::time::Instant;
 use clap::Args;
 use serde::Serialize;
 
-use gpumap::mapped::{MapMemory, MapOptions, MapStats};
+use gpumap::mapped::{MapOptions, MapStats};
 use gpumap::{Error, Result};
 
-use crate::transfer::size_arg;
+use crate::transfer::{size_arg, MemoryArgs};
 use crate::{output, pattern};
 
 /// Arguments of `gpumap map`.
@@ -38,12 +38,8 @@ pub struct MapArgs {
     /// Check every byte seen against the pattern `gpumap write` generates.
     #[arg(long)]
     verify_pattern: bool,
-    /// Use this GPU's memory (default: GPU 0 when there is one, else host memory).
-    #[arg(long, conflicts_with = "host")]
-    device: Option<usize>,
-    /// Use host memory even where there is a GPU.
-    #[arg(long)]
-    host: bool,
+    #[command(flatten)]
+    placement: MemoryArgs,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -65,13 +61,8 @@ struct Report {
 
 /// `gpumap map`.
 pub fn map(args: &MapArgs) -> Result<()> {
-    let memory = match (args.host, args.device) {
-        (true, _) => MapMemory::Host,
-        (false, Some(n)) => MapMemory::Device(n),
-        (false, None) => MapMemory::Auto,
-    };
     let mut options = MapOptions::new();
-    options.memory(memory).budget(args.budget).extent_size(args.extent);
+    options.memory(args.placement.map_memory()).budget(args.budget).extent_size(args.extent);
     if let Some(frame) = args.frame {
         options.frame_size(frame);
     }

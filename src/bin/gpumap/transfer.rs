@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use gpumap::config::{parse_size, CompatMode, Config, DirectRead};
 use gpumap::io::{FileHandle, IoPool};
+use gpumap::mapped::MapMemory;
 use gpumap::memory::cuda::{CudaDevice, DeviceBuffer};
 use gpumap::memory::HostBuffer;
 use gpumap::{Error, Result};
@@ -36,15 +37,33 @@ pub struct TransferOptions {
     /// uncached (reads: only ranges the page cache does not hold, for data read once).
     #[arg(long)]
     direct: Option<DirectRead>,
+    #[command(flatten)]
+    placement: MemoryArgs,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Where a command's bytes live: `--device N` or `--host` (`gpumap read`, `write`, `map`).
+#[derive(Args, Debug)]
+pub struct MemoryArgs {
     /// Use this GPU's memory (default: GPU 0 when there is one, else host memory).
     #[arg(long, conflicts_with = "host")]
     device: Option<usize>,
     /// Use host memory even where there is a GPU.
     #[arg(long)]
     host: bool,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
+}
+
+impl MemoryArgs {
+    /// The choice as a mapped file's memory.
+    pub(crate) fn map_memory(&self) -> MapMemory {
+        match (self.host, self.device) {
+            (true, _) => MapMemory::Host,
+            (false, Some(ordinal)) => MapMemory::Device(ordinal),
+            (false, None) => MapMemory::Auto,
+        }
+    }
 }
 
 /// Where a transfer's bytes live.
@@ -55,12 +74,10 @@ enum Memory {
 
 impl TransferOptions {
     fn memory(&self) -> Result<Memory> {
-        if self.host {
-            return Ok(Memory::Host("host memory".into()));
-        }
-        match self.device {
-            Some(ordinal) => Ok(Memory::Device(CudaDevice::new(ordinal)?)),
-            None => match CudaDevice::new(0) {
+        match self.placement.map_memory() {
+            MapMemory::Host => Ok(Memory::Host("host memory".into())),
+            MapMemory::Device(ordinal) => Ok(Memory::Device(CudaDevice::new(ordinal)?)),
+            MapMemory::Auto => match CudaDevice::new(0) {
                 Ok(device) => Ok(Memory::Device(device)),
                 Err(_) => Ok(Memory::Host(host_memory_note())),
             },
