@@ -17,7 +17,6 @@
 use std::fs::File;
 use std::path::Path;
 
-use serde::Serialize;
 
 use crate::capabilities::Capabilities;
 use crate::config::CompatMode;
@@ -26,8 +25,9 @@ use crate::io::gds::{CuFileDriver, CuFileHandle};
 use crate::sys::posix;
 
 /// The path a file's device transfers take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum IoPath {
     /// cuFile (`cuFileRead`/`cuFileWrite`), GPUDirect Storage where the system supports it.
     CuFile,
@@ -36,7 +36,8 @@ pub enum IoPath {
 }
 
 /// The compat-mode decision for one file, with the reason a person can act on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct CompatDecision {
     /// The mode asked for.
     pub requested: CompatMode,

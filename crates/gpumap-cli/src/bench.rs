@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use gpumap::bench::{append_jsonl, run_device, run_host, BenchOptions, Record};
+use gpumap_bench::{append_jsonl, run_device, run_host, BenchOptions, Record};
 use gpumap::memory::cuda::CudaDevice;
 use gpumap::{Error, Result};
 

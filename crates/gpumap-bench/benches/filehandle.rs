@@ -6,7 +6,7 @@
 //! `bench-filehandle` and run by `on-device.sh bench`, where it measures nothing unless
 //! `GPUMAP_BENCH_HOST=1`: host-memory figures next to device figures would read as device
 //! results in the side-by-side table, and `bench-device` measures device memory there.
-use gpumap::bench::{run_host, target_main};
+use gpumap_bench::{run_host, target_main};
 
 fn main() -> std::process::ExitCode {
     target_main(|options, emit| {

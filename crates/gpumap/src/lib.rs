@@ -84,7 +84,6 @@
 #![warn(missing_docs)]
 
 pub mod align;
-pub mod bench;
 pub mod capabilities;
 pub mod config;
 pub mod error;

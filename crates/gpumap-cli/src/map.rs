@@ -109,7 +109,7 @@ pub fn map(args: &MapArgs) -> Result<()> {
             let count = usize::try_from(count).map_err(|_| {
                 Error::InvalidArgument(format!("--random {count} is too many views"))
             })?;
-            for offset in gpumap::bench::random_offsets(len, args.block, count) {
+            for offset in gpumap_bench::random_offsets(len, args.block, count) {
                 let view = map.view(offset, args.block)?;
                 check(&mut seen, &view)?;
                 bytes += args.block;

@@ -149,3 +149,31 @@ fn map_walks_a_file_under_a_budget() {
     assert_eq!(code, 1);
     assert!(err.contains("extent size 3072"), "{err}");
 }
+
+#[test]
+fn permission_denied_names_the_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let locked = dir.path().join("locked");
+    std::fs::write(&locked, b"x").unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Root bypasses file modes: run as `nobody` (util-linux setpriv) when we are root.
+    let mut cmd = if running_as_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_gpumap"));
+        c
+    } else {
+        gpumap()
+    };
+    let (code, _out, err) = run(cmd.arg("read").arg(&locked));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("open failed on") && err.contains("Permission denied"), "{err}");
+    assert_eq!(std::fs::metadata(&locked).unwrap().len(), 1);
+}
+
+/// Whether this process runs as root (files it creates are then readable whatever their mode).
+fn running_as_root() -> bool {
+    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0
+}

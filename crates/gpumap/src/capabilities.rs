@@ -6,14 +6,14 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-use serde::Serialize;
 
 use crate::io::gds::{CuFileDriver, CuFileProperties};
 use crate::memory::cuda::CudaDevice;
 
 /// The outcome of probing for one capability.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Probe<T> {
     /// Present; what was found.
     Available(T),
@@ -52,7 +52,8 @@ impl<T> Probe<T> {
 }
 
 /// The CUDA driver and its devices.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct CudaInfo {
     /// `cuDriverGetVersion` (e.g. 13000 for CUDA 13.0).
     pub driver_version: i32,
@@ -61,7 +62,8 @@ pub struct CudaInfo {
 }
 
 /// One CUDA device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DeviceInfo {
     /// Device ordinal.
     pub ordinal: usize,
@@ -72,12 +74,13 @@ pub struct DeviceInfo {
     /// PCI bus id, when reported.
     pub pci_bus_id: String,
     /// Why the device could not be opened, if it could not.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub error: Option<String>,
 }
 
 /// cuFile (GPUDirect Storage).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct CuFileInfo {
     /// The library name (or `GPUMAP_CUFILE_LIBRARY` path) that loaded.
     pub library: String,
@@ -86,14 +89,16 @@ pub struct CuFileInfo {
 }
 
 /// The opened cuFile driver.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct CuFileDriverInfo {
     /// `cuFileDriverGetProperties`, when the library reports them.
     pub properties: Option<CuFileProperties>,
 }
 
 /// What this machine offers, probed once per process ([`Capabilities::probe`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Capabilities {
     /// The CUDA driver and devices.
     pub cuda: Probe<CudaInfo>,

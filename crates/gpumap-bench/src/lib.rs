@@ -1,7 +1,8 @@
-//! The standard workloads, shared by `gpumap bench` and the `benches/` targets.
+//! The standard gpumap workloads, shared by `gpumap bench` and the bench targets (an internal
+//! crate of the workspace, not published: library users have no need of it).
 //!
 //! Each measurement is a [`Record`] in the JSON-lines format of the GPU test flow
-//! (`shared/gpu/README.md`): `{"impl", "workload", "threads", "bytes", "seconds", "gbps"}` plus
+//! (see docs/gpu.md): `{"impl", "workload", "threads", "bytes", "seconds", "gbps"}` plus
 //! `"ops"`/`"iops"` for random reads. Baselines measured in the same run on the same file
 //! (`memcpy`, `dd`, `cat`) let figures from one run be compared; figures from different runs are
 //! not comparable.
@@ -15,12 +16,12 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::config::{CompatMode, DirectRead};
-use crate::error::{Error, Result};
-use crate::io::{DeviceRead, FileHandle, IoPool};
-use crate::mapped::{DeviceMappedFile, MapMemory, MapOptions};
-use crate::memory::cuda::{CudaDevice, DeviceBuffer, PinnedBuffer, Stream};
-use crate::memory::HostBuffer;
+use gpumap::config::{CompatMode, DirectRead};
+use gpumap::error::{Error, Result};
+use gpumap::io::{DeviceRead, FileHandle, IoPool};
+use gpumap::mapped::{DeviceMappedFile, MapMemory, MapOptions};
+use gpumap::memory::cuda::{CudaDevice, DeviceBuffer, PinnedBuffer, Stream};
+use gpumap::memory::HostBuffer;
 
 /// One measurement.
 #[derive(Debug, Clone, Serialize)]
@@ -182,7 +183,7 @@ fn random_workloads(options: &BenchOptions, file_len: u64) -> Vec<RandomWorkload
 
 /// The file's length, also as a buffer size.
 fn file_size(path: &Path) -> Result<(u64, usize)> {
-    let len = std::fs::metadata(path).map_err(|e| Error::io("stat", path, None, e))?.len();
+    let len = std::fs::metadata(path).map_err(|e| io_error("stat", Some(path), e))?.len();
     let size = usize::try_from(len).map_err(|_| {
         Error::InvalidArgument(format!("file of {len} bytes does not fit in memory"))
     })?;
@@ -190,7 +191,7 @@ fn file_size(path: &Path) -> Result<(u64, usize)> {
 }
 
 /// Times all `futures` to completion after `start`.
-fn wait_all<T>(start: Instant, futures: Vec<crate::io::IoFuture<T>>) -> Result<f64> {
+fn wait_all<T>(start: Instant, futures: Vec<gpumap::io::IoFuture<T>>) -> Result<f64> {
     for f in futures {
         f.wait()?;
     }
@@ -529,9 +530,9 @@ fn open(path: &Path, flags: &str, threads: usize, direct: bool) -> Result<FileHa
     options.open(path, flags)
 }
 
-/// Drops the file's pages from the page cache ([`crate::pagecache::evict`]).
+/// Drops the file's pages from the page cache ([`gpumap::pagecache::evict`]).
 fn evict(path: &Path) -> Result<()> {
-    crate::pagecache::evict(path, crate::pagecache::ByteRange::ALL).map(|_| ())
+    gpumap::pagecache::evict(path, gpumap::pagecache::ByteRange::ALL).map(|_| ())
 }
 
 fn best_of(repeats: usize, mut measure: impl FnMut() -> Result<f64>) -> Result<f64> {
@@ -559,7 +560,7 @@ fn time_shell(cmd: &str) -> Result<f64> {
         .arg("-c")
         .arg(cmd)
         .status()
-        .map_err(|e| Error::io_nopath("run baseline command", e))?;
+        .map_err(|e| io_error("run baseline command", None, e))?;
     if !status.success() {
         return Err(Error::InvalidArgument(format!("baseline `{cmd}` failed: {status}")));
     }
@@ -611,6 +612,11 @@ pub fn append_jsonl(out: &Path, record: &Record) -> Result<()> {
         .create(true)
         .append(true)
         .open(out)
-        .map_err(|e| Error::io("open", out, None, e))?;
-    writeln!(f, "{line}").map_err(|e| Error::io("write", out, None, e))
+        .map_err(|e| io_error("open", Some(out), e))?;
+    writeln!(f, "{line}").map_err(|e| io_error("write", Some(out), e))
+}
+
+/// An [`Error::Io`] for `op` on `path`.
+fn io_error(op: &'static str, path: Option<&Path>, source: std::io::Error) -> Error {
+    Error::Io { op, path: path.map(Path::to_path_buf), offset: None, source }
 }

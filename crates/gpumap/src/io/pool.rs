@@ -132,7 +132,7 @@ impl IoPool {
     pub(crate) fn spawn_detached(&self, job: impl FnOnce() + Send + 'static) {
         self.threads.read().spawn(move || {
             if let Err(p) = catch_unwind(AssertUnwindSafe(job)) {
-                eprintln!("gpumap: {}", panic_error(p));
+                tracing::warn!("gpumap: {}", panic_error(p));
             }
         });
     }

@@ -329,7 +329,8 @@ impl DeviceRegion {
 }
 
 /// What kind of memory an address points to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum PointerKind {
     /// Device memory (`cuMemAlloc` and friends).
     Device {

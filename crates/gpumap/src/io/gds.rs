@@ -28,7 +28,8 @@ pub struct CuFileDriver {
 }
 
 /// What `cuFileDriverGetProperties` reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct CuFileProperties {
     /// nvidia-fs kernel module version as (major, minor); (0, 0) when it is not loaded.
     pub nvfs_version: (u32, u32),

@@ -5,7 +5,7 @@
 //!
 //! Speaks the JSON-lines format of `shared/gpu/README.md`; staged as `bench-device`. Without a
 //! GPU it says so and exits successfully, measuring nothing.
-use gpumap::bench::{run_device, target_main};
+use gpumap_bench::{run_device, target_main};
 use gpumap::memory::cuda::CudaDevice;
 
 fn main() -> std::process::ExitCode {

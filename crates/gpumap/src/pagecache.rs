@@ -68,7 +68,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::sys::pagecache as sys;
@@ -89,7 +88,8 @@ pub fn page_size() -> u64 {
 }
 
 /// A byte range of a file: `len: None` means "to the end of the file".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ByteRange {
     /// First byte.
     pub offset: u64,
@@ -306,8 +306,9 @@ fn block_device_size(mut file: &File) -> io::Result<u64> {
 }
 
 /// How a residency answer was obtained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum Method {
     /// `cachestat(2)` (Linux 6.5+): counts, including dirty and writeback pages.
     Cachestat,
@@ -316,8 +317,9 @@ pub enum Method {
 }
 
 /// Which method [`residency_with`] may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum MethodChoice {
     /// `cachestat` where the kernel has it, else `mincore`.
     #[default]
@@ -330,7 +332,8 @@ pub enum MethodChoice {
 
 /// How much of a byte range of a file is in the page cache. All counts are in pages of
 /// [`Residency::page_size`] bytes, for the pages covering the range.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Residency {
     /// First byte of the range asked about.
     pub offset: u64,
@@ -569,7 +572,8 @@ fn mincore_windows(
 }
 
 /// A run of resident bytes (whole pages, clipped to the end of the file).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ResidentRun {
     /// File offset of the run's first byte.
     pub offset: u64,
@@ -578,7 +582,8 @@ pub struct ResidentRun {
 }
 
 /// Per-page residency of a range: which pages are cached, and the runs they form.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ResidencyMap {
     /// The counts; `cached_pages` is the number of set bits. Dirty/writeback/evicted counts
     /// come from `cachestat` when available (a separate snapshot taken just after).
@@ -586,7 +591,7 @@ pub struct ResidencyMap {
     /// Resident runs in file order.
     pub resident_runs: Vec<ResidentRun>,
     /// One bit per page of the range, bit `i % 64` of word `i / 64` for page `i`.
-    #[serde(skip)]
+    #[cfg_attr(feature = "serde", serde(skip))]
     bits: Vec<u64>,
 }
 
@@ -675,8 +680,9 @@ fn runs_of(map: &ResidencyMap, span: &Span) -> Vec<ResidentRun> {
 }
 
 /// How [`warm`] brings a range into the cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum WarmMode {
     /// `POSIX_FADV_WILLNEED`: asynchronous readahead; returns before the data is cached, and
     /// the kernel may read less under memory pressure.
@@ -754,7 +760,8 @@ fn read_range(opened: &Opened, start: u64, end: u64) -> Result<()> {
 }
 
 /// What [`evict`] found before and left after.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct EvictReport {
     /// Residency before (after nothing was done).
     pub before: Residency,

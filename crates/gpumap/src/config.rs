@@ -24,13 +24,13 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::OnceLock;
 
-use serde::Serialize;
 
 use crate::error::{Error, Result};
 
 /// Whether to use cuFile (GPUDirect Storage) or the POSIX path. KvikIO's names and semantics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum CompatMode {
     /// POSIX path only; cuFile is never loaded.
     On,
@@ -80,8 +80,9 @@ impl fmt::Display for CompatMode {
 /// the first one left nothing in the cache (on the H100 test machine, 2026-11-21: cold reads of
 /// 4 GiB at 1.7-1.8 GB/s with `O_DIRECT` against 1.5-1.7 buffered at one thread; level at 4 and
 /// 16 threads, all bound by the disk).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum DirectRead {
     /// Always through the page cache (KvikIO's default).
     #[default]
@@ -122,8 +123,9 @@ impl fmt::Display for DirectRead {
 }
 
 /// Where a setting's value came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase", tag = "kind", content = "var")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase", tag = "kind", content = "var"))]
 pub enum Source {
     /// The built-in default.
     Default,
@@ -133,7 +135,8 @@ pub enum Source {
 
 /// gpumap's settings. `Config::default()` is the built-in defaults; [`Config::from_env`] reads
 /// the environment on top of them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Config {
     /// cuFile or POSIX.
     pub compat_mode: CompatMode,

@@ -262,7 +262,8 @@ impl Backing {
 }
 
 /// What a map has done so far ([`DeviceMappedFile::stats`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct MapStats {
     /// Bytes mapped (the file's length when it was mapped).
     pub len: u64,

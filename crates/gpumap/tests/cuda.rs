@@ -26,8 +26,11 @@ fn probe_explains_every_missing_capability() {
     let report = caps.to_string();
     assert!(report.contains("CUDA"), "{report}");
     assert!(report.contains("cuFile"), "{report}");
-    let json = serde_json::to_string(caps).expect("capabilities serialize");
-    assert!(json.contains("\"cuda\""), "{json}");
+    #[cfg(feature = "serde")]
+    {
+        let json = serde_json::to_string(caps).expect("capabilities serialize");
+        assert!(json.contains("\"cuda\""), "{json}");
+    }
     if !caps.gpu_available() {
         let reason = caps.cuda_reason().expect("a missing GPU has a reason");
         assert!(!reason.is_empty());
