@@ -5,8 +5,8 @@
 //!
 //! Speaks the JSON-lines format of `shared/gpu/README.md`; staged as `bench-device`. Without a
 //! GPU it says so and exits successfully, measuring nothing.
-use gpumap_bench::{run_device, target_main};
 use gpumap::memory::cuda::CudaDevice;
+use gpumap_bench::{run_device, target_main};
 
 fn main() -> std::process::ExitCode {
     target_main(|options, emit| match CudaDevice::new(0) {

@@ -19,9 +19,9 @@ use serde::Serialize;
 use gpumap::config::{CompatMode, DirectRead};
 use gpumap::error::{Error, Result};
 use gpumap::io::{DeviceRead, FileHandle, IoPool};
-use gpumap::mapped::{DeviceMappedFile, MapMemory, MapOptions};
-use gpumap::memory::cuda::{CudaDevice, DeviceBuffer, PinnedBuffer, Stream};
-use gpumap::memory::HostBuffer;
+use gpumap::mapped::{DeviceMappedFile, MapOptions};
+use gpumap::memory::cuda::{CudaBuffer, CudaDevice, PinnedBuffer, Stream};
+use gpumap::memory::{Device, DeviceViewMut, HostBuffer};
 
 /// One measurement.
 #[derive(Debug, Clone, Serialize)]
@@ -155,6 +155,7 @@ pub fn target_main(
 }
 
 /// One random-read workload: `offsets.len()` reads of `block` bytes, on `threads` threads.
+#[derive(Clone)]
 struct RandomWorkload {
     name: &'static str,
     block: u64,
@@ -316,14 +317,14 @@ pub fn run_device(
     if options.baselines {
         let copy_len = size.clamp(1, 256 << 20);
         let pinned = PinnedBuffer::new(device, copy_len)?;
-        let target = DeviceBuffer::alloc(device, copy_len)?;
+        let mut target = CudaBuffer::alloc(device, copy_len)?;
         let stream = Stream::new(device)?;
         let mut pinned = Some(pinned);
         let best = best_of(options.repeats.max(3), || {
             let buf =
                 pinned.take().ok_or_else(|| Error::InvalidArgument("pinned buffer lost".into()))?;
             let t = Instant::now();
-            let back = stream.upload(buf, copy_len, target.region(), 0)?.wait()?;
+            let back = stream.upload(buf, 0, copy_len, target.view_mut(), 0)?.wait()?;
             let secs = t.elapsed().as_secs_f64();
             pinned = Some(back);
             Ok(secs)
@@ -341,7 +342,8 @@ pub fn run_device(
         let secs = time_shell(&cmd)?;
         emit(&Record::new("dd-odirect", "seq_read_cold", 1, file_len, secs));
     }
-    let dst = DeviceBuffer::alloc(device, size)?;
+    let mut dst = CudaBuffer::alloc(device, size)?;
+    let random = random_workloads(options, file_len);
     let mut paths = vec![("gpumap-filehandle", CompatMode::Auto)];
     let probe = device_open(&options.file, "r", 1, false, CompatMode::Off);
     match probe {
@@ -352,9 +354,10 @@ pub fn run_device(
         for &threads in &options.threads {
             let warm = device_open(&options.file, "r", threads, false, mode)?;
             eprintln!("bench: {name} {threads} threads: {}", warm.compat_decision().reason);
-            warm.read_device_exact(dst.region(), 0)?; // allocates bounce buffers, warms streams
-                                                      // Cold: the default handle (buffered), and on the POSIX path also the `uncached`
-                                                      // O_DIRECT policy a one-time load would choose.
+            // Allocates bounce buffers and warms streams. Cold: the default handle (buffered),
+            // and on the POSIX path also the `uncached` O_DIRECT policy a one-time load would
+            // choose.
+            warm.read_device_exact(dst.view_mut(), 0)?;
             let mut cold_handles = vec![(name, warm.clone())];
             if mode == CompatMode::Auto {
                 let mut o = FileHandle::options()?;
@@ -364,39 +367,44 @@ pub fn run_device(
             for (cold_name, cold) in cold_handles {
                 evict(&options.file)?;
                 let t = Instant::now();
-                cold.read_device_exact(dst.region(), 0)?;
+                cold.read_device_exact(dst.view_mut(), 0)?;
                 let secs = t.elapsed().as_secs_f64();
                 emit(&Record::new(cold_name, "seq_read_cold", threads, file_len, secs));
             }
-            warm.read_device_exact(dst.region(), 0)?;
+            warm.read_device_exact(dst.view_mut(), 0)?;
             let best = best_of(options.repeats, || {
                 let t = Instant::now();
-                warm.read_device_exact(dst.region(), 0)?;
+                warm.read_device_exact(dst.view_mut(), 0)?;
                 Ok(t.elapsed().as_secs_f64())
             })?;
             emit(&Record::new(name, "seq_read_warm", threads, file_len, best));
         }
-        for RandomWorkload { name: workload, block, offsets, threads } in
-            random_workloads(options, file_len)
-        {
+        for RandomWorkload { name: workload, block, offsets, threads } in random.iter().cloned() {
             let ops = offsets.len();
             let handle = device_open(&options.file, "r", threads, false, mode)?;
-            let region = dst.region();
-            let slots = (size / block as usize).max(1);
+            // One destination per read, owned by its future while it runs and handed back for
+            // the next round: views of a buffer leaked for the process's life (a bench process;
+            // `'static` is what lets a view travel with a future).
+            let whole: &'static mut CudaBuffer =
+                Box::leak(Box::new(CudaBuffer::alloc(device, ops * block as usize)?));
+            let mut slots: Vec<DeviceViewMut<'static>> =
+                DeviceViewMut::Cuda(whole.view_mut()).chunks_mut(block as usize)?;
             for temperature in ["cold", "warm"] {
                 if temperature == "cold" {
                     evict(&options.file)?;
                 }
                 let t = Instant::now();
-                let futures = offsets
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &o)| {
-                        let slot = region.sub((i % slots) * block as usize, block as usize)?;
-                        Ok(handle.pread_device(slot, o))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                let secs = wait_all(t, futures)?;
+                let futures: Vec<_> = slots
+                    .drain(..)
+                    .zip(&offsets)
+                    .map(|(v, &o)| handle.pread_device(v, o))
+                    .collect();
+                let mut secs = 0.0;
+                for f in futures {
+                    let (view, _) = f.wait()?;
+                    slots.push(view);
+                    secs = t.elapsed().as_secs_f64();
+                }
                 let name_t = format!("{workload}_{temperature}");
                 emit(
                     &Record::new(name, &name_t, threads, block * ops as u64, secs)
@@ -406,19 +414,16 @@ pub fn run_device(
                     continue;
                 }
                 // The same reads as one batch (FileHandle::read_device_batch).
-                let reads = offsets
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &offset)| {
-                        let dst = region.sub((i % slots) * block as usize, block as usize)?;
-                        Ok(DeviceRead { dst, offset })
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let mut reads: Vec<DeviceRead<'_>> = slots
+                    .iter_mut()
+                    .zip(&offsets)
+                    .map(|(v, &offset)| DeviceRead { dst: v.reborrow(), offset })
+                    .collect();
                 if temperature == "cold" {
                     evict(&options.file)?;
                 }
                 let t = Instant::now();
-                handle.read_device_batch(&reads)?;
+                handle.read_device_batch(&mut reads)?;
                 let secs = t.elapsed().as_secs_f64();
                 emit(
                     &Record::new("gpumap-batch", &name_t, threads, block * ops as u64, secs)
@@ -426,13 +431,13 @@ pub fn run_device(
                 );
             }
         }
-        let src = DeviceBuffer::zeroed(device, (options.write_bytes as usize).min(size.max(1)))?;
+        let src = CudaBuffer::zeroed(device, (options.write_bytes as usize).min(size.max(1)))?;
         write_workloads(
             options,
             name,
             src.len() as u64,
             |path, threads| device_open(path, "w", threads, true, mode),
-            |handle| handle.write_device(src.region(), 0),
+            |handle| handle.write_device(src.view(), 0),
             emit,
         )?;
     }
@@ -455,7 +460,7 @@ fn run_mapped(
         let mut handle = FileHandle::options()?;
         handle.pool(Arc::new(IoPool::new(threads)?));
         MapOptions::new()
-            .memory(MapMemory::Device(device.ordinal()))
+            .memory(Device::Cuda(device.clone()))
             .budget(file_len.max(1).next_multiple_of(2 << 20))
             .extent_size(extent)
             .handle_options(handle)

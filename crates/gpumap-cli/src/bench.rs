@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use gpumap_bench::{append_jsonl, run_device, run_host, BenchOptions, Record};
 use gpumap::memory::cuda::CudaDevice;
 use gpumap::{Error, Result};
+use gpumap_bench::{append_jsonl, run_device, run_host, BenchOptions, Record};
 
 use crate::output;
 

@@ -62,7 +62,7 @@ struct Report {
 /// `gpumap map`.
 pub fn map(args: &MapArgs) -> Result<()> {
     let mut options = MapOptions::new();
-    options.memory(args.placement.map_memory()).budget(args.budget).extent_size(args.extent);
+    options.memory(args.placement.device()?).budget(args.budget).extent_size(args.extent);
     if let Some(frame) = args.frame {
         options.frame_size(frame);
     }

@@ -10,9 +10,7 @@ use serde::Serialize;
 
 use gpumap::config::{parse_size, CompatMode, Config, DirectRead};
 use gpumap::io::{FileHandle, IoPool};
-use gpumap::mapped::MapMemory;
-use gpumap::memory::cuda::{CudaDevice, DeviceBuffer};
-use gpumap::memory::HostBuffer;
+use gpumap::memory::{Device, DeviceBuffer, HostBuffer};
 use gpumap::{Error, Result};
 
 use crate::{output, pattern};
@@ -56,34 +54,17 @@ pub struct MemoryArgs {
 }
 
 impl MemoryArgs {
-    /// The choice as a mapped file's memory.
-    pub(crate) fn map_memory(&self) -> MapMemory {
+    /// The memory asked for: `--host`, `--device N`, or GPU 0 where there is one.
+    pub(crate) fn device(&self) -> Result<Device> {
         match (self.host, self.device) {
-            (true, _) => MapMemory::Host,
-            (false, Some(ordinal)) => MapMemory::Device(ordinal),
-            (false, None) => MapMemory::Auto,
+            (true, _) => Ok(Device::Host),
+            (false, Some(ordinal)) => Device::cuda(ordinal),
+            (false, None) => Ok(Device::auto()),
         }
     }
-}
-
-/// Where a transfer's bytes live.
-enum Memory {
-    Host(String),
-    Device(CudaDevice),
 }
 
 impl TransferOptions {
-    fn memory(&self) -> Result<Memory> {
-        match self.placement.map_memory() {
-            MapMemory::Host => Ok(Memory::Host("host memory".into())),
-            MapMemory::Device(ordinal) => Ok(Memory::Device(CudaDevice::new(ordinal)?)),
-            MapMemory::Auto => match CudaDevice::new(0) {
-                Ok(device) => Ok(Memory::Device(device)),
-                Err(_) => Ok(Memory::Host(host_memory_note())),
-            },
-        }
-    }
-
     fn open(&self, path: &PathBuf, flags: &str) -> Result<(FileHandle, Arc<IoPool>)> {
         let config = Config::global()?;
         let threads = self.threads.unwrap_or(config.nthreads);
@@ -233,7 +214,7 @@ fn human(bytes: u64) -> String {
     const UNITS: [(&str, u64); 4] =
         [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (unit, size) in UNITS {
-        if bytes >= size && bytes % size == 0 {
+        if bytes >= size && bytes.is_multiple_of(size) {
             return format!("{} {unit}", bytes / size);
         }
     }
@@ -329,7 +310,7 @@ pub fn read(args: &ReadArgs) -> Result<()> {
     let file_len = handle.len()?;
     let len = match args.len {
         Some(len) => {
-            if args.offset.checked_add(len).map_or(true, |end| end > file_len) {
+            if args.offset.checked_add(len).is_none_or(|end| end > file_len) {
                 return Err(Error::OutOfRange { offset: args.offset, len, file_len });
             }
             len
@@ -338,73 +319,51 @@ pub fn read(args: &ReadArgs) -> Result<()> {
     };
     let size = usize::try_from(len)
         .map_err(|_| Error::InvalidArgument(format!("--len {len} does not fit in memory")))?;
-    let memory = args.options.memory()?;
+    let device = args.options.placement.device()?;
     let bar = progress_bar(len, args.options.json, "read");
     let piece = progress_piece(&handle, pool.nthreads(), &bar, size);
     let mut runs = Vec::with_capacity(args.repeat as usize);
-    let (memory_note, verified) = match memory {
-        Memory::Host(note) => {
-            let mut buf = HostBuffer::new(size)?;
-            for _ in 0..args.repeat {
-                cool(args, len)?;
-                let start = Instant::now();
-                in_pieces(size, piece, &bar, |at, n| {
-                    handle.read_exact(&mut buf[at..at + n], args.offset + at as u64)
-                })?;
-                runs.push(start.elapsed().as_secs_f64());
-            }
-            bar.finish_and_clear();
+    let mut buf = DeviceBuffer::alloc(&device, size)?;
+    // Decided (and cuFile opened, in auto mode) before the clock starts: opening is not part
+    // of the transfer.
+    if !device.is_host() {
+        let _ = handle.compat_decision();
+    }
+    for _ in 0..args.repeat {
+        cool(args, len)?;
+        let start = Instant::now();
+        in_pieces(size, piece, &bar, |at, n| {
+            let dst = buf.view_mut().into_slice(at..at + n)?;
+            handle.read_device_exact(dst, args.offset + at as u64)
+        })?;
+        runs.push(start.elapsed().as_secs_f64());
+    }
+    bar.finish_and_clear();
+    let mut verified = None;
+    if args.verify || args.verify_pattern {
+        let mut staged = vec![0u8; piece.min(size)];
+        let mut expected = vec![0u8; piece.min(size)];
+        let mut done = 0usize;
+        while done < size {
+            let n = piece.min(size - done);
+            buf.copy_to_host(done, &mut staged[..n])?;
+            let at = args.offset + done as u64;
             if args.verify {
-                return Err(Error::InvalidArgument(
-                    "--verify checks GPU memory; this read went to host memory".into(),
-                ));
-            }
-            let verified = verify_pattern(args.verify_pattern, &buf, args.offset)?;
-            (note, verified)
-        }
-        Memory::Device(device) => {
-            let buf = DeviceBuffer::alloc(&device, size)?;
-            let region = buf.region();
-            // Decided (and cuFile opened, in auto mode) before the clock starts: opening is
-            // not part of the transfer.
-            let _ = handle.compat_decision();
-            for _ in 0..args.repeat {
-                cool(args, len)?;
-                let start = Instant::now();
-                in_pieces(size, piece, &bar, |at, n| {
-                    handle.read_device_exact(region.sub(at, n)?, args.offset + at as u64)
-                })?;
-                runs.push(start.elapsed().as_secs_f64());
-            }
-            bar.finish_and_clear();
-            let mut verified = None;
-            if args.verify || args.verify_pattern {
-                let mut staged = vec![0u8; piece.min(size)];
-                let mut expected = vec![0u8; piece.min(size)];
-                let mut done = 0usize;
-                while done < size {
-                    let n = piece.min(size - done);
-                    buf.copy_to_host(done, &mut staged[..n])?;
-                    let at = args.offset + done as u64;
-                    if args.verify {
-                        handle.read_exact(&mut expected[..n], at)?;
-                        if let Some(p) =
-                            staged[..n].iter().zip(&expected[..n]).position(|(a, b)| a != b)
-                        {
-                            return Err(Error::InvalidArgument(format!(
-                                "--verify: GPU memory differs from the file at offset {}",
-                                at + p as u64
-                            )));
-                        }
-                    }
-                    verify_pattern(args.verify_pattern, &staged[..n], at)?;
-                    done += n;
+                handle.read_exact(&mut expected[..n], at)?;
+                if let Some(p) = staged[..n].iter().zip(&expected[..n]).position(|(a, b)| a != b) {
+                    return Err(Error::InvalidArgument(format!(
+                        "--verify: {} differs from the file at offset {}",
+                        if device.is_host() { "host memory" } else { "GPU memory" },
+                        at + p as u64
+                    )));
                 }
-                verified = Some(true);
             }
-            (device_note(&device, &handle), verified)
+            verify_pattern(args.verify_pattern, &staged[..n], at)?;
+            done += n;
         }
-    };
+        verified = Some(true);
+    }
+    let memory_note = memory_note(&device, &handle);
     let seconds = runs.iter().copied().fold(f64::INFINITY, f64::min);
     let rate = |seconds: f64| len as f64 / seconds.max(1e-9) / 1e9;
     Report {
@@ -435,14 +394,25 @@ fn cool(args: &ReadArgs, len: u64) -> Result<()> {
     Ok(())
 }
 
-/// "GPU 0 (NVIDIA H200), POSIX path: <why>", as the report says it.
-fn device_note(device: &CudaDevice, handle: &FileHandle) -> String {
-    let decision = handle.compat_decision();
-    let path = match decision.path {
-        gpumap::io::IoPath::CuFile => "cuFile",
-        gpumap::io::IoPath::Posix => "POSIX",
-    };
-    format!("GPU {} ({}), {path} path: {}", device.ordinal(), device.name(), decision.reason)
+/// "GPU 0 (NVIDIA H200), POSIX path: <why>" or "host memory (no GPU: <why>)", as the report
+/// says it.
+fn memory_note(device: &Device, handle: &FileHandle) -> String {
+    match device {
+        Device::Host => host_memory_note(),
+        Device::Cuda(device) => {
+            let decision = handle.compat_decision();
+            let path = match decision.path {
+                gpumap::io::IoPath::CuFile => "cuFile",
+                gpumap::io::IoPath::Posix => "POSIX",
+            };
+            format!(
+                "GPU {} ({}), {path} path: {}",
+                device.ordinal(),
+                device.name(),
+                decision.reason
+            )
+        }
+    }
 }
 
 fn verify_pattern(wanted: bool, data: &[u8], offset: u64) -> Result<Option<bool>> {
@@ -485,29 +455,20 @@ pub fn write(args: &WriteArgs) -> Result<()> {
     pattern::fill(&mut buf, args.offset);
     let bar = progress_bar(args.size, args.options.json, "write");
     let piece = progress_piece(&handle, pool.nthreads(), &bar, size);
-    let memory = args.options.memory()?;
-    let (start, memory_note) = match memory {
-        Memory::Host(note) => {
-            let start = Instant::now();
-            in_pieces(size, piece, &bar, |at, n| {
-                handle.write(&buf[at..at + n], args.offset + at as u64).map(|_| ())
-            })?;
-            (start, note)
-        }
-        Memory::Device(device) => {
-            // The pattern is staged on the GPU first (not timed): the write is GPU -> file.
-            let mut staged = DeviceBuffer::alloc(&device, size)?;
-            staged.copy_from_host(0, &buf)?;
-            drop(buf);
-            let region = staged.region();
-            let _ = handle.compat_decision(); // decided before the clock starts, as in read
-            let start = Instant::now();
-            in_pieces(size, piece, &bar, |at, n| {
-                handle.write_device(region.sub(at, n)?, args.offset + at as u64).map(|_| ())
-            })?;
-            (start, device_note(&device, &handle))
-        }
-    };
+    let device = args.options.placement.device()?;
+    // The pattern is staged in device memory first (not timed): the write is device -> file.
+    let mut staged = DeviceBuffer::alloc(&device, size)?;
+    staged.copy_from_host(0, &buf)?;
+    drop(buf);
+    if !device.is_host() {
+        let _ = handle.compat_decision(); // decided before the clock starts, as in read
+    }
+    let start = Instant::now();
+    in_pieces(size, piece, &bar, |at, n| {
+        let src = staged.view().slice(at..at + n)?;
+        handle.write_device(src, args.offset + at as u64).map(|_| ())
+    })?;
+    let memory_note = memory_note(&device, &handle);
     if args.sync {
         handle.sync_data()?;
     }

@@ -6,7 +6,6 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-
 use crate::io::gds::{CuFileDriver, CuFileProperties};
 use crate::memory::cuda::CudaDevice;
 

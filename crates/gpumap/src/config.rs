@@ -24,7 +24,6 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::OnceLock;
 
-
 use crate::error::{Error, Result};
 
 /// Whether to use cuFile (GPUDirect Storage) or the POSIX path. KvikIO's names and semantics.

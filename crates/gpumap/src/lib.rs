@@ -78,8 +78,12 @@
 //!
 //! All `unsafe` code lives in the private `sys` module (CUDA driver, cuFile, page-cache system
 //! calls), each block with a `// SAFETY:` comment; every other module is
-//! `#![forbid(unsafe_code)]`. A [`memory::cuda::DeviceRegion`] does not keep its memory alive:
-//! like a raw device pointer in C, it must outlive the transfers that use it.
+//! `#![forbid(unsafe_code)]`. Views of memory borrow what they point to, as cudarc's
+//! `CudaView<'a>` does: a [`memory::DeviceView`] or [`memory::cuda::CudaViewMut`] cannot
+//! outlive its buffer, and calls that return before a transfer is done take owned memory
+//! ([`memory::OwnedDeviceMemory`]) or borrow it in their guard. Raw device addresses from other
+//! stacks enter only through the `unsafe` [`memory::cuda::CudaView::from_raw`], whose contract
+//! is documented; the driver still checks what it can.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 

@@ -68,7 +68,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-
 use crate::error::{Error, Result};
 use crate::sys::pagecache as sys;
 

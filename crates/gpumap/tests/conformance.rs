@@ -8,32 +8,32 @@ use std::fs;
 use std::sync::Arc;
 
 use gpumap::config::CompatMode;
-use gpumap::io::{FileHandle, HandleOptions, IoPath, IoPool};
-use gpumap::memory::cuda::{CudaDevice, DeviceBuffer, DeviceRegion};
-use gpumap::memory::HostBuffer;
+use gpumap::io::{BatchPiece, DeviceRead, FileHandle, HandleOptions, IoPath, IoPool};
+use gpumap::memory::cuda::{CudaBuffer, CudaView, CudaViewMut};
+use gpumap::memory::{Device, DeviceBuffer, DeviceViewMut};
 use gpumap::Error;
 
 use common::random_bytes;
 
-/// Where the bytes of a transfer live.
-enum Backend {
-    Host,
-    Device { device: CudaDevice, mode: CompatMode },
+/// Where the bytes of a transfer live, and (on a GPU) the compat mode in force.
+struct Backend {
+    device: Device,
+    mode: CompatMode,
 }
 
 impl Backend {
     fn name(&self) -> String {
-        match self {
-            Backend::Host => "host".into(),
-            Backend::Device { mode, .. } => format!("device (compat {mode})"),
+        match &self.device {
+            Device::Host => "host".into(),
+            Device::Cuda(_) => format!("device (compat {})", self.mode),
         }
     }
 
     fn options(&self, threads: usize, task: u64) -> HandleOptions {
         let mut o = FileHandle::options().unwrap();
         o.pool(Arc::new(IoPool::new(threads).unwrap())).task_size(task).direct_io(true, true);
-        if let Backend::Device { mode, .. } = self {
-            o.compat_mode(*mode);
+        if !self.device.is_host() {
+            o.compat_mode(self.mode);
             // Small bounce buffers and threshold so that every size crosses chunk borders.
             o.bounce_buffer_size = 1 << 20;
             o.gds_threshold = 0;
@@ -41,46 +41,33 @@ impl Backend {
         o
     }
 
+    fn buffer(&self, len: usize, fill: u8) -> gpumap::Result<DeviceBuffer> {
+        let mut buf = DeviceBuffer::alloc(&self.device, len)?;
+        buf.fill(fill)?;
+        Ok(buf)
+    }
+
     /// Writes `data` at `offset` from this backend's memory; returns the count.
     fn write(&self, fh: &FileHandle, data: &[u8], offset: u64) -> gpumap::Result<usize> {
-        match self {
-            Backend::Host => {
-                let mut buf = HostBuffer::new(data.len())?;
-                buf.copy_from_slice(data);
-                fh.write(&buf, offset)
-            }
-            Backend::Device { device, .. } => {
-                let mut buf = DeviceBuffer::alloc(device, data.len())?;
-                buf.copy_from_host(0, data)?;
-                fh.write_device(buf.region(), offset)
-            }
-        }
+        let mut buf = self.buffer(data.len(), 0)?;
+        buf.copy_from_host(0, data)?;
+        fh.write_device(&buf, offset)
     }
 
     /// Reads `len` bytes at `offset` into this backend's memory; returns the bytes read.
     fn read(&self, fh: &FileHandle, len: usize, offset: u64) -> gpumap::Result<Vec<u8>> {
-        match self {
-            Backend::Host => {
-                let mut buf = HostBuffer::new(len)?;
-                let n = fh.read(&mut buf, offset)?;
-                Ok(buf[..n].to_vec())
-            }
-            Backend::Device { device, .. } => {
-                let mut buf = DeviceBuffer::alloc(device, len)?;
-                buf.fill(0xEE)?;
-                let n = fh.read_device(buf.region(), offset)?;
-                let mut host = vec![0u8; n];
-                buf.copy_to_host(0, &mut host)?;
-                Ok(host)
-            }
-        }
+        let mut buf = self.buffer(len, 0xEE)?;
+        let n = fh.read_device(&mut buf, offset)?;
+        let mut host = vec![0u8; n];
+        buf.copy_to_host(0, &mut host)?;
+        Ok(host)
     }
 }
 
 /// Host always; device memory in each compat mode where there is a GPU (compat off only where
 /// cuFile can be used at all: elsewhere its refusal is checked by `compat_modes_tell_the_truth`).
 fn backends() -> Vec<Backend> {
-    let mut all = vec![Backend::Host];
+    let mut all = vec![Backend { device: Device::Host, mode: CompatMode::On }];
     if let Some(device) = common::gpu() {
         for mode in [CompatMode::On, CompatMode::Auto, CompatMode::Off] {
             if mode == CompatMode::Off {
@@ -91,7 +78,7 @@ fn backends() -> Vec<Backend> {
                     continue;
                 }
             }
-            all.push(Backend::Device { device: device.clone(), mode });
+            all.push(Backend { device: Device::Cuda(device.clone()), mode });
         }
     }
     all
@@ -173,7 +160,7 @@ fn cold_reads_under_every_direct_read_policy() {
             // reads line their bounce buffers up with the file at any offset; a host buffer at
             // file offset 7 is not page aligned where the file's pages start, so it is read
             // buffered.
-            let aligned = offset == 0 || matches!(backend, Backend::Device { .. });
+            let aligned = offset == 0 || !backend.device.is_host();
             let around =
                 policy != DirectRead::Off && fh.direct_io_status().is_ok() && !cuda_path && aligned;
             if around && before * 100 <= evicted.total_pages {
@@ -263,56 +250,60 @@ fn bad_device_buffers_are_caught_before_io() {
     let path = dir.path().join("bad");
     fs::write(&path, vec![9u8; 1 << 20]).unwrap();
     let fh = FileHandle::open(&path, "r+").unwrap();
+    // SAFETY (every raw view here): the memory outlives the view, and none is written through;
+    // the point is what validation says.
     // A host pointer passed as device memory.
     let host = vec![0u8; 4096];
-    let e = DeviceRegion::from_raw(host.as_ptr() as u64, host.len()).unwrap_err();
+    let e = unsafe { CudaView::from_raw(host.as_ptr() as u64, host.len()) }.unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
     // A region longer than its allocation.
-    let buf = DeviceBuffer::alloc(&device, 4096).unwrap();
-    let e = DeviceRegion::from_raw(buf.region().ptr(), 8192).unwrap_err();
+    let buf = CudaBuffer::alloc(&device, 4096).unwrap();
+    let e = unsafe { CudaViewMut::from_raw(buf.ptr(), 8192) }.unwrap_err();
     assert!(matches!(e, Error::BufferTooSmall { needed: 8192, available: 4096 }), "{e}");
     // A freed buffer.
-    let ptr = buf.region().ptr();
+    let ptr = buf.ptr();
     drop(buf);
-    assert!(DeviceRegion::from_raw(ptr, 4096).is_err());
+    assert!(unsafe { CudaView::from_raw(ptr, 4096) }.is_err());
     // A device buffer used as the source of a write to a read-only handle: nothing written.
     let ro = FileHandle::open(&path, "r").unwrap();
-    let src = DeviceBuffer::zeroed(&device, 4096).unwrap();
-    assert!(matches!(ro.write_device(src.region(), 0), Err(Error::AccessMode { .. })));
+    let src = CudaBuffer::zeroed(&device, 4096).unwrap();
+    assert!(matches!(ro.write_device(src.view(), 0), Err(Error::AccessMode { .. })));
     assert!(fs::read(&path).unwrap().iter().all(|&b| b == 9));
-    // Futures give the same answers.
-    let dst = DeviceBuffer::alloc(&device, 1 << 20).unwrap();
-    assert_eq!(fh.pread_device(dst.region(), 0).wait().unwrap(), 1 << 20);
-    assert!(matches!(fh.pread_device(dst.region(), u64::MAX).wait(), Err(Error::Overflow { .. })));
+    // Futures give the same answers, and the buffer back.
+    let dst = CudaBuffer::alloc(&device, 1 << 20).unwrap();
+    let (dst, n) = fh.pread_device(dst, 0).wait().unwrap();
+    assert_eq!(n, 1 << 20);
+    assert!(matches!(fh.pread_device(dst, u64::MAX).wait(), Err(Error::Overflow { .. })));
 }
 
 #[test]
-fn batched_device_reads_match_the_file() {
-    let Some(device) = common::gpu() else { return };
+fn batched_reads_match_the_file() {
     let dir = test_dir();
     let path = dir.path().join("batch");
     let data = random_bytes((8 << 20) + 1234, 11);
     fs::write(&path, &data).unwrap();
-    let mut modes = vec![CompatMode::On];
-    match gpumap::Capabilities::probe().cufile_usable() {
-        // compat off: cuFile's batch API.
-        Ok(()) => modes.push(CompatMode::Off),
-        Err(reason) => eprintln!("SKIP cuFile batch reads: cuFile unusable here ({reason})"),
+    let mut cases: Vec<(Device, CompatMode)> = vec![(Device::Host, CompatMode::On)];
+    if let Some(device) = common::gpu() {
+        cases.push((Device::Cuda(device.clone()), CompatMode::On));
+        match gpumap::Capabilities::probe().cufile_usable() {
+            // compat off: cuFile's batch API.
+            Ok(()) => cases.push((Device::Cuda(device), CompatMode::Off)),
+            Err(reason) => eprintln!("SKIP cuFile batch reads: cuFile unusable here ({reason})"),
+        }
     }
-    for mode in modes {
+    for (device, mode) in cases {
         let mut o = FileHandle::options().unwrap();
         o.bounce_buffer_size = 64 << 10; // many groups, and one piece larger than a buffer
         o.compat_mode(mode);
         let fh = o.open(&path, "r").unwrap();
-        eprintln!("batch reads, compat {mode}: {}", fh.compat_decision().reason);
+        eprintln!("batch reads into {device:?}, compat {mode}: {}", fh.compat_decision().reason);
         check_batch(&device, &fh, &data);
     }
 }
 
-fn check_batch(device: &CudaDevice, fh: &FileHandle, data: &[u8]) {
-    use gpumap::io::DeviceRead;
-    let dst = DeviceBuffer::alloc(device, 16 << 20).unwrap();
-    dst.region().copy_from_host(0, &vec![0xAB; 16 << 20]).unwrap();
+fn check_batch(device: &Device, fh: &FileHandle, data: &[u8]) {
+    let mut dst = DeviceBuffer::alloc(device, 16 << 20).unwrap();
+    dst.fill(0xAB).unwrap();
     // (destination offset, length, file offset): adjacent runs, gaps, a piece larger than a
     // bounce buffer, a short read at the end of the file and one entirely past it.
     let mut pieces = Vec::new();
@@ -329,13 +320,18 @@ fn check_batch(device: &CudaDevice, fh: &FileHandle, data: &[u8]) {
     pieces.push((at, 5000, data.len() as u64 - 1000)); // short: 1000 bytes
     at += 5000;
     pieces.push((at, 4096, data.len() as u64 + 10)); // past the end: 0 bytes
-    let reads: Vec<DeviceRead> = pieces
-        .iter()
-        .map(|&(d, len, offset)| DeviceRead { dst: dst.region().sub(d, len).unwrap(), offset })
+    let ranges: Vec<(usize, usize)> = pieces.iter().map(|&(d, len, _)| (d, len)).collect();
+    let mut reads: Vec<DeviceRead> = dst
+        .view_mut()
+        .carve(&ranges)
+        .unwrap()
+        .into_iter()
+        .zip(&pieces)
+        .map(|(dst, &(_, _, offset))| DeviceRead { dst, offset })
         .collect();
-    let counts = fh.read_device_batch(&reads).unwrap();
-    let mut host = vec![0u8; 16 << 20];
-    dst.copy_to_host(0, &mut host).unwrap();
+    let counts = fh.read_device_batch(&mut reads).unwrap();
+    drop(reads);
+    let host = dst.to_vec().unwrap();
     for (&(d, len, offset), &n) in pieces.iter().zip(&counts) {
         let available = (data.len() as u64).saturating_sub(offset).min(len as u64) as usize;
         assert_eq!(n, available, "count of the piece at file offset {offset}");
@@ -348,52 +344,74 @@ fn check_batch(device: &CudaDevice, fh: &FileHandle, data: &[u8]) {
     // Gaps between pieces are untouched.
     let first_gap = pieces[7].0 - 4096;
     assert!(host[first_gap..first_gap + 4096].iter().all(|&b| b == 0xAB));
-    // The future form, and errors before any I/O.
-    assert_eq!(fh.pread_device_batch(reads.clone()).wait().unwrap(), counts);
-    let bad = vec![DeviceRead { dst: dst.region().sub(0, 10).unwrap(), offset: u64::MAX - 1 }];
-    assert!(matches!(fh.read_device_batch(&bad), Err(Error::Overflow { .. })));
+    // The future form, on an owned buffer, and errors before any I/O.
+    let batch: Vec<BatchPiece> = pieces
+        .iter()
+        .map(|&(dst_offset, len, offset)| BatchPiece { dst_offset, len, offset })
+        .collect();
+    let (dst, again) = fh.pread_device_batch(dst, batch).wait().unwrap();
+    assert_eq!(again, counts);
+    let overlapping = vec![
+        BatchPiece { dst_offset: 0, len: 10, offset: 0 },
+        BatchPiece { dst_offset: 5, len: 10, offset: 0 },
+    ];
+    let e = fh.pread_device_batch(dst, overlapping).wait().unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(ref m) if m.contains("overlaps")), "{e}");
+    let mut small = DeviceBuffer::alloc(device, 10).unwrap();
+    let mut bad = vec![DeviceRead { dst: small.view_mut(), offset: u64::MAX - 1 }];
+    assert!(matches!(fh.read_device_batch(&mut bad), Err(Error::Overflow { .. })));
 }
 
 #[test]
-fn concurrent_small_device_futures_coalesce_correctly() {
-    let Some(device) = common::gpu() else { return };
+fn concurrent_small_futures_coalesce_correctly() {
     let dir = test_dir();
     let path = dir.path().join("futures");
     let data = random_bytes((4 << 20) + 321, 5);
     fs::write(&path, &data).unwrap();
-    let mut o = FileHandle::options().unwrap();
-    o.pool(Arc::new(IoPool::new(4).unwrap()));
-    o.bounce_buffer_size = 256 << 10; // reads up to 64 KiB coalesce; groups of at most 256 KiB
-    let fh = o.open(&path, "r").unwrap();
-    let dst = DeviceBuffer::alloc(&device, 40 << 20).unwrap();
-    dst.region().copy_from_host(0, &vec![0xCD; 40 << 20]).unwrap();
-    // 2000 futures in flight: adjacent and scattered destinations, sizes 1 B to 64 KiB (the
-    // largest beside a 256 KiB one that takes the ordinary path), some running past the end.
-    let mut pieces = Vec::new();
-    let mut at = 0usize;
-    for i in 0..2000u64 {
-        let len = [4096usize, 3, 65536, 512, 4096][i as usize % 5];
-        at += if i % 11 == 0 { 100 } else { 0 };
-        pieces.push((at, len, (i * 104_729) % (data.len() as u64 + 5000)));
-        at += len;
-    }
-    pieces.push((at, 256 << 10, 4096));
-    assert!(at + (256 << 10) <= 40 << 20);
-    let futures: Vec<_> = pieces
-        .iter()
-        .map(|&(d, len, offset)| fh.pread_device(dst.region().sub(d, len).unwrap(), offset))
-        .collect();
-    let counts: Vec<usize> = futures.into_iter().map(|f| f.wait().unwrap()).collect();
-    let mut host = vec![0u8; 40 << 20];
-    dst.copy_to_host(0, &mut host).unwrap();
-    for (&(d, len, offset), &n) in pieces.iter().zip(&counts) {
-        let available = (data.len() as u64).saturating_sub(offset).min(len as u64) as usize;
-        assert_eq!(n, available, "count of the read at file offset {offset}");
-        if n > 0 {
-            let o = offset as usize;
-            assert!(host[d..d + n] == data[o..o + n], "bytes of the read at file offset {offset}");
+    for backend in backends() {
+        let mut o = FileHandle::options().unwrap();
+        o.pool(Arc::new(IoPool::new(4).unwrap()));
+        o.bounce_buffer_size = 256 << 10; // reads up to 64 KiB coalesce; groups of at most 256 KiB
+        let fh = o.open(&path, "r").unwrap();
+        // One buffer leaked for the test's life: its disjoint 'static views travel with the
+        // futures and come back with them.
+        let whole: &'static mut DeviceBuffer =
+            Box::leak(Box::new(backend.buffer(40 << 20, 0xCD).unwrap()));
+        // 2000 futures in flight: adjacent and scattered destinations, sizes 1 B to 64 KiB (the
+        // largest beside a 256 KiB one that takes the ordinary path), some past the end.
+        let mut pieces = Vec::new();
+        let mut at = 0usize;
+        for i in 0..2000u64 {
+            let len = [4096usize, 3, 65536, 512, 4096][i as usize % 5];
+            at += if i % 11 == 0 { 100 } else { 0 };
+            pieces.push((at, len, (i * 104_729) % (data.len() as u64 + 5000)));
+            at += len;
         }
-        assert!(host[d + n..d + len].iter().all(|&b| b == 0xCD), "bytes past a short read touched");
+        pieces.push((at, 256 << 10, 4096));
+        assert!(at + (256 << 10) <= 40 << 20);
+        let ranges: Vec<(usize, usize)> = pieces.iter().map(|&(d, len, _)| (d, len)).collect();
+        let views: Vec<DeviceViewMut<'static>> = whole.view_mut().carve(&ranges).unwrap();
+        let futures: Vec<_> =
+            views.into_iter().zip(&pieces).map(|(v, p)| fh.pread_device(v, p.2)).collect();
+        let mut counts = Vec::new();
+        let mut back = Vec::new();
+        for f in futures {
+            let (view, n) = f.wait().unwrap();
+            counts.push(n);
+            let mut bytes = vec![0u8; view.len()];
+            view.copy_to_host(0, &mut bytes).unwrap();
+            back.push(bytes);
+        }
+        for ((&(_, len, offset), &n), bytes) in pieces.iter().zip(&counts).zip(&back) {
+            let what = format!("{} read at file offset {offset}", backend.name());
+            let available = (data.len() as u64).saturating_sub(offset).min(len as u64) as usize;
+            assert_eq!(n, available, "count of the {what}");
+            if n > 0 {
+                let o = offset as usize;
+                assert!(bytes[..n] == data[o..o + n], "bytes of the {what}");
+            }
+            assert!(bytes[n..].iter().all(|&b| b == 0xCD), "bytes past a short {what} touched");
+        }
     }
 }
 
@@ -417,18 +435,18 @@ fn stream_ordered_transfers_in_every_compat_mode() {
             Err(e) => panic!("{e}"),
         };
         let stream = Stream::new(&device).unwrap();
-        let mut src = DeviceBuffer::alloc(&device, data.len()).unwrap();
+        let mut src = CudaBuffer::alloc(&device, data.len()).unwrap();
         src.copy_from_host(0, &data).unwrap();
-        let n = fh.write_async(src.region(), 4096, &stream).unwrap().wait().unwrap();
+        let n = fh.write_async(src.view(), 4096, &stream).unwrap().wait().unwrap();
         assert_eq!(n, data.len(), "{mode}");
-        let dst = DeviceBuffer::zeroed(&device, data.len()).unwrap();
-        let n = fh.read_async(dst.region(), 4096, &stream).unwrap().wait().unwrap();
+        let mut dst = CudaBuffer::zeroed(&device, data.len()).unwrap();
+        let n = fh.read_async(dst.view_mut(), 4096, &stream).unwrap().wait().unwrap();
         assert_eq!(n, data.len(), "{mode}");
         let mut back = vec![0u8; data.len()];
         dst.copy_to_host(0, &mut back).unwrap();
         assert!(back == data, "{mode}: {:?}", fh.compat_decision());
         let ro = FileHandle::open(&path, "r").unwrap();
-        assert!(matches!(ro.write_async(src.region(), 0, &stream), Err(Error::AccessMode { .. })));
+        assert!(matches!(ro.write_async(src.view(), 0, &stream), Err(Error::AccessMode { .. })));
     }
 }
 
@@ -441,8 +459,8 @@ fn cudarc_slices_are_device_memory_too() {
     fs::write(&path, &data).unwrap();
     let ctx = cudarc::driver::CudaContext::new(0).unwrap();
     let stream = ctx.default_stream();
-    let slice = stream.alloc_zeros::<u8>(data.len()).unwrap();
-    let region = DeviceRegion::from_cudarc(&slice, &stream).unwrap();
+    let mut slice = stream.alloc_zeros::<u8>(data.len()).unwrap();
+    let region = CudaViewMut::from_cudarc(&mut slice, &stream).unwrap();
     assert_eq!(region.len(), data.len());
     let fh = FileHandle::open(&path, "r").unwrap();
     assert_eq!(fh.read_device(region, 0).unwrap(), data.len());
@@ -451,23 +469,25 @@ fn cudarc_slices_are_device_memory_too() {
     // Views: a CudaView and a CudaViewMut of part of a slice, each read into at its own start.
     let mut other = stream.alloc_zeros::<u8>(data.len()).unwrap();
     {
-        let view = other.slice(100..4196);
-        let region = DeviceRegion::from_cudarc(&view, &stream).unwrap();
+        let mut view = other.slice_mut(100..4196);
+        let region = CudaViewMut::from_cudarc(&mut view, &stream).unwrap();
         assert_eq!(region.len(), 4096);
         assert_eq!(fh.read_device(region, 5).unwrap(), 4096);
     }
     {
-        let view = other.slice_mut(8192..(1 << 20));
-        let region = DeviceRegion::from_cudarc(&view, &stream).unwrap();
-        assert_eq!(region.len(), (1 << 20) - 8192);
-        assert_eq!(fh.read_device(region, 12_345).unwrap(), region.len());
+        let mut view = other.slice_mut(8192..(1 << 20));
+        let region = CudaViewMut::from_cudarc(&mut view, &stream).unwrap();
+        let len = region.len();
+        assert_eq!(len, (1 << 20) - 8192);
+        assert_eq!(fh.read_device(region, 12_345).unwrap(), len);
     }
     let back: Vec<u8> = stream.clone_dtoh(&other).unwrap();
     assert!(back[..100].iter().all(|&b| b == 0), "bytes before the first view touched");
-    assert!(back[100..4196] == data[5..4101], "CudaView read differs");
+    assert!(back[100..4196] == data[5..4101], "first view's read differs");
     assert!(back[4196..8192].iter().all(|&b| b == 0), "bytes between the views touched");
-    assert!(back[8192..1 << 20] == data[12_345..12_345 + (1 << 20) - 8192], "CudaViewMut differs");
+    assert!(back[8192..1 << 20] == data[12_345..12_345 + (1 << 20) - 8192], "second differs");
     // Registering the buffer with cuFile is a no-op on the POSIX path, and works on cuFile's.
+    let region = CudaView::from_cudarc(&slice, &stream).unwrap();
     let registered = fh.buffer_register(region).unwrap();
     assert_eq!(registered.is_some(), fh.compat_decision().path == IoPath::CuFile);
 }

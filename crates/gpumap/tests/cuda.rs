@@ -10,7 +10,8 @@ use std::io::Write;
 use gpumap::io::gds::{BatchRead, CuFileDriver, CuFileHandle};
 use gpumap::memory::bounce::BouncePool;
 use gpumap::memory::cuda::{
-    classify_pointer, CudaDevice, DeviceBuffer, DeviceRegion, PinnedBuffer, PointerKind, Stream,
+    classify_pointer, CudaBuffer, CudaDevice, CudaView, CudaViewMut, PinnedBuffer, PointerKind,
+    Stream,
 };
 use gpumap::{Capabilities, Error};
 
@@ -55,7 +56,8 @@ fn without_cuda_constructors_are_unavailable() {
     }
     let host = [0u8; 64];
     assert!(matches!(
-        DeviceRegion::from_raw(host.as_ptr() as u64, host.len()),
+        // SAFETY: `host` outlives the view, and the view is only validated, never used.
+        unsafe { CudaView::from_raw(host.as_ptr() as u64, host.len()) },
         Err(Error::Unavailable { .. })
     ));
     assert_eq!(classify_pointer(host.as_ptr() as usize), PointerKind::PageableHost);
@@ -118,7 +120,7 @@ fn gpu_buffer_round_trip_and_bounds() {
     let Some(dev) = common::gpu() else { return };
     let len = 1 << 20;
     let data = pattern(len, 7);
-    let mut buf = DeviceBuffer::alloc(&dev, len).expect("alloc");
+    let mut buf = CudaBuffer::alloc(&dev, len).expect("alloc");
     assert_eq!(buf.len(), len);
     buf.copy_from_host(0, &data).expect("h2d");
     let mut back = vec![0u8; len];
@@ -131,29 +133,35 @@ fn gpu_buffer_round_trip_and_bounds() {
     assert!(matches!(buf.copy_to_host(len - 99, &mut part), Err(Error::OutOfRange { .. })));
     assert!(matches!(buf.copy_from_host(len, &[1]), Err(Error::OutOfRange { .. })));
 
-    let zeroed = DeviceBuffer::zeroed(&dev, 4096).expect("zeroed");
+    let zeroed = CudaBuffer::zeroed(&dev, 4096).expect("zeroed");
     let mut z = vec![1u8; 4096];
     zeroed.copy_to_host(0, &mut z).expect("d2h");
     assert!(z.iter().all(|&b| b == 0));
 
-    let empty = DeviceBuffer::alloc(&dev, 0).expect("empty alloc");
+    let empty = CudaBuffer::alloc(&dev, 0).expect("empty alloc");
     assert!(empty.is_empty());
 
-    let region = buf.region();
-    let sub = region.sub(4096, 4096).expect("sub");
+    let region = buf.view();
+    let sub = region.slice(4096..8192).expect("sub");
     assert_eq!(sub.ptr(), region.ptr() + 4096);
-    assert!(region.sub(len - 1, 2).is_err());
+    assert!(region.slice(len - 1..len + 1).is_err());
+    let (a, b) = buf.view_mut().split_at_mut(4096).expect("split");
+    assert_eq!((a.len(), b.len(), b.ptr() - a.ptr()), (4096, len - 4096, 4096));
+    assert!(buf.view_mut().chunks_mut(0).is_err());
+    assert_eq!(buf.view_mut().chunks_mut(4096).expect("chunks").count(), len.div_ceil(4096));
 }
 
 #[test]
 fn gpu_from_raw_validates() {
     let Some(dev) = common::gpu() else { return };
-    let buf = DeviceBuffer::alloc(&dev, 1 << 16).expect("alloc");
-    let r = DeviceRegion::from_raw(buf.region().ptr(), buf.len()).expect("whole allocation");
+    let buf = CudaBuffer::alloc(&dev, 1 << 16).expect("alloc");
+    // SAFETY (all the raw views below): `buf` and `pinned` outlive them and nothing writes
+    // through them; the freed pointer is only validated.
+    let r = unsafe { CudaView::from_raw(buf.ptr(), buf.len()) }.expect("whole allocation");
     assert_eq!(r.len(), buf.len());
     assert_eq!(r.device_ordinal(), 0);
-    DeviceRegion::from_raw(buf.region().ptr() + 100, buf.len() - 100).expect("interior range");
-    match DeviceRegion::from_raw(buf.region().ptr() + 100, buf.len()) {
+    unsafe { CudaView::from_raw(buf.ptr() + 100, buf.len() - 100) }.expect("interior range");
+    match unsafe { CudaViewMut::from_raw(buf.ptr() + 100, buf.len()) } {
         Err(Error::BufferTooSmall { needed, available }) => {
             assert_eq!(needed, buf.len() as u64);
             assert_eq!(available, buf.len() as u64 - 100);
@@ -161,7 +169,7 @@ fn gpu_from_raw_validates() {
         other => panic!("expected BufferTooSmall, got {other:?}"),
     }
     let host = [0u8; 64];
-    match DeviceRegion::from_raw(host.as_ptr() as u64, 64) {
+    match unsafe { CudaView::from_raw(host.as_ptr() as u64, 64) } {
         Err(Error::InvalidArgument(msg)) => {
             assert!(msg.contains("host") || msg.contains("not memory CUDA knows"), "{msg}")
         }
@@ -169,21 +177,21 @@ fn gpu_from_raw_validates() {
     }
     let pinned = PinnedBuffer::new(&dev, 4096).expect("pinned");
     assert!(matches!(
-        DeviceRegion::from_raw(pinned.as_slice().as_ptr() as u64, 16),
+        unsafe { CudaView::from_raw(pinned.as_slice().as_ptr() as u64, 16) },
         Err(Error::InvalidArgument(_))
     ));
     let freed = {
-        let gone = DeviceBuffer::alloc(&dev, 1 << 20).expect("alloc");
-        gone.region().ptr()
+        let gone = CudaBuffer::alloc(&dev, 1 << 20).expect("alloc");
+        gone.ptr()
     };
-    assert!(DeviceRegion::from_raw(freed, 16).is_err(), "a freed pointer must not validate");
+    assert!(unsafe { CudaView::from_raw(freed, 16) }.is_err(), "a freed pointer must not validate");
 }
 
 #[test]
 fn gpu_pointer_classification() {
     let Some(dev) = common::gpu() else { return };
-    let buf = DeviceBuffer::alloc(&dev, 4096).expect("alloc");
-    assert_eq!(classify_pointer(buf.region().ptr() as usize), PointerKind::Device { ordinal: 0 });
+    let buf = CudaBuffer::alloc(&dev, 4096).expect("alloc");
+    assert_eq!(classify_pointer(buf.ptr() as usize), PointerKind::Device { ordinal: 0 });
     let pinned = PinnedBuffer::new(&dev, 4096).expect("pinned");
     assert_eq!(classify_pointer(pinned.as_slice().as_ptr() as usize), PointerKind::PinnedHost);
     let host = vec![0u8; 4096];
@@ -219,14 +227,16 @@ fn gpu_stream_double_buffered_round_trip() {
     let data = pattern(total, 3);
     let pool = BouncePool::new(&dev, chunk, 2).expect("pool");
     let stream = Stream::new(&dev).expect("stream");
-    let dst = DeviceBuffer::alloc(&dev, total).expect("alloc");
+    let mut dst = CudaBuffer::alloc(&dev, total).expect("alloc");
 
     // Upload: fill one buffer while the previous one is in flight.
     let mut in_flight = None;
-    for (i, piece) in data.chunks(chunk).enumerate() {
+    // Copies in flight together need disjoint destinations: one view per chunk.
+    let targets = dst.view_mut().chunks_mut(chunk).expect("chunks");
+    for (piece, target) in data.chunks(chunk).zip(targets) {
         let mut buf = pool.acquire().expect("acquire");
         buf[..piece.len()].copy_from_slice(piece);
-        let next = stream.upload(buf, piece.len(), dst.region(), i * chunk).expect("upload");
+        let next = stream.upload(buf, 0, piece.len(), target, 0).expect("upload");
         if let Some(prev) = in_flight.replace(next) {
             drop(prev.wait().expect("wait"));
         }
@@ -240,7 +250,7 @@ fn gpu_stream_double_buffered_round_trip() {
     let mut back = vec![0u8; total];
     for (i, out) in back.chunks_mut(chunk).enumerate() {
         let buf = pool.acquire().expect("acquire");
-        let flight = stream.download(dst.region(), i * chunk, buf, out.len()).expect("download");
+        let flight = stream.download(dst.view(), i * chunk, buf, 0, out.len()).expect("download");
         let buf = flight.wait().expect("wait");
         out.copy_from_slice(&buf[..out.len()]);
     }
@@ -248,14 +258,14 @@ fn gpu_stream_double_buffered_round_trip() {
 
     // Bounds: a copy longer than the staging buffer or past the region is refused.
     let buf = pool.acquire().expect("acquire");
-    assert!(stream.upload(buf, chunk + 1, dst.region(), 0).is_err());
+    assert!(stream.upload(buf, 0, chunk + 1, dst.view_mut(), 0).is_err());
     let buf = pool.acquire().expect("acquire");
-    assert!(stream.upload(buf, 16, dst.region(), total - 8).is_err());
+    assert!(stream.upload(buf, 0, 16, dst.view_mut(), total - 8).is_err());
     stream.synchronize().expect("sync");
 
     // Dropping an un-waited copy waits for it.
     let buf = pool.acquire().expect("acquire");
-    let flight = stream.upload(buf, chunk, dst.region(), 0).expect("upload");
+    let flight = stream.upload(buf, 0, chunk, dst.view_mut(), 0).expect("upload");
     drop(flight);
     assert!(pool.try_acquire().expect("try").is_some());
 
@@ -311,28 +321,27 @@ fn gpu_cufile_round_trip_or_reason() {
             return;
         }
     };
-    let mut src = DeviceBuffer::alloc(&dev, len).expect("alloc");
+    let mut src = CudaBuffer::alloc(&dev, len).expect("alloc");
     src.copy_from_host(0, &data).expect("h2d");
-    assert_eq!(handle.write(src.region(), 0, len, 0).expect("cuFileWrite"), len);
+    assert_eq!(handle.write(src.view(), 0, len, 0).expect("cuFileWrite"), len);
 
-    let dst = DeviceBuffer::zeroed(&dev, len).expect("alloc");
-    assert_eq!(handle.read(dst.region(), 0, len, 0).expect("cuFileRead"), len);
+    let mut dst = CudaBuffer::zeroed(&dev, len).expect("alloc");
+    assert_eq!(handle.read(dst.view_mut(), 0, len, 0).expect("cuFileRead"), len);
     let mut back = vec![0u8; len];
     dst.copy_to_host(0, &mut back).expect("d2h");
     assert_eq!(back, data);
 
     // Batch: four quarter reads into a fresh buffer.
-    let dst2 = DeviceBuffer::zeroed(&dev, len).expect("alloc");
+    let mut dst2 = CudaBuffer::zeroed(&dev, len).expect("alloc");
     let q = len / 4;
-    let ios: Vec<BatchRead> = (0..4)
-        .map(|i| BatchRead {
-            dst: dst2.region(),
-            dst_offset: i * q,
-            len: q,
-            file_offset: (i * q) as u64,
-        })
+    let mut ios: Vec<BatchRead> = dst2
+        .view_mut()
+        .chunks_mut(q)
+        .expect("chunks")
+        .enumerate()
+        .map(|(i, dst)| BatchRead { dst, dst_offset: 0, len: q, file_offset: (i * q) as u64 })
         .collect();
-    match handle.read_batch(&ios) {
+    match handle.read_batch(&mut ios) {
         Ok(results) => {
             for r in results {
                 assert_eq!(r.expect("batch entry"), q);
@@ -344,15 +353,15 @@ fn gpu_cufile_round_trip_or_reason() {
     }
 
     // Out-of-range requests are refused before reaching cuFile.
-    assert!(handle.read(dst.region(), 1, len, 0).is_err());
+    assert!(handle.read(dst.view_mut(), 1, len, 0).is_err());
 
     // Registered buffer + stream-ordered read, where supported.
-    match CuFileHandle::register_buffer(dst.region()) {
-        Ok(reg) => assert_eq!(reg.region(), dst.region()),
+    match CuFileHandle::register_buffer(dst.view()) {
+        Ok(reg) => assert_eq!(reg.region(), dst.view()),
         Err(e) => eprintln!("cuFileBufRegister not usable here: {e}"),
     }
     let stream = Stream::new(&dev).expect("stream");
-    match handle.read_async(&stream, dst.region(), 0, len, 0).and_then(|io| io.wait()) {
+    match handle.read_async(&stream, dst.view_mut(), 0, len, 0).and_then(|io| io.wait()) {
         Ok(n) => assert_eq!(n, len),
         Err(e) => eprintln!("cuFileReadAsync not usable here: {e}"),
     }

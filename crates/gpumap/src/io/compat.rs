@@ -17,7 +17,6 @@
 use std::fs::File;
 use std::path::Path;
 
-
 use crate::capabilities::Capabilities;
 use crate::config::CompatMode;
 use crate::error::{Error, Result};

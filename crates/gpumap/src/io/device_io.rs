@@ -13,90 +13,119 @@
 //!   `O_DIRECT`. Writes mirror it: chunk *k + 1* is copied from the GPU while chunk *k* is
 //!   written.
 //!
-//! A [`DeviceRegion`] does not keep its memory alive: it must stay allocated until the call (or
-//! the [`IoFuture`]) completes.
+//! Calls that return before the transfer is done take owned memory ([`OwnedDeviceMemory`]) or
+//! borrow it in their guard ([`StreamTransfer`]), so memory cannot be freed under a transfer.
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::align::{align_up, checked_end, split_tasks, PAGE_SIZE};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::io::compat::IoPath;
 use crate::io::file_handle::{expect_len, FileHandle, Inner, ReadPlan};
-use crate::io::gds::{AsyncIo, BatchRead, CuFileHandle, RegisteredBuffer};
-use crate::io::pool::{Completer, IoFuture};
+use crate::io::gds::{AsyncIo, CuFileHandle, RawBatchRead, RegisteredBuffer};
+use crate::io::pool::IoFuture;
 use crate::memory::bounce::{BounceBuffer, BouncePool};
-use crate::memory::cuda::{CudaDevice, DeviceRegion, InFlight, Stream};
+use crate::memory::cuda::{
+    CopyDirection, CudaDevice, CudaView, CudaViewMut, InFlight, RawRegion, Stream,
+};
+use crate::memory::{DeviceView, DeviceViewMut, OwnedDeviceMemory, OwnedDeviceSource};
 
 impl FileHandle {
-    /// Reads into device memory `dst` from `offset`, in parallel; returns the count read, short
-    /// only where the file ends first.
-    pub fn read_device(&self, dst: DeviceRegion, offset: u64) -> Result<usize> {
-        let inner = &self.inner;
-        inner.check_read()?;
-        checked_end(offset, dst.len() as u64)?;
-        match inner.cufile_for(dst.len()) {
-            Some(gds) => inner.run_cufile(gds, dst, offset, true),
-            None => {
-                let tasks = split_tasks(offset, dst.len() as u64, inner.span_size(dst.len()));
-                let plan = inner.read_plan(offset, dst.len() as u64);
-                inner.pool.run(tasks, |t| {
-                    inner.read_span(dst, t.buf_offset as usize, t.len as usize, t.offset, plan)
-                })
-            }
-        }
-    }
-
-    /// Reads exactly `dst.len()` bytes into device memory, or fails with
-    /// [`crate::Error::UnexpectedEof`].
-    pub fn read_device_exact(&self, dst: DeviceRegion, offset: u64) -> Result<()> {
-        let got = self.read_device(dst, offset)?;
-        expect_len(offset, dst.len(), got)
-    }
-
-    /// Writes all of device memory `src` at `offset`, in parallel; returns `src.len()`.
-    pub fn write_device(&self, src: DeviceRegion, offset: u64) -> Result<usize> {
-        let inner = &self.inner;
-        inner.check_positional_write()?;
-        checked_end(offset, src.len() as u64)?;
-        match inner.cufile_for(src.len()) {
-            Some(gds) => inner.run_cufile(gds, src, offset, false),
-            None => {
-                let tasks = split_tasks(offset, src.len() as u64, inner.span_size(src.len()));
-                inner.pool.run(tasks, |t| {
-                    inner.write_span(src, t.buf_offset as usize, t.len as usize, t.offset)
-                })
-            }
-        }
-    }
-
-    /// Starts [`read_device`](Self::read_device) on the pool.
+    /// Reads into `dst` — device memory, or host memory standing in for it — from `offset`, in
+    /// parallel; returns the count read, short only where the file ends first.
     ///
-    /// Small reads on the POSIX path (at most a quarter of a bounce buffer) that are in flight
-    /// together are coalesced: they queue on the handle, and pool threads take them in groups
-    /// that go through [`read_device_batch`](Self::read_device_batch)'s path — one pinned
-    /// buffer and one host-to-device copy per run of adjacent destinations instead of one per
-    /// read. A lone read is taken alone, at once.
-    pub fn pread_device(&self, dst: DeviceRegion, offset: u64) -> IoFuture<usize> {
+    /// `dst` is anything that becomes a [`DeviceViewMut`]: `&mut DeviceBuffer`,
+    /// `buffer.view_mut()`, a [`CudaViewMut`], `&mut [u8]`.
+    pub fn read_device<'a>(&self, dst: impl Into<DeviceViewMut<'a>>, offset: u64) -> Result<usize> {
+        match dst.into() {
+            DeviceViewMut::Host(bytes) => self.read(bytes, offset),
+            DeviceViewMut::Cuda(view) => self.inner.read_cuda(view.raw, offset),
+        }
+    }
+
+    /// Reads exactly `dst.len()` bytes into `dst`, or fails with
+    /// [`crate::Error::UnexpectedEof`].
+    pub fn read_device_exact<'a>(
+        &self,
+        dst: impl Into<DeviceViewMut<'a>>,
+        offset: u64,
+    ) -> Result<()> {
+        let dst = dst.into();
+        let wanted = dst.len();
+        let got = self.read_device(dst, offset)?;
+        expect_len(offset, wanted, got)
+    }
+
+    /// Writes all of `src` — device memory, or host memory standing in for it — at `offset`,
+    /// in parallel; returns `src.len()`.
+    pub fn write_device<'a>(&self, src: impl Into<DeviceView<'a>>, offset: u64) -> Result<usize> {
+        match src.into() {
+            DeviceView::Host(bytes) => self.write(bytes, offset),
+            DeviceView::Cuda(view) => self.inner.write_cuda(view.raw, offset),
+        }
+    }
+
+    /// Starts [`read_device`](Self::read_device) into the owned `dst` on the pool; the future
+    /// gives back `dst` and the count read.
+    ///
+    /// Small reads into GPU memory on the POSIX path (at most a quarter of a bounce buffer)
+    /// that are in flight together are coalesced: they queue on the handle, and pool threads
+    /// take them in groups that go through [`read_device_batch`](Self::read_device_batch)'s
+    /// path — one pinned buffer and one host-to-device copy per run of adjacent destinations
+    /// instead of one per read. A lone read is taken alone, at once.
+    pub fn pread_device<B: OwnedDeviceMemory>(&self, dst: B, offset: u64) -> IoFuture<(B, usize)> {
+        // Boxed first, so the memory the queue points at cannot move with `dst`.
+        let mut dst = Box::new(dst);
         let inner = &self.inner;
-        let small = !dst.is_empty() && dst.len() as u64 <= inner.bounce_buffer_size / 4;
-        if small
-            && inner.check_read().is_ok()
-            && checked_end(offset, dst.len() as u64).is_ok()
-            && inner.cufile_for(dst.len()).is_none()
-        {
-            return self.enqueue_small_read(DeviceRead { dst, offset });
+        if let DeviceViewMut::Cuda(view) = dst.device_view_mut() {
+            let raw = view.raw;
+            let small = raw.len != 0 && raw.len as u64 <= inner.bounce_buffer_size / 4;
+            if small
+                && inner.check_read().is_ok()
+                && checked_end(offset, raw.len as u64).is_ok()
+                && inner.cufile_for(raw.len).is_none()
+            {
+                let (future, completer) = IoFuture::pending();
+                let finish = Box::new(move |result: Result<usize>| {
+                    completer.complete(result.map(|n| (*dst, n)));
+                });
+                self.enqueue_small_read(QueuedRead { dst: raw, offset, finish });
+                return future;
+            }
         }
         let handle = self.clone();
-        inner.pool.spawn(move || handle.read_device(dst, offset))
+        inner.pool.spawn(move || {
+            let n = handle.read_device(dst.device_view_mut(), offset)?;
+            Ok((*dst, n))
+        })
     }
 
-    fn enqueue_small_read(&self, read: DeviceRead) -> IoFuture<usize> {
-        let (future, completer) = IoFuture::pending();
+    /// [`pread_device`](Self::pread_device) into GPU memory the crate keeps live until the
+    /// future completes (a pinned map range): small reads join the coalescing queue.
+    pub(crate) fn pread_cuda_raw(&self, dst: RawRegion, offset: u64) -> IoFuture<usize> {
+        let inner = &self.inner;
+        let small = dst.len != 0 && dst.len as u64 <= inner.bounce_buffer_size / 4;
+        if small
+            && inner.check_read().is_ok()
+            && checked_end(offset, dst.len as u64).is_ok()
+            && inner.cufile_for(dst.len).is_none()
+        {
+            let (future, completer) = IoFuture::pending();
+            let finish = Box::new(move |result: Result<usize>| completer.complete(result));
+            self.enqueue_small_read(QueuedRead { dst, offset, finish });
+            return future;
+        }
+        let handle = self.clone();
+        inner.pool.spawn(move || handle.inner.read_cuda(dst, offset))
+    }
+
+    fn enqueue_small_read(&self, read: QueuedRead) {
         let start_drainer = {
             let mut queue = self.inner.small_reads.lock();
-            queue.waiting.push_back((read, completer));
+            queue.waiting.push_back(read);
             let start = queue.drainers < self.inner.pool.nthreads();
             if start {
                 queue.drainers += 1;
@@ -107,7 +136,6 @@ impl FileHandle {
             let handle = self.clone();
             self.inner.pool.spawn_detached(move || handle.drain_small_reads());
         }
-        future
     }
 
     /// A drainer: takes groups of queued small reads (a fair share of the queue, within one
@@ -123,53 +151,68 @@ impl FileHandle {
                     return;
                 }
                 let share = queue.waiting.len().div_ceil(inner.pool.nthreads());
-                let mut group: Vec<(DeviceRead, Completer<usize>)> = Vec::new();
+                let mut group: Vec<QueuedRead> = Vec::new();
                 let mut bytes = 0usize;
-                while let Some((next, _)) = queue.waiting.front() {
+                while let Some(next) = queue.waiting.front() {
                     let fits = group.is_empty()
                         || (group.len() < share
-                            && bytes + next.dst.len() <= capacity
-                            && next.dst.device_ordinal() == group[0].0.dst.device_ordinal());
+                            && bytes + next.dst.len <= capacity
+                            && next.dst.ordinal == group[0].dst.ordinal);
                     if !fits {
                         break;
                     }
-                    bytes += next.dst.len();
+                    bytes += next.dst.len;
                     group.extend(queue.waiting.pop_front());
                 }
                 group
             };
-            let (reads, completers): (Vec<DeviceRead>, Vec<Completer<usize>>) =
-                group.into_iter().unzip();
+            let reads: Vec<(RawRegion, u64)> = group.iter().map(|r| (r.dst, r.offset)).collect();
             let mut counts = vec![0usize; reads.len()];
             match inner.read_group(&reads, &mut counts) {
                 Ok(_) => {
-                    for (completer, n) in completers.into_iter().zip(counts) {
-                        completer.complete(Ok(n));
+                    for (read, n) in group.into_iter().zip(counts) {
+                        (read.finish)(Ok(n));
                     }
                 }
                 // Each read again on its own, so each future gets its own answer.
                 Err(_) => {
-                    for (completer, r) in completers.into_iter().zip(&reads) {
-                        completer.complete(self.read_device(r.dst, r.offset));
+                    for read in group {
+                        (read.finish)(inner.read_cuda(read.dst, read.offset));
                     }
                 }
             }
         }
     }
 
-    /// Starts [`write_device`](Self::write_device) on the pool.
-    pub fn pwrite_device(&self, src: DeviceRegion, offset: u64) -> IoFuture<usize> {
+    /// File -> GPU memory the crate keeps live for the call (a pinned map range).
+    pub(crate) fn read_cuda_raw(&self, dst: RawRegion, offset: u64) -> Result<usize> {
+        self.inner.read_cuda(dst, offset)
+    }
+
+    /// GPU memory the crate keeps live for the call -> file.
+    pub(crate) fn write_cuda_raw(&self, src: RawRegion, offset: u64) -> Result<usize> {
+        self.inner.write_cuda(src, offset)
+    }
+
+    /// Starts [`write_device`](Self::write_device) of the owned `src` on the pool; the future
+    /// gives back `src` and the count written.
+    pub fn pwrite_device<B: OwnedDeviceSource>(&self, src: B, offset: u64) -> IoFuture<(B, usize)> {
         let handle = self.clone();
-        self.inner.pool.spawn(move || handle.write_device(src, offset))
+        self.inner.pool.spawn(move || {
+            let n = handle.write_device(src.device_view(), offset)?;
+            Ok((src, n))
+        })
     }
 }
 
 /// A stream-ordered transfer started by [`FileHandle::read_async`] or
-/// [`FileHandle::write_async`].
+/// [`FileHandle::write_async`]; it borrows the device memory until it is waited for (dropping
+/// it waits too).
 #[derive(Debug)]
 #[must_use = "wait() gives the count (and the error, if any)"]
-pub struct StreamTransfer {
+pub struct StreamTransfer<'a> {
     state: StreamState,
+    _memory: PhantomData<&'a mut [u8]>,
 }
 
 #[derive(Debug)]
@@ -177,10 +220,10 @@ enum StreamState {
     /// The POSIX path ran in stream order before the call returned.
     Done(usize),
     /// `cuFileReadAsync`/`cuFileWriteAsync` queued on the stream.
-    CuFile(AsyncIo),
+    CuFile(AsyncIo<'static>),
 }
 
-impl StreamTransfer {
+impl StreamTransfer<'_> {
     /// Blocks until the stream has carried out the transfer; returns the bytes moved.
     pub fn wait(self) -> Result<usize> {
         match self.state {
@@ -191,31 +234,31 @@ impl StreamTransfer {
 }
 
 impl FileHandle {
-    /// A read into `dst` ordered on `stream`: it sees the work queued on `stream` before the
-    /// call, and work queued after the call sees its data.
+    /// A read into GPU memory `dst` ordered on `stream`: it sees the work queued on `stream`
+    /// before the call, and work queued after the call sees its data.
     ///
     /// On the cuFile path this is `cuFileReadAsync`: the call returns at once and the read
     /// runs when the stream reaches it. On the POSIX path (and below `gds_threshold`) there is
     /// no way to run `pread` inside a stream, so — like KvikIO's compatibility mode — the
     /// stream is synchronized, the read runs in parallel on the pool, and the call returns
     /// when it is done; [`StreamTransfer::wait`] then returns at once.
-    pub fn read_async(
+    pub fn read_async<'a>(
         &self,
-        dst: DeviceRegion,
+        dst: CudaViewMut<'a>,
         offset: u64,
         stream: &Stream,
-    ) -> Result<StreamTransfer> {
-        self.stream_ordered(dst, offset, stream, false)
+    ) -> Result<StreamTransfer<'a>> {
+        self.stream_ordered(dst.raw, offset, stream, false)
     }
 
-    /// A write of `src` ordered on `stream` (see [`read_async`](Self::read_async)).
-    pub fn write_async(
+    /// A write of GPU memory `src` ordered on `stream` (see [`read_async`](Self::read_async)).
+    pub fn write_async<'a>(
         &self,
-        src: DeviceRegion,
+        src: CudaView<'a>,
         offset: u64,
         stream: &Stream,
-    ) -> Result<StreamTransfer> {
-        self.stream_ordered(src, offset, stream, true)
+    ) -> Result<StreamTransfer<'a>> {
+        self.stream_ordered(src.raw, offset, stream, true)
     }
 
     /// Registers `region` with cuFile (`cuFileBufRegister`) for the life of the returned guard,
@@ -223,7 +266,10 @@ impl FileHandle {
     /// transfers on the cuFile path. On the POSIX path there is nothing to register and this
     /// returns `Ok(None)`.
     #[doc(alias = "cuFileBufRegister")]
-    pub fn buffer_register(&self, region: DeviceRegion) -> Result<Option<RegisteredBuffer>> {
+    pub fn buffer_register<'a>(
+        &self,
+        region: CudaView<'a>,
+    ) -> Result<Option<RegisteredBuffer<'a>>> {
         match self.inner.decision() {
             (decision, Some(_)) if decision.path == IoPath::CuFile => {
                 CuFileHandle::register_buffer(region).map(Some)
@@ -232,65 +278,82 @@ impl FileHandle {
         }
     }
 
-    fn stream_ordered(
+    fn stream_ordered<'a>(
         &self,
-        region: DeviceRegion,
+        region: RawRegion,
         offset: u64,
         stream: &Stream,
         write: bool,
-    ) -> Result<StreamTransfer> {
+    ) -> Result<StreamTransfer<'a>> {
         let inner = &self.inner;
         if write {
             inner.check_positional_write()?;
         } else {
             inner.check_read()?;
         }
-        checked_end(offset, region.len() as u64)?;
-        if region.device_ordinal() != stream.device().ordinal() {
-            return Err(crate::Error::InvalidArgument(format!(
-                "region is on device {} but the stream on device {}",
-                region.device_ordinal(),
+        checked_end(offset, region.len as u64)?;
+        if region.ordinal != stream.device().ordinal() {
+            return Err(Error::InvalidArgument(format!(
+                "memory is on device {} but the stream on device {}",
+                region.ordinal,
                 stream.device().ordinal()
             )));
         }
-        if let Some(gds) = inner.cufile_for(region.len()) {
-            let io = if write {
-                gds.write_async(stream, region, 0, region.len(), offset)?
-            } else {
-                gds.read_async(stream, region, 0, region.len(), offset)?
-            };
-            return Ok(StreamTransfer { state: StreamState::CuFile(io) });
-        }
-        stream.synchronize()?;
-        let n = if write {
-            self.write_device(region, offset)?
+        let state = if let Some(gds) = inner.cufile_for(region.len) {
+            StreamState::CuFile(gds.start_async(stream, write, region, 0, region.len, offset)?)
         } else {
-            self.read_device(region, offset)?
+            stream.synchronize()?;
+            StreamState::Done(if write {
+                inner.write_cuda(region, offset)?
+            } else {
+                inner.read_cuda(region, offset)?
+            })
         };
-        Ok(StreamTransfer { state: StreamState::Done(n) })
+        Ok(StreamTransfer { state, _memory: PhantomData })
     }
+}
+
+/// A small `pread_device` waiting to be coalesced: where it goes, and how its future is
+/// completed (the closure owns the caller's memory until then).
+pub(super) struct QueuedRead {
+    dst: RawRegion,
+    offset: u64,
+    finish: Box<dyn FnOnce(Result<usize>) + Send>,
 }
 
 /// Small `pread_device` calls waiting to be coalesced, and the drainers taking them.
 #[derive(Default)]
 pub(super) struct SmallReads {
-    waiting: VecDeque<(DeviceRead, Completer<usize>)>,
+    waiting: VecDeque<QueuedRead>,
     drainers: usize,
 }
 
 /// One read of a batch: the bytes of the file at `offset` go to `dst` (all of it, unless the
 /// file ends first).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeviceRead {
-    /// Destination device memory; its length is the read's length.
-    pub dst: DeviceRegion,
+#[derive(Debug)]
+pub struct DeviceRead<'a> {
+    /// Destination memory; its length is the read's length.
+    pub dst: DeviceViewMut<'a>,
     /// File offset.
     pub offset: u64,
 }
 
+/// One piece of [`FileHandle::pread_device_batch`]: `len` bytes at file `offset` into the
+/// buffer at `dst_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchPiece {
+    /// Where the piece goes in the buffer.
+    pub dst_offset: usize,
+    /// Bytes to read.
+    pub len: usize,
+    /// Where the piece comes from in the file.
+    pub offset: u64,
+}
+
 impl FileHandle {
-    /// Reads many (typically small, scattered) pieces into device memory and returns each
-    /// one's count, in order (short only where the file ends first).
+    /// Reads many (typically small, scattered) pieces into device memory — or host memory
+    /// standing in for it — and returns each one's count, in order (short only where the file
+    /// ends first). All destinations must be on one device.
     ///
     /// Where the file takes the cuFile path, the batch goes through cuFile's batch API (see
     /// `read_batch_cufile`). On the POSIX path:
@@ -299,27 +362,135 @@ impl FileHandle {
     /// per *run* instead: the pieces are read into a pinned buffer packed in list order, and
     /// pieces whose destinations follow one another in device memory (`dst` of one ending where
     /// the next begins) go up in a single copy. Order the list by destination to get the most
-    /// out of it. Pieces larger than a bounce buffer take the ordinary path.
-    pub fn read_device_batch(&self, reads: &[DeviceRead]) -> Result<Vec<usize>> {
+    /// out of it. Pieces larger than a bounce buffer take the ordinary path. Into host memory,
+    /// each piece is read straight into its destination, in parallel.
+    pub fn read_device_batch(&self, reads: &mut [DeviceRead<'_>]) -> Result<Vec<usize>> {
         let inner = &self.inner;
         inner.check_read()?;
-        for r in reads {
+        let Some(first) = reads.first() else { return Ok(Vec::new()) };
+        let device = first.dst.device_ordinal();
+        for r in reads.iter() {
             checked_end(r.offset, r.dst.len() as u64)?;
-            if r.dst.device_ordinal() != reads[0].dst.device_ordinal() {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "a batch reads into one device; it mixes devices {} and {}",
-                    reads[0].dst.device_ordinal(),
-                    r.dst.device_ordinal()
+            if r.dst.device_ordinal() != device {
+                return Err(Error::InvalidArgument(format!(
+                    "a batch reads into one device; it mixes {} and {}",
+                    describe_ordinal(device),
+                    describe_ordinal(r.dst.device_ordinal())
                 )));
             }
         }
-        if let (decision, Some(gds)) = inner.decision() {
+        if device.is_none() {
+            return self.read_host_batch(reads);
+        }
+        let raw = reads
+            .iter()
+            .map(|r| match &r.dst {
+                DeviceViewMut::Cuda(v) => Ok((v.raw, r.offset)),
+                DeviceViewMut::Host(_) => Err(mixed_batch()),
+            })
+            .collect::<Result<Vec<(RawRegion, u64)>>>()?;
+        inner.read_cuda_batch(&raw)
+    }
+
+    /// A batch into host memory: every piece read straight into its destination, in parallel
+    /// on the pool.
+    fn read_host_batch(&self, reads: &mut [DeviceRead<'_>]) -> Result<Vec<usize>> {
+        let inner = &self.inner;
+        let mut counts = vec![0usize; reads.len()];
+        let items: Vec<(&mut [u8], u64, &mut usize)> = reads
+            .iter_mut()
+            .zip(counts.iter_mut())
+            .filter_map(|(r, count)| match &mut r.dst {
+                DeviceViewMut::Host(bytes) => Some((&mut **bytes, r.offset, count)),
+                DeviceViewMut::Cuda(_) => None,
+            })
+            .collect();
+        inner.pool.run(items, |(bytes, offset, count)| {
+            let plan = inner.read_plan(offset, bytes.len() as u64);
+            *count = inner.read_piece(bytes, offset, plan)?;
+            Ok(*count)
+        })?;
+        Ok(counts)
+    }
+
+    /// Starts [`read_device_batch`](Self::read_device_batch) into the owned `dst` on the pool:
+    /// each piece's `len` bytes at its file `offset` go to `dst` at its `dst_offset` (pieces may
+    /// not overlap in `dst`). The future gives back `dst` and each piece's count.
+    pub fn pread_device_batch<B: OwnedDeviceMemory>(
+        &self,
+        dst: B,
+        pieces: Vec<BatchPiece>,
+    ) -> IoFuture<(B, Vec<usize>)> {
+        let handle = self.clone();
+        self.inner.pool.spawn(move || {
+            let mut dst = dst;
+            let ranges: Vec<(usize, usize)> =
+                pieces.iter().map(|p| (p.dst_offset, p.len)).collect();
+            let views = dst.device_view_mut().carve(&ranges)?;
+            let mut reads: Vec<DeviceRead<'_>> = views
+                .into_iter()
+                .zip(&pieces)
+                .map(|(dst, p)| DeviceRead { dst, offset: p.offset })
+                .collect();
+            let counts = handle.read_device_batch(&mut reads)?;
+            drop(reads);
+            Ok((dst, counts))
+        })
+    }
+}
+
+fn describe_ordinal(ordinal: Option<usize>) -> String {
+    match ordinal {
+        Some(o) => format!("GPU {o}"),
+        None => "host memory".to_owned(),
+    }
+}
+
+fn mixed_batch() -> Error {
+    Error::InvalidArgument("a batch reads into one device; it mixes GPU and host memory".into())
+}
+
+impl Inner {
+    /// File -> GPU memory: the cuFile path, or the pipelined bounce path.
+    pub(crate) fn read_cuda(&self, dst: RawRegion, offset: u64) -> Result<usize> {
+        self.check_read()?;
+        checked_end(offset, dst.len as u64)?;
+        match self.cufile_for(dst.len) {
+            Some(gds) => self.run_cufile(gds, dst, offset, true),
+            None => {
+                let tasks = split_tasks(offset, dst.len as u64, self.span_size(dst.len));
+                let plan = self.read_plan(offset, dst.len as u64);
+                self.pool.run(tasks, |t| {
+                    self.read_span(dst, t.buf_offset as usize, t.len as usize, t.offset, plan)
+                })
+            }
+        }
+    }
+
+    /// GPU memory -> file.
+    pub(crate) fn write_cuda(&self, src: RawRegion, offset: u64) -> Result<usize> {
+        self.check_positional_write()?;
+        checked_end(offset, src.len as u64)?;
+        match self.cufile_for(src.len) {
+            Some(gds) => self.run_cufile(gds, src, offset, false),
+            None => {
+                let tasks = split_tasks(offset, src.len as u64, self.span_size(src.len));
+                self.pool.run(tasks, |t| {
+                    self.write_span(src, t.buf_offset as usize, t.len as usize, t.offset)
+                })
+            }
+        }
+    }
+
+    /// A batch into GPU memory (see [`FileHandle::read_device_batch`]).
+    pub(crate) fn read_cuda_batch(&self, reads: &[(RawRegion, u64)]) -> Result<Vec<usize>> {
+        if let (decision, Some(gds)) = self.decision() {
             if decision.path == IoPath::CuFile {
                 return self.read_batch_cufile(gds, reads);
             }
         }
         let mut counts = vec![0usize; reads.len()];
-        let groups = group_reads(reads, inner.bounce_buffer_size as usize);
+        let groups = group_reads(reads, self.bounce_buffer_size as usize);
         let mut items = Vec::with_capacity(groups.len());
         let mut rest = counts.as_mut_slice();
         for range in groups {
@@ -327,14 +498,14 @@ impl FileHandle {
             items.push((&reads[range], out));
             rest = tail;
         }
-        inner.pool.run(items, |(group, out)| {
-            if let [single] = group {
-                if single.dst.len() > inner.bounce_buffer_size as usize {
-                    out[0] = self.read_device(single.dst, single.offset)?;
+        self.pool.run(items, |(group, out)| {
+            if let [(dst, offset)] = group {
+                if dst.len > self.bounce_buffer_size as usize {
+                    out[0] = self.read_cuda(*dst, *offset)?;
                     return Ok(out[0]);
                 }
             }
-            inner.read_group(group, out)
+            self.read_group(group, out)
         })?;
         Ok(counts)
     }
@@ -343,42 +514,40 @@ impl FileHandle {
     /// GPUDirect Storage reads every piece straight into device memory, many in flight at once.
     /// Pieces are clipped to the file's length first, so the batch never asks cuFile to read
     /// past the end (what it does there is not documented).
-    fn read_batch_cufile(&self, gds: &CuFileHandle, reads: &[DeviceRead]) -> Result<Vec<usize>> {
-        let file_len = self.len()?;
+    fn read_batch_cufile(
+        &self,
+        gds: &CuFileHandle,
+        reads: &[(RawRegion, u64)],
+    ) -> Result<Vec<usize>> {
+        let file_len = crate::sys::posix::file_len(&self.file, &self.path)?;
         let mut ios = Vec::with_capacity(reads.len());
         let mut slots = Vec::with_capacity(reads.len());
-        for (i, r) in reads.iter().enumerate() {
-            let len = file_len.saturating_sub(r.offset).min(r.dst.len() as u64) as usize;
+        for (i, (dst, offset)) in reads.iter().enumerate() {
+            let len = file_len.saturating_sub(*offset).min(dst.len as u64) as usize;
             if len > 0 {
-                ios.push(BatchRead { dst: r.dst, dst_offset: 0, len, file_offset: r.offset });
+                ios.push(RawBatchRead { dst: *dst, len, file_offset: *offset });
                 slots.push(i);
             }
         }
         let mut counts = vec![0usize; reads.len()];
-        for (slot, result) in slots.into_iter().zip(gds.read_batch(&ios)?) {
+        for (slot, result) in slots.into_iter().zip(gds.read_batch_raw(&ios)?) {
             counts[slot] = result?;
         }
         Ok(counts)
-    }
-
-    /// Starts [`read_device_batch`](Self::read_device_batch) on the pool.
-    pub fn pread_device_batch(&self, reads: Vec<DeviceRead>) -> IoFuture<Vec<usize>> {
-        let handle = self.clone();
-        self.inner.pool.spawn(move || handle.read_device_batch(&reads))
     }
 }
 
 /// Cuts `reads` into consecutive groups that each fit one staging buffer of `capacity` bytes
 /// (a piece larger than that is a group of its own).
-fn group_reads(reads: &[DeviceRead], capacity: usize) -> Vec<std::ops::Range<usize>> {
+fn group_reads(reads: &[(RawRegion, u64)], capacity: usize) -> Vec<std::ops::Range<usize>> {
     let mut groups = Vec::new();
     let (mut start, mut bytes) = (0usize, 0usize);
     for (i, r) in reads.iter().enumerate() {
-        if i > start && bytes + r.dst.len() > capacity {
+        if i > start && bytes + r.0.len > capacity {
             groups.push(start..i);
             (start, bytes) = (i, 0);
         }
-        bytes += r.dst.len();
+        bytes += r.0.len;
     }
     if start < reads.len() {
         groups.push(start..reads.len());
@@ -391,7 +560,7 @@ const PIPELINE_CHUNKS: u64 = 16;
 
 /// A chunk on its way from device to file: the download in flight, and where it goes.
 struct Chunk {
-    copy: InFlight<BounceBuffer>,
+    copy: InFlight<'static, BounceBuffer>,
     /// Where the chunk starts in its buffer.
     skew: usize,
     len: usize,
@@ -401,7 +570,7 @@ struct Chunk {
 impl Inner {
     /// The cuFile handle when a device transfer of `len` bytes takes the cuFile path (cuFile
     /// chosen for the file and `len` at least `gds_threshold`); `None` for the POSIX path.
-    fn cufile_for(&self, len: usize) -> Option<&CuFileHandle> {
+    pub(crate) fn cufile_for(&self, len: usize) -> Option<&CuFileHandle> {
         let (decision, gds) = self.decision();
         gds.as_ref().filter(|_| decision.path == IoPath::CuFile && len as u64 >= self.gds_threshold)
     }
@@ -424,17 +593,17 @@ impl Inner {
     fn run_cufile(
         &self,
         gds: &CuFileHandle,
-        region: DeviceRegion,
+        region: RawRegion,
         offset: u64,
         read: bool,
     ) -> Result<usize> {
-        let tasks = split_tasks(offset, region.len() as u64, self.task_size);
+        let tasks = split_tasks(offset, region.len as u64, self.task_size);
         self.pool.run(tasks, |t| {
             let (at, len) = (t.buf_offset as usize, t.len as usize);
             if read {
-                gds.read(region, at, len, t.offset)
+                gds.read_raw(region, at, len, t.offset)
             } else {
-                gds.write(region, at, len, t.offset)
+                gds.write_raw(region, at, len, t.offset)
             }
         })
     }
@@ -455,7 +624,7 @@ impl Inner {
     /// holding a buffer, so workers cannot deadlock on the pool.
     fn next_buffer(
         pool: &Arc<BouncePool>,
-        in_flight: &mut Option<InFlight<BounceBuffer>>,
+        in_flight: &mut Option<InFlight<'static, BounceBuffer>>,
     ) -> Result<BounceBuffer> {
         if let Some(buffer) = pool.try_acquire()? {
             return Ok(buffer);
@@ -469,15 +638,15 @@ impl Inner {
     /// File -> device for `[file_offset, file_offset + len)` into `dst` at `dst_offset`.
     fn read_span(
         &self,
-        dst: DeviceRegion,
+        dst: RawRegion,
         dst_offset: usize,
         len: usize,
         file_offset: u64,
         plan: ReadPlan,
     ) -> Result<usize> {
-        let (pool, stream) = self.staging(dst.device_ordinal())?;
+        let (pool, stream) = self.staging(dst.ordinal)?;
         let chunk_size = pool.buffer_size();
-        let mut in_flight: Option<InFlight<BounceBuffer>> = None;
+        let mut in_flight: Option<InFlight<'static, BounceBuffer>> = None;
         let mut done = 0usize;
         while done < len {
             // Bytes land in the buffer at the file offset's place within its page, so that
@@ -489,7 +658,14 @@ impl Inner {
             let at = file_offset + done as u64;
             let got = self.read_piece(&mut buffer[skew..skew + want], at, plan)?;
             if got > 0 {
-                let copy = stream.upload_from(buffer, skew, got, dst, dst_offset + done)?;
+                let copy = stream.start_raw(
+                    buffer,
+                    skew,
+                    got,
+                    dst,
+                    dst_offset + done,
+                    CopyDirection::HostToDevice,
+                )?;
                 if let Some(previous) = in_flight.replace(copy) {
                     previous.wait()?;
                 }
@@ -508,15 +684,19 @@ impl Inner {
     /// One batch group: every piece read into one bounce buffer, packed; then one copy per run
     /// of pieces whose destinations are adjacent (a short read ends its run, so the bytes
     /// after it in the destination are left as they were).
-    fn read_group(&self, group: &[DeviceRead], counts: &mut [usize]) -> Result<usize> {
-        let Some(first) = group.first() else { return Ok(0) };
-        let (pool, stream) = self.staging(first.dst.device_ordinal())?;
+    pub(crate) fn read_group(
+        &self,
+        group: &[(RawRegion, u64)],
+        counts: &mut [usize],
+    ) -> Result<usize> {
+        let Some((first, _)) = group.first() else { return Ok(0) };
+        let (pool, stream) = self.staging(first.ordinal)?;
         let mut buffer = pool.acquire()?;
         let mut packed = 0usize;
-        for (r, count) in group.iter().zip(counts.iter_mut()) {
-            let len = r.dst.len();
-            let plan = self.read_plan(r.offset, len as u64);
-            *count = self.read_piece(&mut buffer[packed..packed + len], r.offset, plan)?;
+        for ((dst, offset), count) in group.iter().zip(counts.iter_mut()) {
+            let len = dst.len;
+            let plan = self.read_plan(*offset, len as u64);
+            *count = self.read_piece(&mut buffer[packed..packed + len], *offset, plan)?;
             packed += len;
         }
         // Runs: [run_start, i) with adjacent destinations and full reads (but the last).
@@ -524,21 +704,29 @@ impl Inner {
         let (mut run_start, mut run_packed) = (0usize, 0usize);
         let mut packed = 0usize;
         for i in 0..group.len() {
-            let r = &group[i];
+            let dst = group[i].0;
             let ends_run = i + 1 == group.len()
-                || counts[i] < r.dst.len()
-                || group[i + 1].dst.device_ordinal() != r.dst.device_ordinal()
-                || group[i + 1].dst.ptr() != r.dst.ptr() + r.dst.len() as u64;
-            packed += r.dst.len();
+                || counts[i] < dst.len
+                || group[i + 1].0.ordinal != dst.ordinal
+                || group[i + 1].0.ptr != dst.ptr + dst.len as u64;
+            packed += dst.len;
             if ends_run {
-                let run_dst = group[run_start].dst;
-                let run_len = packed - run_packed - (r.dst.len() - counts[i]);
+                let run_dst = group[run_start].0;
+                let run_len = packed - run_packed - (dst.len - counts[i]);
                 if run_len > 0 {
                     // The run's destination spans from its first piece's start onwards;
                     // adjacency was checked piece by piece, so it is one device range.
-                    let target =
-                        DeviceRegion::from_parts(run_dst.ptr(), run_len, run_dst.device_ordinal());
-                    buffer = stream.upload_from(buffer, run_packed, run_len, target, 0)?.wait()?;
+                    let target = RawRegion { len: run_len, ..run_dst };
+                    buffer = stream
+                        .start_raw(
+                            buffer,
+                            run_packed,
+                            run_len,
+                            target,
+                            0,
+                            CopyDirection::HostToDevice,
+                        )?
+                        .wait()?;
                 }
                 total += run_len;
                 (run_start, run_packed) = (i + 1, packed);
@@ -550,18 +738,25 @@ impl Inner {
     /// Device -> file for `src[src_offset..src_offset + len]` at `file_offset`.
     fn write_span(
         &self,
-        src: DeviceRegion,
+        src: RawRegion,
         src_offset: usize,
         len: usize,
         file_offset: u64,
     ) -> Result<usize> {
-        let (pool, stream) = self.staging(src.device_ordinal())?;
+        let (pool, stream) = self.staging(src.ordinal)?;
         let chunk_size = pool.buffer_size();
         let start = |buffer: BounceBuffer, done: usize| -> Result<Chunk> {
             // Placed as in `read_span`, so the aligned middle can go out with O_DIRECT.
             let skew = ((file_offset + done as u64) % PAGE_SIZE) as usize;
             let n = (chunk_size - skew).min(len - done);
-            let copy = stream.download_to(src, src_offset + done, buffer, skew, n)?;
+            let copy = stream.start_raw(
+                buffer,
+                skew,
+                n,
+                src,
+                src_offset + done,
+                CopyDirection::DeviceToHost,
+            )?;
             Ok(Chunk { copy, skew, len: n, file_offset: file_offset + done as u64 })
         };
         if len == 0 {

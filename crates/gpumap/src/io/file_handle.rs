@@ -158,7 +158,7 @@ pub(super) struct Inner {
     pub(super) path: PathBuf,
     flags_text: String,
     pub(super) flags: OpenFlags,
-    file: File,
+    pub(super) file: File,
     direct: Option<File>,
     direct_refused: bool,
     pub(super) task_size: u64,
@@ -237,7 +237,8 @@ impl FileHandle {
             Some(p) => p.clone(),
             None => IoPool::global()?,
         };
-        if options.bounce_buffer_size == 0 || options.bounce_buffer_size % PAGE_SIZE != 0 {
+        if options.bounce_buffer_size == 0 || !options.bounce_buffer_size.is_multiple_of(PAGE_SIZE)
+        {
             return Err(Error::Unaligned {
                 what: "bounce buffer size",
                 value: options.bounce_buffer_size,

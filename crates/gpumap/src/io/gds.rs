@@ -13,11 +13,12 @@
 
 use std::fmt;
 use std::fs::File;
+use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::memory::cuda::{CudaDevice, DeviceRegion, Stream};
+use crate::memory::cuda::{CudaDevice, CudaView, CudaViewMut, RawRegion, Stream};
 use crate::sys::cufile as sys;
 
 /// The opened cuFile driver (process-wide; opened on first use, never closed).
@@ -97,10 +98,10 @@ impl fmt::Debug for CuFileHandle {
 
 /// One entry of [`CuFileHandle::read_batch`]: `len` bytes at `file_offset` into `dst` at
 /// `dst_offset`.
-#[derive(Debug, Clone, Copy)]
-pub struct BatchRead {
+#[derive(Debug)]
+pub struct BatchRead<'a> {
     /// Destination device memory.
-    pub dst: DeviceRegion,
+    pub dst: CudaViewMut<'a>,
     /// Offset into `dst`.
     pub dst_offset: usize,
     /// Bytes to read.
@@ -109,13 +110,16 @@ pub struct BatchRead {
     pub file_offset: u64,
 }
 
-fn check_region(region: &DeviceRegion, offset: usize, len: usize) -> Result<()> {
-    // Range-check through `sub`, which reports OutOfRange / Overflow with the values.
-    region.sub(offset, len).map(|_| ())
+/// A batch entry as the crate passes it internally (see [`RawRegion`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawBatchRead {
+    pub(crate) dst: RawRegion,
+    pub(crate) len: usize,
+    pub(crate) file_offset: u64,
 }
 
-fn bind_for(region: &DeviceRegion) -> Result<()> {
-    CudaDevice::new(region.device_ordinal())?.bind_to_thread()
+fn bind_for(region: &RawRegion) -> Result<()> {
+    CudaDevice::new(region.ordinal)?.bind_to_thread()
 }
 
 impl CuFileHandle {
@@ -138,14 +142,24 @@ impl CuFileHandle {
     #[doc(alias = "cuFileRead")]
     pub fn read(
         &self,
-        dst: DeviceRegion,
+        dst: CudaViewMut<'_>,
         dst_offset: usize,
         len: usize,
         file_offset: u64,
     ) -> Result<usize> {
-        check_region(&dst, dst_offset, len)?;
+        self.read_raw(dst.raw, dst_offset, len, file_offset)
+    }
+
+    pub(crate) fn read_raw(
+        &self,
+        dst: RawRegion,
+        dst_offset: usize,
+        len: usize,
+        file_offset: u64,
+    ) -> Result<usize> {
+        dst.sub(dst_offset, len)?;
         bind_for(&dst)?;
-        sys::read(&self.registration, dst.ptr(), dst_offset, len, file_offset)
+        sys::read(&self.registration, dst.ptr, dst_offset, len, file_offset)
     }
 
     /// Writes `len` bytes of `src` at `src_offset` to the file at `file_offset`
@@ -153,14 +167,24 @@ impl CuFileHandle {
     #[doc(alias = "cuFileWrite")]
     pub fn write(
         &self,
-        src: DeviceRegion,
+        src: CudaView<'_>,
         src_offset: usize,
         len: usize,
         file_offset: u64,
     ) -> Result<usize> {
-        check_region(&src, src_offset, len)?;
+        self.write_raw(src.raw, src_offset, len, file_offset)
+    }
+
+    pub(crate) fn write_raw(
+        &self,
+        src: RawRegion,
+        src_offset: usize,
+        len: usize,
+        file_offset: u64,
+    ) -> Result<usize> {
+        src.sub(src_offset, len)?;
         bind_for(&src)?;
-        sys::write(&self.registration, src.ptr(), src_offset, len, file_offset)
+        sys::write(&self.registration, src.ptr, src_offset, len, file_offset)
     }
 
     /// Reads every entry with the batch API (`cuFileBatchIOSetUp` / `Submit` / `GetStatus` /
@@ -168,21 +192,32 @@ impl CuFileHandle {
     /// completed. The outer error is a failure of the batch machinery; the inner results are
     /// per entry, in order. All destinations must be on one device.
     #[doc(alias = "cuFileBatchIOSubmit")]
-    pub fn read_batch(&self, ios: &[BatchRead]) -> Result<Vec<Result<usize>>> {
+    pub fn read_batch(&self, ios: &mut [BatchRead<'_>]) -> Result<Vec<Result<usize>>> {
+        let mut raw = Vec::with_capacity(ios.len());
+        for io in ios.iter() {
+            raw.push(RawBatchRead {
+                dst: io.dst.raw.sub(io.dst_offset, io.len)?,
+                len: io.len,
+                file_offset: io.file_offset,
+            });
+        }
+        self.read_batch_raw(&raw)
+    }
+
+    pub(crate) fn read_batch_raw(&self, ios: &[RawBatchRead]) -> Result<Vec<Result<usize>>> {
         let Some(first) = ios.first() else { return Ok(Vec::new()) };
         let mut entries = Vec::with_capacity(ios.len());
         for io in ios {
-            check_region(&io.dst, io.dst_offset, io.len)?;
-            if io.dst.device_ordinal() != first.dst.device_ordinal() {
+            io.dst.sub(0, io.len)?;
+            if io.dst.ordinal != first.dst.ordinal {
                 return Err(Error::InvalidArgument(format!(
                     "batch mixes devices {} and {}",
-                    first.dst.device_ordinal(),
-                    io.dst.device_ordinal()
+                    first.dst.ordinal, io.dst.ordinal
                 )));
             }
             entries.push(sys::BatchEntry {
-                base: io.dst.ptr(),
-                base_offset: io.dst_offset,
+                base: io.dst.ptr,
+                base_offset: 0,
                 len: io.len,
                 file_offset: io.file_offset,
             });
@@ -192,31 +227,32 @@ impl CuFileHandle {
     }
 
     /// Registers `region` with cuFile (`cuFileBufRegister`) so I/O into it skips cuFile's
-    /// internal bounce buffers; deregistered when the returned guard drops.
+    /// internal bounce buffers; deregistered when the returned guard drops (which borrows the
+    /// memory until then).
     #[doc(alias = "cuFileBufRegister")]
-    pub fn register_buffer(region: DeviceRegion) -> Result<RegisteredBuffer> {
+    pub fn register_buffer(region: CudaView<'_>) -> Result<RegisteredBuffer<'_>> {
         CuFileDriver::get()?;
-        bind_for(&region)?;
+        bind_for(&region.raw)?;
         Ok(RegisteredBuffer {
-            region,
             _registration: sys::BufferRegistration::new(region.ptr(), region.len())?,
+            region,
         })
     }
 
-    fn start_async(
+    pub(crate) fn start_async(
         &self,
         stream: &Stream,
         write: bool,
-        region: DeviceRegion,
+        region: RawRegion,
         offset: usize,
         len: usize,
         file_offset: u64,
-    ) -> Result<AsyncIo> {
-        check_region(&region, offset, len)?;
-        if region.device_ordinal() != stream.device().ordinal() {
+    ) -> Result<AsyncIo<'static>> {
+        region.sub(offset, len)?;
+        if region.ordinal != stream.device().ordinal() {
             return Err(Error::InvalidArgument(format!(
-                "region is on device {} but the stream on device {}",
-                region.device_ordinal(),
+                "memory is on device {} but the stream on device {}",
+                region.ordinal,
                 stream.device().ordinal()
             )));
         }
@@ -225,76 +261,81 @@ impl CuFileHandle {
             &self.registration,
             stream.raw(),
             write,
-            region.ptr(),
+            region.ptr,
             offset,
             len,
             file_offset,
         )?;
-        Ok(AsyncIo { pending })
+        Ok(AsyncIo { pending, _memory: PhantomData })
     }
 
     /// Enqueues a stream-ordered read (`cuFileReadAsync`) of `len` bytes at `file_offset`
     /// into `dst` at `dst_offset`; it runs when `stream` reaches it. The parameters cuFile
-    /// reads through pointers live in the returned guard until the operation completed.
+    /// reads through pointers live in the returned guard, which borrows `dst`, until the
+    /// operation completed.
     #[doc(alias = "cuFileReadAsync")]
-    pub fn read_async(
+    pub fn read_async<'a>(
         &self,
         stream: &Stream,
-        dst: DeviceRegion,
+        dst: CudaViewMut<'a>,
         dst_offset: usize,
         len: usize,
         file_offset: u64,
-    ) -> Result<AsyncIo> {
-        self.start_async(stream, false, dst, dst_offset, len, file_offset)
+    ) -> Result<AsyncIo<'a>> {
+        let io = self.start_async(stream, false, dst.raw, dst_offset, len, file_offset)?;
+        Ok(AsyncIo { pending: io.pending, _memory: PhantomData })
     }
 
     /// Enqueues a stream-ordered write (`cuFileWriteAsync`); see [`CuFileHandle::read_async`].
     #[doc(alias = "cuFileWriteAsync")]
-    pub fn write_async(
+    pub fn write_async<'a>(
         &self,
         stream: &Stream,
-        src: DeviceRegion,
+        src: CudaView<'a>,
         src_offset: usize,
         len: usize,
         file_offset: u64,
-    ) -> Result<AsyncIo> {
-        self.start_async(stream, true, src, src_offset, len, file_offset)
+    ) -> Result<AsyncIo<'a>> {
+        let io = self.start_async(stream, true, src.raw, src_offset, len, file_offset)?;
+        Ok(AsyncIo { pending: io.pending, _memory: PhantomData })
     }
 }
 
-/// A stream-ordered cuFile operation in flight; dropping it waits for it.
-pub struct AsyncIo {
+/// A stream-ordered cuFile operation in flight, borrowing its device memory; dropping it waits
+/// for it.
+pub struct AsyncIo<'a> {
     pending: sys::PendingFileIo,
+    _memory: PhantomData<&'a mut [u8]>,
 }
 
-impl fmt::Debug for AsyncIo {
+impl fmt::Debug for AsyncIo<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AsyncIo").finish_non_exhaustive()
     }
 }
 
-impl AsyncIo {
+impl AsyncIo<'_> {
     /// Blocks until the operation completed; returns the bytes transferred.
     pub fn wait(self) -> Result<usize> {
         self.pending.wait()
     }
 }
 
-/// A device region registered with cuFile; deregistered (`cuFileBufDeregister`) on drop.
-pub struct RegisteredBuffer {
-    region: DeviceRegion,
+/// Device memory registered with cuFile; deregistered (`cuFileBufDeregister`) on drop.
+pub struct RegisteredBuffer<'a> {
+    region: CudaView<'a>,
     _registration: sys::BufferRegistration,
 }
 
-impl fmt::Debug for RegisteredBuffer {
+impl fmt::Debug for RegisteredBuffer<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RegisteredBuffer").field("region", &self.region).finish()
     }
 }
 
-impl RegisteredBuffer {
-    /// The registered region.
-    pub fn region(&self) -> DeviceRegion {
+impl<'a> RegisteredBuffer<'a> {
+    /// The registered memory.
+    pub fn region(&self) -> CudaView<'a> {
         self.region
     }
 }

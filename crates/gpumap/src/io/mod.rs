@@ -3,7 +3,7 @@
 
 pub mod compat;
 mod device_io;
-pub use device_io::{DeviceRead, StreamTransfer};
+pub use device_io::{BatchPiece, DeviceRead, StreamTransfer};
 pub mod file_handle;
 pub mod gds;
 pub mod pool;

@@ -8,7 +8,7 @@
 //! frame is unmapped, after its dirty extents were written back. [`DeviceMappedFile::flush`]
 //! writes every dirty extent back; [`DeviceMappedFile::sync`] also makes it durable.
 //!
-//! Without a GPU (or with [`MapMemory::Host`]) host memory stands in for device memory: the same
+//! Without a GPU (or with [`Device::Host`]) host memory stands in for device memory: the same
 //! books, faults and write-backs, with frames as host allocations. There is no single address
 //! range then, so [`View::region`] is `None` and data moves with [`View::copy_to_host`] /
 //! [`View::copy_from_host`] (which work on both backends).
@@ -38,20 +38,9 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crate::align::PAGE_SIZE;
 use crate::error::{Error, Result};
 use crate::io::{FileHandle, HandleOptions};
-use crate::memory::cuda::{CudaDevice, DeviceRegion, FrameArena};
+use crate::memory::cuda::{CudaView, FrameArena};
+use crate::memory::Device;
 use residency::{ExtentState, Geometry, Table, Victim};
-
-/// Where a map's bytes live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MapMemory {
-    /// GPU 0 when there is one, else host memory.
-    #[default]
-    Auto,
-    /// Host memory standing in for device memory.
-    Host,
-    /// The GPU with this ordinal.
-    Device(usize),
-}
 
 /// Default frame size: mapping a frame costs about 35 µs whatever its size (H100, 2026-11-21:
 /// 2048 frames of 2 MiB took 70 ms to map and unmap per 4 GiB, a third of a whole-file fault
@@ -73,7 +62,7 @@ pub struct MapOptions {
     budget: Option<u64>,
     extent_size: u64,
     frame_size: Option<u64>,
-    memory: MapMemory,
+    memory: Option<Device>,
     handle: Option<HandleOptions>,
 }
 
@@ -84,7 +73,7 @@ impl Default for MapOptions {
             budget: None,
             extent_size: 64 << 10,
             frame_size: None,
-            memory: MapMemory::Auto,
+            memory: None,
             handle: None,
         }
     }
@@ -126,9 +115,9 @@ impl MapOptions {
         self
     }
 
-    /// Where the bytes live.
-    pub fn memory(&mut self, memory: MapMemory) -> &mut Self {
-        self.memory = memory;
+    /// Where the bytes live (default: [`Device::auto`], GPU 0 or host memory).
+    pub fn memory(&mut self, memory: Device) -> &mut Self {
+        self.memory = Some(memory);
         self
     }
 
@@ -225,9 +214,9 @@ impl Backing {
             // Small reads go through the handle's coalescing futures: faults of many threads
             // in flight together share pinned buffers and host-to-device copies.
             Backing::Device(a) if len <= SMALL_FAULT => {
-                file.pread_device(a.region(offset, len), offset).wait()
+                file.pread_cuda_raw(a.region(offset, len), offset).wait()
             }
-            Backing::Device(a) => file.read_device(a.region(offset, len), offset),
+            Backing::Device(a) => file.read_cuda_raw(a.region(offset, len), offset),
         }
     }
 
@@ -235,7 +224,7 @@ impl Backing {
     fn store(&self, file: &FileHandle, offset: u64, len: usize) -> Result<()> {
         match self {
             Backing::Host(h) => Self::with_host(h, offset, len, |b| file.write(b, offset)),
-            Backing::Device(a) => file.write_device(a.region(offset, len), offset),
+            Backing::Device(a) => file.write_cuda_raw(a.region(offset, len), offset),
         }
         .map(|_| ())
     }
@@ -337,23 +326,25 @@ impl DeviceMappedFile {
 
     fn open_with(path: &Path, options: &MapOptions) -> Result<DeviceMappedFile> {
         let extent = options.extent_size;
-        let device = match options.memory {
-            MapMemory::Host => None,
-            MapMemory::Device(ordinal) => Some(CudaDevice::new(ordinal)?),
-            MapMemory::Auto => CudaDevice::new(0).ok(),
+        let device = match options.memory.clone().unwrap_or_else(Device::auto) {
+            Device::Host => None,
+            Device::Cuda(d) => Some(d),
         };
         let granularity = match &device {
             Some(d) => FrameArena::granularity(d)? as u64,
             None => HOST_FRAME,
         };
         let frame = options.frame_size.unwrap_or(DEFAULT_FRAME.next_multiple_of(granularity));
-        if frame == 0 || frame % granularity != 0 {
+        if frame == 0 || !frame.is_multiple_of(granularity) {
             return Err(Error::InvalidArgument(format!(
                 "frame size {frame}: expected a multiple of the allocation granularity \
                  {granularity}"
             )));
         }
-        if !extent.is_power_of_two() || extent < PAGE_SIZE || extent > frame || frame % extent != 0
+        if !extent.is_power_of_two()
+            || extent < PAGE_SIZE
+            || extent > frame
+            || !frame.is_multiple_of(extent)
         {
             return Err(Error::InvalidArgument(format!(
                 "extent size {extent}: expected a power of two from {PAGE_SIZE} to the frame \
@@ -740,7 +731,7 @@ impl Drop for Shared {
         if self.writable && self.table.lock().count(ExtentState::Dirty) > 0 {
             let extents = 0..self.table.lock().geometry().extents();
             if let Err(e) = self.write_back(extents) {
-                eprintln!("gpumap: flushing {} on drop failed: {e}", self.path.display());
+                tracing::warn!("flushing {} on drop failed: {e}", self.path.display());
             }
         }
     }
@@ -778,9 +769,11 @@ impl View {
 
     /// The view's device memory (CUDA backend), valid while the view lives; `None` on the host
     /// backend.
-    pub fn region(&self) -> Option<DeviceRegion> {
+    pub fn region(&self) -> Option<CudaView<'_>> {
         match &self.map.shared.backing {
-            Backing::Device(a) => Some(a.region(self.offset, self.len as usize)),
+            Backing::Device(a) => {
+                Some(CudaView::assume_valid(a.region(self.offset, self.len as usize)))
+            }
             Backing::Host(_) => None,
         }
     }

@@ -9,6 +9,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 
@@ -16,6 +18,8 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::sys::cuda as sys;
+
+pub(crate) use sys::CopyDirection;
 
 /// One CUDA device with its retained primary context. Cheap to clone; one instance per ordinal
 /// is kept for the life of the process, so the context (and every allocation in it) is never
@@ -116,14 +120,18 @@ impl CudaDevice {
 }
 
 /// An owned device allocation (`cuMemAlloc`), freed on drop.
-pub struct DeviceBuffer {
+///
+/// Freeing waits for the work queued in the device's context (`cuCtxSynchronize`), so that a
+/// copy still running into the buffer — one whose guard was leaked with `mem::forget`, say —
+/// can never land in memory the driver has handed to someone else.
+pub struct CudaBuffer {
     alloc: sys::DeviceAlloc,
     device: CudaDevice,
 }
 
-impl fmt::Debug for DeviceBuffer {
+impl fmt::Debug for CudaBuffer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeviceBuffer")
+        f.debug_struct("CudaBuffer")
             .field("ptr", &format_args!("{:#x}", self.alloc.ptr()))
             .field("len", &self.alloc.len())
             .field("device", &self.device.ordinal())
@@ -131,7 +139,7 @@ impl fmt::Debug for DeviceBuffer {
     }
 }
 
-fn check_range(offset: usize, len: usize, available: usize) -> Result<()> {
+pub(crate) fn check_range(offset: usize, len: usize, available: usize) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= available => Ok(()),
         Some(_) => Err(Error::OutOfRange {
@@ -143,7 +151,30 @@ fn check_range(offset: usize, len: usize, available: usize) -> Result<()> {
     }
 }
 
-impl DeviceBuffer {
+/// `range` of a buffer of `len` bytes as `(start, len)`, bounds-checked.
+pub(crate) fn resolve_range(range: impl RangeBounds<usize>, len: usize) -> Result<(usize, usize)> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => {
+            s.checked_add(1).ok_or(Error::Overflow { offset: s as u64, len: 1 })?
+        }
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => {
+            e.checked_add(1).ok_or(Error::Overflow { offset: e as u64, len: 1 })?
+        }
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if start > end {
+        return Err(Error::InvalidArgument(format!("range {start}..{end} ends before it starts")));
+    }
+    check_range(start, end - start, len)?;
+    Ok((start, end - start))
+}
+
+impl CudaBuffer {
     /// Allocates `len` bytes on `device` (contents undefined). A zero length allocates nothing.
     #[doc(alias = "cuMemAlloc")]
     pub fn alloc(device: &CudaDevice, len: usize) -> Result<Self> {
@@ -155,8 +186,8 @@ impl DeviceBuffer {
     /// Allocates `len` zeroed bytes on `device` (`cuMemAlloc` + `cuMemsetD8`).
     #[doc(alias = "cuMemsetD8")]
     pub fn zeroed(device: &CudaDevice, len: usize) -> Result<Self> {
-        let buffer = Self::alloc(device, len)?;
-        sys::memset_d8(buffer.alloc.ptr(), 0, len)?;
+        let mut buffer = Self::alloc(device, len)?;
+        buffer.fill(0)?;
         Ok(buffer)
     }
 
@@ -175,93 +206,140 @@ impl DeviceBuffer {
         &self.device
     }
 
-    /// The whole buffer as a region. The region is a plain address range: it must not be used
-    /// after the buffer is dropped (the driver then rejects it or, if the address was reused,
-    /// the data lands in the other allocation).
-    pub fn region(&self) -> DeviceRegion {
-        DeviceRegion {
-            ptr: self.alloc.ptr(),
-            len: self.alloc.len(),
-            ordinal: self.device.ordinal(),
-        }
+    /// The device address of the first byte (for kernels; valid while the buffer lives).
+    pub fn ptr(&self) -> u64 {
+        self.alloc.ptr()
     }
 
-    /// Copies `src` into the buffer at `offset` (synchronous `cuMemcpyHtoD`).
+    fn raw(&self) -> RawRegion {
+        RawRegion { ptr: self.alloc.ptr(), len: self.alloc.len(), ordinal: self.device.ordinal() }
+    }
+
+    /// The whole buffer, to read from: the view borrows the buffer, so it cannot outlive it.
+    pub fn view(&self) -> CudaView<'_> {
+        CudaView::assume_valid(self.raw())
+    }
+
+    /// The whole buffer, to write into (exclusively borrowed while the view lives).
+    pub fn view_mut(&mut self) -> CudaViewMut<'_> {
+        CudaViewMut::assume_valid(self.raw())
+    }
+
+    /// Copies `src` into the buffer at `offset` (`cuMemcpyHtoD`; done when it returns).
     #[doc(alias = "cuMemcpyHtoD")]
     pub fn copy_from_host(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        self.region().copy_from_host(offset, src)
+        self.view_mut().copy_from_host(offset, src)
     }
 
     /// Copies `dst.len()` bytes at `offset` into `dst` (synchronous `cuMemcpyDtoH`).
     #[doc(alias = "cuMemcpyDtoH")]
     pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.region().copy_to_host(offset, dst)
+        self.view().copy_to_host(offset, dst)
     }
 
-    /// Sets every byte to `value` (`cuMemsetD8`).
+    /// Sets every byte to `value` (`cuMemsetD8`; done when it returns).
     pub fn fill(&mut self, value: u8) -> Result<()> {
-        self.device.bind_to_thread()?;
-        sys::memset_d8(self.alloc.ptr(), value, self.len())
+        self.view_mut().fill(value)
     }
 }
 
-/// A borrowed range of device memory: address, length and device. It does not keep the memory
-/// alive; whoever made it (a [`DeviceBuffer`], another CUDA stack) must.
+/// A device address range as the crate passes it around internally: no lifetime, `Copy`. The
+/// public face of device memory is [`CudaView`] / [`CudaViewMut`], which borrow what they point
+/// to; a `RawRegion` is only made from one of those (or from memory the crate owns) and never
+/// outlives the call that made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct DeviceRegion {
-    ptr: u64,
-    len: usize,
-    ordinal: usize,
+pub(crate) struct RawRegion {
+    pub(crate) ptr: u64,
+    pub(crate) len: usize,
+    pub(crate) ordinal: usize,
 }
 
-impl DeviceRegion {
-    /// Wraps device memory allocated by another CUDA stack, after checking through
-    /// `cuPointerGetAttributes` that `ptr` is device (or managed) memory and that
-    /// `[ptr, ptr + len)` lies inside one allocation. A host pointer is `InvalidArgument`,
-    /// a range past the allocation's end `BufferTooSmall`, an unknown (e.g. freed) address
-    /// `InvalidArgument`; without CUDA, `Unavailable`.
-    #[doc(alias = "cuPointerGetAttributes")]
-    #[doc(alias = "cuMemGetAddressRange")]
-    pub fn from_raw(ptr: u64, len: usize) -> Result<Self> {
-        let attrs = sys::pointer_attributes(ptr)?;
-        match attrs.memory_type {
-            sys::MEMORYTYPE_DEVICE | sys::MEMORYTYPE_UNIFIED => {}
-            sys::MEMORYTYPE_HOST => {
-                return Err(Error::InvalidArgument(format!(
-                    "{ptr:#x} is pinned host memory, not device memory"
-                )))
-            }
-            0 => {
-                return Err(Error::InvalidArgument(format!(
-                    "{ptr:#x} is not memory CUDA knows (pageable host memory, or freed)"
-                )))
-            }
-            other => {
-                return Err(Error::InvalidArgument(format!(
-                    "{ptr:#x} has CUDA memory type {other}, not device memory"
-                )))
-            }
-        }
-        let ordinal = usize::try_from(attrs.device_ordinal)
-            .map_err(|_| Error::InvalidArgument(format!("{ptr:#x} reports no device ordinal")))?;
-        let (base, size) = if attrs.range_size > 0 {
-            (attrs.range_start, attrs.range_size)
-        } else {
-            let (base, size) = sys::mem_get_address_range(ptr, attrs.context)?;
-            (base, size as u64)
-        };
-        let end_of_allocation = base.saturating_add(size);
-        let available = end_of_allocation.saturating_sub(ptr);
-        if ptr < base || (len as u64) > available {
-            return Err(Error::BufferTooSmall { needed: len as u64, available });
-        }
-        Ok(Self { ptr, len, ordinal })
+impl RawRegion {
+    /// The sub-range `[offset, offset + len)`, bounds-checked.
+    pub(crate) fn sub(&self, offset: usize, len: usize) -> Result<RawRegion> {
+        check_range(offset, len, self.len)?;
+        Ok(RawRegion { ptr: self.ptr + offset as u64, len, ordinal: self.ordinal })
     }
 
-    /// Wraps a cudarc device slice (`CudaSlice<u8>`, `CudaView<u8>`, ...). `stream` is the
-    /// cudarc stream it is used on; it is synchronized here, so that work cudarc queued on the
-    /// memory has finished before gpumap's own streams touch it.
-    pub fn from_cudarc<S>(slice: &S, stream: &cudarc::driver::CudaStream) -> Result<Self>
+    fn bind(&self) -> Result<()> {
+        CudaDevice::new(self.ordinal)?.bind_to_thread()
+    }
+
+    /// Synchronous `cuMemcpyHtoD` of `src` to `offset`.
+    pub(crate) fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
+        check_range(offset, src.len(), self.len)?;
+        self.bind()?;
+        sys::memcpy_htod(self.ptr + offset as u64, src)
+    }
+
+    /// Synchronous `cuMemcpyDtoH` of `dst.len()` bytes at `offset` into `dst`.
+    pub(crate) fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        check_range(offset, dst.len(), self.len)?;
+        self.bind()?;
+        sys::memcpy_dtoh(dst, self.ptr + offset as u64)
+    }
+}
+
+/// Device memory to read from, borrowed for `'a` from whatever owns it (a [`CudaBuffer`], a
+/// mapped file's view, a cudarc slice): like `&'a [u8]`, and like cudarc's `CudaView<'a>`, it
+/// cannot outlive its memory. `Copy`, because shared reads may overlap.
+///
+/// ```compile_fail
+/// use gpumap::memory::cuda::{CudaBuffer, CudaDevice};
+/// let device = CudaDevice::new(0).unwrap();
+/// let view = {
+///     let buffer = CudaBuffer::alloc(&device, 4096).unwrap();
+///     buffer.view()
+/// }; // `buffer` is freed here, so the view cannot be used after it
+/// println!("{}", view.len());
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CudaView<'a> {
+    pub(crate) raw: RawRegion,
+    _borrow: PhantomData<&'a [u8]>,
+}
+
+/// Device memory to write into, exclusively borrowed for `'a` (like `&'a mut [u8]`). Split it
+/// ([`split_at_mut`](Self::split_at_mut), [`chunks_mut`](Self::chunks_mut)) for many disjoint
+/// destinations, e.g. a batch of reads.
+#[derive(PartialEq, Eq, Hash)]
+pub struct CudaViewMut<'a> {
+    pub(crate) raw: RawRegion,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+impl fmt::Debug for CudaView<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaView")
+            .field("ptr", &format_args!("{:#x}", self.raw.ptr))
+            .field("len", &self.raw.len)
+            .field("device", &self.raw.ordinal)
+            .finish()
+    }
+}
+
+impl fmt::Debug for CudaViewMut<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaViewMut")
+            .field("ptr", &format_args!("{:#x}", self.raw.ptr))
+            .field("len", &self.raw.len)
+            .field("device", &self.raw.ordinal)
+            .finish()
+    }
+}
+
+impl<'a> CudaView<'a> {
+    /// A view of memory the crate knows to be live and unwritten for `'a` (its own buffers,
+    /// pinned map ranges). Not public: outside the crate, raw addresses enter only through the
+    /// `unsafe` [`CudaView::from_raw`].
+    pub(crate) fn assume_valid(raw: RawRegion) -> Self {
+        CudaView { raw, _borrow: PhantomData }
+    }
+
+    /// Wraps a cudarc device slice (`CudaSlice<u8>`, `CudaView<u8>`, ...), borrowing it.
+    /// `stream` is the cudarc stream the slice is used on; it is synchronized here, so work
+    /// cudarc queued on the memory has finished before gpumap's own streams read it.
+    pub fn from_cudarc<S>(slice: &'a S, stream: &cudarc::driver::CudaStream) -> Result<Self>
     where
         S: cudarc::driver::DevicePtr<u8>,
     {
@@ -270,62 +348,206 @@ impl DeviceRegion {
             let (ptr, _record) = slice.device_ptr(stream);
             ptr
         };
-        stream.synchronize().map_err(|e| Error::Cuda {
-            op: "cuStreamSynchronize",
-            code: e.0 as i32,
-            name: sys::error_name(e.0 as i32),
-        })?;
-        Ok(Self { ptr, len, ordinal: stream.context().ordinal() })
-    }
-
-    /// The union of adjacent regions already validated by the caller (batch copies).
-    pub(crate) fn from_parts(ptr: u64, len: usize, ordinal: usize) -> Self {
-        Self { ptr, len, ordinal }
+        synchronize_cudarc(stream)?;
+        Ok(Self::assume_valid(RawRegion { ptr, len, ordinal: stream.context().ordinal() }))
     }
 
     /// The device address of the first byte.
     pub fn ptr(&self) -> u64 {
-        self.ptr
+        self.raw.ptr
     }
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.raw.len
     }
 
-    /// Whether the region has zero length.
+    /// Whether the view is empty.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.raw.len == 0
     }
 
     /// The ordinal of the device the memory is on.
     pub fn device_ordinal(&self) -> usize {
-        self.ordinal
+        self.raw.ordinal
     }
 
-    /// The sub-range `[offset, offset + len)`, bounds-checked.
-    pub fn sub(&self, offset: usize, len: usize) -> Result<Self> {
-        check_range(offset, len, self.len)?;
-        Ok(Self { ptr: self.ptr + offset as u64, len, ordinal: self.ordinal })
+    /// The bytes in `range`, bounds-checked (an error, never a panic).
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<CudaView<'a>> {
+        let (start, len) = resolve_range(range, self.raw.len)?;
+        Ok(Self::assume_valid(self.raw.sub(start, len)?))
     }
 
-    fn bind(&self) -> Result<()> {
-        CudaDevice::new(self.ordinal)?.bind_to_thread()
+    /// The view cut in two at `mid`.
+    pub fn split_at(&self, mid: usize) -> Result<(CudaView<'a>, CudaView<'a>)> {
+        Ok((self.slice(..mid)?, self.slice(mid..)?))
     }
 
-    /// Synchronous copy of `src` to `offset` (`cuMemcpyHtoD`).
-    pub fn copy_from_host(&self, offset: usize, src: &[u8]) -> Result<()> {
-        check_range(offset, src.len(), self.len)?;
-        self.bind()?;
-        sys::memcpy_htod(self.ptr + offset as u64, src)
-    }
-
-    /// Synchronous copy of `dst.len()` bytes at `offset` into `dst` (`cuMemcpyDtoH`).
+    /// Copies `dst.len()` bytes at `offset` into `dst` (synchronous `cuMemcpyDtoH`).
+    #[doc(alias = "cuMemcpyDtoH")]
     pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        check_range(offset, dst.len(), self.len)?;
-        self.bind()?;
-        sys::memcpy_dtoh(dst, self.ptr + offset as u64)
+        self.raw.copy_to_host(offset, dst)
     }
+}
+
+impl<'a> CudaViewMut<'a> {
+    /// A view of memory the crate knows to be live and exclusively its caller's for `'a`.
+    pub(crate) fn assume_valid(raw: RawRegion) -> Self {
+        CudaViewMut { raw, _borrow: PhantomData }
+    }
+
+    /// Wraps a cudarc device slice for writing, borrowing it exclusively. `stream` is
+    /// synchronized first (see [`CudaView::from_cudarc`]).
+    pub fn from_cudarc<S>(slice: &'a mut S, stream: &cudarc::driver::CudaStream) -> Result<Self>
+    where
+        S: cudarc::driver::DevicePtrMut<u8>,
+    {
+        let len = slice.num_bytes();
+        let ptr = {
+            let (ptr, _record) = slice.device_ptr_mut(stream);
+            ptr
+        };
+        synchronize_cudarc(stream)?;
+        Ok(Self::assume_valid(RawRegion { ptr, len, ordinal: stream.context().ordinal() }))
+    }
+
+    /// The device address of the first byte.
+    pub fn ptr(&self) -> u64 {
+        self.raw.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.raw.len
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.raw.len == 0
+    }
+
+    /// The ordinal of the device the memory is on.
+    pub fn device_ordinal(&self) -> usize {
+        self.raw.ordinal
+    }
+
+    /// The same memory, to read from, for as long as this view is borrowed.
+    pub fn as_view(&self) -> CudaView<'_> {
+        CudaView::assume_valid(self.raw)
+    }
+
+    /// A shorter-lived view of the same memory (like `&mut *slice`), leaving this one usable
+    /// afterwards.
+    pub fn reborrow(&mut self) -> CudaViewMut<'_> {
+        CudaViewMut::assume_valid(self.raw)
+    }
+
+    /// The bytes in `range`, bounds-checked, for as long as this view is borrowed.
+    pub fn slice_mut(&mut self, range: impl RangeBounds<usize>) -> Result<CudaViewMut<'_>> {
+        let (start, len) = resolve_range(range, self.raw.len)?;
+        Ok(CudaViewMut::assume_valid(self.raw.sub(start, len)?))
+    }
+
+    /// The bytes in `range`, bounds-checked, consuming this view.
+    pub fn into_slice(self, range: impl RangeBounds<usize>) -> Result<CudaViewMut<'a>> {
+        let (start, len) = resolve_range(range, self.raw.len)?;
+        Ok(CudaViewMut::assume_valid(self.raw.sub(start, len)?))
+    }
+
+    /// Two disjoint views, `[0, mid)` and `[mid, len)`.
+    pub fn split_at_mut(self, mid: usize) -> Result<(CudaViewMut<'a>, CudaViewMut<'a>)> {
+        check_range(0, mid, self.raw.len)?;
+        let head = self.raw.sub(0, mid)?;
+        let tail = self.raw.sub(mid, self.raw.len - mid)?;
+        Ok((CudaViewMut::assume_valid(head), CudaViewMut::assume_valid(tail)))
+    }
+
+    /// Disjoint views of `size` bytes each (the last one shorter where `size` does not divide
+    /// the length). A zero `size` is an error.
+    pub fn chunks_mut(self, size: usize) -> Result<impl Iterator<Item = CudaViewMut<'a>>> {
+        if size == 0 {
+            return Err(Error::InvalidArgument("chunk size 0".to_owned()));
+        }
+        let raw = self.raw;
+        Ok((0..raw.len.div_ceil(size)).map(move |i| {
+            let at = i * size;
+            let len = size.min(raw.len - at);
+            CudaViewMut::assume_valid(RawRegion { ptr: raw.ptr + at as u64, len, ..raw })
+        }))
+    }
+
+    /// Copies `src` to `offset` (`cuMemcpyHtoD`; on the device when it returns).
+    #[doc(alias = "cuMemcpyHtoD")]
+    pub fn copy_from_host(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        self.raw.copy_from_host(offset, src)
+    }
+
+    /// Copies `dst.len()` bytes at `offset` into `dst` (synchronous `cuMemcpyDtoH`).
+    #[doc(alias = "cuMemcpyDtoH")]
+    pub fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.raw.copy_to_host(offset, dst)
+    }
+
+    /// Sets every byte to `value` (`cuMemsetD8`; done when it returns).
+    #[doc(alias = "cuMemsetD8")]
+    pub fn fill(&mut self, value: u8) -> Result<()> {
+        self.raw.bind()?;
+        sys::memset_d8(self.raw.ptr, value, self.raw.len)
+    }
+}
+
+impl<'a> From<CudaViewMut<'a>> for CudaView<'a> {
+    fn from(view: CudaViewMut<'a>) -> Self {
+        CudaView::assume_valid(view.raw)
+    }
+}
+
+fn synchronize_cudarc(stream: &cudarc::driver::CudaStream) -> Result<()> {
+    stream.synchronize().map_err(|e| Error::Cuda {
+        op: "cuStreamSynchronize",
+        code: e.0 as i32,
+        name: sys::error_name(e.0 as i32),
+    })
+}
+
+/// Validates, through `cuPointerGetAttributes`, that `[ptr, ptr + len)` is device (or managed)
+/// memory inside one allocation. A host pointer is `InvalidArgument`, a range past the
+/// allocation's end `BufferTooSmall`, an unknown (e.g. freed) address `InvalidArgument`; without
+/// CUDA, `Unavailable`.
+pub(crate) fn validate_device_range(ptr: u64, len: usize) -> Result<RawRegion> {
+    let attrs = sys::pointer_attributes(ptr)?;
+    match attrs.memory_type {
+        sys::MEMORYTYPE_DEVICE | sys::MEMORYTYPE_UNIFIED => {}
+        sys::MEMORYTYPE_HOST => {
+            return Err(Error::InvalidArgument(format!(
+                "{ptr:#x} is pinned host memory, not device memory"
+            )))
+        }
+        0 => {
+            return Err(Error::InvalidArgument(format!(
+                "{ptr:#x} is not memory CUDA knows (pageable host memory, or freed)"
+            )))
+        }
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "{ptr:#x} has CUDA memory type {other}, not device memory"
+            )))
+        }
+    }
+    let ordinal = usize::try_from(attrs.device_ordinal)
+        .map_err(|_| Error::InvalidArgument(format!("{ptr:#x} reports no device ordinal")))?;
+    let (base, size) = if attrs.range_size > 0 {
+        (attrs.range_start, attrs.range_size)
+    } else {
+        let (base, size) = sys::mem_get_address_range(ptr, attrs.context)?;
+        (base, size as u64)
+    };
+    let end_of_allocation = base.saturating_add(size);
+    let available = end_of_allocation.saturating_sub(ptr);
+    if ptr < base || (len as u64) > available {
+        return Err(Error::BufferTooSmall { needed: len as u64, available });
+    }
+    Ok(RawRegion { ptr, len, ordinal })
 }
 
 /// What kind of memory an address points to.
@@ -489,20 +711,23 @@ impl Stream {
         &self.raw
     }
 
-    fn start<B: StagingBuffer>(
+    /// Enqueues a copy between `buffer[host_offset..host_offset + len]` and `region` at
+    /// `offset`. Crate-internal: the caller keeps `region` live until the copy is waited for
+    /// (the public methods tie that to a borrow).
+    pub(crate) fn start_raw<B: StagingBuffer>(
         &self,
         buffer: B,
         host_offset: usize,
         len: usize,
-        region: DeviceRegion,
+        region: RawRegion,
         offset: usize,
         direction: sys::CopyDirection,
-    ) -> Result<InFlight<B>> {
-        check_range(offset, len, region.len())?;
-        if region.device_ordinal() != self.device.ordinal() {
+    ) -> Result<InFlight<'static, B>> {
+        check_range(offset, len, region.len)?;
+        if region.ordinal != self.device.ordinal() {
             return Err(Error::InvalidArgument(format!(
-                "region is on device {} but the stream on device {}",
-                region.device_ordinal(),
+                "memory is on device {} but the stream on device {}",
+                region.ordinal,
                 self.device.ordinal()
             )));
         }
@@ -513,81 +738,75 @@ impl Stream {
             host_of::<B>,
             host_offset,
             direction,
-            region.ptr() + offset as u64,
+            region.ptr + offset as u64,
             len,
         )?;
-        Ok(InFlight { pending })
+        Ok(InFlight { pending, _memory: PhantomData })
     }
 
-    /// Starts copying the first `len` bytes of `src` to `dst` at `dst_offset`
+    /// Starts copying `len` bytes of `src` from `src_offset` to `dst` at `dst_offset`
     /// (`cuMemcpyHtoDAsync`). `src` moves into the returned guard, so it cannot be reused or
-    /// freed while the copy runs; [`InFlight::wait`] hands it back. Fill buffer A, `upload` it,
-    /// fill buffer B meanwhile: that is the double-buffered staging loop.
+    /// freed while the copy runs, and the guard borrows `dst`; [`InFlight::wait`] hands the
+    /// buffer back. Fill buffer A, `upload` it, fill buffer B meanwhile: that is the
+    /// double-buffered staging loop.
     #[doc(alias = "cuMemcpyHtoDAsync")]
-    pub fn upload<B: StagingBuffer>(
-        &self,
-        src: B,
-        len: usize,
-        dst: DeviceRegion,
-        dst_offset: usize,
-    ) -> Result<InFlight<B>> {
-        self.start(src, 0, len, dst, dst_offset, sys::CopyDirection::HostToDevice)
-    }
-
-    /// Like [`Stream::upload`], but copies `len` bytes starting at `src_offset` in `src` (so
-    /// that one staging buffer can feed several destinations).
-    #[doc(alias = "cuMemcpyHtoDAsync")]
-    pub fn upload_from<B: StagingBuffer>(
+    pub fn upload<'a, B: StagingBuffer>(
         &self,
         src: B,
         src_offset: usize,
         len: usize,
-        dst: DeviceRegion,
+        dst: CudaViewMut<'a>,
         dst_offset: usize,
-    ) -> Result<InFlight<B>> {
-        self.start(src, src_offset, len, dst, dst_offset, sys::CopyDirection::HostToDevice)
+    ) -> Result<InFlight<'a, B>> {
+        let copy = self.start_raw(
+            src,
+            src_offset,
+            len,
+            dst.raw,
+            dst_offset,
+            sys::CopyDirection::HostToDevice,
+        )?;
+        Ok(copy.borrowing())
     }
 
-    /// Starts copying `len` bytes of `src` at `src_offset` into the start of `dst`
+    /// Starts copying `len` bytes of `src` at `src_offset` into `dst` at `dst_offset`
     /// (`cuMemcpyDtoHAsync`); after [`InFlight::wait`] the returned buffer holds the data.
     #[doc(alias = "cuMemcpyDtoHAsync")]
-    pub fn download<B: StagingBuffer>(
+    pub fn download<'a, B: StagingBuffer>(
         &self,
-        src: DeviceRegion,
-        src_offset: usize,
-        dst: B,
-        len: usize,
-    ) -> Result<InFlight<B>> {
-        self.start(dst, 0, len, src, src_offset, sys::CopyDirection::DeviceToHost)
-    }
-
-    /// Like [`Stream::download`], but into `dst` at `dst_offset`.
-    #[doc(alias = "cuMemcpyDtoHAsync")]
-    pub fn download_to<B: StagingBuffer>(
-        &self,
-        src: DeviceRegion,
+        src: CudaView<'a>,
         src_offset: usize,
         dst: B,
         dst_offset: usize,
         len: usize,
-    ) -> Result<InFlight<B>> {
-        self.start(dst, dst_offset, len, src, src_offset, sys::CopyDirection::DeviceToHost)
+    ) -> Result<InFlight<'a, B>> {
+        let copy = self.start_raw(
+            dst,
+            dst_offset,
+            len,
+            src.raw,
+            src_offset,
+            sys::CopyDirection::DeviceToHost,
+        )?;
+        Ok(copy.borrowing())
     }
 }
 
-/// An asynchronous copy in flight, owning its staging buffer until the copy completed.
-/// Dropping it waits for the copy (errors are logged, never panicked on).
-pub struct InFlight<B: StagingBuffer> {
+/// An asynchronous copy in flight, owning its staging buffer and borrowing the device memory
+/// until the copy completed. Dropping it waits for the copy (errors are logged, never panicked
+/// on). Leaking it (`mem::forget`) leaks the staging buffer, never frees it under the DMA.
+pub struct InFlight<'a, B: StagingBuffer> {
     pending: sys::PendingCopy<B>,
+    _memory: PhantomData<&'a mut [u8]>,
 }
 
-impl<B: StagingBuffer> fmt::Debug for InFlight<B> {
+impl<B: StagingBuffer> fmt::Debug for InFlight<'_, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InFlight").finish_non_exhaustive()
     }
 }
 
-impl<B: StagingBuffer> InFlight<B> {
+impl<'a, B: StagingBuffer> InFlight<'a, B> {
     /// Blocks until the copy completed (`cuEventSynchronize`) and returns the buffer.
     #[doc(alias = "cuEventSynchronize")]
     pub fn wait(self) -> Result<B> {
@@ -598,6 +817,10 @@ impl<B: StagingBuffer> InFlight<B> {
     #[doc(alias = "cuEventQuery")]
     pub fn is_complete(&self) -> Result<bool> {
         self.pending.is_complete()
+    }
+
+    fn borrowing<'b>(self) -> InFlight<'b, B> {
+        InFlight { pending: self.pending, _memory: PhantomData }
     }
 }
 
@@ -706,8 +929,8 @@ impl FrameArena {
     }
 
     /// `[offset, offset + len)` of the range as a region (the caller keeps it mapped).
-    pub(crate) fn region(&self, offset: u64, len: usize) -> DeviceRegion {
-        DeviceRegion::from_parts(self.base() + offset, len, self.device.ordinal())
+    pub(crate) fn region(&self, offset: u64, len: usize) -> RawRegion {
+        RawRegion { ptr: self.base() + offset, len, ordinal: self.device.ordinal() }
     }
 
     fn no_such_frame(&self, index: usize) -> Error {
@@ -724,7 +947,7 @@ impl Drop for FrameArena {
         for (index, slot) in slots.into_iter().enumerate() {
             if slot.is_some() {
                 if let Err(e) = self.reservation.unmap(index * self.frame, self.frame) {
-                    eprintln!("gpumap: unmapping frame {index} of a mapped file failed: {e}");
+                    tracing::warn!("unmapping frame {index} of a mapped file failed: {e}");
                 }
             }
         }

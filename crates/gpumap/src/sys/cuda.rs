@@ -50,6 +50,7 @@ struct Api {
     cuDevicePrimaryCtxRelease_v2: unsafe extern "C" fn(cu::CUdevice) -> Status,
     cuCtxSetCurrent: unsafe extern "C" fn(cu::CUcontext) -> Status,
     cuCtxGetCurrent: unsafe extern "C" fn(*mut cu::CUcontext) -> Status,
+    cuCtxSynchronize: unsafe extern "C" fn() -> Status,
     cuMemAlloc_v2: unsafe extern "C" fn(*mut cu::CUdeviceptr, usize) -> Status,
     cuMemFree_v2: unsafe extern "C" fn(cu::CUdeviceptr) -> Status,
     cuMemHostAlloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> Status,
@@ -167,6 +168,7 @@ fn load_api() -> Result<Api, String> {
         cuDevicePrimaryCtxRelease_v2,
         cuCtxSetCurrent,
         cuCtxGetCurrent,
+        cuCtxSynchronize,
         cuMemAlloc_v2,
         cuMemFree_v2,
         cuMemHostAlloc,
@@ -352,7 +354,7 @@ impl Drop for PrimaryContext {
             // SAFETY: balances the retain in `PrimaryContext::retain`.
             let rc = unsafe { (api.cuDevicePrimaryCtxRelease_v2)(self.dev) };
             if rc != CUDA_SUCCESS {
-                eprintln!("gpumap: cuDevicePrimaryCtxRelease failed: {}", name_with(api, rc));
+                tracing::warn!("cuDevicePrimaryCtxRelease failed: {}", name_with(api, rc));
             }
         }
     }
@@ -414,10 +416,17 @@ impl Drop for DeviceAlloc {
         }
         if let Ok(api) = api() {
             ensure_some_context(api, self.ctx);
+            // Work still queued on the memory (a copy whose guard was leaked, say) must finish
+            // before the driver can hand the addresses to another allocation.
+            // SAFETY: takes no arguments; a context is current (bound above).
+            let rc = unsafe { (api.cuCtxSynchronize)() };
+            if rc != CUDA_SUCCESS {
+                tracing::warn!("cuCtxSynchronize before cuMemFree failed: {}", name_with(api, rc));
+            }
             // SAFETY: `ptr` came from cuMemAlloc and is freed exactly once, here.
             let rc = unsafe { (api.cuMemFree_v2)(self.ptr) };
             if rc != CUDA_SUCCESS {
-                eprintln!("gpumap: cuMemFree({:#x}) failed: {}", self.ptr, name_with(api, rc));
+                tracing::warn!("cuMemFree({:#x}) failed: {}", self.ptr, name_with(api, rc));
             }
         }
     }
@@ -553,7 +562,7 @@ impl Drop for PinnedHost {
             // SAFETY: `base` came from cuMemHostAlloc and is freed exactly once, here.
             let rc = unsafe { (api.cuMemFreeHost)(self.base.as_ptr().cast()) };
             if rc != CUDA_SUCCESS {
-                eprintln!("gpumap: cuMemFreeHost failed: {}", name_with(api, rc));
+                tracing::warn!("cuMemFreeHost failed: {}", name_with(api, rc));
             }
         }
     }
@@ -694,7 +703,7 @@ impl Drop for RawStream {
             // SAFETY: destroyed exactly once; the driver lets queued work finish first.
             let rc = unsafe { (api.cuStreamDestroy_v2)(self.stream) };
             if rc != CUDA_SUCCESS {
-                eprintln!("gpumap: cuStreamDestroy failed: {}", name_with(api, rc));
+                tracing::warn!("cuStreamDestroy failed: {}", name_with(api, rc));
             }
         }
     }
@@ -751,7 +760,7 @@ impl Drop for RawEvent {
             // SAFETY: destroyed exactly once.
             let rc = unsafe { (api.cuEventDestroy_v2)(self.event) };
             if rc != CUDA_SUCCESS {
-                eprintln!("gpumap: cuEventDestroy failed: {}", name_with(api, rc));
+                tracing::warn!("cuEventDestroy failed: {}", name_with(api, rc));
             }
         }
     }
@@ -873,7 +882,7 @@ impl<B: Send + 'static> Drop for PendingCopy<B> {
         }
         if self.stream.synchronize().is_err() {
             // The DMA may still be using the memory: leak it rather than free or reuse it.
-            eprintln!("gpumap: could not confirm an async copy finished; leaking its buffer");
+            tracing::warn!("could not confirm an async copy finished; leaking its buffer");
             std::mem::forget(buffer);
         }
     }
@@ -987,7 +996,7 @@ impl Drop for AddressReservation {
             // SAFETY: freed exactly once; the owner unmapped every frame before dropping it.
             let rc = unsafe { (api.cuMemAddressFree)(self.base, self.len) };
             if rc != CUDA_SUCCESS {
-                eprintln!("gpumap: cuMemAddressFree failed: {}", name_with(api, rc));
+                tracing::warn!("cuMemAddressFree failed: {}", name_with(api, rc));
             }
         }
     }
@@ -1017,7 +1026,7 @@ impl Drop for PhysicalFrame {
             // SAFETY: released exactly once.
             let rc = unsafe { (api.cuMemRelease)(self.handle) };
             if rc != CUDA_SUCCESS {
-                eprintln!("gpumap: cuMemRelease failed: {}", name_with(api, rc));
+                tracing::warn!("cuMemRelease failed: {}", name_with(api, rc));
             }
         }
     }

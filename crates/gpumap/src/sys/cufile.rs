@@ -469,8 +469,8 @@ impl Drop for BufferRegistration {
             // SAFETY: deregisters the registration made in `new`, once.
             let st = unsafe { (api.cuFileBufDeregister)(self.base as *const c_void) };
             if st.err != CU_FILE_SUCCESS {
-                eprintln!(
-                    "gpumap: cuFileBufDeregister({:#x}) failed: {}",
+                tracing::warn!(
+                    "cuFileBufDeregister({:#x}) failed: {}",
                     self.base,
                     op_error_name(i64::from(st.err))
                 );
@@ -744,7 +744,7 @@ impl Drop for PendingFileIo {
         if self.event.synchronize().is_ok() || self.stream.synchronize().is_ok() {
             return;
         }
-        eprintln!("gpumap: could not confirm a cuFile async I/O finished; leaking its state");
+        tracing::warn!("could not confirm a cuFile async I/O finished; leaking its state");
         std::mem::forget(state);
     }
 }

@@ -6,3 +6,4 @@ pub mod cuda;
 pub mod cufile;
 pub mod pagecache;
 pub mod posix;
+mod views;

@@ -159,7 +159,7 @@ impl FileWindow {
         if len == 0 {
             return Err(bad("empty mapping"));
         }
-        if offset % page_size() != 0 {
+        if !offset.is_multiple_of(page_size()) {
             return Err(bad("offset is not page-aligned"));
         }
         let len_usize = usize::try_from(len)
