@@ -394,7 +394,7 @@ fn cool(args: &ReadArgs, len: u64) -> Result<()> {
     Ok(())
 }
 
-/// "GPU 0 (NVIDIA H200), POSIX path: <why>" or "host memory (no GPU: <why>)", as the report
+/// "GPU 0 (NVIDIA H200), POSIX path: (why)" or "host memory (no GPU: (why))", as the report
 /// says it.
 fn memory_note(device: &Device, handle: &FileHandle) -> String {
     match device {
