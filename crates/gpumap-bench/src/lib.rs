@@ -19,7 +19,7 @@ use serde::Serialize;
 use gpumap::config::{CompatMode, DirectRead};
 use gpumap::error::{Error, Result};
 use gpumap::io::{DeviceRead, FileHandle, IoPool};
-use gpumap::mapped::{DeviceMappedFile, MapOptions};
+use gpumap::mapped::{CacheOptions, DeviceCache, DeviceMappedFile, MapOptions};
 use gpumap::memory::cuda::{CudaBuffer, CudaDevice, PinnedBuffer, Stream};
 use gpumap::memory::{Device, DeviceViewMut, HostBuffer};
 
@@ -442,79 +442,171 @@ pub fn run_device(
         )?;
     }
     drop(dst);
-    run_mapped(options, device, file_len, emit)?;
+    run_cache(options, device, file_len, emit)?;
     Ok(())
 }
 
-/// `DeviceMappedFile` workloads (`gpumap-mapped`): whole-file views at each thread count, and
-/// random 4 KiB views from every thread at once. Each measured read starts from a map whose
-/// frames exist but hold nothing (`evict`), so every byte is a fault.
-fn run_mapped(
+/// The GPU page cache's workloads (`gpumap-cache-*`), on `device`:
+/// - random 4 KiB and 64 KiB reads, cold and warm, with a budget of 1/64 of the file (`-b64`)
+///   and of the whole file (`-b1`), through the batch API (`gather`, 1024 ranges a call, from
+///   every thread: `gpumap-cache-batch-*`) and through single views from every thread
+///   (`gpumap-cache-views-*`); extents of the block size, so a miss reads what it needs;
+/// - a sequential walk in 64 MiB windows with a budget of a quarter of the file
+///   (`gpumap-cache-walk-b4`, `seq_read_warm`/`_cold`), read-ahead overlapping the windows;
+/// - the median time of a view of resident data (`gpumap-cache-view-hit`,
+///   `view_resident_latency`; `seconds` is the median of 100,000 views).
+///
+/// Warm means the page cache holds the file; every measured run starts from an empty cache.
+fn run_cache(
     options: &BenchOptions,
     device: &CudaDevice,
     file_len: u64,
     emit: &mut dyn FnMut(&Record),
 ) -> Result<()> {
-    const IMPL: &str = "gpumap-mapped";
-    let open_map = |threads: usize, extent: u64| -> Result<DeviceMappedFile> {
+    let threads = options.threads.iter().copied().max().unwrap_or(1);
+    let handle = || -> Result<gpumap::io::HandleOptions> {
         let mut handle = FileHandle::options()?;
         handle.pool(Arc::new(IoPool::new(threads)?));
-        MapOptions::new()
-            .memory(Device::Cuda(device.clone()))
-            .budget(file_len.max(1).next_multiple_of(2 << 20))
-            .extent_size(extent)
-            .handle_options(handle)
-            .open(&options.file)
+        Ok(handle)
     };
-    for &threads in &options.threads {
-        let map = open_map(threads, 2 << 20)?;
-        drop(map.view(0, file_len)?); // creates the frames
-        for temperature in ["cold", "warm"] {
-            map.evict()?;
-            if temperature == "cold" {
-                evict(&options.file)?;
-            }
-            let t = Instant::now();
-            drop(map.view(0, file_len)?);
-            let secs = t.elapsed().as_secs_f64();
-            emit(&Record::new(IMPL, &format!("seq_read_{temperature}"), threads, file_len, secs));
-        }
-    }
-    for RandomWorkload { name, block, offsets, threads } in random_workloads(options, file_len) {
-        let map = open_map(threads, block)?;
-        drop(map.view(0, file_len)?);
-        for temperature in ["cold", "warm"] {
-            map.evict()?;
-            if temperature == "cold" {
-                evict(&options.file)?;
-            }
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let t = Instant::now();
-            std::thread::scope(|s| -> Result<()> {
-                let workers: Vec<_> = (0..threads)
-                    .map(|_| {
-                        s.spawn(|| -> Result<()> {
-                            loop {
-                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                let Some(&offset) = offsets.get(i) else { return Ok(()) };
-                                drop(map.view(offset, block)?);
-                            }
-                        })
-                    })
-                    .collect();
-                for w in workers {
-                    w.join()
-                        .map_err(|_| Error::InvalidArgument("a bench thread panicked".into()))??;
+    let open = |budget: u64, extent: u64| -> Result<(DeviceCache, DeviceMappedFile)> {
+        let frame = 8u64 << 20;
+        let budget = budget.max(frame).next_multiple_of(frame);
+        let cache = CacheOptions::new()
+            .memory(Device::Cuda(device.clone()))
+            .budget(budget)
+            .extent_size(extent)
+            .frame_size(frame)
+            .build()?;
+        let map = cache.open_with(&options.file, MapOptions::new().handle_options(handle()?))?;
+        Ok((cache, map))
+    };
+    for RandomWorkload { name, block, offsets, .. } in random_workloads(options, file_len) {
+        for (suffix, budget) in [("b64", file_len / 64), ("b1", file_len)] {
+            for temperature in ["cold", "warm"] {
+                let workload = format!("{name}_{temperature}");
+                let bytes = block * offsets.len() as u64;
+                // Batches of 1024 ranges, the calls spread over the threads.
+                let (_cache, map) = open(budget, block)?;
+                if temperature == "cold" {
+                    evict(&options.file)?;
+                } else {
+                    warm_page_cache(&options.file)?;
                 }
-                Ok(())
-            })?;
-            let secs = t.elapsed().as_secs_f64();
-            let ops = offsets.len() as u64;
-            let workload = format!("{name}_{temperature}");
-            emit(&Record::new(IMPL, &workload, threads, block * ops, secs).with_ops(ops));
+                let secs =
+                    in_threads(threads, offsets.chunks(1024).collect(), |rows: &&[u64]| {
+                        let mut dst = CudaBuffer::alloc(device, rows.len() * block as usize)?;
+                        map.gather_rows(rows, block, dst.view_mut())
+                    })?;
+                let record = Record::new(
+                    &format!("gpumap-cache-batch-{suffix}"),
+                    &workload,
+                    threads,
+                    bytes,
+                    secs,
+                );
+                emit(&record.with_ops(offsets.len() as u64));
+                // Single views, one range a call, from every thread.
+                let (_cache, map) = open(budget, block)?;
+                if temperature == "cold" {
+                    evict(&options.file)?;
+                }
+                let secs = in_threads(threads, offsets.iter().collect(), |o: &&u64| {
+                    map.view(**o, block).map(drop)
+                })?;
+                let record = Record::new(
+                    &format!("gpumap-cache-views-{suffix}"),
+                    &workload,
+                    threads,
+                    bytes,
+                    secs,
+                );
+                emit(&record.with_ops(offsets.len() as u64));
+            }
         }
     }
+    // A sequential walk under a quarter of the file's size.
+    for temperature in ["cold", "warm"] {
+        let (_cache, map) = open(file_len / 4, 64 << 10)?;
+        if temperature == "cold" {
+            evict(&options.file)?;
+        } else {
+            warm_page_cache(&options.file)?;
+        }
+        let window = 64u64 << 20;
+        let t = Instant::now();
+        let mut offset = 0;
+        while offset < file_len {
+            offset += map.view(offset, window.min(file_len - offset))?.len();
+        }
+        let secs = t.elapsed().as_secs_f64();
+        emit(&Record::new(
+            "gpumap-cache-walk-b4",
+            &format!("seq_read_{temperature}"),
+            threads,
+            file_len,
+            secs,
+        ));
+    }
+    // The cost of a view of resident data.
+    let (_cache, map) = open(64 << 20, 4096)?;
+    drop(map.view(0, 4096)?);
+    let mut times: Vec<f64> = (0..100_000)
+        .map(|_| {
+            let t = Instant::now();
+            let view = map.view(0, 4096);
+            let secs = t.elapsed().as_secs_f64();
+            drop(view);
+            secs
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    emit(&Record::new(
+        "gpumap-cache-view-hit",
+        "view_resident_latency",
+        1,
+        4096,
+        times[times.len() / 2],
+    ));
     Ok(())
+}
+
+/// Runs `work` on every item from `threads` threads (each taking the next item), and returns
+/// the seconds until all are done.
+fn in_threads<T: Sync>(
+    threads: usize,
+    items: Vec<T>,
+    work: impl Fn(&T) -> Result<()> + Sync,
+) -> Result<f64> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let t = Instant::now();
+    std::thread::scope(|s| -> Result<()> {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { return Ok(()) };
+                        work(item)?;
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().map_err(|_| Error::InvalidArgument("a bench thread panicked".into()))??;
+        }
+        Ok(())
+    })?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Reads the whole file once through the page cache.
+fn warm_page_cache(path: &Path) -> Result<()> {
+    gpumap::pagecache::warm(
+        path,
+        gpumap::pagecache::ByteRange::ALL,
+        gpumap::pagecache::WarmMode::Read,
+    )
 }
 
 fn device_open(

@@ -32,7 +32,8 @@ enum Command {
     Write(transfer::WriteArgs),
     /// Run the standard workloads (sequential, random, writes) on a file and print a table.
     Bench(bench::BenchArgs),
-    /// Map a file into GPU memory under a budget and walk it through views (faults, evictions).
+    /// Map files into GPU memory in one cache under a budget; walk them, or read them at random
+    /// from many threads, view by view or in batches; report hits, misses and evictions per file.
     Map(map::MapArgs),
     /// See and control the host page cache: residency, warm, evict, lock, drop.
     Pagecache(pagecache::PagecacheArgs),

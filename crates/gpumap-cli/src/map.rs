@@ -1,40 +1,60 @@
-//! `gpumap map`: map a file into GPU memory and walk it through views, under a budget.
+//! `gpumap map`: map files into GPU memory (host memory without a GPU) in one cache, under one
+//! budget, and read them through it — walking each file in windows, or at random from many
+//! threads, view by view or in batches — then report what the cache did per file.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use gpumap::mapped::{MapOptions, MapStats};
+use gpumap::mapped::{Advice, CacheOptions, CacheStats, DeviceMappedFile, FileStats};
+use gpumap::memory::DeviceBuffer;
 use gpumap::{Error, Result};
 
 use crate::transfer::{size_arg, MemoryArgs};
 use crate::{output, pattern};
 
+/// Most views one run may ask for: enough for any benchmark, and a bound on what a typo costs.
+const MAX_VIEWS: u64 = 1 << 40;
+
 /// Arguments of `gpumap map`.
 #[derive(Args, Debug)]
 pub struct MapArgs {
-    /// The file to map.
-    file: PathBuf,
-    /// Device memory the map may use, e.g. 512MiB (whole 2 MiB frames).
+    /// The files to map (all in one cache, sharing --budget).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Memory the cache may use, e.g. 512MiB: whole frames, at least one.
     #[arg(long, default_value = "1GiB", value_parser = size_arg)]
     budget: u64,
-    /// Unit of validity and I/O: a power of two from 4KiB to 2MiB.
+    /// Unit of validity, I/O and random-access residency: a power of two from 4KiB to the
+    /// frame size. Random reads of small records want 4KiB.
     #[arg(long, default_value = "64KiB", value_parser = size_arg)]
     extent: u64,
-    /// Unit of device memory (mapped, evicted, budgeted): a multiple of 2MiB (default 8MiB).
+    /// Unit of memory (mapped, evicted, budgeted): a multiple of 2MiB up to 1GiB [default: 8MiB]
     #[arg(long, value_parser = size_arg)]
     frame: Option<u64>,
-    /// Bytes per view when walking the file in order (at most the budget).
+    /// Bytes per view when walking the files in order (at most half the budget).
     #[arg(long, default_value = "64MiB", value_parser = size_arg)]
     window: u64,
-    /// Instead of walking in order, open this many views at random aligned offsets.
+    /// Instead of walking in order, read this many ranges at random aligned offsets, spread
+    /// over the files by size.
     #[arg(long)]
     random: Option<u64>,
-    /// Bytes per random view.
+    /// Bytes per random range.
     #[arg(long, default_value = "4KiB", value_parser = size_arg)]
     block: u64,
+    /// Threads issuing the random reads at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    threads: u32,
+    /// Random ranges per call: 1 takes a view of each; more gathers them into one buffer per
+    /// call (DeviceCache::gather).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    batch: u32,
+    /// How the files will be read, as madvise says it.
+    #[arg(long, value_enum, default_value_t = AdviceArg::Normal)]
+    advise: AdviceArg,
     /// Check every byte seen against the pattern `gpumap write` generates.
     #[arg(long)]
     verify_pattern: bool,
@@ -45,119 +65,256 @@ pub struct MapArgs {
     json: bool,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum AdviceArg {
+    Normal,
+    Sequential,
+    Random,
+    Willneed,
+}
+
+impl AdviceArg {
+    fn advice(self) -> Advice {
+        match self {
+            AdviceArg::Normal => Advice::Normal,
+            AdviceArg::Sequential => Advice::Sequential,
+            AdviceArg::Random => Advice::Random,
+            AdviceArg::Willneed => Advice::WillNeed,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct FileReport {
+    file: PathBuf,
+    stats: FileStats,
+}
+
 #[derive(Serialize)]
 struct Report {
-    file: PathBuf,
+    schema: u32,
     memory: String,
     access: &'static str,
+    threads: u32,
+    batch: u32,
     views: u64,
     bytes_viewed: u64,
     seconds: f64,
     gbps: f64,
+    views_per_second: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     verified: Option<bool>,
-    stats: MapStats,
+    files: Vec<FileReport>,
+    cache: CacheStats,
 }
 
 /// `gpumap map`.
 pub fn map(args: &MapArgs) -> Result<()> {
-    let mut options = MapOptions::new();
+    let mut options = CacheOptions::new();
     options.memory(args.placement.device()?).budget(args.budget).extent_size(args.extent);
     if let Some(frame) = args.frame {
         options.frame_size(frame);
     }
-    let map = options.open(&args.file)?;
-    let len = map.len();
-    // Views of whole frames, as many as the budget holds at most.
-    let frame = map.frame_size();
-    let budget_frames = (map.stats().budget / frame).max(1);
-    let window = (args.window / frame).clamp(1, budget_frames) * frame;
-    let mut seen = Vec::new();
-    let check = |seen: &mut Vec<u8>, view: &gpumap::mapped::View| -> Result<()> {
-        if !args.verify_pattern {
-            return Ok(());
-        }
-        seen.resize(view.len() as usize, 0);
-        view.copy_to_host(0, seen)?;
-        match pattern::first_mismatch(seen, view.offset()) {
-            Some(at) => Err(Error::InvalidArgument(format!(
-                "--verify-pattern: byte at offset {at} differs from the pattern gpumap write generates"
-            ))),
-            None => Ok(()),
-        }
-    };
-    let start = Instant::now();
-    let (mut views, mut bytes) = (0u64, 0u64);
-    match args.random {
-        None => {
-            let mut offset = 0;
-            while offset < len {
-                let view = map.view(offset, window.min(len - offset))?;
-                check(&mut seen, &view)?;
-                offset += view.len();
-                bytes += view.len();
-                views += 1;
-            }
-        }
-        Some(count) => {
-            if args.block == 0 || args.block > len {
-                return Err(Error::InvalidArgument(format!(
-                    "--block {} does not fit in a file of {len} bytes",
-                    args.block
-                )));
-            }
-            let count = usize::try_from(count).map_err(|_| {
-                Error::InvalidArgument(format!("--random {count} is too many views"))
-            })?;
-            for offset in gpumap_bench::random_offsets(len, args.block, count) {
-                let view = map.view(offset, args.block)?;
-                check(&mut seen, &view)?;
-                bytes += args.block;
-                views += 1;
-            }
-        }
+    let cache = options.build()?;
+    let maps = args.files.iter().map(|f| cache.open(f)).collect::<Result<Vec<_>>>()?;
+    for m in &maps {
+        m.advise(0, m.len(), args.advise.advice())?;
     }
+    let start = Instant::now();
+    let (views, bytes) = match args.random {
+        None => walk(args, &maps)?,
+        Some(count) => random(args, &maps, count)?,
+    };
     let seconds = start.elapsed().as_secs_f64();
     let report = Report {
-        file: args.file.clone(),
-        memory: map.memory(),
+        schema: 1,
+        memory: cache.device().describe(),
         access: if args.random.is_some() { "random" } else { "sequential" },
+        threads: args.threads,
+        batch: args.batch,
         views,
         bytes_viewed: bytes,
         seconds,
         gbps: bytes as f64 / seconds.max(1e-9) / 1e9,
+        views_per_second: views as f64 / seconds.max(1e-9),
         verified: args.verify_pattern.then_some(true),
-        stats: map.stats(),
+        files: maps
+            .iter()
+            .map(|m| FileReport { file: m.path().to_path_buf(), stats: m.stats() })
+            .collect(),
+        cache: cache.stats(),
     };
-    if args.json {
-        let text = serde_json::to_string(&report)
+    print(&report, args.json)
+}
+
+/// Walks every file in windows, one view after another (read-ahead overlaps the next window).
+fn walk(args: &MapArgs, maps: &[DeviceMappedFile]) -> Result<(u64, u64)> {
+    let Some(first) = maps.first() else { return Ok((0, 0)) };
+    let frame = first.frame_size();
+    let budget_frames = (first.cache().stats().budget / frame).max(1);
+    // Whole frames, at most half the budget, so read-ahead has room beside the current window.
+    let window = (args.window / frame).clamp(1, (budget_frames / 2).max(1)) * frame;
+    let (mut views, mut bytes) = (0u64, 0u64);
+    let mut seen = Vec::new();
+    for m in maps {
+        let mut offset = 0;
+        while offset < m.len() {
+            let view = m.view(offset, window.min(m.len() - offset))?;
+            if args.verify_pattern {
+                seen.resize(view.len() as usize, 0);
+                view.copy_to_host(0, &mut seen)?;
+                check(&seen, view.offset(), m)?;
+            }
+            offset += view.len();
+            bytes += view.len();
+            views += 1;
+        }
+    }
+    Ok((views, bytes))
+}
+
+/// `count` random ranges of `--block` bytes over the files, from `--threads` threads, `--batch`
+/// per call.
+fn random(args: &MapArgs, maps: &[DeviceMappedFile], count: u64) -> Result<(u64, u64)> {
+    if count > MAX_VIEWS {
+        return Err(Error::InvalidArgument(format!("--random {count}: at most {MAX_VIEWS}")));
+    }
+    let block = args.block;
+    if block == 0 || maps.iter().any(|m| block > m.len()) {
+        return Err(Error::InvalidArgument(format!(
+            "--block {block} does not fit in every file (the smallest has {} bytes)",
+            maps.iter().map(|m| m.len()).min().unwrap_or(0)
+        )));
+    }
+    let batch = args.batch as u64;
+    let gather_bytes = batch.checked_mul(block).filter(|&b| b <= 4 << 30).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "--batch {batch} x --block {block} is more than 4 GiB per call"
+        ))
+    })?;
+    // A file is chosen in proportion to its blocks.
+    let blocks: Vec<u64> = maps.iter().map(|m| m.len() / block).collect();
+    let total_blocks: u64 = blocks.iter().sum();
+    let next = AtomicU64::new(0);
+    let device = maps[0].cache().device();
+    std::thread::scope(|s| -> Result<()> {
+        let workers: Vec<_> = (0..args.threads)
+            .map(|t| {
+                let (next, blocks, device) = (&next, &blocks, &device);
+                s.spawn(move || -> Result<()> {
+                    let mut x = 0x2545_F491_4F6C_DD1Du64
+                        ^ (u64::from(t) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    let mut pick = || {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let mut b = x % total_blocks;
+                        let mut file = 0;
+                        while b >= blocks[file] {
+                            b -= blocks[file];
+                            file += 1;
+                        }
+                        (file, b * block)
+                    };
+                    let mut rows = if batch > 1 {
+                        Some(DeviceBuffer::zeroed(device, gather_bytes as usize)?)
+                    } else {
+                        None
+                    };
+                    let mut seen = vec![0u8; gather_bytes as usize];
+                    loop {
+                        let taken = next.fetch_add(batch, Ordering::Relaxed);
+                        if taken >= count {
+                            return Ok(());
+                        }
+                        let n = batch.min(count - taken);
+                        let picks: Vec<(usize, u64)> = (0..n).map(|_| pick()).collect();
+                        match rows.as_mut() {
+                            None => {
+                                let (file, offset) = picks[0];
+                                let view = maps[file].view(offset, block)?;
+                                if args.verify_pattern {
+                                    view.copy_to_host(0, &mut seen[..block as usize])?;
+                                    check(&seen[..block as usize], offset, &maps[file])?;
+                                }
+                            }
+                            Some(rows) => {
+                                let ranges: Vec<_> =
+                                    picks.iter().map(|&(f, o)| maps[f].range(o, block)).collect();
+                                maps[0].cache().gather(&ranges, rows.view_mut())?;
+                                if args.verify_pattern {
+                                    let got = &mut seen[..(n * block) as usize];
+                                    rows.copy_to_host(0, got)?;
+                                    for (i, &(f, o)) in picks.iter().enumerate() {
+                                        check(
+                                            &got[i * block as usize..][..block as usize],
+                                            o,
+                                            &maps[f],
+                                        )?;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().map_err(|_| Error::InvalidArgument("a reading thread panicked".into()))??;
+        }
+        Ok(())
+    })?;
+    Ok((count, count * block))
+}
+
+fn check(seen: &[u8], offset: u64, map: &DeviceMappedFile) -> Result<()> {
+    match pattern::first_mismatch(seen, offset) {
+        Some(at) => Err(Error::InvalidArgument(format!(
+            "--verify-pattern: byte at offset {at} of {} differs from the pattern gpumap write generates",
+            map.path().display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn print(report: &Report, json: bool) -> Result<()> {
+    if json {
+        let text = serde_json::to_string(report)
             .map_err(|e| Error::InvalidArgument(format!("cannot print JSON: {e}")))?;
         output::line(text);
-    } else {
-        let s = &report.stats;
+        return Ok(());
+    }
+    output::line(format!(
+        "{} {} views of {} bytes over {} file(s) in {}: {:.3} s, {:.0} views/s, {:.2} GB/s{}",
+        report.views,
+        report.access,
+        report.bytes_viewed.checked_div(report.views).unwrap_or(0),
+        report.files.len(),
+        report.memory,
+        report.seconds,
+        report.views_per_second,
+        report.gbps,
+        if report.verified == Some(true) { ", pattern verified" } else { "" }
+    ));
+    for f in &report.files {
+        let s = &f.stats;
         output::line(format!(
-            "mapped {} ({} bytes) into {}: {} {} views of {} bytes in {:.3} s, {:.2} GB/s{}",
-            report.file.display(),
-            s.len,
-            report.memory,
-            report.views,
-            report.access,
-            report.bytes_viewed,
-            report.seconds,
-            report.gbps,
-            if report.verified == Some(true) { ", pattern verified" } else { "" }
-        ));
-        output::line(format!(
-            "  faults: {} reads, {} bytes, {:.3} s; mapping memory: {:.3} s; evictions: {}; \
-             resident {} of budget {} bytes",
-            s.fault_reads,
+            "  {}: {} hits, {} misses, {} bytes faulted in {} reads, {} evictions, {} resident ({} frames, {} slots)",
+            f.file.display(),
+            s.hits,
+            s.misses,
             s.bytes_faulted,
-            s.fault_seconds,
-            s.map_seconds,
+            s.fault_reads,
             s.evictions,
             s.resident_bytes,
-            s.budget
+            s.frames,
+            s.slots
         ));
     }
+    let c = &report.cache;
+    output::line(format!(
+        "  cache: {} of {} bytes in use ({} B frames, {} B extents), {:.3} s mapping memory, {:.3} s faulting",
+        c.used_bytes, c.budget, c.frame_size, c.extent_size, c.map_seconds, c.fault_seconds
+    ));
     Ok(())
 }

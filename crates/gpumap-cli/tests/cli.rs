@@ -123,31 +123,97 @@ fn cold_repeated_reads_report_every_run() {
 }
 
 #[test]
-fn map_walks_a_file_under_a_budget() {
+fn map_walks_files_in_one_cache_under_a_budget() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let file = dir.path().join("mapped.bin");
-    let (code, _, err) = run(gpumap().args(["write", "--size", "12MiB"]).arg(&file));
-    assert_eq!(code, 0, "{err}");
+    let (a, b) = (dir.path().join("a.bin"), dir.path().join("b.bin"));
+    for (file, size) in [(&a, "12MiB"), (&b, "5MiB")] {
+        let (code, _, err) = run(gpumap().args(["write", "--size", size]).arg(file));
+        assert_eq!(code, 0, "{err}");
+    }
     let (code, out, err) = run(gpumap()
-        .args(["map", "--budget", "4MiB", "--frame", "2MiB", "--verify-pattern", "--json"])
-        .arg(&file));
+        .args([
+            "map",
+            "--budget",
+            "8MiB",
+            "--frame",
+            "2MiB",
+            "--window",
+            "2MiB",
+            "--verify-pattern",
+            "--json",
+        ])
+        .arg(&a)
+        .arg(&b));
     assert_eq!(code, 0, "{err}");
     let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["schema"], 1);
     assert_eq!(report["verified"], true);
-    assert_eq!(report["bytes_viewed"], 12 << 20);
-    assert_eq!(report["stats"]["bytes_faulted"], 12 << 20, "{out}");
-    assert_eq!(report["stats"]["budget"], 4 << 20);
-    assert_eq!(report["stats"]["evictions"], 4, "{out}");
-    let (code, out, err) = run(gpumap()
-        .args(["map", "--random", "200", "--block", "4KiB", "--verify-pattern", "--json"])
-        .arg(&file));
-    assert_eq!(code, 0, "{err}");
-    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(report["views"], 200);
-    assert_eq!(report["access"], "random");
-    let (code, _, err) = run(gpumap().args(["map", "--extent", "3KiB"]).arg(&file));
-    assert_eq!(code, 1);
-    assert!(err.contains("extent size 3072"), "{err}");
+    assert_eq!(report["bytes_viewed"], 17 << 20);
+    assert_eq!(report["files"].as_array().unwrap().len(), 2);
+    assert_eq!(report["files"][0]["stats"]["bytes_faulted"], 12 << 20, "{out}");
+    assert_eq!(report["files"][1]["stats"]["bytes_faulted"], 5 << 20, "{out}");
+    assert_eq!(report["cache"]["budget"], 8 << 20);
+    assert!(report["cache"]["used_bytes"].as_u64().unwrap() <= 8 << 20);
+    assert!(report["files"][0]["stats"]["evictions"].as_u64().unwrap() > 0, "{out}");
+}
+
+#[test]
+fn map_reads_at_random_from_threads_in_batches_and_views() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (a, b) = (dir.path().join("a.bin"), dir.path().join("b.bin"));
+    for file in [&a, &b] {
+        let (code, _, err) = run(gpumap().args(["write", "--size", "9MiB"]).arg(file));
+        assert_eq!(code, 0, "{err}");
+    }
+    for (threads, batch) in [("1", "1"), ("4", "1"), ("3", "64")] {
+        let (code, out, err) = run(gpumap()
+            .args([
+                "map", "--random", "700", "--block", "4KiB", "--extent", "4KiB", "--budget", "2MiB",
+            ])
+            .args(["--frame", "2MiB", "--threads", threads, "--batch", batch, "--advise", "random"])
+            .args(["--verify-pattern", "--json"])
+            .arg(&a)
+            .arg(&b));
+        assert_eq!(code, 0, "{err}");
+        let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(report["views"], 700);
+        assert_eq!(report["access"], "random");
+        assert_eq!(report["threads"], threads.parse::<u64>().unwrap());
+        let files = report["files"].as_array().unwrap();
+        let seen: u64 = files
+            .iter()
+            .map(|f| f["stats"]["hits"].as_u64().unwrap() + f["stats"]["misses"].as_u64().unwrap())
+            .sum();
+        assert_eq!(seen, 700, "every 4 KiB read is one extent, a hit or a miss: {out}");
+        assert!(files.iter().all(|f| f["stats"]["frames"] == 0), "random reads use slots: {out}");
+    }
+    let (code, out, _) =
+        run(gpumap().args(["map", "--random", "10", "--advise", "willneed"]).arg(&a));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("hits") && out.contains("misses"), "{out}");
+}
+
+#[test]
+fn map_rejects_bad_sizes_before_allocating() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let file = dir.path().join("small.bin");
+    std::fs::write(&file, vec![0u8; 1 << 20]).unwrap();
+    for (args, wanted) in [
+        (vec!["--extent", "3KiB"], "extent size 3072"),
+        (vec!["--budget", "1MiB"], "less than one frame of 8388608 bytes"),
+        (vec!["--frame", "1TiB"], "frame size 1099511627776"),
+        (vec!["--budget", "100000TiB"], "exceeds"),
+        (vec!["--random", "18446744073709551615"], "--random 18446744073709551615"),
+        (vec!["--random", "5", "--block", "2MiB"], "--block 2097152"),
+        (
+            vec!["--random", "5", "--batch", "1000000", "--block", "64KiB"],
+            "more than 4 GiB per call",
+        ),
+    ] {
+        let (code, _, err) = run(gpumap().arg("map").args(&args).arg(&file));
+        assert_ne!(code, 0, "{args:?}");
+        assert!(err.contains(wanted), "{args:?}: {err}");
+    }
 }
 
 #[test]

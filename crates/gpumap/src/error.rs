@@ -158,6 +158,33 @@ pub enum Error {
         in_use: u64,
     },
 
+    /// Writing a mapped file's dirty bytes back failed: they stay dirty, and the error sticks
+    /// to the file (every flush returns it) until a `sync` writes every byte.
+    #[error("write-back of {path} failed; {dirty_bytes} bytes stay dirty")]
+    WriteBack {
+        /// The mapped file.
+        path: PathBuf,
+        /// Bytes still dirty after the attempt.
+        dirty_bytes: u64,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// A mapped file is shorter than when it was mapped (another process cut it): dirty bytes
+    /// past its new end are not written (a map never changes a file's length) and stay dirty.
+    #[error("{path} shrank to {len} bytes under its map of {mapped_len}; {dirty_bytes} dirty bytes past the end were not written")]
+    FileShrank {
+        /// The mapped file.
+        path: PathBuf,
+        /// Its length now.
+        len: u64,
+        /// Its length when it was mapped.
+        mapped_len: u64,
+        /// Dirty bytes past the new end.
+        dirty_bytes: u64,
+    },
+
     /// A worker task panicked; the panic message is kept. This is a bug in gpumap.
     #[error("an I/O task panicked: {0}")]
     TaskPanicked(String),
@@ -168,6 +195,7 @@ impl Error {
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             Error::Io { source, .. } => source.raw_os_error(),
+            Error::WriteBack { source, .. } => source.raw_os_error(),
             _ => None,
         }
     }
@@ -187,6 +215,8 @@ impl Error {
             Error::AccessMode { .. } => io::ErrorKind::PermissionDenied,
             Error::Unavailable { .. } => io::ErrorKind::Unsupported,
             Error::OutOfBudget { .. } => io::ErrorKind::OutOfMemory,
+            Error::WriteBack { source, .. } => source.kind(),
+            Error::FileShrank { .. } => io::ErrorKind::UnexpectedEof,
             _ => io::ErrorKind::Other,
         }
     }

@@ -1,7 +1,7 @@
-//! DeviceMappedFile against a reference model (a plain byte vector mirrored against the file),
-//! on host memory (every machine) and on the GPU (where there is one; skipped loudly
-//! elsewhere), plus the semantics mmap users expect: budget, pins, single-flight faults,
-//! flush, drop, a file that shrinks, read-only maps.
+//! The GPU page cache against reference models (byte vectors mirrored against the files), on
+//! host memory (every machine) and on the GPU (where there is one; skipped loudly elsewhere):
+//! the semantics mmap users expect, several files in one cache, gathers, advice, a sparse 1 TiB
+//! file, and the four defects of the first DeviceMappedFile.
 
 mod common;
 
@@ -10,12 +10,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::random_bytes;
-use gpumap::mapped::{DeviceMappedFile, MapOptions};
-use gpumap::memory::Device;
+use gpumap::mapped::{Advice, CacheOptions, DeviceCache, DeviceMappedFile, MapOptions};
+use gpumap::memory::{Device, DeviceBuffer};
 use gpumap::Error;
 use proptest::prelude::*;
 
 const MIB: u64 = 1 << 20;
+const FRAME: u64 = 2 * MIB;
 
 /// Host memory always; GPU 0 where there is one.
 fn memories() -> Vec<Device> {
@@ -33,11 +34,12 @@ fn scratch() -> tempfile::TempDir {
     tempfile::tempdir_in(base).unwrap()
 }
 
+/// A file mapped in a cache of its own, with 2 MiB frames (the granularity) to keep budgets
+/// small.
 fn map(path: &Path, memory: Device, budget: u64, extent: u64, writable: bool) -> DeviceMappedFile {
-    // 2 MiB frames (the granularity) keep the budgets of these tests small.
     MapOptions::new()
         .memory(memory)
-        .frame_size(2 * MIB)
+        .frame_size(FRAME)
         .budget(budget)
         .extent_size(extent)
         .writable(writable)
@@ -45,101 +47,368 @@ fn map(path: &Path, memory: Device, budget: u64, extent: u64, writable: bool) ->
         .unwrap()
 }
 
+fn cache(memory: Device, budget: u64, extent: u64) -> DeviceCache {
+    CacheOptions::new()
+        .memory(memory)
+        .frame_size(FRAME)
+        .budget(budget)
+        .extent_size(extent)
+        .build()
+        .unwrap()
+}
+
+fn writable() -> MapOptions {
+    let mut o = MapOptions::new();
+    o.writable(true);
+    o
+}
+
+// ---- the four defects of the first version ----------------------------------------------
+
+/// Defect 1: a flush while a writable view lived marked its extents clean, so what the view
+/// wrote afterwards was never written back.
+#[test]
+fn writes_through_a_live_view_survive_a_flush_during_it() {
+    for memory in memories() {
+        let dir = scratch();
+        let path = dir.path().join("live");
+        fs::write(&path, vec![b'.'; 3 * MIB as usize]).unwrap();
+        let m = map(&path, memory.clone(), 4 * MIB, 4096, true);
+        let mut view = m.view_mut(100, 6).unwrap();
+        view.copy_from_host(0, b"first.").unwrap();
+        m.flush().unwrap();
+        view.copy_from_host(0, b"SECOND").unwrap();
+        m.flush().unwrap(); // still alive: written, kept dirty
+        drop(view);
+        m.close().unwrap();
+        assert_eq!(&fs::read(&path).unwrap()[100..106], b"SECOND", "{memory:?}");
+    }
+}
+
+/// Defect 1, concurrently: one thread writes a counter through views and flushes its range,
+/// another flushes the whole map in a loop; after every write-and-flush the file holds it.
+#[test]
+fn concurrent_flushes_never_lose_a_write() {
+    for memory in memories() {
+        let dir = scratch();
+        let path = dir.path().join("race");
+        fs::write(&path, vec![0u8; 4 * MIB as usize]).unwrap();
+        let m = map(&path, memory.clone(), 4 * MIB, 4096, true);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    m.flush().unwrap();
+                }
+            });
+            let file = fs::File::open(&path).unwrap();
+            for i in 0u64..400 {
+                let offset = (i * 7919 * 8) % (4 * MIB - 8);
+                {
+                    let mut view = m.view_mut(offset, 8).unwrap();
+                    view.copy_from_host(0, &i.to_le_bytes()).unwrap();
+                }
+                m.flush_range(offset, 8).unwrap();
+                let mut back = [0u8; 8];
+                std::os::unix::fs::FileExt::read_exact_at(&file, &mut back, offset).unwrap();
+                assert_eq!(u64::from_le_bytes(back), i, "{memory:?}: write {i} at {offset} lost");
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+}
+
+/// Defect 2 (the compile-time half is `tests/compile_fail/read_view_writes.rs`): a read view
+/// of a writable map has no way to write, and a read-only map gives no writable views.
+#[test]
+fn read_only_maps_refuse_writable_views() {
+    let dir = scratch();
+    let path = dir.path().join("ro");
+    fs::write(&path, b"unchanged").unwrap();
+    for memory in memories() {
+        let m = map(&path, memory.clone(), FRAME, 4096, false);
+        assert!(matches!(m.view_mut(0, 4), Err(Error::AccessMode { .. })));
+        assert!(matches!(m.write(0, b"X"), Err(Error::AccessMode { .. })));
+        assert_eq!(fs::read(&path).unwrap(), b"unchanged");
+    }
+}
+
+/// Defect 3: on the host backend a frame's lock was held across I/O on the pool that other
+/// holders needed; two threads alternating small views and whole-frame reads hung. Each pool
+/// size runs under a watchdog.
+#[test]
+fn small_views_and_whole_frame_reads_never_deadlock() {
+    for threads in [1usize, 2, 3, 4, 8] {
+        for memory in memories() {
+            let dir = scratch();
+            let path = dir.path().join("deadlock");
+            let data = random_bytes((6 * MIB) as usize, 3);
+            fs::write(&path, &data).unwrap();
+            let mut handle = gpumap::io::FileHandle::options().unwrap();
+            handle.pool(Arc::new(gpumap::io::IoPool::new(threads).unwrap())).task_size(256 << 10);
+            let m = MapOptions::new()
+                .memory(memory.clone())
+                .frame_size(FRAME)
+                .budget(4 * MIB)
+                .extent_size(4096)
+                .handle_options(handle)
+                .open(&path)
+                .unwrap();
+            let (done, finished) = std::sync::mpsc::channel();
+            let worker = {
+                let (m, data) = (m.clone(), data.clone());
+                std::thread::spawn(move || {
+                    std::thread::scope(|s| {
+                        s.spawn(|| {
+                            for i in 0..300u64 {
+                                let offset = (i * 104_729) % (6 * MIB - 100);
+                                let view = m.view(offset, 100).unwrap();
+                                let mut got = [0u8; 100];
+                                view.copy_to_host(0, &mut got).unwrap();
+                                assert!(got[..] == data[offset as usize..][..100]);
+                            }
+                        });
+                        s.spawn(|| {
+                            let mut frame = vec![0u8; FRAME as usize];
+                            for i in 0..60u64 {
+                                let offset = (i % 3) * FRAME;
+                                m.read(offset, &mut frame).unwrap();
+                                assert!(frame[..] == data[offset as usize..][..FRAME as usize]);
+                            }
+                        });
+                    });
+                    let _ = done.send(());
+                })
+            };
+            if finished.recv_timeout(std::time::Duration::from_secs(120)).is_err() {
+                panic!("{memory:?} with {threads} pool threads: deadlocked (no progress in 120 s)");
+            }
+            worker.join().unwrap();
+        }
+    }
+}
+
+/// Defect 4: a file cut by another process while mapped grew back on flush. Now a map never
+/// changes the file's length: dirty bytes past the new end are not written, stay dirty, and
+/// every flush says so until the file is long enough again and a sync writes them.
+#[test]
+fn a_file_cut_under_the_map_is_not_grown_back_by_a_flush() {
+    for memory in memories() {
+        let dir = scratch();
+        let path = dir.path().join("cut");
+        let mut model = random_bytes((3 * MIB) as usize, 4);
+        fs::write(&path, &model).unwrap();
+        let m = map(&path, memory.clone(), 4 * MIB, 4096, true);
+        let head = random_bytes(1000, 5);
+        let tail = random_bytes(1000, 6);
+        m.write(10, &head).unwrap();
+        m.write(3 * MIB - 1000, &tail).unwrap();
+        model[10..1010].copy_from_slice(&head);
+        model[(3 * MIB - 1000) as usize..].copy_from_slice(&tail);
+        fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(MIB).unwrap();
+        match m.flush() {
+            Err(Error::FileShrank { len, mapped_len, dirty_bytes, .. }) => {
+                assert_eq!((len, mapped_len), (MIB, 3 * MIB));
+                assert_eq!(dirty_bytes, 4096, "{memory:?}: the tail's extent stays dirty");
+            }
+            other => panic!("{memory:?}: expected FileShrank, got {other:?}"),
+        }
+        assert_eq!(fs::metadata(&path).unwrap().len(), MIB, "{memory:?}: the flush grew the file");
+        assert_eq!(&fs::read(&path).unwrap()[10..1010], &head[..], "the part inside was written");
+        assert!(matches!(m.flush(), Err(Error::FileShrank { .. })), "the error sticks");
+        assert_eq!(m.stats().dirty_bytes, 4096);
+        // Long enough again: a sync writes what stayed dirty, and the error is gone.
+        fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(3 * MIB).unwrap();
+        m.sync().unwrap();
+        m.flush().unwrap();
+        assert_eq!(m.stats().dirty_bytes, 0);
+        let on_disk = fs::read(&path).unwrap();
+        assert!(on_disk[(3 * MIB - 1000) as usize..] == tail[..], "{memory:?}");
+    }
+}
+
+// ---- one cache, three files: a model-based test ------------------------------------------
+
 #[derive(Debug, Clone)]
 enum Op {
-    Read { offset: u64, len: u64 },
-    Write { offset: u64, len: u64, seed: u64 },
-    Flush,
-    FlushRange { offset: u64, len: u64 },
+    View { file: usize, offset: u64, len: u64 },
+    Write { file: usize, offset: u64, len: u64, seed: u64 },
+    Gather { pieces: Vec<(usize, u64, u64)> },
+    Flush { file: usize },
+    FlushRange { file: usize, offset: u64, len: u64 },
+    Evict { file: usize },
+    Advise { file: usize, advice: u8 },
+    Prefetch { file: usize, offset: u64, len: u64 },
+    Sync,
 }
 
-fn ops(file_len: u64) -> impl Strategy<Value = Vec<Op>> {
-    let range = (0..file_len).prop_flat_map(move |o| (Just(o), 0..=(file_len - o).min(3 * MIB)));
-    let op = prop_oneof![
-        4 => range.clone().prop_map(|(offset, len)| Op::Read { offset, len }),
-        4 => (range.clone(), any::<u64>())
-            .prop_map(|((offset, len), seed)| Op::Write { offset, len, seed }),
-        1 => Just(Op::Flush),
-        1 => range.prop_map(|(offset, len)| Op::FlushRange { offset, len }),
-    ];
-    proptest::collection::vec(op, 1..24)
+const FILE_LENS: [u64; 3] = [5 * MIB + 123, 4 * MIB, 3 * MIB + 4097];
+
+fn range_in(file: usize) -> impl Strategy<Value = (u64, u64)> {
+    let len = FILE_LENS[file];
+    (0..len).prop_flat_map(move |o| {
+        let room = len - o;
+        (Just(o), prop_oneof![0..=room.min(100), 0..=room.min(3 * MIB)])
+    })
 }
 
-/// Runs `ops` against a map and a byte vector; every read must match the vector, and after the
-/// final close the file must equal it, at its original length.
-fn check_against_model(memory: Device, file_len: u64, budget: u64, extent: u64, ops: &[Op]) {
+fn op() -> impl Strategy<Value = Op> {
+    let file = 0usize..3;
+    prop_oneof![
+        4 => file.clone().prop_flat_map(|f| range_in(f).prop_map(move |(offset, len)| Op::View { file: f, offset, len })),
+        4 => (file.clone(), any::<u64>()).prop_flat_map(|(f, seed)| {
+            range_in(f).prop_map(move |(offset, len)| Op::Write { file: f, offset, len, seed })
+        }),
+        3 => proptest::collection::vec(
+            file.clone().prop_flat_map(|f| range_in(f).prop_map(move |(o, l)| (f, o, l.min(70_000)))),
+            1..40,
+        )
+        .prop_map(|pieces| Op::Gather { pieces }),
+        1 => file.clone().prop_map(|file| Op::Flush { file }),
+        1 => file.clone().prop_flat_map(|f| range_in(f).prop_map(move |(offset, len)| Op::FlushRange { file: f, offset, len })),
+        1 => file.clone().prop_map(|file| Op::Evict { file }),
+        1 => (file.clone(), 0u8..5).prop_map(|(file, advice)| Op::Advise { file, advice }),
+        1 => file.clone().prop_flat_map(|f| range_in(f).prop_map(move |(offset, len)| Op::Prefetch { file: f, offset, len })),
+        1 => Just(Op::Sync),
+    ]
+}
+
+/// Runs `ops` against three files in one cache and three byte vectors: every view and gather
+/// must match the vectors, memory in use never exceeds the budget, and after closing the files
+/// equal the vectors at their original lengths.
+fn check_three_files(memory: Device, frames: u64, extent: u64, ops: &[Op]) {
     let dir = scratch();
-    let path = dir.path().join("model");
-    let mut model = random_bytes(file_len as usize, file_len ^ extent);
-    fs::write(&path, &model).unwrap();
-    let m = map(&path, memory.clone(), budget, extent, true);
-    assert_eq!(m.len(), file_len);
-    for op in ops {
-        match *op {
-            Op::Read { offset, len } => {
-                let mut got = vec![0u8; len as usize];
-                m.read(offset, &mut got).unwrap();
-                let want = &model[offset as usize..(offset + len) as usize];
-                assert!(got == want, "{memory:?}: read {offset}+{len} differs after {ops:?}");
-            }
-            Op::Write { offset, len, seed } => {
-                let data = random_bytes(len as usize, seed);
-                m.write(offset, &data).unwrap();
-                model[offset as usize..(offset + len) as usize].copy_from_slice(&data);
-            }
-            Op::Flush => m.flush().unwrap(),
-            Op::FlushRange { offset, len } => m.flush_range(offset, len).unwrap(),
-        }
-        let stats = m.stats();
-        assert!(stats.mapped_bytes <= stats.budget, "{stats:?}");
+    let budget = frames * FRAME;
+    let c = cache(memory.clone(), budget, extent);
+    let mut models = Vec::new();
+    let mut maps = Vec::new();
+    for (i, &len) in FILE_LENS.iter().enumerate() {
+        let path = dir.path().join(format!("model-{i}"));
+        let data = random_bytes(len as usize, len ^ extent);
+        fs::write(&path, &data).unwrap();
+        models.push((path.clone(), data));
+        maps.push(c.open_with(&path, &writable()).unwrap());
     }
-    m.close().unwrap();
-    let on_disk = fs::read(&path).unwrap();
-    assert_eq!(on_disk.len() as u64, file_len, "the map changed the file's length");
-    assert!(on_disk == model, "{memory:?}: the file differs from the model after close");
+    let fits =
+        |len: u64, offset: u64| len == 0 || (offset + len - 1) / FRAME - offset / FRAME < frames;
+    for op in ops {
+        match op {
+            Op::View { file, offset, len } => {
+                if !fits(*len, *offset) {
+                    continue;
+                }
+                let view = maps[*file].view(*offset, *len).unwrap();
+                let mut got = vec![0u8; *len as usize];
+                view.copy_to_host(0, &mut got).unwrap();
+                let want = &models[*file].1[*offset as usize..(*offset + *len) as usize];
+                assert!(got == want, "{memory:?}: view {op:?} differs");
+                if let (Some(device), Some(base)) = (view.device(), maps[*file].base()) {
+                    if *len > extent || offset / extent != (offset + len - 1) / extent {
+                        assert_eq!(device.ptr(), base + offset, "a wide view is at base + offset");
+                    }
+                }
+            }
+            Op::Write { file, offset, len, seed } => {
+                let data = random_bytes(*len as usize, *seed);
+                maps[*file].write(*offset, &data).unwrap();
+                models[*file].1[*offset as usize..(*offset + *len) as usize].copy_from_slice(&data);
+            }
+            Op::Gather { pieces } => {
+                let total: u64 = pieces.iter().map(|p| p.2).sum();
+                let mut dst = DeviceBuffer::zeroed(&c.device(), total as usize).unwrap();
+                let ranges: Vec<_> = pieces.iter().map(|&(f, o, l)| maps[f].range(o, l)).collect();
+                c.gather(&ranges, dst.view_mut()).unwrap();
+                let got = dst.to_vec().unwrap();
+                let mut at = 0usize;
+                for &(f, o, l) in pieces {
+                    let want = &models[f].1[o as usize..(o + l) as usize];
+                    assert!(
+                        got[at..at + l as usize] == *want,
+                        "{memory:?}: gathered {f}@{o}+{l} differs"
+                    );
+                    at += l as usize;
+                }
+            }
+            Op::Flush { file } => maps[*file].flush().unwrap(),
+            Op::FlushRange { file, offset, len } => maps[*file].flush_range(*offset, *len).unwrap(),
+            Op::Evict { file } => maps[*file].evict().unwrap(),
+            Op::Advise { file, advice } => {
+                let advice = [
+                    Advice::Normal,
+                    Advice::Sequential,
+                    Advice::Random,
+                    Advice::WillNeed,
+                    Advice::DontNeed,
+                ][*advice as usize];
+                maps[*file].advise(0, FILE_LENS[*file] / 2, advice).unwrap();
+            }
+            Op::Prefetch { file, offset, len } => {
+                if fits(*len, *offset) {
+                    // May find the budget pinned by read-ahead; what it does is checked by reads.
+                    let _ = maps[*file].prefetch(*offset, *len).wait();
+                }
+            }
+            Op::Sync => c.sync().unwrap(),
+        }
+        let stats = c.stats();
+        assert!(
+            stats.used_bytes <= stats.budget,
+            "{memory:?}: over budget after {op:?}: {stats:?}"
+        );
+    }
+    for m in maps {
+        m.close().unwrap();
+    }
+    for (path, model) in &models {
+        let on_disk = fs::read(path).unwrap();
+        assert_eq!(on_disk.len(), model.len(), "a map changed a file's length");
+        assert!(
+            on_disk == *model,
+            "{memory:?}: {} differs from its model after close",
+            path.display()
+        );
+    }
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(16))]
+    /// Budgets of one to four frames (up to 2048 slots of 4 KiB) force evictions across files,
+    /// write-backs of dirty frames and slot frames given up for file frames.
     #[test]
-    fn reads_and_writes_match_a_byte_vector(
-        file_len in 1u64..(9 * MIB),
-        frames in 1u64..4,
-        extent_shift in 12u32..18,
-        ops in (1u64..(9 * MIB)).prop_flat_map(ops),
+    fn three_files_in_one_cache_match_their_models(
+        frames in 1u64..5,
+        extent_shift in prop_oneof![Just(12u32), Just(14), Just(16)],
+        ops in proptest::collection::vec(op(), 1..30),
     ) {
-        // Budgets of one to three frames force evictions (and write-backs of dirty frames)
-        // as the ops wander over a file of up to five frames.
         for memory in memories() {
-            let ops: Vec<Op> = ops.iter().filter(|op| match op {
-                Op::Read { offset, len } | Op::Write { offset, len, .. }
-                | Op::FlushRange { offset, len } => offset + len <= file_len,
-                Op::Flush => true,
-            }).cloned().collect();
-            // A view can never need more frames than the budget: keep ops within it.
-            let budget = frames * 2 * MIB;
-            let ops: Vec<Op> = ops.into_iter().filter(|op| match op {
-                Op::Read { offset, len } | Op::Write { offset, len, .. } => {
-                    len == &0 || (offset + len - 1) / (2 * MIB) - offset / (2 * MIB) < frames
-                }
-                _ => true,
-            }).collect();
-            check_against_model(memory.clone(), file_len, budget, 1 << extent_shift, &ops);
+            check_three_files(memory, frames, 1 << extent_shift, &ops);
         }
     }
 }
 
+// ---- semantics --------------------------------------------------------------------------
+
 #[test]
-fn partial_last_extent_and_odd_sizes() {
+fn partial_last_extent_reads_as_the_file_then_zeros() {
     for memory in memories() {
         for (len, extent) in [(1u64, 4096u64), (5000, 4096), (2 * MIB + 1, 65536), (4095, 4096)] {
-            let ops = vec![
-                Op::Read { offset: 0, len },
-                Op::Write { offset: len - 1, len: 1, seed: 3 },
-                Op::Read { offset: len / 2, len: len - len / 2 },
-                Op::Flush,
-            ];
-            check_against_model(memory.clone(), len, 4 * MIB, extent, &ops);
+            let dir = scratch();
+            let path = dir.path().join("odd");
+            let mut model = random_bytes(len as usize, len);
+            fs::write(&path, &model).unwrap();
+            let m = map(&path, memory.clone(), 4 * MIB, extent, true);
+            let mut got = vec![0u8; len as usize];
+            m.read(0, &mut got).unwrap();
+            assert!(got == model);
+            m.write(len - 1, b"Z").unwrap();
+            model[len as usize - 1] = b'Z';
+            let view = m.view(len / 2, len - len / 2).unwrap();
+            let mut tail = vec![0u8; (len - len / 2) as usize];
+            view.copy_to_host(0, &mut tail).unwrap();
+            assert!(tail[..] == model[(len / 2) as usize..]);
+            drop(view);
+            m.close().unwrap();
+            assert_eq!(fs::read(&path).unwrap(), model, "{memory:?} len {len}");
         }
     }
 }
@@ -151,16 +420,13 @@ fn many_threads_fault_each_extent_once() {
         let path = dir.path().join("shared");
         let data = random_bytes((6 * MIB + 123) as usize, 5);
         fs::write(&path, &data).unwrap();
-        let m = Arc::new(map(&path, memory.clone(), 8 * MIB, 65536, false));
+        let m = map(&path, memory.clone(), 8 * MIB, 65536, false);
         std::thread::scope(|s| {
             for t in 0..8u64 {
-                let m = Arc::clone(&m);
-                let data = &data;
+                let (m, data) = (&m, &data);
                 s.spawn(move || {
-                    // Overlapping ranges, different starting points.
                     let offset = t * 700_001 % (data.len() as u64 / 2);
-                    let len = data.len() as u64 - offset;
-                    let mut got = vec![0u8; len as usize];
+                    let mut got = vec![0u8; data.len() - offset as usize];
                     m.read(offset, &mut got).unwrap();
                     assert!(got[..] == data[offset as usize..]);
                 });
@@ -174,37 +440,89 @@ fn many_threads_fault_each_extent_once() {
 }
 
 #[test]
+fn random_single_extent_views_use_slots_not_frames() {
+    for memory in memories() {
+        let dir = scratch();
+        let path = dir.path().join("sparse-use");
+        let len = 64 * MIB;
+        let data = random_bytes(len as usize, 9);
+        fs::write(&path, &data).unwrap();
+        // One frame of budget: 512 slots of 4 KiB. Frames would hold one useful extent each.
+        let m = map(&path, memory.clone(), FRAME, 4096, false);
+        let offsets: Vec<u64> =
+            (0..400u64).map(|i| (i * 2_654_435_761) % (len / 4096) * 4096).collect();
+        for &o in &offsets {
+            let view = m.view(o, 4096).unwrap();
+            let mut got = [0u8; 16];
+            view.copy_to_host(100, &mut got).unwrap();
+            assert!(got[..] == data[o as usize + 100..][..16]);
+        }
+        let before = m.stats();
+        assert_eq!(before.frames, 0, "{memory:?}: a random 4 KiB view mapped a frame");
+        assert!(before.slots >= 390, "{memory:?}: {before:?}");
+        // All of them still resident: viewing them again reads nothing.
+        for &o in &offsets {
+            drop(m.view(o, 4096).unwrap());
+        }
+        assert_eq!(m.stats().misses, before.misses, "{memory:?}: resident extents were read again");
+    }
+}
+
+#[test]
 fn budget_is_kept_and_pinned_views_are_never_evicted() {
     for memory in memories() {
         let dir = scratch();
         let path = dir.path().join("budget");
         let data = random_bytes((8 * MIB) as usize, 6);
         fs::write(&path, &data).unwrap();
-        let m = map(&path, memory.clone(), 2 * MIB, 65536, false);
-        // A view larger than the budget can never fit.
+        let m = MapOptions::new()
+            .memory(memory.clone())
+            .frame_size(FRAME)
+            .budget(FRAME)
+            .extent_size(65536)
+            .pin_wait(std::time::Duration::ZERO)
+            .open(&path)
+            .unwrap();
         match m.view(0, 3 * MIB) {
             Err(Error::OutOfBudget { requested, budget, .. }) => {
-                assert_eq!((requested, budget), (4 * MIB, 2 * MIB))
+                assert_eq!((requested, budget), (4 * MIB, FRAME))
             }
             other => panic!("{memory:?}: expected OutOfBudget, got {other:?}"),
         }
-        // One frame of budget, pinned by a live view: another frame cannot come in.
-        let held = m.view(0, 4096).unwrap();
-        match m.view(6 * MIB, 4096) {
-            Err(Error::OutOfBudget { in_use, .. }) => assert_eq!(in_use, 2 * MIB),
+        // One frame of budget, pinned by a live wide view: no other frame can come in.
+        let held = m.view(0, 100_000).unwrap();
+        match m.view(6 * MIB, 100_000) {
+            Err(Error::OutOfBudget { in_use, .. }) => assert_eq!(in_use, FRAME),
             other => panic!("{memory:?}: expected OutOfBudget while pinned, got {other:?}"),
         }
         let mut first = vec![0u8; 4096];
         held.copy_to_host(0, &mut first).unwrap();
         assert!(first[..] == data[..4096], "{memory:?}: the pinned view's bytes changed");
         drop(held);
-        // Unpinned: the old frame is evicted for the new one.
-        let mut got = vec![0u8; 4096];
+        let mut got = vec![0u8; 100_000];
         m.read(6 * MIB, &mut got).unwrap();
-        assert!(got[..] == data[6 * MIB as usize..][..4096]);
+        assert!(got[..] == data[6 * MIB as usize..][..100_000]);
         let stats = m.stats();
         assert_eq!(stats.evictions, 1, "{stats:?}");
-        assert_eq!(stats.mapped_bytes, 2 * MIB);
+        assert!(m.cache().stats().used_bytes <= FRAME);
+    }
+}
+
+#[test]
+fn a_view_waits_for_another_threads_view_to_unpin() {
+    for memory in memories() {
+        let dir = scratch();
+        let path = dir.path().join("wait");
+        let data = random_bytes((6 * MIB) as usize, 18);
+        fs::write(&path, &data).unwrap();
+        let m = map(&path, memory.clone(), FRAME, 65536, false);
+        let held = m.view(0, 100_000).unwrap();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| m.view(4 * MIB, 100_000).map(|v| v.len()));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(held);
+            assert_eq!(waiter.join().unwrap().unwrap(), 100_000, "{memory:?}");
+        });
     }
 }
 
@@ -216,24 +534,46 @@ fn dirty_frames_are_written_back_before_eviction_and_on_drop() {
         let mut model = random_bytes((6 * MIB) as usize, 7);
         fs::write(&path, &model).unwrap();
         {
-            let m = map(&path, memory.clone(), 2 * MIB, 4096, true);
+            let m = map(&path, memory.clone(), FRAME, 4096, true);
             let patch = random_bytes(10_000, 8);
             m.write(MIB, &patch).unwrap();
             model[MIB as usize..][..10_000].copy_from_slice(&patch);
             // Another frame pushes the dirty one out: it must reach the file first.
-            let mut got = vec![0u8; 100];
-            m.read(5 * MIB, &mut got).unwrap();
+            let mut got = vec![0u8; 100_000];
+            m.read(4 * MIB, &mut got).unwrap();
             let stats = m.stats();
-            assert_eq!(stats.evictions, 1);
+            assert!(stats.evictions >= 1);
             assert!(stats.bytes_written_back >= 10_000, "{stats:?}");
             assert!(fs::read(&path).unwrap() == model, "{memory:?}: write-back before eviction");
-            // Dirty again, then dropped without flush: the drop writes it back.
             let patch = random_bytes(3, 9);
             m.write(6 * MIB - 3, &patch).unwrap();
             model[(6 * MIB - 3) as usize..].copy_from_slice(&patch);
             assert_eq!(m.stats().dirty_bytes, 4096);
         }
         assert!(fs::read(&path).unwrap() == model, "{memory:?}: drop did not flush");
+    }
+}
+
+#[test]
+fn dropping_a_file_gives_its_memory_back_to_the_cache() {
+    for memory in memories() {
+        let dir = scratch();
+        let c = cache(memory.clone(), 4 * FRAME, 4096);
+        let a = dir.path().join("a");
+        fs::write(&a, random_bytes((3 * MIB) as usize, 1)).unwrap();
+        let m = c.open(&a).unwrap();
+        let mut buf = vec![0u8; (3 * MIB) as usize];
+        m.read(0, &mut buf).unwrap();
+        drop(m.view(5 * 4096, 10).unwrap());
+        assert!(c.stats().used_bytes >= 2 * FRAME);
+        assert_eq!(c.stats().files, 1);
+        drop(m);
+        let stats = c.stats();
+        assert_eq!((stats.files, stats.slots_in_use), (0, 0), "{stats:?}");
+        assert!(
+            stats.used_bytes <= FRAME,
+            "{memory:?}: only an empty slot frame may stay: {stats:?}"
+        );
     }
 }
 
@@ -252,7 +592,11 @@ fn a_file_that_shrinks_under_the_map_is_an_error_not_zeros() {
             Err(Error::UnexpectedEof { .. }) => {}
             other => panic!("{memory:?}: expected UnexpectedEof, got {other:?}"),
         }
-        // What was resident before stays readable.
+        let mut rows = DeviceBuffer::zeroed(&m.cache().device(), 200).unwrap();
+        assert!(matches!(
+            m.gather(&[(0, 100), (2 * MIB + 5, 100)], rows.view_mut()),
+            Err(Error::UnexpectedEof { .. })
+        ));
         m.read(0, &mut head).unwrap();
     }
 }
@@ -263,46 +607,46 @@ fn bad_requests_are_typed_errors() {
     let path = dir.path().join("bad");
     fs::write(&path, random_bytes(10_000, 11)).unwrap();
     for memory in memories() {
-        let m = map(&path, memory.clone(), 2 * MIB, 4096, false);
+        let m = map(&path, memory.clone(), FRAME, 4096, false);
         assert!(matches!(m.view(9_000, 2_000), Err(Error::OutOfRange { file_len: 10_000, .. })));
         assert!(matches!(m.view(u64::MAX, 2), Err(Error::Overflow { .. })));
-        assert!(matches!(m.view_mut(0, 10), Err(Error::AccessMode { .. })));
         let view = m.view(100, 50).unwrap();
         let mut too_much = vec![0u8; 51];
         assert!(matches!(view.copy_to_host(0, &mut too_much), Err(Error::OutOfRange { .. })));
-        assert!(view.region().is_some() == matches!(memory.clone(), Device::Cuda(_)));
-        assert_eq!(m.base().is_some(), matches!(memory.clone(), Device::Cuda(_)));
-        // An empty view of an empty range is fine.
+        assert_eq!(view.device().is_some(), matches!(memory, Device::Cuda(_)));
+        assert_eq!(m.base().is_some(), matches!(memory, Device::Cuda(_)));
         assert!(m.view(10_000, 0).unwrap().is_empty());
+        let mut small = DeviceBuffer::zeroed(&m.cache().device(), 10).unwrap();
+        assert!(matches!(
+            m.gather(&[(0, 8), (8, 8)], small.view_mut()),
+            Err(Error::BufferTooSmall { needed: 16, available: 10 })
+        ));
+        let other = cache(memory.clone(), FRAME, 4096).open(&path).unwrap();
+        let e = m.cache().gather(&[other.range(0, 4)], small.view_mut()).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(ref s) if s.contains("another cache")), "{e}");
     }
-    for frame in [0u64, MIB, 3 * MIB] {
-        let got = MapOptions::new().memory(Device::Host).frame_size(frame).open(&path);
+    let host = || {
+        let mut o = MapOptions::new();
+        o.memory(Device::Host);
+        o
+    };
+    for frame in [0u64, MIB, 3 * MIB, 1 << 40] {
+        let got = host().frame_size(frame).open(&path);
         assert!(matches!(got, Err(Error::InvalidArgument(_))), "frame {frame}: {got:?}");
     }
     for extent in [0u64, 1000, 2048, 3 * 4096, 16 * MIB] {
-        let got = MapOptions::new().memory(Device::Host).extent_size(extent).open(&path);
+        let got = host().extent_size(extent).open(&path);
         assert!(matches!(got, Err(Error::InvalidArgument(_))), "extent {extent}: {got:?}");
     }
-    let missing = MapOptions::new().memory(Device::Host).open(dir.path().join("nope"));
+    for budget in [0u64, MIB, u64::MAX] {
+        let got = host().budget(budget).open(&path);
+        assert!(
+            matches!(got, Err(Error::InvalidArgument(ref m)) if m.contains("budget")),
+            "budget {budget}: {got:?}"
+        );
+    }
+    let missing = host().open(dir.path().join("nope"));
     assert!(matches!(missing, Err(Error::Io { .. })));
-}
-
-#[test]
-fn device_views_are_device_memory_at_base_plus_offset() {
-    let Some(device) = common::gpu() else { return };
-    let dir = scratch();
-    let path = dir.path().join("device");
-    let data = random_bytes((5 * MIB + 17) as usize, 12);
-    fs::write(&path, &data).unwrap();
-    let m = map(&path, Device::Cuda(device.clone()), 4 * MIB, 65536, false);
-    let base = m.base().unwrap();
-    let view = m.view(3 * MIB + 5, MIB).unwrap();
-    let region = view.region().unwrap();
-    assert_eq!(region.ptr(), base + 3 * MIB + 5);
-    // The region is plain device memory: a plain driver copy sees the file's bytes.
-    let mut got = vec![0u8; MIB as usize];
-    region.copy_to_host(0, &mut got).unwrap();
-    assert!(got[..] == data[(3 * MIB + 5) as usize..][..MIB as usize]);
 }
 
 #[test]
@@ -316,10 +660,10 @@ fn evict_gives_memory_back_and_faults_again() {
         let patch = random_bytes(777, 14);
         m.write(3 * MIB, &patch).unwrap();
         model[3 * MIB as usize..][..777].copy_from_slice(&patch);
-        let held = m.view(0, 100).unwrap(); // frame 0 stays
+        let held = m.view(0, 100_000).unwrap(); // frame 0 stays
         m.evict().unwrap();
         let stats = m.stats();
-        assert_eq!(stats.mapped_bytes, 2 * MIB, "{memory:?}: only the pinned frame stays");
+        assert_eq!(stats.frames, 1, "{memory:?}: only the pinned frame stays");
         assert_eq!(stats.dirty_bytes, 0);
         assert!(fs::read(&path).unwrap() == model, "{memory:?}: evict did not write back");
         drop(held);
@@ -327,137 +671,149 @@ fn evict_gives_memory_back_and_faults_again() {
         let mut got = vec![0u8; model.len()];
         m.read(0, &mut got).unwrap();
         assert!(got == model);
-        // Everything but the one extent the pinned view had was read again.
-        assert_eq!(m.stats().bytes_faulted - before, 5 * MIB - 65536);
+        assert_eq!(m.stats().bytes_faulted - before, 5 * MIB - 2 * 65536, "{memory:?}");
     }
 }
 
 #[test]
-fn larger_frames_keep_the_same_semantics() {
+fn sequential_walks_read_ahead() {
     for memory in memories() {
-        let ops = vec![
-            Op::Write { offset: 100, len: 3 * MIB, seed: 1 },
-            Op::Read { offset: 9 * MIB, len: 2 * MIB },
-            Op::Write { offset: 17 * MIB, len: 5, seed: 2 },
-            Op::Read { offset: 0, len: 4 * MIB },
-            Op::FlushRange { offset: 0, len: MIB },
-            Op::Read { offset: 16 * MIB, len: 3 * MIB },
-        ];
         let dir = scratch();
-        let path = dir.path().join("big-frames");
-        let len = 19 * MIB + 7;
-        let mut model = random_bytes(len as usize, 21);
-        fs::write(&path, &model).unwrap();
-        let m = MapOptions::new()
-            .memory(memory.clone())
-            .frame_size(8 * MIB)
-            .budget(8 * MIB)
-            .writable(true)
-            .open(&path)
-            .unwrap();
-        assert_eq!(m.frame_size(), 8 * MIB);
-        for op in &ops {
-            match *op {
-                Op::Read { offset, len } => {
-                    let mut got = vec![0u8; len as usize];
-                    m.read(offset, &mut got).unwrap();
-                    assert!(got[..] == model[offset as usize..(offset + len) as usize]);
-                }
-                Op::Write { offset, len, seed } => {
-                    let data = random_bytes(len as usize, seed);
-                    m.write(offset, &data).unwrap();
-                    model[offset as usize..(offset + len) as usize].copy_from_slice(&data);
-                }
-                Op::Flush => m.flush().unwrap(),
-                Op::FlushRange { offset, len } => m.flush_range(offset, len).unwrap(),
-            }
-            assert!(m.stats().mapped_bytes <= 8 * MIB);
-        }
-        assert!(m.stats().evictions >= 3, "{:?}", m.stats());
-        m.close().unwrap();
-        assert!(fs::read(&path).unwrap() == model, "{memory:?}");
-    }
-}
-
-/// Diagnostic, run by hand on the GPU machine (`--ignored --nocapture`): the same warm read
-/// into a plain device buffer and into a map, in one process.
-#[test]
-#[ignore]
-fn diagnose_fault_throughput() {
-    use gpumap::io::FileHandle;
-    use gpumap::memory::cuda::CudaBuffer;
-    let Some(device) = common::gpu() else { return };
-    let path = std::env::var("GPUMAP_DIAG_FILE").unwrap();
-    let fh = FileHandle::open(&path, "r").unwrap();
-    let len = fh.len().unwrap();
-    let mut buf = CudaBuffer::alloc(&device, len as usize).unwrap();
-    for _ in 0..2 {
-        let t = std::time::Instant::now();
-        fh.read_device(buf.view_mut(), 0).unwrap();
-        eprintln!("DeviceBuffer: {:.2} GB/s", len as f64 / t.elapsed().as_secs_f64() / 1e9);
-    }
-    for frame in [2 * MIB, 32 * MIB] {
-        let m = MapOptions::new()
-            .memory(Device::Cuda(device.clone()))
-            .frame_size(frame)
-            .extent_size(2 * MIB)
-            .budget(len.next_multiple_of(frame))
-            .open(&path)
-            .unwrap();
-        let _base = m.base().unwrap();
-        for round in 0..3 {
-            m.evict().unwrap();
-            let t = std::time::Instant::now();
-            drop(m.view(0, len).unwrap());
-            eprintln!(
-                "map frame {frame} round {round}: {:.2} GB/s {:?}",
-                len as f64 / t.elapsed().as_secs_f64() / 1e9,
-                m.stats()
+        let path = dir.path().join("walk");
+        let data = random_bytes((16 * MIB) as usize, 15);
+        fs::write(&path, &data).unwrap();
+        let m = map(&path, memory.clone(), 8 * MIB, 65536, false);
+        m.advise(0, 16 * MIB, Advice::Sequential).unwrap();
+        let window = 2 * MIB;
+        let mut got = vec![0u8; window as usize];
+        for offset in (0..16 * MIB).step_by(window as usize) {
+            let view = m.view(offset, window).unwrap();
+            view.copy_to_host(0, &mut got).unwrap();
+            assert!(
+                got[..] == data[offset as usize..][..window as usize],
+                "{memory:?} at {offset}"
             );
         }
+        let stats = m.stats();
+        assert_eq!(stats.bytes_faulted, 16 * MIB, "{memory:?}: each byte read once: {stats:?}");
+        assert!(stats.hits > 0, "{memory:?}: read-ahead had nothing ready: {stats:?}");
     }
 }
 
 #[test]
-fn threads_under_a_tight_budget_see_the_files_bytes() {
+fn views_and_prefetch_in_batches() {
     for memory in memories() {
         let dir = scratch();
-        let path = dir.path().join("stress");
-        let data = random_bytes((12 * MIB + 333) as usize, 15);
+        let c = cache(memory.clone(), 8 * FRAME, 4096);
+        let path = dir.path().join("batch");
+        let data = random_bytes((10 * MIB) as usize, 16);
         fs::write(&path, &data).unwrap();
-        let m = map(&path, memory.clone(), 6 * MIB, 65536, false);
-        let busy = std::sync::atomic::AtomicU64::new(0);
-        std::thread::scope(|s| {
-            for t in 0..8u64 {
-                let (m, data, busy, memory) = (&m, &data, &busy, &memory);
-                s.spawn(move || {
-                    let mut x = 0x2545_F491_4F6C_DD1Du64 ^ t;
-                    for _ in 0..60 {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        let len = x % MIB + 1;
-                        let offset = (x >> 20) % (data.len() as u64 - len);
-                        let mut got = vec![0u8; len as usize];
-                        loop {
-                            match m.read(offset, &mut got) {
-                                Ok(()) => break,
-                                // Every frame pinned by other threads' views: try again.
-                                Err(Error::OutOfBudget { .. }) => {
-                                    busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                    std::thread::yield_now();
-                                }
-                                Err(e) => panic!("{memory:?}: {e}"),
-                            }
-                        }
-                        assert!(got[..] == data[offset as usize..][..len as usize], "{memory:?}");
-                    }
-                });
+        let m = c.open(&path).unwrap();
+        let ranges: Vec<(u64, u64)> =
+            (0..300u64).map(|i| ((i * 7919 * 4096) % (10 * MIB - 9000), 9000)).collect();
+        let views = m.views(&ranges).unwrap();
+        for (view, &(o, l)) in views.iter().zip(&ranges) {
+            let mut got = vec![0u8; l as usize];
+            view.copy_to_host(0, &mut got).unwrap();
+            assert!(got[..] == data[o as usize..][..l as usize]);
+        }
+        drop(views);
+        m.prefetch(0, MIB).wait().unwrap();
+        let before = m.stats().misses;
+        drop(m.view(0, MIB).unwrap());
+        assert_eq!(m.stats().misses, before, "{memory:?}: the prefetched range was read again");
+        assert!(matches!(m.prefetch(10 * MIB, 1).wait(), Err(Error::OutOfRange { .. })));
+    }
+}
+
+#[test]
+fn async_gathers_hand_the_buffer_back() {
+    for memory in memories() {
+        let dir = scratch();
+        let path = dir.path().join("async");
+        let data = random_bytes((3 * MIB) as usize, 17);
+        fs::write(&path, &data).unwrap();
+        let m = map(&path, memory.clone(), 4 * MIB, 4096, false);
+        let dst = DeviceBuffer::zeroed(&m.cache().device(), 3 * 5000).unwrap();
+        let dst = m
+            .gather_async(vec![(7, 5000), (MIB, 5000), (3 * MIB - 5000, 5000)], dst)
+            .wait()
+            .unwrap();
+        let got = dst.to_vec().unwrap();
+        assert!(got[..5000] == data[7..5007]);
+        assert!(got[10_000..] == data[(3 * MIB - 5000) as usize..]);
+    }
+}
+
+#[test]
+fn device_views_are_device_memory_at_base_plus_offset() {
+    let Some(device) = common::gpu() else { return };
+    let dir = scratch();
+    let path = dir.path().join("device");
+    let data = random_bytes((5 * MIB + 17) as usize, 12);
+    fs::write(&path, &data).unwrap();
+    let m = map(&path, Device::Cuda(device.clone()), 4 * MIB, 65536, false);
+    let base = m.base().unwrap();
+    let view = m.view(3 * MIB + 5, MIB).unwrap();
+    let region = view.device().unwrap();
+    assert_eq!(region.ptr(), base + 3 * MIB + 5);
+    // Plain device memory: a plain driver copy sees the file's bytes.
+    let mut got = vec![0u8; MIB as usize];
+    region.copy_to_host(0, &mut got).unwrap();
+    assert!(got[..] == data[(3 * MIB + 5) as usize..][..MIB as usize]);
+}
+
+/// A 1 TiB sparse file under a small budget (host 64 MiB, GPU 256 MiB): random views and
+/// gathers see the blocks written into it, and zeros elsewhere; the budget holds.
+#[test]
+fn a_terabyte_sparse_file_under_a_small_budget() {
+    for memory in memories() {
+        let dir = scratch();
+        let path = dir.path().join("tera");
+        let len = 1u64 << 40;
+        let file = fs::File::create(&path).unwrap();
+        if file.set_len(len).is_err() {
+            eprintln!("SKIP a_terabyte_sparse_file_under_a_small_budget: no sparse files here");
+            return;
+        }
+        let mut blocks = Vec::new();
+        for i in 0..64u64 {
+            let offset =
+                (i * 0x9E37_79B9_7F4A_7C15u64) % (len - 8192) / 4096 * 4096 + (i % 3) * 100;
+            let data = random_bytes(5000, i);
+            std::os::unix::fs::FileExt::write_all_at(&file, &data, offset).unwrap();
+            blocks.push((offset, data));
+        }
+        drop(file);
+        let budget = if memory.is_host() { 64 * MIB } else { 256 * MIB };
+        let c = cache(memory.clone(), budget, 4096);
+        let m = c.open(&path).unwrap();
+        for (offset, data) in &blocks {
+            let view = m.view(*offset, 100).unwrap();
+            let mut got = vec![0u8; 100];
+            view.copy_to_host(0, &mut got).unwrap();
+            assert!(got[..] == data[..100], "{memory:?}: block at {offset}");
+        }
+        let ranges: Vec<(u64, u64)> = blocks.iter().map(|(o, d)| (*o, d.len() as u64)).collect();
+        let mut rows = DeviceBuffer::zeroed(&c.device(), 64 * 5000).unwrap();
+        m.gather(&ranges, rows.view_mut()).unwrap();
+        let got = rows.to_vec().unwrap();
+        for (i, (_, data)) in blocks.iter().enumerate() {
+            assert!(got[i * 5000..(i + 1) * 5000] == data[..], "{memory:?}: gathered block {i}");
+        }
+        // Holes read as zeros, far apart.
+        for k in 0..200u64 {
+            let offset = (k * 5_368_709_121) % (len - 4096);
+            if blocks.iter().any(|(o, d)| offset < o + d.len() as u64 + 8192 && *o < offset + 8192)
+            {
+                continue;
             }
-        });
-        let stats = m.stats();
-        assert!(stats.mapped_bytes <= 6 * MIB, "{stats:?}");
-        assert!(stats.evictions > 0, "{stats:?}");
-        eprintln!("{memory:?}: {stats:?}, {} busy retries", busy.into_inner());
+            let view = m.view(offset, 64).unwrap();
+            let mut got = [1u8; 64];
+            view.copy_to_host(0, &mut got).unwrap();
+            assert_eq!(got, [0u8; 64], "{memory:?}: hole at {offset}");
+            let stats = c.stats();
+            assert!(stats.used_bytes <= stats.budget, "{stats:?}");
+        }
     }
 }

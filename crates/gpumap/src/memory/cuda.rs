@@ -278,6 +278,12 @@ impl RawRegion {
         self.bind()?;
         sys::memcpy_dtoh(dst, self.ptr + offset as u64)
     }
+
+    /// Sets every byte to `value` (`cuMemsetD8`; done when it returns).
+    pub(crate) fn fill(&self, value: u8) -> Result<()> {
+        self.bind()?;
+        sys::memset_d8(self.ptr, value, self.len)
+    }
 }
 
 /// Device memory to read from, borrowed for `'a` from whatever owns it (a [`CudaBuffer`], a
@@ -491,8 +497,7 @@ impl<'a> CudaViewMut<'a> {
     /// Sets every byte to `value` (`cuMemsetD8`; done when it returns).
     #[doc(alias = "cuMemsetD8")]
     pub fn fill(&mut self, value: u8) -> Result<()> {
-        self.raw.bind()?;
-        sys::memset_d8(self.raw.ptr, value, self.raw.len)
+        self.raw.fill(value)
     }
 }
 
@@ -824,132 +829,184 @@ impl<'a, B: StagingBuffer> InFlight<'a, B> {
     }
 }
 
-/// One range of device addresses into which physical frames are mapped and unmapped (CUDA
-/// virtual memory management): the memory behind a [`crate::mapped::DeviceMappedFile`].
-///
-/// The whole range is reserved up front, so addresses never move; frames (the allocation
-/// granularity, 2 MiB on current GPUs) are mapped where data is needed and unmapped under
-/// memory pressure. Unmapped frames are kept and reused: creating one costs about 45 µs, and
-/// the fault path should not pay it twice.
-pub(crate) struct FrameArena {
-    device: CudaDevice,
-    frame: usize,
-    /// Declared before `reservation`, but `Drop` unmaps everything before either goes.
-    slots: parking_lot::Mutex<Vec<Option<sys::PhysicalFrame>>>,
-    spare: parking_lot::Mutex<Vec<sys::PhysicalFrame>>,
-    reservation: sys::AddressReservation,
+/// Physical device memory (`cuMemCreate`) of one frame, to map into [`VaRange`]s; released when
+/// dropped (the driver keeps it until it is unmapped everywhere).
+pub(crate) struct PhysFrame {
+    frame: sys::PhysicalFrame,
 }
 
-impl fmt::Debug for FrameArena {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FrameArena")
-            .field("device", &self.device.ordinal())
-            .field("base", &format_args!("{:#x}", self.reservation.base()))
-            .field("frame", &self.frame)
-            .finish()
+impl PhysFrame {
+    /// `len` bytes (a multiple of the allocation granularity) on `device`.
+    #[doc(alias = "cuMemCreate")]
+    pub(crate) fn new(device: &CudaDevice, len: usize) -> Result<Self> {
+        device.bind_to_thread()?;
+        Ok(Self { frame: sys::PhysicalFrame::new(device.ordinal(), len)? })
     }
 }
 
-impl FrameArena {
-    /// The allocation granularity of `device` (the frame size).
+/// A range of device addresses (`cuMemAddressReserve`) into which [`PhysFrame`]s are mapped and
+/// unmapped (CUDA virtual memory management): the whole range is reserved up front, so addresses
+/// never move while memory comes and goes behind them. Whoever maps frames unmaps them before
+/// dropping the range.
+pub(crate) struct VaRange {
+    device: CudaDevice,
+    reservation: sys::AddressReservation,
+}
+
+impl VaRange {
+    /// The allocation granularity of `device` (`cuMemGetAllocationGranularity`, 2 MiB on
+    /// current GPUs): the unit of physical memory.
     #[doc(alias = "cuMemGetAllocationGranularity")]
     pub(crate) fn granularity(device: &CudaDevice) -> Result<usize> {
         device.bind_to_thread()?;
         sys::allocation_granularity(device.ordinal())
     }
 
-    /// Reserves addresses for `frames` frames of `frame` bytes (a multiple of the
-    /// granularity) on `device`; nothing is mapped yet.
+    /// Reserves `len` bytes (a multiple of the granularity) aligned to `alignment`.
     #[doc(alias = "cuMemAddressReserve")]
-    pub(crate) fn new(device: &CudaDevice, frames: usize, frame: usize) -> Result<Self> {
+    pub(crate) fn reserve(device: &CudaDevice, len: usize, alignment: usize) -> Result<Self> {
         device.bind_to_thread()?;
-        let len = frames.max(1).checked_mul(frame).ok_or_else(|| {
-            Error::InvalidArgument(format!("{frames} frames of {frame} bytes overflow"))
-        })?;
         Ok(Self {
             device: device.clone(),
-            frame,
-            slots: parking_lot::Mutex::new((0..frames).map(|_| None).collect()),
-            spare: parking_lot::Mutex::new(Vec::new()),
-            // Aligned to the largest power of two dividing the frame (a multiple of the
-            // granularity, so at least that).
-            reservation: sys::AddressReservation::new(len, frame & frame.wrapping_neg())?,
+            reservation: sys::AddressReservation::new(len, alignment)?,
         })
     }
 
-    /// The device address of the range's first byte.
+    /// The first address.
     pub(crate) fn base(&self) -> u64 {
         self.reservation.base()
     }
 
-    /// The device the memory is on.
-    pub(crate) fn device(&self) -> &CudaDevice {
-        &self.device
-    }
-
-    /// Maps a frame (a kept one, or a new one) at frame index `index`.
+    /// Maps `frame` at `offset` (`cuMemMap` + `cuMemSetAccess`).
     #[doc(alias = "cuMemMap")]
-    pub(crate) fn map(&self, index: usize) -> Result<()> {
+    pub(crate) fn map(&self, offset: usize, frame: &PhysFrame) -> Result<()> {
         self.device.bind_to_thread()?;
-        let mut slots = self.slots.lock();
-        let slot = slots.get_mut(index).ok_or_else(|| self.no_such_frame(index))?;
-        if slot.is_some() {
-            return Ok(());
-        }
-        let frame = match self.spare.lock().pop() {
-            Some(frame) => frame,
-            None => sys::PhysicalFrame::new(self.device.ordinal(), self.frame)?,
-        };
-        let offset = index * self.frame;
-        if let Err(e) = self.reservation.map(offset, &frame, self.device.ordinal()) {
-            self.spare.lock().push(frame);
-            return Err(e);
-        }
-        // Not zeroed: a reused frame holds bytes of this same mapping, and every byte a view
-        // can reach is read from the file before the view is handed out.
-        *slot = Some(frame);
-        Ok(())
+        self.reservation.map(offset, &frame.frame, self.device.ordinal())
     }
 
-    /// Unmaps the frame at `index` and keeps it for reuse. The caller guarantees that nothing
-    /// uses the range any more.
+    /// Unmaps `len` bytes at `offset` (`cuMemUnmap`). The caller guarantees nothing uses them.
     #[doc(alias = "cuMemUnmap")]
-    pub(crate) fn unmap(&self, index: usize) -> Result<()> {
+    pub(crate) fn unmap(&self, offset: usize, len: usize) -> Result<()> {
         self.device.bind_to_thread()?;
-        let mut slots = self.slots.lock();
-        let slot = slots.get_mut(index).ok_or_else(|| self.no_such_frame(index))?;
-        if let Some(frame) = slot.take() {
-            if let Err(e) = self.reservation.unmap(index * self.frame, self.frame) {
-                *slot = Some(frame);
-                return Err(e);
-            }
-            self.spare.lock().push(frame);
-        }
-        Ok(())
+        self.reservation.unmap(offset, len)
     }
 
     /// `[offset, offset + len)` of the range as a region (the caller keeps it mapped).
     pub(crate) fn region(&self, offset: u64, len: usize) -> RawRegion {
         RawRegion { ptr: self.base() + offset, len, ordinal: self.device.ordinal() }
     }
-
-    fn no_such_frame(&self, index: usize) -> Error {
-        Error::InvalidArgument(format!("frame {index} is outside the reserved range"))
-    }
 }
 
-impl Drop for FrameArena {
-    fn drop(&mut self) {
-        if self.device.bind_to_thread().is_err() {
-            return;
+/// One copy of a batch: `len` bytes from `src` to `dst`, both addresses the device can reach
+/// (device memory; pinned host memory as a source).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeviceCopy {
+    pub(crate) src: u64,
+    pub(crate) dst: u64,
+    pub(crate) len: u32,
+}
+
+/// Copies at least this long go through `cuMemcpyAsync` (the copy engines move them at the
+/// link's rate); shorter ones through the kernel, many in one launch.
+const KERNEL_COPY_MAX: u32 = 256 << 10;
+
+/// Most copies described in one launch (20 bytes each: 1.25 MiB of descriptors).
+const DESCRIPTORS_PER_LAUNCH: usize = 1 << 16;
+
+/// Many small copies on one device in one kernel launch instead of one driver call each.
+///
+/// Placing 32768 pieces of 4 KiB from one pinned buffer at random device addresses measured
+/// (H100, 2026-11-22) 0.38–0.39 M pieces/s with a `cuMemcpyHtoDAsync` each, 0.48–0.67 M/s
+/// with one `cuMemcpyBatchAsync`, and 10.8–12.7 M/s as one kernel launch. Where the kernel
+/// cannot be loaded (a driver too old to JIT its PTX), every copy is one `cuMemcpyAsync`,
+/// with the reason in [`BatchCopier::kernel_status`].
+pub(crate) struct BatchCopier {
+    device: CudaDevice,
+    kernel: std::result::Result<sys::CopyKernel, String>,
+}
+
+thread_local! {
+    /// Each thread's pinned descriptor buffer per device, kept between batches.
+    static DESCRIPTORS: RefCell<HashMap<usize, PinnedBuffer>> = RefCell::new(HashMap::new());
+}
+
+impl BatchCopier {
+    /// The process-wide copier of `device` (the kernel is loaded once per device).
+    pub(crate) fn for_device(device: &CudaDevice) -> Result<Arc<BatchCopier>> {
+        static COPIERS: OnceLock<Mutex<HashMap<usize, Arc<BatchCopier>>>> = OnceLock::new();
+        let mut copiers = COPIERS.get_or_init(|| Mutex::new(HashMap::new())).lock();
+        if let Some(c) = copiers.get(&device.ordinal()) {
+            return Ok(Arc::clone(c));
         }
-        let slots = std::mem::take(&mut *self.slots.lock());
-        for (index, slot) in slots.into_iter().enumerate() {
-            if slot.is_some() {
-                if let Err(e) = self.reservation.unmap(index * self.frame, self.frame) {
-                    tracing::warn!("unmapping frame {index} of a mapped file failed: {e}");
-                }
+        device.bind_to_thread()?;
+        let kernel = sys::CopyKernel::load(device.ordinal()).map_err(|e| e.to_string());
+        if let Err(reason) = &kernel {
+            tracing::warn!(
+                "batched copies on GPU {} use one call each: {reason}",
+                device.ordinal()
+            );
+        }
+        let copier = Arc::new(BatchCopier { device: device.clone(), kernel });
+        copiers.insert(device.ordinal(), Arc::clone(&copier));
+        Ok(copier)
+    }
+
+    /// Whether the kernel is loaded, or why not.
+    pub(crate) fn kernel_status(&self) -> std::result::Result<(), &str> {
+        self.kernel.as_ref().map(|_| ()).map_err(String::as_str)
+    }
+
+    /// Runs every copy and waits for them (on the calling thread's stream). The crate's
+    /// contract: each range is valid for the device, stays so and is not otherwise accessed
+    /// until this returns, and destinations do not overlap.
+    pub(crate) fn copy(&self, copies: &[DeviceCopy]) -> Result<()> {
+        if copies.is_empty() {
+            return Ok(());
+        }
+        self.device.bind_to_thread()?;
+        let stream = Stream::for_current_thread(&self.device)?;
+        let (small, large): (Vec<DeviceCopy>, Vec<DeviceCopy>) = match &self.kernel {
+            Ok(_) => copies.iter().partition(|c| c.len < KERNEL_COPY_MAX),
+            Err(_) => (Vec::new(), copies.to_vec()),
+        };
+        for c in &large {
+            sys::memcpy_async(c.dst, c.src, c.len as usize, stream.raw())?;
+        }
+        if let Ok(kernel) = &self.kernel {
+            for batch in small.chunks(DESCRIPTORS_PER_LAUNCH) {
+                self.launch(kernel, &stream, batch)?;
             }
         }
+        stream.synchronize()
+    }
+
+    fn launch(
+        &self,
+        kernel: &sys::CopyKernel,
+        stream: &Stream,
+        batch: &[DeviceCopy],
+    ) -> Result<()> {
+        DESCRIPTORS.with(|cell| {
+            let mut buffers = cell.borrow_mut();
+            let needed = batch.len() * 20;
+            let buffer = match buffers.get_mut(&self.device.ordinal()) {
+                Some(b) if b.len() >= needed => b,
+                _ => {
+                    let size = needed.next_power_of_two().max(64 << 10);
+                    buffers.insert(self.device.ordinal(), PinnedBuffer::new(&self.device, size)?);
+                    buffers.get_mut(&self.device.ordinal()).ok_or_else(|| {
+                        Error::InvalidArgument("descriptor buffer vanished".to_owned())
+                    })?
+                }
+            };
+            let n = batch.len();
+            let bytes = buffer.as_mut_slice();
+            for (i, c) in batch.iter().enumerate() {
+                bytes[8 * i..8 * i + 8].copy_from_slice(&c.src.to_ne_bytes());
+                bytes[8 * (n + i)..8 * (n + i) + 8].copy_from_slice(&c.dst.to_ne_bytes());
+                bytes[16 * n + 4 * i..16 * n + 4 * i + 4].copy_from_slice(&c.len.to_ne_bytes());
+            }
+            kernel.run(stream.raw(), &buffer.host, n)
+        })
     }
 }

@@ -96,6 +96,25 @@ struct Api {
     cuMemUnmap: unsafe extern "C" fn(cu::CUdeviceptr, usize) -> Status,
     cuMemSetAccess:
         unsafe extern "C" fn(cu::CUdeviceptr, usize, *const cu::CUmemAccessDesc, usize) -> Status,
+    cuMemcpyAsync:
+        unsafe extern "C" fn(cu::CUdeviceptr, cu::CUdeviceptr, usize, cu::CUstream) -> Status,
+    cuDeviceGetAttribute: unsafe extern "C" fn(*mut c_int, c_uint, cu::CUdevice) -> Status,
+    cuModuleLoadData: unsafe extern "C" fn(*mut cu::CUmodule, *const c_void) -> Status,
+    cuModuleGetFunction:
+        unsafe extern "C" fn(*mut cu::CUfunction, cu::CUmodule, *const c_char) -> Status,
+    cuLaunchKernel: unsafe extern "C" fn(
+        cu::CUfunction,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        cu::CUstream,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> Status,
 }
 
 /// What the one-time probe of the CUDA driver found.
@@ -196,6 +215,11 @@ fn load_api() -> Result<Api, String> {
         cuMemMap,
         cuMemUnmap,
         cuMemSetAccess,
+        cuMemcpyAsync,
+        cuDeviceGetAttribute,
+        cuModuleLoadData,
+        cuModuleGetFunction,
+        cuLaunchKernel,
     ))
 }
 
@@ -1029,5 +1053,142 @@ impl Drop for PhysicalFrame {
                 tracing::warn!("cuMemRelease failed: {}", name_with(api, rc));
             }
         }
+    }
+}
+
+/// `cuDeviceGetAttribute`: an integer attribute of device `ordinal`.
+pub(crate) fn device_attribute(ordinal: usize, attribute: cu::CUdevice_attribute) -> Result<i32> {
+    let dev = device_get(ordinal)?;
+    let mut value: c_int = 0;
+    // SAFETY: `value` is a valid out-pointer; the attribute is passed as the enum's value.
+    check("cuDeviceGetAttribute", unsafe {
+        (api()?.cuDeviceGetAttribute)(&mut value, attribute as c_uint, dev)
+    })?;
+    Ok(value)
+}
+
+/// `cuMemcpyAsync` of `len` bytes from `src` to `dst` on `stream`; with unified addressing the
+/// driver tells host from device memory by the addresses. The caller keeps both ranges valid
+/// and otherwise untouched until the stream is synchronized.
+pub(crate) fn memcpy_async(dst: u64, src: u64, len: usize, stream: &RawStream) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: the addresses are only handed to the driver, which validates them; the caller
+    // upholds the lifetime contract above.
+    check("cuMemcpyAsync", unsafe { (api()?.cuMemcpyAsync)(dst, src, len, stream.stream) })
+}
+
+/// The batched-copy kernel of `kernels/copy_batch.cu`, as PTX built by `scripts/build-ptx.py`.
+const COPY_BATCH_PTX: &str = concat!(include_str!("../../kernels/copy_batch.ptx"), "\0");
+
+/// Threads per block of the copy kernel: 256 threads move a 4 KiB copy 16 bytes each.
+const COPY_BLOCK: u32 = 256;
+/// Most blocks one launch uses; blocks stride over the copies beyond it.
+const COPY_GRID_MAX: u32 = 8192;
+
+/// The batched-copy kernel loaded into one context (`cuModuleLoadData` + `cuModuleGetFunction`).
+/// The module stays loaded for the life of the process (one per device), so the function
+/// handle never dangles.
+pub(crate) struct CopyKernel {
+    function: cu::CUfunction,
+}
+
+// SAFETY: a CUfunction handle may be used from any thread; the driver API is thread-safe.
+unsafe impl Send for CopyKernel {}
+// SAFETY: as above; nothing mutates the handle.
+unsafe impl Sync for CopyKernel {}
+
+impl CopyKernel {
+    /// Loads the kernel into the current context (the caller binds the device's). Fails when the
+    /// driver cannot JIT the PTX (too old a driver), or when the device has no unified
+    /// addressing (the kernel reads pinned host memory through its host address).
+    pub(crate) fn load(ordinal: usize) -> Result<CopyKernel> {
+        let unified = device_attribute(
+            ordinal,
+            cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING,
+        )?;
+        if unified == 0 {
+            return Err(Error::Unavailable {
+                what: "copy kernel",
+                reason: format!("GPU {ordinal} has no unified addressing"),
+            });
+        }
+        let api = api()?;
+        let mut module: cu::CUmodule = std::ptr::null_mut();
+        // SAFETY: `module` is a valid out-pointer; the image is a NUL-terminated PTX string
+        // that lives for the whole program.
+        check("cuModuleLoadData", unsafe {
+            (api.cuModuleLoadData)(&mut module, COPY_BATCH_PTX.as_ptr().cast())
+        })?;
+        let mut function: cu::CUfunction = std::ptr::null_mut();
+        let name = c"gpumap_copy_batch";
+        // SAFETY: `function` is a valid out-pointer, `module` was just loaded, `name` is a
+        // NUL-terminated string. The module is never unloaded (see the type's docs).
+        check("cuModuleGetFunction", unsafe {
+            (api.cuModuleGetFunction)(&mut function, module, name.as_ptr())
+        })?;
+        Ok(CopyKernel { function })
+    }
+
+    /// Runs `count` copies described in `descriptors` — `count` source addresses (u64), then
+    /// `count` destination addresses (u64), then `count` lengths (u32), packed from its first
+    /// byte — on `stream`, and waits for them.
+    ///
+    /// The crate's contract (it is `pub(crate)`): every source and destination range is memory
+    /// the device can reach (device memory, or pinned host memory as a source) that stays valid
+    /// and is not otherwise accessed until this returns, and destinations do not overlap.
+    pub(crate) fn run(
+        &self,
+        stream: &RawStream,
+        descriptors: &PinnedHost,
+        count: usize,
+    ) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let needed =
+            count.checked_mul(20).ok_or(Error::Overflow { offset: 0, len: count as u64 })?;
+        if needed > descriptors.len() {
+            return Err(Error::BufferTooSmall {
+                needed: needed as u64,
+                available: descriptors.len() as u64,
+            });
+        }
+        let count32 = u32::try_from(count)
+            .map_err(|_| Error::InvalidArgument(format!("{count} copies in one launch")))?;
+        let base = descriptors.addr() as u64;
+        let mut src = base;
+        let mut dst = base + 8 * count as u64;
+        let mut len = base + 16 * count as u64;
+        let mut n = count32;
+        let mut params: [*mut c_void; 4] = [
+            (&mut src as *mut u64).cast(),
+            (&mut dst as *mut u64).cast(),
+            (&mut len as *mut u64).cast(),
+            (&mut n as *mut u32).cast(),
+        ];
+        let grid = count32.min(COPY_GRID_MAX);
+        // SAFETY: the four parameters match the kernel's signature (three pointers, one
+        // unsigned int) and live until the call returns (the driver copies them at launch).
+        // The descriptor arrays lie inside `descriptors` (checked above), which stays borrowed
+        // until the stream is synchronized below; the copies' own ranges are the caller's
+        // contract.
+        check("cuLaunchKernel", unsafe {
+            (api()?.cuLaunchKernel)(
+                self.function,
+                grid,
+                1,
+                1,
+                COPY_BLOCK,
+                1,
+                1,
+                0,
+                stream.stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })?;
+        stream.synchronize()
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod cuda;
 pub mod cufile;
+pub(crate) mod host_memory;
 pub mod pagecache;
 pub mod posix;
 mod views;

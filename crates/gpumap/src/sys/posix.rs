@@ -46,7 +46,10 @@ pub fn pwrite_all(file: &File, path: &Path, mut buf: &[u8], offset: u64) -> Resu
     let mut done = 0usize;
     while !buf.is_empty() {
         let at = offset + done as u64;
-        match file.write_at(buf, at) {
+        // Where a test armed a fault, this write may be cut short or fail (no-op otherwise).
+        let allowed = crate::fault::before_write(path, buf.len())
+            .map_err(|e| Error::io("pwrite", path, Some(at), e))?;
+        match file.write_at(&buf[..allowed], at) {
             Ok(0) => {
                 let e = io::Error::new(io::ErrorKind::WriteZero, "pwrite wrote no bytes");
                 return Err(Error::io("pwrite", path, Some(at), e));

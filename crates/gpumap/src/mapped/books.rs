@@ -1,0 +1,1262 @@
+//! The books of a cache: which memory holds which extents of which files, in what state, who
+//! pins what, and in what order memory was used. No I/O and no driver calls: the cache asks the
+//! books what to do, does the slow part (mapping memory, reading, writing) and reports back.
+//!
+//! Memory comes in *frames* (the budget is a number of them), used in two ways:
+//! - a **file frame** is mapped at its place in one file's address range, so that a view of any
+//!   range of the file is one contiguous piece of memory (`base + offset`). Its extents are
+//!   absent, being read in, clean, or dirty; only file frames hold dirty bytes.
+//! - a **slot frame** is cut into slots of one extent each, holding clean extents of any file
+//!   wherever they fall: random access to a file much larger than the budget then costs an
+//!   extent of memory per extent touched, not a frame.
+//!
+//! An extent's bytes live in at most one place that new requests see: its file frame (when that
+//! frame is mapped and the extent is loading or valid there) or one slot. When a file frame is
+//! mapped over extents that slots hold, those stay in their slots until a request for the frame
+//! copies them over ([`Books::claim_moves`]); a slot superseded while a caller still reads it is
+//! *stale*: kept until unpinned, found by no one.
+//!
+//! Units (file frames and slots) that no one pins sit in one least-recently-used list across
+//! all files; pinning takes a unit out of it, unpinning puts it back as the most recent. The
+//! victim of an eviction is the least recently used unit, clean ones before dirty ones.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use super::geometry::Geometry;
+
+/// A file's number in its cache.
+pub(crate) type FileId = u32;
+/// A slot's number: its slot frame's position times the slots per frame, plus its index.
+pub(crate) type SlotId = u32;
+
+/// A unit of memory that can be pinned and evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Unit {
+    /// Frame `index` of file `file`.
+    Frame { file: FileId, index: u64 },
+    /// A slot.
+    Slot(SlotId),
+}
+
+/// What an extent of a mapped file frame holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExtentState {
+    /// Nothing valid.
+    Absent,
+    /// One caller is reading it in; others wait for it (single flight).
+    Loading,
+    /// The file's bytes.
+    Clean,
+    /// Bytes newer than the file's, to be written back.
+    Dirty,
+}
+
+/// What a slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotState {
+    /// Nothing; on the free list.
+    Free,
+    /// One caller is reading its extent in.
+    Loading,
+    /// Its extent's bytes (slots are never dirty).
+    Clean,
+    /// Superseded by the extent's file frame while pinned; freed when unpinned.
+    Stale,
+}
+
+/// Where an extent's bytes are, as new requests see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Location {
+    /// Its file frame is mapped and holds it in this state (`Absent`: mapped, nothing there).
+    Frame(ExtentState),
+    /// This slot holds it (loading or clean).
+    Slot(SlotId, SlotState),
+    /// Nowhere: its frame is not mapped and no slot holds it.
+    Nowhere,
+}
+
+/// What to give up to make room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Victim {
+    /// A file frame with nothing dirty: unmap it.
+    CleanFrame { file: FileId, index: u64 },
+    /// A file frame with dirty extents: write them back, then look again.
+    DirtyFrame { file: FileId, index: u64 },
+    /// A clean slot no one pins: reuse it.
+    Slot(SlotId),
+    /// A slot frame with no slot in use by a caller: release it (its clean slots go).
+    SlotFrame(usize),
+    /// Everything is pinned or being read in.
+    None,
+}
+
+/// What a request needs room for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// A frame of memory (a file frame, or a new slot frame).
+    Frame,
+    /// One slot.
+    Slot,
+}
+
+/// What happened to one file, for its stats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FileCounters {
+    /// Extents asked for that were resident.
+    pub(crate) hits: u64,
+    /// Extents asked for that had to be read.
+    pub(crate) misses: u64,
+    /// Reads issued to fill missing extents.
+    pub(crate) fault_reads: u64,
+    /// Bytes those reads brought in.
+    pub(crate) bytes_faulted: u64,
+    /// Units of this file given up to make room (or by `evict`).
+    pub(crate) evictions: u64,
+    /// Bytes written back.
+    pub(crate) bytes_written_back: u64,
+    /// Write-backs that failed.
+    pub(crate) write_errors: u64,
+}
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct Extent {
+    state: ExtentState,
+    /// Bumped whenever the extent is made dirty: a write-back that started before a newer write
+    /// must not mark it clean.
+    version: u32,
+}
+
+#[derive(Debug)]
+struct FileFrame {
+    extents: Box<[Extent]>,
+    /// Views and operations using the frame; a pinned frame is never evicted.
+    pins: u32,
+    /// Live writable views over the frame: while any is live, its extents stay dirty whatever
+    /// is written back.
+    writers: u32,
+    /// Its node in the LRU list, when unpinned.
+    lru: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    state: SlotState,
+    owner: (FileId, u64),
+    pins: u32,
+    lru: u32,
+    in_free_list: bool,
+}
+
+#[derive(Debug)]
+struct SlotFrame {
+    slots: Box<[Slot]>,
+    /// Slots that are not free.
+    used: u32,
+    /// Slots someone pins.
+    busy: u32,
+}
+
+/// One file's part of the books.
+#[derive(Debug)]
+pub(crate) struct FileBooks {
+    /// Bytes mapped: the file's length when it was opened.
+    pub(crate) len: u64,
+    frames: HashMap<u64, FileFrame>,
+    /// Extent -> the slot holding it (loading or clean).
+    slots: HashMap<u64, SlotId>,
+    pub(crate) counters: FileCounters,
+}
+
+/// An intrusive least-recently-used list of units over a slab of nodes: O(1) to add, remove
+/// and find the oldest, 16 bytes a unit, no hashing.
+#[derive(Debug, Default)]
+struct Lru {
+    nodes: Vec<(Unit, u32, u32)>, // (unit, towards older, towards newer)
+    free: Vec<u32>,
+    newest: u32,
+    oldest: u32,
+    len: usize,
+}
+
+impl Lru {
+    fn new() -> Lru {
+        Lru { newest: NIL, oldest: NIL, ..Lru::default() }
+    }
+
+    /// Adds `unit` as the newest; returns its node.
+    fn push(&mut self, unit: Unit) -> u32 {
+        let node = (unit, self.newest, NIL);
+        let handle = match self.free.pop() {
+            Some(h) => {
+                self.nodes[h as usize] = node;
+                h
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
+        };
+        if self.newest != NIL {
+            self.nodes[self.newest as usize].2 = handle;
+        } else {
+            self.oldest = handle;
+        }
+        self.newest = handle;
+        self.len += 1;
+        handle
+    }
+
+    fn remove(&mut self, handle: u32) {
+        let (_, older, newer) = self.nodes[handle as usize];
+        if older != NIL {
+            self.nodes[older as usize].2 = newer;
+        } else {
+            self.oldest = newer;
+        }
+        if newer != NIL {
+            self.nodes[newer as usize].1 = older;
+        } else {
+            self.newest = older;
+        }
+        self.free.push(handle);
+        self.len -= 1;
+    }
+
+    /// Units from the oldest to the newest.
+    fn oldest_first(&self) -> impl Iterator<Item = Unit> + '_ {
+        let mut at = self.oldest;
+        std::iter::from_fn(move || {
+            if at == NIL {
+                return None;
+            }
+            let (unit, _, newer) = self.nodes[at as usize];
+            at = newer;
+            Some(unit)
+        })
+    }
+}
+
+/// The books of one cache (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Books {
+    geometry: Geometry,
+    max_frames: usize,
+    frames_in_use: usize,
+    files: HashMap<FileId, FileBooks>,
+    next_file: FileId,
+    /// By position in the slot arena; `None` where no frame is mapped.
+    slot_frames: Vec<Option<SlotFrame>>,
+    empty_slot_frames: usize,
+    free_slots: Vec<SlotId>,
+    lru: Lru,
+    /// Pins held by the cache's own operations (reads, gathers, write-backs), which end without
+    /// any caller's help: a request that finds everything pinned waits for these, and fails at
+    /// once when every pin is a caller's view.
+    transient_pins: usize,
+}
+
+impl Books {
+    /// Empty books for `geometry` and at most `max_frames` frames of memory.
+    pub(crate) fn new(geometry: Geometry, max_frames: usize) -> Books {
+        Books {
+            geometry,
+            max_frames,
+            frames_in_use: 0,
+            files: HashMap::new(),
+            next_file: 0,
+            slot_frames: (0..max_frames).map(|_| None).collect(),
+            empty_slot_frames: 0,
+            free_slots: Vec::new(),
+            lru: Lru::new(),
+            transient_pins: 0,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    pub(crate) fn max_frames(&self) -> usize {
+        self.max_frames
+    }
+
+    /// Frames of memory in use (file frames and slot frames).
+    pub(crate) fn frames_in_use(&self) -> usize {
+        self.frames_in_use
+    }
+
+    /// Whether another frame fits in the budget.
+    pub(crate) fn has_room(&self) -> bool {
+        self.frames_in_use < self.max_frames
+    }
+
+    pub(crate) fn transient_pins(&self) -> usize {
+        self.transient_pins
+    }
+
+    // ---- files --------------------------------------------------------------------------
+
+    /// Registers a file of `len` bytes.
+    pub(crate) fn add_file(&mut self, len: u64) -> FileId {
+        let id = self.next_file;
+        self.next_file = self.next_file.wrapping_add(1);
+        self.files.insert(
+            id,
+            FileBooks {
+                len,
+                frames: HashMap::new(),
+                slots: HashMap::new(),
+                counters: FileCounters::default(),
+            },
+        );
+        id
+    }
+
+    /// Forgets a file no one pins: its slots become free, and its mapped frames are returned
+    /// for the caller to unmap (they no longer count against the budget).
+    pub(crate) fn remove_file(&mut self, file: FileId) -> Vec<u64> {
+        let Some(books) = self.files.remove(&file) else { return Vec::new() };
+        let mut frames = Vec::with_capacity(books.frames.len());
+        for (index, frame) in books.frames {
+            if frame.lru != NIL {
+                self.lru.remove(frame.lru);
+            }
+            self.frames_in_use -= 1;
+            frames.push(index);
+        }
+        for (_, slot) in books.slots {
+            self.release_slot(slot);
+        }
+        frames
+    }
+
+    pub(crate) fn file(&self, file: FileId) -> Option<&FileBooks> {
+        self.files.get(&file)
+    }
+
+    pub(crate) fn counters_mut(&mut self, file: FileId) -> Option<&mut FileCounters> {
+        self.files.get_mut(&file).map(|f| &mut f.counters)
+    }
+
+    /// The files, for totals.
+    pub(crate) fn files(&self) -> impl Iterator<Item = (FileId, &FileBooks)> {
+        self.files.iter().map(|(&id, books)| (id, books))
+    }
+
+    // ---- where extents are --------------------------------------------------------------
+
+    /// Where extent `e` of `file` is, as a new request sees it.
+    pub(crate) fn locate(&self, file: FileId, e: u64) -> Location {
+        let Some(books) = self.files.get(&file) else { return Location::Nowhere };
+        let frame = books.frames.get(&self.geometry.frame_of(e));
+        let in_frame = frame.map(|f| f.extents[self.geometry.within_frame(e)].state);
+        match (in_frame, books.slots.get(&e)) {
+            (Some(state), _) if state != ExtentState::Absent => Location::Frame(state),
+            (_, Some(&slot)) => Location::Slot(slot, self.slot(slot).state),
+            (Some(state), None) => Location::Frame(state),
+            (None, None) => Location::Nowhere,
+        }
+    }
+
+    /// Whether frame `index` of `file` is mapped.
+    pub(crate) fn is_mapped(&self, file: FileId, index: u64) -> bool {
+        self.files.get(&file).is_some_and(|f| f.frames.contains_key(&index))
+    }
+
+    /// Bytes of `file` resident (clean or dirty, in frames or slots) and dirty.
+    pub(crate) fn resident_and_dirty(&self, file: FileId) -> (u64, u64) {
+        let Some(books) = self.files.get(&file) else { return (0, 0) };
+        let g = self.geometry;
+        let bytes = |e: u64| g.bytes_of(e..e + 1, books.len).1;
+        let (mut resident, mut dirty) = (0, 0);
+        for (&index, frame) in &books.frames {
+            for (i, x) in frame.extents.iter().enumerate() {
+                let e = index * g.per_frame() + i as u64;
+                match x.state {
+                    ExtentState::Clean => resident += bytes(e),
+                    ExtentState::Dirty => {
+                        resident += bytes(e);
+                        dirty += bytes(e);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (&e, &slot) in &books.slots {
+            if self.slot(slot).state == SlotState::Clean {
+                resident += bytes(e);
+            }
+        }
+        (resident, dirty)
+    }
+
+    /// Frames and slots `file` holds.
+    pub(crate) fn units_of(&self, file: FileId) -> (usize, usize) {
+        self.files.get(&file).map_or((0, 0), |f| (f.frames.len(), f.slots.len()))
+    }
+
+    /// Slots in use (loading, clean or stale) across files.
+    pub(crate) fn slots_in_use(&self) -> usize {
+        self.slot_frames.iter().flatten().map(|f| f.used as usize).sum()
+    }
+
+    // ---- pins ---------------------------------------------------------------------------
+
+    /// Pins `unit` (it leaves the LRU list). `transient`: pinned by the cache's own operation.
+    pub(crate) fn pin(&mut self, unit: Unit, transient: bool) {
+        match unit {
+            Unit::Frame { file, index } => {
+                let Some(frame) = self.files.get_mut(&file).and_then(|f| f.frames.get_mut(&index))
+                else {
+                    return;
+                };
+                if frame.pins == 0 && frame.lru != NIL {
+                    self.lru.remove(frame.lru);
+                    frame.lru = NIL;
+                }
+                frame.pins += 1;
+            }
+            Unit::Slot(id) => {
+                let (position, i) = self.slot_place(id);
+                let Some(sf) = self.slot_frames[position].as_mut() else { return };
+                let slot = &mut sf.slots[i];
+                if slot.pins == 0 {
+                    sf.busy += 1;
+                    if slot.lru != NIL {
+                        self.lru.remove(slot.lru);
+                        slot.lru = NIL;
+                    }
+                }
+                slot.pins += 1;
+            }
+        }
+        if transient {
+            self.transient_pins += 1;
+        }
+    }
+
+    /// Undoes one [`pin`](Self::pin); at the last one the unit becomes the most recently used.
+    pub(crate) fn unpin(&mut self, unit: Unit, transient: bool) {
+        if transient {
+            self.transient_pins = self.transient_pins.saturating_sub(1);
+        }
+        match unit {
+            Unit::Frame { file, index } => {
+                let Some(frame) = self.files.get_mut(&file).and_then(|f| f.frames.get_mut(&index))
+                else {
+                    return;
+                };
+                frame.pins = frame.pins.saturating_sub(1);
+                if frame.pins == 0 && frame.lru == NIL {
+                    frame.lru = self.lru.push(unit);
+                }
+            }
+            Unit::Slot(id) => {
+                let (position, i) = self.slot_place(id);
+                let Some(sf) = self.slot_frames[position].as_mut() else { return };
+                let slot = &mut sf.slots[i];
+                if slot.pins == 0 {
+                    return;
+                }
+                slot.pins -= 1;
+                if slot.pins > 0 {
+                    return;
+                }
+                sf.busy -= 1;
+                match slot.state {
+                    SlotState::Clean => slot.lru = self.lru.push(unit),
+                    SlotState::Stale => self.free_slot(id),
+                    SlotState::Free | SlotState::Loading => {}
+                }
+            }
+        }
+    }
+
+    // ---- file frames --------------------------------------------------------------------
+
+    /// Records that frame `index` of `file` was mapped (all its extents absent), pinned once by
+    /// the caller. The caller checked [`has_room`](Self::has_room).
+    pub(crate) fn add_frame(&mut self, file: FileId, index: u64, transient: bool) {
+        let per = self.geometry.per_frame() as usize;
+        let Some(books) = self.files.get_mut(&file) else { return };
+        let extents = vec![Extent { state: ExtentState::Absent, version: 0 }; per];
+        books.frames.insert(
+            index,
+            FileFrame { extents: extents.into_boxed_slice(), pins: 1, writers: 0, lru: NIL },
+        );
+        self.frames_in_use += 1;
+        if transient {
+            self.transient_pins += 1;
+        }
+    }
+
+    /// Records that frame `index` of `file` — unpinned, nothing dirty or loading — is given
+    /// up (the caller unmaps it).
+    pub(crate) fn remove_frame(&mut self, file: FileId, index: u64) {
+        let Some(books) = self.files.get_mut(&file) else { return };
+        let Some(frame) = books.frames.remove(&index) else { return };
+        debug_assert!(frame.pins == 0);
+        debug_assert!(frame
+            .extents
+            .iter()
+            .all(|x| matches!(x.state, ExtentState::Absent | ExtentState::Clean)));
+        if frame.lru != NIL {
+            self.lru.remove(frame.lru);
+        }
+        books.counters.evictions += 1;
+        self.frames_in_use -= 1;
+    }
+
+    /// Claims the absent extents among `extents` (their frames mapped, no slot holding them)
+    /// for reading in: they become `Loading`. Returns them.
+    pub(crate) fn claim_in_frames(&mut self, file: FileId, extents: Range<u64>) -> Vec<u64> {
+        let g = self.geometry;
+        let Some(books) = self.files.get_mut(&file) else { return Vec::new() };
+        let mut claimed = Vec::new();
+        for e in extents {
+            if books.slots.contains_key(&e) {
+                continue;
+            }
+            if let Some(frame) = books.frames.get_mut(&g.frame_of(e)) {
+                let x = &mut frame.extents[g.within_frame(e)];
+                if x.state == ExtentState::Absent {
+                    x.state = ExtentState::Loading;
+                    claimed.push(e);
+                }
+            }
+        }
+        claimed
+    }
+
+    /// Marks extents of `file` read in (`ok`: clean; otherwise absent again).
+    pub(crate) fn finish_frame_loads(&mut self, file: FileId, extents: &[u64], ok: bool) {
+        let g = self.geometry;
+        let Some(books) = self.files.get_mut(&file) else { return };
+        for &e in extents {
+            if let Some(frame) = books.frames.get_mut(&g.frame_of(e)) {
+                let x = &mut frame.extents[g.within_frame(e)];
+                if x.state == ExtentState::Loading {
+                    x.state = if ok { ExtentState::Clean } else { ExtentState::Absent };
+                }
+            }
+        }
+    }
+
+    /// Claims, among `extents`, those that clean slots hold while their file frame is mapped,
+    /// for copying into the frame: each becomes `Loading` in the frame, and its slot is pinned
+    /// (a transient pin) until the copy is done and [`moved_to_frame`](Self::moved_to_frame)
+    /// and [`unpin`](Self::unpin) are called.
+    pub(crate) fn claim_moves(&mut self, file: FileId, extents: Range<u64>) -> Vec<(u64, SlotId)> {
+        let g = self.geometry;
+        let mut moves = Vec::new();
+        for e in extents {
+            let Location::Slot(slot, SlotState::Clean) = self.locate(file, e) else { continue };
+            let Some(frame) =
+                self.files.get_mut(&file).and_then(|f| f.frames.get_mut(&g.frame_of(e)))
+            else {
+                continue;
+            };
+            frame.extents[g.within_frame(e)].state = ExtentState::Loading;
+            self.pin(Unit::Slot(slot), true);
+            moves.push((e, slot));
+        }
+        moves
+    }
+
+    /// Records that extent `e`, claimed by [`claim_moves`](Self::claim_moves), was copied from
+    /// its slot into its file frame (`ok`; otherwise it stays in the slot): the frame's copy is
+    /// now the one requests see, and the slot goes (stale while still pinned).
+    pub(crate) fn moved_to_frame(&mut self, file: FileId, e: u64, ok: bool) {
+        let g = self.geometry;
+        let Some(books) = self.files.get_mut(&file) else { return };
+        if let Some(frame) = books.frames.get_mut(&g.frame_of(e)) {
+            let x = &mut frame.extents[g.within_frame(e)];
+            if x.state == ExtentState::Loading {
+                x.state = if ok { ExtentState::Clean } else { ExtentState::Absent };
+            }
+        }
+        if !ok {
+            return;
+        }
+        if let Some(slot) = books.slots.remove(&e) {
+            if self.slot(slot).pins == 0 {
+                self.release_slot(slot);
+            } else {
+                self.slot_mut(slot).state = SlotState::Stale;
+            }
+        }
+    }
+
+    /// Marks `extents` of `file` dirty (each in a mapped frame, clean or dirty), newer than
+    /// any write-back in progress.
+    pub(crate) fn mark_dirty(&mut self, file: FileId, extents: Range<u64>) {
+        let g = self.geometry;
+        let Some(books) = self.files.get_mut(&file) else { return };
+        for e in extents {
+            if let Some(frame) = books.frames.get_mut(&g.frame_of(e)) {
+                let x = &mut frame.extents[g.within_frame(e)];
+                debug_assert!(matches!(x.state, ExtentState::Clean | ExtentState::Dirty));
+                x.state = ExtentState::Dirty;
+                x.version = x.version.wrapping_add(1);
+            }
+        }
+    }
+
+    /// Adds `delta` (±1) live writable views to each frame of `frames`.
+    pub(crate) fn add_writers(&mut self, file: FileId, frames: Range<u64>, delta: i32) {
+        let Some(books) = self.files.get_mut(&file) else { return };
+        for index in frames {
+            if let Some(frame) = books.frames.get_mut(&index) {
+                frame.writers = frame.writers.saturating_add_signed(delta);
+            }
+        }
+    }
+
+    /// The dirty extents among `extents` with their versions, sorted.
+    pub(crate) fn dirty_in(&self, file: FileId, extents: Range<u64>) -> Vec<(u64, u32)> {
+        let g = self.geometry;
+        let Some(books) = self.files.get(&file) else { return Vec::new() };
+        let mut dirty = Vec::new();
+        if (extents.end - extents.start) / g.per_frame() > books.frames.len() as u64 {
+            // A wide range over few mapped frames: walk the frames, not the range.
+            let mut frames: Vec<(&u64, &FileFrame)> = books.frames.iter().collect();
+            frames.sort_unstable_by_key(|(index, _)| **index);
+            for (&index, frame) in frames {
+                for (i, x) in frame.extents.iter().enumerate() {
+                    let e = index * g.per_frame() + i as u64;
+                    if x.state == ExtentState::Dirty && extents.contains(&e) {
+                        dirty.push((e, x.version));
+                    }
+                }
+            }
+            return dirty;
+        }
+        for e in extents {
+            if let Some(frame) = books.frames.get(&g.frame_of(e)) {
+                let x = frame.extents[g.within_frame(e)];
+                if x.state == ExtentState::Dirty {
+                    dirty.push((e, x.version));
+                }
+            }
+        }
+        dirty
+    }
+
+    /// Records a write-back of `written` (extents with the versions they had when it started):
+    /// each becomes clean unless it was written again since, or a writable view over it lives.
+    pub(crate) fn finish_writeback(&mut self, file: FileId, written: &[(u64, u32)]) {
+        let g = self.geometry;
+        let Some(books) = self.files.get_mut(&file) else { return };
+        for &(e, version) in written {
+            if let Some(frame) = books.frames.get_mut(&g.frame_of(e)) {
+                if frame.writers > 0 {
+                    continue;
+                }
+                let x = &mut frame.extents[g.within_frame(e)];
+                if x.state == ExtentState::Dirty && x.version == version {
+                    x.state = ExtentState::Clean;
+                }
+            }
+        }
+    }
+
+    /// Whether any extent of the file is loading or dirty (a file frame cannot go then).
+    fn frame_is_clean(frame: &FileFrame) -> bool {
+        frame.extents.iter().all(|x| matches!(x.state, ExtentState::Absent | ExtentState::Clean))
+    }
+
+    /// The frames of `file` no one pins, with nothing dirty or loading (for `evict`).
+    pub(crate) fn idle_frames(&self, file: FileId) -> Vec<u64> {
+        self.files.get(&file).map_or_else(Vec::new, |books| {
+            books
+                .frames
+                .iter()
+                .filter(|(_, f)| f.pins == 0 && Self::frame_is_clean(f))
+                .map(|(&index, _)| index)
+                .collect()
+        })
+    }
+
+    /// The slots of `file` no one pins (for `evict`).
+    pub(crate) fn idle_slots(&self, file: FileId) -> Vec<SlotId> {
+        self.files.get(&file).map_or_else(Vec::new, |books| {
+            books
+                .slots
+                .values()
+                .copied()
+                .filter(|&s| {
+                    let slot = self.slot(s);
+                    slot.pins == 0 && slot.state == SlotState::Clean
+                })
+                .collect()
+        })
+    }
+
+    // ---- slots --------------------------------------------------------------------------
+
+    fn slot_place(&self, id: SlotId) -> (usize, usize) {
+        let per = self.geometry.per_frame() as usize;
+        (id as usize / per, id as usize % per)
+    }
+
+    fn slot(&self, id: SlotId) -> Slot {
+        let (position, i) = self.slot_place(id);
+        self.slot_frames[position].as_ref().map(|f| f.slots[i]).unwrap_or(Slot {
+            state: SlotState::Free,
+            owner: (0, 0),
+            pins: 0,
+            lru: NIL,
+            in_free_list: false,
+        })
+    }
+
+    fn slot_mut(&mut self, id: SlotId) -> &mut Slot {
+        let (position, i) = self.slot_place(id);
+        // Slots named by the books always lie in mapped slot frames.
+        &mut self.slot_frames[position].as_mut().expect("slot in a mapped slot frame").slots[i]
+    }
+
+    /// Whether a slot is free for [`take_slot`](Self::take_slot) (dropping free-list entries
+    /// of slot frames that were given up).
+    pub(crate) fn has_free_slot(&mut self) -> bool {
+        while let Some(&id) = self.free_slots.last() {
+            let (position, i) = self.slot_place(id);
+            if let Some(frame) = self.slot_frames[position].as_ref() {
+                let slot = frame.slots[i];
+                if slot.in_free_list && slot.state == SlotState::Free {
+                    return true;
+                }
+                if slot.in_free_list {
+                    self.slot_mut(id).in_free_list = false;
+                }
+            }
+            self.free_slots.pop();
+        }
+        false
+    }
+
+    /// Whether any of `extents` of `file` is being read in (by anyone).
+    pub(crate) fn any_loading(&self, file: FileId, extents: Range<u64>) -> bool {
+        extents.into_iter().any(|e| {
+            matches!(
+                self.locate(file, e),
+                Location::Frame(ExtentState::Loading) | Location::Slot(_, SlotState::Loading)
+            )
+        })
+    }
+
+    /// The file and extent slot `id` holds.
+    pub(crate) fn slot_owner(&self, id: SlotId) -> (FileId, u64) {
+        self.slot(id).owner
+    }
+
+    /// The state of slot `id`.
+    #[cfg(test)]
+    pub(crate) fn slot_state(&self, id: SlotId) -> SlotState {
+        self.slot(id).state
+    }
+
+    /// Records that a frame of memory was mapped as slots at a free position of the slot
+    /// arena, and returns the position (the caller checked [`has_room`](Self::has_room) and
+    /// maps it). All its slots are free.
+    pub(crate) fn add_slot_frame(&mut self) -> Option<usize> {
+        let position = self.slot_frames.iter().position(Option::is_none)?;
+        let per = self.geometry.per_frame() as usize;
+        let free =
+            Slot { state: SlotState::Free, owner: (0, 0), pins: 0, lru: NIL, in_free_list: true };
+        self.slot_frames[position] =
+            Some(SlotFrame { slots: vec![free; per].into_boxed_slice(), used: 0, busy: 0 });
+        self.empty_slot_frames += 1;
+        self.frames_in_use += 1;
+        // Pushed in reverse so the first slots of the frame are taken first.
+        for i in (0..per).rev() {
+            self.free_slots.push((position * per + i) as SlotId);
+        }
+        Some(position)
+    }
+
+    /// Records that the slot frame at `position`, none of whose slots anyone pins, is given up:
+    /// its clean slots are evicted (the caller unmaps it).
+    pub(crate) fn remove_slot_frame(&mut self, position: usize) {
+        let Some(frame) = self.slot_frames[position].take() else { return };
+        debug_assert_eq!(frame.busy, 0);
+        for slot in frame.slots.iter() {
+            if slot.state == SlotState::Clean {
+                if slot.lru != NIL {
+                    self.lru.remove(slot.lru);
+                }
+                if let Some(books) = self.files.get_mut(&slot.owner.0) {
+                    books.slots.remove(&slot.owner.1);
+                    books.counters.evictions += 1;
+                }
+            }
+        }
+        if frame.used == 0 {
+            self.empty_slot_frames -= 1;
+        }
+        self.frames_in_use -= 1;
+        // Free-list entries of the position are skipped when popped (the frame is gone).
+    }
+
+    /// Takes a free slot for extent `e` of `file`: it becomes `Loading`, pinned once (a
+    /// transient pin) by the caller, and is where requests find `e`. `None` when no slot is free.
+    pub(crate) fn take_slot(&mut self, file: FileId, e: u64) -> Option<SlotId> {
+        while let Some(id) = self.free_slots.pop() {
+            let (position, i) = self.slot_place(id);
+            let Some(frame) = self.slot_frames[position].as_mut() else { continue };
+            let slot = &mut frame.slots[i];
+            if !slot.in_free_list {
+                continue;
+            }
+            slot.in_free_list = false;
+            if slot.state != SlotState::Free {
+                continue;
+            }
+            *slot = Slot {
+                state: SlotState::Loading,
+                owner: (file, e),
+                pins: 1,
+                lru: NIL,
+                in_free_list: false,
+            };
+            if frame.used == 0 {
+                self.empty_slot_frames -= 1;
+            }
+            frame.used += 1;
+            frame.busy += 1;
+            self.transient_pins += 1;
+            if let Some(books) = self.files.get_mut(&file) {
+                books.slots.insert(e, id);
+            }
+            return Some(id);
+        }
+        None
+    }
+
+    /// Marks slot `id` read in (`ok`: clean; otherwise free again). It stays pinned.
+    pub(crate) fn finish_slot_load(&mut self, id: SlotId, ok: bool) {
+        let slot = self.slot(id);
+        if slot.state != SlotState::Loading {
+            return;
+        }
+        if ok {
+            self.slot_mut(id).state = SlotState::Clean;
+        } else {
+            if let Some(books) = self.files.get_mut(&slot.owner.0) {
+                if books.slots.get(&slot.owner.1) == Some(&id) {
+                    books.slots.remove(&slot.owner.1);
+                }
+            }
+            // Freed when its last pin goes.
+            self.slot_mut(id).state = SlotState::Stale;
+        }
+    }
+
+    /// Evicts slot `id` (clean, unpinned): its extent is no longer resident, and the slot is
+    /// free for [`take_slot`](Self::take_slot).
+    pub(crate) fn evict_slot(&mut self, id: SlotId) {
+        let slot = self.slot(id);
+        debug_assert!(slot.pins == 0 && slot.state == SlotState::Clean);
+        if let Some(books) = self.files.get_mut(&slot.owner.0) {
+            books.slots.remove(&slot.owner.1);
+            books.counters.evictions += 1;
+        }
+        self.release_slot(id);
+    }
+
+    /// Frees a slot no one pins: out of the LRU list, onto the free list.
+    fn release_slot(&mut self, id: SlotId) {
+        let slot = self.slot(id);
+        if slot.lru != NIL {
+            self.lru.remove(slot.lru);
+        }
+        self.free_slot(id);
+    }
+
+    fn free_slot(&mut self, id: SlotId) {
+        let (position, i) = self.slot_place(id);
+        let Some(frame) = self.slot_frames[position].as_mut() else { return };
+        let slot = &mut frame.slots[i];
+        if slot.state != SlotState::Free {
+            frame.used -= 1;
+            if frame.used == 0 {
+                self.empty_slot_frames += 1;
+            }
+        }
+        let push = !slot.in_free_list;
+        *slot =
+            Slot { state: SlotState::Free, owner: (0, 0), pins: 0, lru: NIL, in_free_list: true };
+        if push {
+            self.free_slots.push(id);
+        }
+    }
+
+    // ---- victims ------------------------------------------------------------------------
+
+    /// What to give up for `want`: the least recently used unit that can go, clean before dirty.
+    /// For a frame, an empty slot frame goes first, and a slot's whole frame goes when none of
+    /// its slots is in use.
+    pub(crate) fn victim(&self, want: Want) -> Victim {
+        if want == Want::Frame && self.empty_slot_frames > 0 {
+            if let Some(position) =
+                self.slot_frames.iter().position(|f| f.as_ref().is_some_and(|f| f.used == 0))
+            {
+                return Victim::SlotFrame(position);
+            }
+        }
+        let mut dirty = None;
+        for unit in self.lru.oldest_first() {
+            match unit {
+                Unit::Frame { file, index } => {
+                    let Some(frame) = self.files.get(&file).and_then(|f| f.frames.get(&index))
+                    else {
+                        continue;
+                    };
+                    if Self::frame_is_clean(frame) {
+                        return Victim::CleanFrame { file, index };
+                    }
+                    if frame.extents.iter().all(|x| x.state != ExtentState::Loading) {
+                        dirty.get_or_insert(Victim::DirtyFrame { file, index });
+                    }
+                }
+                Unit::Slot(id) => match want {
+                    Want::Slot => return Victim::Slot(id),
+                    Want::Frame => {
+                        let (position, _) = self.slot_place(id);
+                        if self.slot_frames[position].as_ref().is_some_and(|f| f.busy == 0) {
+                            return Victim::SlotFrame(position);
+                        }
+                    }
+                },
+            }
+        }
+        dirty.unwrap_or(Victim::None)
+    }
+
+    // ---- checks -------------------------------------------------------------------------
+
+    /// Checks every invariant the module docs promise; the first broken one, described.
+    #[cfg(test)]
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let g = self.geometry;
+        let slot_frames = self.slot_frames.iter().flatten().count();
+        let file_frames: usize = self.files.values().map(|f| f.frames.len()).sum();
+        if self.frames_in_use != slot_frames + file_frames || self.frames_in_use > self.max_frames {
+            return Err(format!(
+                "frames in use {} != {file_frames} file + {slot_frames} slot frames, budget {}",
+                self.frames_in_use, self.max_frames
+            ));
+        }
+        let mut in_lru = 0;
+        for (&id, books) in &self.files {
+            for (&index, frame) in &books.frames {
+                if (frame.pins == 0) != (frame.lru != NIL) {
+                    return Err(format!(
+                        "frame {index} of file {id}: pins {} but lru {}",
+                        frame.pins, frame.lru
+                    ));
+                }
+                in_lru += usize::from(frame.lru != NIL);
+                for (i, x) in frame.extents.iter().enumerate() {
+                    let e = index * g.per_frame() + i as u64;
+                    let moving = x.state == ExtentState::Loading
+                        && books.slots.get(&e).is_some_and(|&s| self.slot(s).pins > 0);
+                    if x.state != ExtentState::Absent && books.slots.contains_key(&e) && !moving {
+                        return Err(format!("extent {e} of file {id} in its frame and a slot"));
+                    }
+                }
+            }
+            for (&e, &slot) in &books.slots {
+                let s = self.slot(slot);
+                if s.owner != (id, e) || !matches!(s.state, SlotState::Loading | SlotState::Clean) {
+                    return Err(format!("slot {slot} indexed for ({id}, {e}) holds {s:?}"));
+                }
+            }
+        }
+        let mut empty = 0;
+        for (position, frame) in self.slot_frames.iter().enumerate() {
+            let Some(frame) = frame else { continue };
+            let used = frame.slots.iter().filter(|s| s.state != SlotState::Free).count();
+            let busy = frame.slots.iter().filter(|s| s.pins > 0).count();
+            if used != frame.used as usize || busy != frame.busy as usize {
+                return Err(format!(
+                    "slot frame {position}: counts {}/{} vs {used}/{busy}",
+                    frame.used, frame.busy
+                ));
+            }
+            empty += usize::from(used == 0);
+            for (i, s) in frame.slots.iter().enumerate() {
+                let id = (position * g.per_frame() as usize + i) as SlotId;
+                let listed = s.state == SlotState::Clean && s.pins == 0;
+                if listed != (s.lru != NIL) {
+                    return Err(format!("slot {id} {s:?}: in the LRU list {}", s.lru != NIL));
+                }
+                in_lru += usize::from(s.lru != NIL);
+                if s.state == SlotState::Free && !s.in_free_list {
+                    return Err(format!("slot {id} free but not listed"));
+                }
+                if s.state == SlotState::Stale && s.pins == 0 {
+                    return Err(format!("slot {id} stale with no pins"));
+                }
+                if s.state == SlotState::Clean || s.state == SlotState::Loading {
+                    let indexed = self.files.get(&s.owner.0).and_then(|f| f.slots.get(&s.owner.1));
+                    if indexed != Some(&id) {
+                        return Err(format!("slot {id} {s:?} not indexed by its owner"));
+                    }
+                }
+            }
+        }
+        if empty != self.empty_slot_frames {
+            return Err(format!("{empty} empty slot frames, counted {}", self.empty_slot_frames));
+        }
+        if in_lru != self.lru.len {
+            return Err(format!(
+                "{in_lru} units marked in the LRU list, which holds {}",
+                self.lru.len
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const G: Geometry = Geometry { extent: 4096, frame: 4 * 4096 };
+
+    #[test]
+    fn slots_fill_frames_and_evict_least_recent_first() {
+        let mut b = Books::new(G, 2);
+        let f = b.add_file(1 << 20);
+        assert!(b.has_room());
+        b.add_slot_frame().unwrap();
+        let mut slots = Vec::new();
+        for e in 0..4 {
+            let s = b.take_slot(f, e).unwrap();
+            b.finish_slot_load(s, true);
+            b.unpin(Unit::Slot(s), true);
+            slots.push(s);
+        }
+        assert!(b.take_slot(f, 9).is_none(), "the frame's four slots are taken");
+        assert_eq!(b.locate(f, 2), Location::Slot(slots[2], SlotState::Clean));
+        // Using extent 0 again makes extent 1 the least recently used.
+        b.pin(Unit::Slot(slots[0]), false);
+        b.unpin(Unit::Slot(slots[0]), false);
+        assert_eq!(b.victim(Want::Slot), Victim::Slot(slots[1]));
+        b.evict_slot(slots[1]);
+        assert_eq!(b.locate(f, 1), Location::Nowhere);
+        assert_eq!(b.take_slot(f, 9), Some(slots[1]));
+        b.check().unwrap();
+    }
+
+    #[test]
+    fn frames_take_over_extents_from_slots() {
+        let mut b = Books::new(G, 2);
+        let f = b.add_file(1 << 20);
+        b.add_slot_frame().unwrap();
+        let s = b.take_slot(f, 1).unwrap();
+        b.finish_slot_load(s, true);
+        // A reader still pins the slot when the file frame arrives.
+        b.add_frame(f, 0, true);
+        assert_eq!(b.locate(f, 1), Location::Slot(s, SlotState::Clean), "until it is moved");
+        assert_eq!(b.claim_moves(f, 0..4), vec![(1, s)]);
+        assert_eq!(b.locate(f, 1), Location::Frame(ExtentState::Loading));
+        b.moved_to_frame(f, 1, true);
+        b.unpin(Unit::Slot(s), true); // the mover's pin
+        assert_eq!(b.locate(f, 1), Location::Frame(ExtentState::Clean));
+        assert_eq!(b.slot_state(s), SlotState::Stale);
+        b.unpin(Unit::Slot(s), true); // the reader's
+        assert_eq!(b.slot_state(s), SlotState::Free);
+        assert_eq!(b.claim_in_frames(f, 0..4), vec![0, 2, 3]);
+        b.finish_frame_loads(f, &[0, 2, 3], true);
+        b.unpin(Unit::Frame { file: f, index: 0 }, true);
+        b.check().unwrap();
+    }
+
+    #[test]
+    fn writes_during_a_write_back_stay_dirty() {
+        let mut b = Books::new(G, 1);
+        let f = b.add_file(1 << 20);
+        b.add_frame(f, 0, false);
+        let claimed = b.claim_in_frames(f, 0..2);
+        b.finish_frame_loads(f, &claimed, true);
+        // A writable view lives over the frame while a flush runs.
+        b.add_writers(f, 0..1, 1);
+        b.mark_dirty(f, 0..2);
+        let snapshot = b.dirty_in(f, 0..4);
+        b.finish_writeback(f, &snapshot);
+        assert_eq!(b.dirty_in(f, 0..4).len(), 2, "a live writer keeps its extents dirty");
+        // The writer is done: its extents are newer than that flush.
+        b.mark_dirty(f, 0..2);
+        b.add_writers(f, 0..1, -1);
+        b.finish_writeback(f, &snapshot);
+        assert_eq!(b.dirty_in(f, 0..4).len(), 2, "a flush that started earlier cannot clean");
+        let fresh = b.dirty_in(f, 0..4);
+        b.finish_writeback(f, &fresh);
+        assert!(b.dirty_in(f, 0..4).is_empty());
+        b.unpin(Unit::Frame { file: f, index: 0 }, false);
+        b.check().unwrap();
+    }
+
+    #[test]
+    fn a_frame_request_releases_a_whole_idle_slot_frame() {
+        let mut b = Books::new(G, 1);
+        let f = b.add_file(1 << 20);
+        b.add_slot_frame().unwrap();
+        let s = b.take_slot(f, 7).unwrap();
+        b.finish_slot_load(s, true);
+        assert!(!b.has_room());
+        assert_eq!(b.victim(Want::Frame), Victim::None, "its slot is pinned");
+        b.unpin(Unit::Slot(s), true);
+        assert_eq!(b.victim(Want::Frame), Victim::SlotFrame(0));
+        b.remove_slot_frame(0);
+        assert_eq!(b.locate(f, 7), Location::Nowhere);
+        assert!(b.has_room());
+        b.check().unwrap();
+    }
+
+    /// One step of the model-based test.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Slot { file: u8, e: u64, ok: bool },
+        Frame { file: u8, index: u64, ok: bool, write: bool },
+        Flush { file: u8 },
+        Evict { want_frame: bool },
+        DropFile { file: u8 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..3, 0u64..24, prop::bool::weighted(0.9)).prop_map(|(file, e, ok)| Op::Slot {
+                file,
+                e,
+                ok
+            }),
+            (0u8..3, 0u64..6, prop::bool::weighted(0.9), any::<bool>())
+                .prop_map(|(file, index, ok, write)| Op::Frame { file, index, ok, write }),
+            (0u8..3).prop_map(|file| Op::Flush { file }),
+            any::<bool>().prop_map(|want_frame| Op::Evict { want_frame }),
+            (0u8..3).prop_map(|file| Op::DropFile { file }),
+        ]
+    }
+
+    /// Makes room for `want` the way the cache does (a write-back is simulated as success).
+    fn make_room(b: &mut Books, want: Want) -> bool {
+        loop {
+            if want == Want::Slot && !b.free_slots.is_empty() {
+                return true;
+            }
+            if b.has_room() {
+                if want == Want::Slot {
+                    b.add_slot_frame();
+                }
+                return true;
+            }
+            match b.victim(want) {
+                Victim::CleanFrame { file, index } => b.remove_frame(file, index),
+                Victim::DirtyFrame { file, index } => {
+                    let per = b.geometry().per_frame();
+                    let d = b.dirty_in(file, index * per..(index + 1) * per);
+                    b.finish_writeback(file, &d);
+                }
+                Victim::Slot(s) => b.evict_slot(s),
+                Victim::SlotFrame(p) => b.remove_slot_frame(p),
+                Victim::None => return false,
+            }
+        }
+    }
+
+    proptest! {
+        /// Random requests against books of 1 to 4 frames: after every step the invariants
+        /// hold, the budget is never exceeded, and no extent is in two places.
+        #[test]
+        fn invariants_hold_under_random_requests(
+            frames in 1usize..5,
+            ops in proptest::collection::vec(op(), 1..120),
+        ) {
+            let mut b = Books::new(G, frames);
+            let mut files: Vec<FileId> = (0..3).map(|_| b.add_file(24 * 4096)).collect();
+            for op in ops {
+                match op {
+                    Op::Slot { file, e, ok } => {
+                        let f = files[file as usize];
+                        if b.locate(f, e) != Location::Nowhere {
+                            continue;
+                        }
+                        if !make_room(&mut b, Want::Slot) {
+                            continue;
+                        }
+                        if let Some(s) = b.take_slot(f, e) {
+                            b.finish_slot_load(s, ok);
+                            b.unpin(Unit::Slot(s), true);
+                        }
+                    }
+                    Op::Frame { file, index, ok, write } => {
+                        let f = files[file as usize];
+                        let unit = Unit::Frame { file: f, index };
+                        if b.is_mapped(f, index) {
+                            b.pin(unit, false);
+                        } else {
+                            if !make_room(&mut b, Want::Frame) {
+                                continue;
+                            }
+                            b.add_frame(f, index, false);
+                        }
+                        let per = b.geometry().per_frame();
+                        let range = index * per..(index + 1) * per;
+                        for (e, slot) in b.claim_moves(f, range.clone()) {
+                            b.moved_to_frame(f, e, ok);
+                            b.unpin(Unit::Slot(slot), true);
+                        }
+                        let claimed = b.claim_in_frames(f, range.clone());
+                        b.finish_frame_loads(f, &claimed, ok);
+                        let valid = range.clone().all(|e| {
+                            matches!(
+                                b.locate(f, e),
+                                Location::Frame(ExtentState::Clean | ExtentState::Dirty)
+                            )
+                        });
+                        if write && valid {
+                            b.mark_dirty(f, range);
+                        }
+                        b.unpin(unit, false);
+                    }
+                    Op::Flush { file } => {
+                        let f = files[file as usize];
+                        let d = b.dirty_in(f, 0..24);
+                        b.finish_writeback(f, &d);
+                        prop_assert!(b.dirty_in(f, 0..24).is_empty());
+                    }
+                    Op::Evict { want_frame } => {
+                        let want = if want_frame { Want::Frame } else { Want::Slot };
+                        match b.victim(want) {
+                            Victim::CleanFrame { file, index } => b.remove_frame(file, index),
+                            Victim::Slot(s) => b.evict_slot(s),
+                            Victim::SlotFrame(p) => b.remove_slot_frame(p),
+                            Victim::DirtyFrame { .. } | Victim::None => {}
+                        }
+                    }
+                    Op::DropFile { file } => {
+                        let f = files[file as usize];
+                        let d = b.dirty_in(f, 0..24);
+                        b.finish_writeback(f, &d);
+                        b.remove_file(f);
+                        files[file as usize] = b.add_file(24 * 4096);
+                    }
+                }
+                if let Err(e) = b.check() {
+                    return Err(TestCaseError::fail(e));
+                }
+                prop_assert!(b.frames_in_use() <= frames);
+                prop_assert_eq!(b.transient_pins(), 0);
+            }
+        }
+    }
+}

@@ -1,0 +1,571 @@
+//! [`DeviceCache`]: one memory budget on one GPU (or host memory standing in), shared by every
+//! file opened through it — a page cache for device memory, with no kernel module and no FUSE.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use super::books::{Books, FileCounters, FileId, Unit, Victim, Want};
+use super::geometry::Geometry;
+use super::store::{FileMemory, Store};
+use super::view::{Advice, DeviceMappedFile, MapOptions};
+use crate::align::PAGE_SIZE;
+use crate::error::{Error, Result};
+use crate::io::{FileHandle, HandleOptions};
+use crate::memory::cuda::VaRange;
+use crate::memory::Device;
+
+/// Default frame size: mapping a frame costs about 35 µs whatever its size (H100, 2026-11-21:
+/// 2048 frames of 2 MiB took 70 ms to map and unmap per 4 GiB, a third of a whole-file fault at
+/// 24.5 GB/s; 32 MiB frames faulted at 33-37 GB/s, where a plain read into the same range ran at
+/// 44). 8 MiB frames cut the calls fourfold and keep eviction reasonably fine-grained.
+pub(crate) const DEFAULT_FRAME: u64 = 8 << 20;
+
+/// Default extent: 64 KiB reads are efficient for clustered access; random access to small
+/// records wants 4 KiB ([`CacheOptions::extent_size`]).
+pub(crate) const DEFAULT_EXTENT: u64 = 64 << 10;
+
+/// How long a request waits for views to unpin memory, by default.
+const DEFAULT_PIN_WAIT: Duration = Duration::from_secs(2);
+
+/// The largest frame accepted: beyond it eviction is too coarse to be useful.
+const MAX_FRAME: u64 = 1 << 30;
+
+/// Allocation granularity of the host backend: the GPUs', so that both keep the same books.
+const HOST_GRANULARITY: u64 = 2 << 20;
+
+/// Options of a [`DeviceCache`] (builder, like `memmap2::MmapOptions`).
+#[derive(Debug, Clone)]
+pub struct CacheOptions {
+    budget: u64,
+    extent_size: u64,
+    frame_size: Option<u64>,
+    memory: Option<Device>,
+    pin_wait: Duration,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        CacheOptions {
+            budget: 1 << 30,
+            extent_size: DEFAULT_EXTENT,
+            frame_size: None,
+            memory: None,
+            pin_wait: DEFAULT_PIN_WAIT,
+        }
+    }
+}
+
+impl CacheOptions {
+    /// 1 GiB budget, 64 KiB extents, 8 MiB frames, GPU 0 where there is one.
+    pub fn new() -> CacheOptions {
+        CacheOptions::default()
+    }
+
+    /// The most memory the cache holds, in bytes: rounded down to whole frames; less than one
+    /// frame, or more than the device has, is an error.
+    pub fn budget(&mut self, bytes: u64) -> &mut Self {
+        self.budget = bytes;
+        self
+    }
+
+    /// The unit of validity, I/O and random-access residency: a power of two from 4 KiB up to
+    /// the frame size. A slot of memory holds one extent, so random reads of small records
+    /// want small extents (4 KiB); clustered reads want larger ones.
+    pub fn extent_size(&mut self, bytes: u64) -> &mut Self {
+        self.extent_size = bytes;
+        self
+    }
+
+    /// The unit in which memory is mapped, evicted and counted against the budget: a multiple
+    /// of the GPU's allocation granularity (2 MiB) up to 1 GiB; default 8 MiB. Larger frames
+    /// mean fewer driver calls per byte (mapping one costs about 35 µs, whatever its size) and
+    /// coarser eviction of file ranges.
+    pub fn frame_size(&mut self, bytes: u64) -> &mut Self {
+        self.frame_size = Some(bytes);
+        self
+    }
+
+    /// Where the memory is (default: [`Device::auto`]).
+    pub fn memory(&mut self, memory: Device) -> &mut Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// How long a request that fits the budget waits for other views to unpin memory before
+    /// it fails with [`Error::OutOfBudget`] (default 2 s; zero: fail at once). Reads and
+    /// gathers of other threads never make a request fail: they end by themselves, so it
+    /// waits for them.
+    pub fn pin_wait(&mut self, wait: Duration) -> &mut Self {
+        self.pin_wait = wait;
+        self
+    }
+
+    /// Builds the cache.
+    pub fn build(&self) -> Result<DeviceCache> {
+        DeviceCache::with_options(self)
+    }
+}
+
+/// What one mapped file has done so far ([`DeviceMappedFile::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct FileStats {
+    /// Bytes mapped (the file's length when it was mapped).
+    pub len: u64,
+    /// Extents asked for (by views, gathers and prefetches) that were resident.
+    pub hits: u64,
+    /// Extents asked for that had to be read from the file.
+    pub misses: u64,
+    /// Reads issued to fill missing extents.
+    pub fault_reads: u64,
+    /// Bytes those reads brought in.
+    pub bytes_faulted: u64,
+    /// Frames and slots of this file given up to make room (or by `evict`).
+    pub evictions: u64,
+    /// Bytes written back (by flushes and evictions).
+    pub bytes_written_back: u64,
+    /// Write-backs that failed.
+    pub write_errors: u64,
+    /// Bytes of the file resident (clean or dirty).
+    pub resident_bytes: u64,
+    /// Bytes waiting to be written back.
+    pub dirty_bytes: u64,
+    /// Frames of the file mapped (contiguous homes).
+    pub frames: u64,
+    /// Slots holding extents of the file (random-access homes).
+    pub slots: u64,
+}
+
+/// What a cache holds and has done ([`DeviceCache::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct CacheStats {
+    /// The budget, in bytes (whole frames).
+    pub budget: u64,
+    /// The frame size.
+    pub frame_size: u64,
+    /// The extent (and slot) size.
+    pub extent_size: u64,
+    /// Bytes of memory in use: mapped file frames and slot frames. Never above `budget`.
+    pub used_bytes: u64,
+    /// Slots in use across files.
+    pub slots_in_use: u64,
+    /// Files open in the cache.
+    pub files: u64,
+    /// The counters of every file (open now) added up; `len` is their total length.
+    pub totals: FileStats,
+    /// Seconds spent mapping and unmapping memory (summed over threads).
+    pub map_seconds: f64,
+    /// Seconds spent reading missing extents (summed over the threads that waited for them).
+    pub fault_seconds: f64,
+}
+
+/// A write-back failure remembered for its file until a `sync` writes every byte.
+#[derive(Debug, Clone)]
+pub(crate) struct StickyError {
+    pub(crate) errno: Option<i32>,
+    pub(crate) message: String,
+}
+
+impl StickyError {
+    pub(crate) fn from_error(e: &Error) -> StickyError {
+        StickyError { errno: e.raw_os_error(), message: e.to_string() }
+    }
+
+    /// The error again, as an `Error` (the OS error rebuilt from its errno where there was one).
+    pub(crate) fn to_error(&self, path: &Path, dirty_bytes: u64) -> Error {
+        let source = match self.errno {
+            Some(errno) => Error::Io {
+                op: "write-back",
+                path: Some(path.to_path_buf()),
+                offset: None,
+                source: std::io::Error::from_raw_os_error(errno),
+            },
+            None => Error::InvalidArgument(self.message.clone()),
+        };
+        Error::WriteBack { path: path.to_path_buf(), dirty_bytes, source: Box::new(source) }
+    }
+}
+
+/// What the cache keeps of one open file: what eviction needs to write it back and unmap it.
+pub(crate) struct FileEntry {
+    pub(crate) id: FileId,
+    pub(crate) path: PathBuf,
+    pub(crate) file: FileHandle,
+    pub(crate) writable: bool,
+    pub(crate) len: u64,
+    pub(crate) memory: FileMemory,
+    pub(crate) sticky: Mutex<Option<StickyError>>,
+    pub(crate) access: Mutex<AccessState>,
+}
+
+/// How a file is being read, for read-ahead.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AccessState {
+    pub(crate) advice: Advice,
+    /// Where the last contiguous view ended (a view starting there is the next of a walk).
+    pub(crate) last_end: Option<u64>,
+    /// Read-ahead has been started up to here.
+    pub(crate) ahead_until: u64,
+}
+
+/// The state behind one lock: the books, and the files they name.
+pub(crate) struct State {
+    pub(crate) books: Books,
+    pub(crate) files: HashMap<FileId, Arc<FileEntry>>,
+}
+
+/// A cache's shared innards.
+pub(crate) struct CacheShared {
+    pub(crate) state: Mutex<State>,
+    /// Signalled when loads finish and pins go.
+    pub(crate) changed: Condvar,
+    pub(crate) store: Store,
+    pub(crate) geometry: Geometry,
+    pub(crate) times: Mutex<(f64, f64)>,
+    pub(crate) pin_wait: Duration,
+}
+
+/// One budget of device memory on one GPU (or host memory standing in), shared by every file
+/// opened through it: least-recently-used eviction across files, write-back before eviction,
+/// single-flight faults, stats per file and in total. A cache serves one device; cheap to clone.
+///
+/// ```
+/// use gpumap::mapped::CacheOptions;
+/// # let dir = tempfile::tempdir()?;
+/// # let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+/// # std::fs::write(&a, vec![1u8; 1 << 20])?;
+/// # std::fs::write(&b, vec![2u8; 1 << 20])?;
+/// let cache = CacheOptions::new().budget(64 << 20).extent_size(4096).build()?;
+/// let first = cache.open(&a)?;
+/// let second = cache.open(&b)?;
+/// let mut rows = gpumap::memory::DeviceBuffer::zeroed(&cache.device(), 2 * 4096)?;
+/// cache.gather(&[first.range(0, 4096), second.range(65536, 4096)], rows.view_mut())?;
+/// assert_eq!(rows.to_vec()?[4096], 2);
+/// println!("{:?}", cache.stats());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct DeviceCache {
+    pub(crate) shared: Arc<CacheShared>,
+}
+
+impl std::fmt::Debug for DeviceCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let stats = self.stats();
+        f.debug_struct("DeviceCache")
+            .field("memory", &self.shared.store.describe())
+            .field("budget", &stats.budget)
+            .field("used_bytes", &stats.used_bytes)
+            .field("files", &stats.files)
+            .finish()
+    }
+}
+
+impl DeviceCache {
+    /// A cache with these options.
+    pub fn new(options: &CacheOptions) -> Result<DeviceCache> {
+        DeviceCache::with_options(options)
+    }
+
+    fn with_options(options: &CacheOptions) -> Result<DeviceCache> {
+        let device = options.memory.clone().unwrap_or_else(Device::auto);
+        let (granularity, capacity) = match &device {
+            Device::Cuda(d) => (VaRange::granularity(d)? as u64, d.total_memory() as u64),
+            Device::Host => (HOST_GRANULARITY, crate::sys::host_memory::physical_memory()),
+        };
+        let frame = options.frame_size.unwrap_or(DEFAULT_FRAME.next_multiple_of(granularity));
+        if frame == 0 || !frame.is_multiple_of(granularity) || frame > MAX_FRAME {
+            return Err(Error::InvalidArgument(format!(
+                "frame size {frame}: expected a multiple of the allocation granularity \
+                 {granularity} up to {MAX_FRAME}"
+            )));
+        }
+        let extent = options.extent_size;
+        if !extent.is_power_of_two() || extent < PAGE_SIZE || extent > frame {
+            return Err(Error::InvalidArgument(format!(
+                "extent size {extent}: expected a power of two from {PAGE_SIZE} to the frame \
+                 size {frame}"
+            )));
+        }
+        if options.budget < frame {
+            return Err(Error::InvalidArgument(format!(
+                "budget {} is less than one frame of {frame} bytes",
+                options.budget
+            )));
+        }
+        if options.budget > capacity {
+            return Err(Error::InvalidArgument(format!(
+                "budget {} exceeds the {capacity} bytes of {}",
+                options.budget,
+                device.describe()
+            )));
+        }
+        let max_frames = (options.budget / frame) as usize;
+        let geometry = Geometry { extent, frame };
+        Ok(DeviceCache {
+            shared: Arc::new(CacheShared {
+                state: Mutex::new(State {
+                    books: Books::new(geometry, max_frames),
+                    files: HashMap::new(),
+                }),
+                changed: Condvar::new(),
+                store: Store::new(&device, geometry, max_frames)?,
+                geometry,
+                times: Mutex::new((0.0, 0.0)),
+                pin_wait: options.pin_wait,
+            }),
+        })
+    }
+
+    /// Opens `path` read-only in this cache with the default [`MapOptions`].
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<DeviceMappedFile> {
+        self.open_with(path.as_ref(), &MapOptions::new())
+    }
+
+    /// Opens `path` in this cache with `options` (their budget, extent, frame and memory
+    /// settings are the cache's and are ignored here).
+    pub fn open_with(
+        &self,
+        path: impl AsRef<Path>,
+        options: &MapOptions,
+    ) -> Result<DeviceMappedFile> {
+        let path = path.as_ref();
+        let handle_options = match options.handle.as_ref() {
+            Some(o) => o.clone(),
+            None => HandleOptions::from_config(crate::Config::global()?),
+        };
+        let file = handle_options.open(path, if options.writable { "r+" } else { "r" })?;
+        let len = file.len()?;
+        let memory = self.shared.store.open_file(len)?;
+        let mut state = self.shared.state.lock();
+        let id = state.books.add_file(len);
+        let entry = Arc::new(FileEntry {
+            id,
+            path: path.to_path_buf(),
+            file,
+            writable: options.writable,
+            len,
+            memory,
+            sticky: Mutex::new(None),
+            access: Mutex::new(AccessState { advice: options.advice, ..AccessState::default() }),
+        });
+        state.files.insert(id, Arc::clone(&entry));
+        drop(state);
+        Ok(DeviceMappedFile::new(self.clone(), entry))
+    }
+
+    /// Where the cache's memory is.
+    pub fn device(&self) -> Device {
+        self.shared.store.device()
+    }
+
+    /// What the cache holds and has done, over the files open now.
+    pub fn stats(&self) -> CacheStats {
+        let state = self.shared.state.lock();
+        let books = &state.books;
+        let g = self.shared.geometry;
+        let mut totals = FileStats::default();
+        for (id, file) in books.files() {
+            let s = file_stats(books, id);
+            totals.len += s.len;
+            totals.hits += s.hits;
+            totals.misses += s.misses;
+            totals.fault_reads += s.fault_reads;
+            totals.bytes_faulted += s.bytes_faulted;
+            totals.evictions += s.evictions;
+            totals.bytes_written_back += s.bytes_written_back;
+            totals.write_errors += s.write_errors;
+            totals.resident_bytes += s.resident_bytes;
+            totals.dirty_bytes += s.dirty_bytes;
+            totals.frames += s.frames;
+            totals.slots += s.slots;
+            let _ = file;
+        }
+        let (map_seconds, fault_seconds) = *self.shared.times.lock();
+        CacheStats {
+            budget: books.max_frames() as u64 * g.frame,
+            frame_size: g.frame,
+            extent_size: g.extent,
+            used_bytes: books.frames_in_use() as u64 * g.frame,
+            slots_in_use: books.slots_in_use() as u64,
+            files: books.files().count() as u64,
+            totals,
+            map_seconds,
+            fault_seconds,
+        }
+    }
+
+    /// Writes back every dirty extent of every file (see [`DeviceMappedFile::flush`]); the
+    /// first error is returned after every file was tried.
+    pub fn flush(&self) -> Result<()> {
+        let g = self.shared.geometry;
+        self.each_file(|entry| {
+            super::writeback::flush(&self.shared, entry, 0..g.extents(entry.len))
+        })
+    }
+
+    /// Writes back every dirty extent of every file, then `fdatasync` of each written file (see
+    /// [`DeviceMappedFile::sync`]).
+    pub fn sync(&self) -> Result<()> {
+        self.each_file(|entry| super::writeback::sync(&self.shared, entry))
+    }
+
+    /// Runs `f` on every open file; the first error is returned after all ran.
+    fn each_file(&self, f: impl Fn(&FileEntry) -> Result<()>) -> Result<()> {
+        let entries: Vec<Arc<FileEntry>> =
+            self.shared.state.lock().files.values().cloned().collect();
+        let mut first = None;
+        for entry in entries {
+            if let Err(e) = f(&entry) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+/// One file's stats from the books.
+pub(crate) fn file_stats(books: &Books, id: FileId) -> FileStats {
+    let Some(file) = books.file(id) else { return FileStats::default() };
+    let FileCounters {
+        hits,
+        misses,
+        fault_reads,
+        bytes_faulted,
+        evictions,
+        bytes_written_back,
+        write_errors,
+    } = file.counters;
+    let (resident_bytes, dirty_bytes) = books.resident_and_dirty(id);
+    let (frames, slots) = books.units_of(id);
+    FileStats {
+        len: file.len,
+        hits,
+        misses,
+        fault_reads,
+        bytes_faulted,
+        evictions,
+        bytes_written_back,
+        write_errors,
+        resident_bytes,
+        dirty_bytes,
+        frames: frames as u64,
+        slots: slots as u64,
+    }
+}
+
+/// What one step of making room did.
+pub(crate) enum Room {
+    /// There is room for what was wanted.
+    Ready,
+    /// The lock was let go to write a dirty frame back: look at everything again.
+    Released,
+    /// Everything is pinned.
+    Full,
+}
+
+impl CacheShared {
+    /// Adds `seconds` to the time spent mapping memory.
+    pub(crate) fn add_map_time(&self, since: Instant) {
+        self.times.lock().0 += since.elapsed().as_secs_f64();
+    }
+
+    /// Adds `seconds` to the time spent reading missing extents.
+    pub(crate) fn add_fault_time(&self, since: Instant) {
+        self.times.lock().1 += since.elapsed().as_secs_f64();
+    }
+
+    /// One step towards room for `want`: a free slot or frame is ready, or a victim was given
+    /// up (evicted, unmapped, or written back with the lock let go), or nothing can go.
+    pub(crate) fn make_room(&self, state: &mut MutexGuard<'_, State>, want: Want) -> Result<Room> {
+        loop {
+            match want {
+                Want::Slot if state.books.has_free_slot() => return Ok(Room::Ready),
+                Want::Slot if state.books.has_room() => {
+                    let t = Instant::now();
+                    let Some(position) = state.books.add_slot_frame() else {
+                        return Ok(Room::Full);
+                    };
+                    let mapped = self.store.map_slot_frame(position);
+                    self.add_map_time(t);
+                    if let Err(e) = mapped {
+                        state.books.remove_slot_frame(position);
+                        return Err(e);
+                    }
+                    return Ok(Room::Ready);
+                }
+                Want::Frame if state.books.has_room() => return Ok(Room::Ready),
+                _ => {}
+            }
+            match state.books.victim(want) {
+                Victim::CleanFrame { file, index } => {
+                    let entry = state.files.get(&file).cloned();
+                    let t = Instant::now();
+                    if let Some(entry) = entry {
+                        self.store.unmap_frame(&entry.memory, index)?;
+                    }
+                    self.add_map_time(t);
+                    state.books.remove_frame(file, index);
+                }
+                Victim::Slot(slot) => state.books.evict_slot(slot),
+                Victim::SlotFrame(position) => {
+                    let t = Instant::now();
+                    self.store.unmap_slot_frame(position)?;
+                    self.add_map_time(t);
+                    state.books.remove_slot_frame(position);
+                }
+                Victim::DirtyFrame { file, index } => {
+                    let Some(entry) = state.files.get(&file).cloned() else {
+                        return Ok(Room::Full);
+                    };
+                    let unit = Unit::Frame { file, index };
+                    // Pinned while its bytes go out, so no one else evicts it meanwhile.
+                    state.books.pin(unit, true);
+                    let per = self.geometry.per_frame();
+                    let extents = index * per..(index + 1) * per;
+                    let result = MutexGuard::unlocked(state, || {
+                        super::writeback::write_back(self, &entry, extents)
+                    });
+                    state.books.unpin(unit, true);
+                    self.changed.notify_all();
+                    result?;
+                    return Ok(Room::Released);
+                }
+                Victim::None => return Ok(Room::Full),
+            }
+        }
+    }
+
+    /// When a request started at `since` finds nothing to evict: waits for a change (a load
+    /// finished, a pin went). Pins of the cache's own operations go by themselves; pins of
+    /// callers' views may never go (the caller itself may hold them), so waiting for those is
+    /// bounded by the cache's `pin_wait`, after which the request is `OutOfBudget`.
+    pub(crate) fn wait_or_full(
+        &self,
+        state: &mut MutexGuard<'_, State>,
+        requested: u64,
+        since: Instant,
+    ) -> Result<()> {
+        if state.books.transient_pins() > 0 {
+            self.changed.wait(state);
+            return Ok(());
+        }
+        let deadline = since + self.pin_wait;
+        if Instant::now() < deadline {
+            self.changed.wait_until(state, deadline);
+            return Ok(());
+        }
+        let g = self.geometry;
+        Err(Error::OutOfBudget {
+            requested,
+            budget: state.books.max_frames() as u64 * g.frame,
+            in_use: state.books.frames_in_use() as u64 * g.frame,
+        })
+    }
+}

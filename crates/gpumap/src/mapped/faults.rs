@@ -1,0 +1,753 @@
+//! Bringing extents in: a request (a view, a gather, a prefetch) -> the extents it lacks ->
+//! claimed (single flight) -> read -> placed in their homes -> marked resident.
+//!
+//! - A **contiguous view** pins the file frames under its range (mapping missing ones, after
+//!   making room), copies over extents that slots hold, reads the rest in runs of adjacent
+//!   extents — each run one parallel read straight into the frames — and waits for extents
+//!   others are reading.
+//! - A **single-extent read view** (random access) is served from wherever its extent is; a
+//!   missing extent goes into a slot (one extent of memory, not a frame) unless its frame is
+//!   mapped anyway.
+//! - A **gather** copies many ranges, of any files, into one buffer, in rounds that each pin at
+//!   most a quarter of the budget: resident extents are copied from their homes; missing ones
+//!   are read into pinned buffers (one per group of up to 4 MiB, on the pool) and placed into
+//!   their slots and the caller's buffer by one kernel launch per group. Extents others are
+//!   reading are left to the next round.
+//!
+//! No lock is held across I/O, and no one waits for anything while holding a claim: claims
+//! are read in first, then the waiting starts, so two requests can never wait for each other.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::time::Instant;
+
+use parking_lot::MutexGuard;
+
+use super::books::{ExtentState, FileId, Location, SlotId, SlotState, Unit, Want};
+use super::cache::{CacheShared, FileEntry, Room, State};
+use super::store::Home;
+use crate::error::{Error, Result};
+use crate::memory::bounce::BouncePool;
+use crate::memory::cuda::{CudaDevice, DeviceCopy, RawRegion};
+use crate::memory::DeviceViewMut;
+
+/// Staging buffer of a gather group: misses are read into one pinned buffer this large.
+const GATHER_GROUP: usize = 4 << 20;
+
+/// Where a view's bytes are pinned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Pins {
+    /// Nothing (an empty view).
+    Nothing,
+    /// File frames (a contiguous home).
+    Frames(Range<u64>),
+    /// One slot holding the view's extent.
+    Slot(SlotId),
+}
+
+impl CacheShared {
+    /// Pins the file frames under `[offset, offset + len)` of `entry`, with every extent in
+    /// them resident; `write`: also marks them dirty and counts a live writer. Without `wait`
+    /// (a prefetch on a pool thread) it never blocks on others: extents they are reading are
+    /// left to them, and a full budget is `OutOfBudget` at once.
+    pub(crate) fn pin_frames(
+        &self,
+        entry: &FileEntry,
+        offset: u64,
+        len: u64,
+        write: bool,
+        transient: bool,
+        wait: bool,
+    ) -> Result<Pins> {
+        if len == 0 {
+            return Ok(Pins::Nothing);
+        }
+        let g = self.geometry;
+        let frames = g.frames_covering(offset, len);
+        let extents = g.extents_covering(offset, len);
+        let requested = (frames.end - frames.start) * g.frame;
+        let mut state = self.state.lock();
+        if (frames.end - frames.start) as usize > state.books.max_frames() {
+            return Err(Error::OutOfBudget {
+                requested,
+                budget: state.books.max_frames() as u64 * g.frame,
+                in_use: state.books.frames_in_use() as u64 * g.frame,
+            });
+        }
+        self.map_and_pin(&mut state, entry, frames.clone(), requested, transient, wait)?;
+        let unpin_all = |state: &mut MutexGuard<'_, State>| {
+            for index in frames.clone() {
+                state.books.unpin(Unit::Frame { file: entry.id, index }, transient);
+            }
+            self.changed.notify_all();
+        };
+        let mut counted = false;
+        loop {
+            let moves = state.books.claim_moves(entry.id, extents.clone());
+            let loads = state.books.claim_in_frames(entry.id, extents.clone());
+            if !counted {
+                let counters = state.books.counters_mut(entry.id);
+                if let Some(c) = counters {
+                    c.misses += loads.len() as u64;
+                    c.hits += (extents.end - extents.start) - loads.len() as u64;
+                }
+                counted = true;
+            }
+            if moves.is_empty() && loads.is_empty() {
+                if !wait || !state.books.any_loading(entry.id, extents.clone()) {
+                    break;
+                }
+                self.changed.wait(&mut state);
+                continue;
+            }
+            let result = MutexGuard::unlocked(&mut state, || {
+                let moved = self.move_to_frames(entry, &moves);
+                let loaded = self.load_into_frames(entry, &loads);
+                (moved, loaded)
+            });
+            for ((e, slot), ok) in moves.iter().zip(&result.0) {
+                state.books.moved_to_frame(entry.id, *e, *ok);
+                state.books.unpin(Unit::Slot(*slot), true);
+            }
+            state.books.finish_frame_loads(entry.id, &loads, result.1.is_ok());
+            self.changed.notify_all();
+            if let Err(e) = result.1 {
+                unpin_all(&mut state);
+                return Err(e);
+            }
+            if let Some(e) = result.0.iter().position(|ok| !ok) {
+                unpin_all(&mut state);
+                return Err(Error::InvalidArgument(format!(
+                    "moving extent {} of {} from its slot failed",
+                    moves[e].0,
+                    entry.path.display()
+                )));
+            }
+        }
+        if write {
+            state.books.mark_dirty(entry.id, extents);
+            state.books.add_writers(entry.id, frames.clone(), 1);
+        }
+        Ok(Pins::Frames(frames))
+    }
+
+    /// Pins every frame of `frames`, mapping the missing ones after making room for them. On
+    /// failure nothing stays pinned.
+    fn map_and_pin(
+        &self,
+        state: &mut MutexGuard<'_, State>,
+        entry: &FileEntry,
+        frames: Range<u64>,
+        requested: u64,
+        transient: bool,
+        wait: bool,
+    ) -> Result<()> {
+        let since = Instant::now();
+        'again: loop {
+            let mut pinned = Vec::new();
+            let mut missing = Vec::new();
+            for index in frames.clone() {
+                if state.books.is_mapped(entry.id, index) {
+                    state.books.pin(Unit::Frame { file: entry.id, index }, transient);
+                    pinned.push(index);
+                } else {
+                    missing.push(index);
+                }
+            }
+            let release = |state: &mut MutexGuard<'_, State>, pinned: &[u64]| {
+                for &index in pinned {
+                    state.books.unpin(Unit::Frame { file: entry.id, index }, transient);
+                }
+                self.changed.notify_all();
+            };
+            for index in missing {
+                match self.make_room(state, Want::Frame) {
+                    Ok(Room::Ready) => {}
+                    Ok(Room::Released) => {
+                        release(state, &pinned);
+                        continue 'again;
+                    }
+                    Ok(Room::Full) => {
+                        release(state, &pinned);
+                        if !wait {
+                            let g = self.geometry;
+                            return Err(Error::OutOfBudget {
+                                requested,
+                                budget: state.books.max_frames() as u64 * g.frame,
+                                in_use: state.books.frames_in_use() as u64 * g.frame,
+                            });
+                        }
+                        self.wait_or_full(state, requested, since)?;
+                        continue 'again;
+                    }
+                    Err(e) => {
+                        release(state, &pinned);
+                        return Err(e);
+                    }
+                }
+                let t = Instant::now();
+                let mapped = self.store.map_frame(&entry.memory, index);
+                self.add_map_time(t);
+                if let Err(e) = mapped {
+                    release(state, &pinned);
+                    return Err(e);
+                }
+                state.books.add_frame(entry.id, index, transient);
+                pinned.push(index);
+            }
+            return Ok(());
+        }
+    }
+
+    /// Copies extents from their slots into their (pinned, mapped) frames; one result each.
+    fn move_to_frames(&self, entry: &FileEntry, moves: &[(u64, SlotId)]) -> Vec<bool> {
+        let g = self.geometry;
+        moves
+            .iter()
+            .map(|&(e, slot)| {
+                let (offset, len) = g.bytes_of(e..e + 1, entry.len);
+                let len = if len == 0 { 0 } else { g.extent as usize };
+                self.store
+                    .copy_within(Home::Slot(slot, 0), Home::Frame(&entry.memory, offset), len)
+                    .map_err(|err| tracing::warn!("moving extent {e} into its frame: {err}"))
+                    .is_ok()
+            })
+            .collect()
+    }
+
+    /// Reads claimed extents into their (pinned, mapped) frames, runs of adjacent extents in
+    /// parallel on the file's pool.
+    fn load_into_frames(&self, entry: &FileEntry, loads: &[u64]) -> Result<()> {
+        if loads.is_empty() {
+            return Ok(());
+        }
+        let g = self.geometry;
+        let runs = g.runs(loads, self.store.frames_apart(), entry.len);
+        let t = Instant::now();
+        let result = entry.file.pool().run(runs.clone(), |(offset, len)| {
+            // The file's last extent is filled with zeros past its end.
+            let fill = ((offset + len).next_multiple_of(g.extent) - offset) as usize;
+            let got = self.store.load(
+                Home::Frame(&entry.memory, offset),
+                &entry.file,
+                offset,
+                len as usize,
+                fill,
+            )?;
+            if (got as u64) < len {
+                // The file shrank under the map: what it no longer has is an error, not zeros.
+                return Err(Error::UnexpectedEof { offset, wanted: len, got: got as u64 });
+            }
+            Ok(got)
+        });
+        self.add_fault_time(t);
+        let mut state = self.state.lock();
+        if let Some(c) = state.books.counters_mut(entry.id) {
+            c.fault_reads += runs.len() as u64;
+            c.bytes_faulted += runs.iter().map(|r| r.1).sum::<u64>();
+        }
+        result.map(|_| ())
+    }
+
+    /// Pins extent `e` of `entry` wherever it is resident, reading it into a slot (or into its
+    /// frame, when that is mapped anyway) if it is missing: the home of a single-extent read
+    /// view. Costs one extent of memory for a miss, where a contiguous view costs a frame.
+    pub(crate) fn pin_extent(&self, entry: &FileEntry, e: u64) -> Result<Pins> {
+        let g = self.geometry;
+        let index = g.frame_of(e);
+        let frame = Unit::Frame { file: entry.id, index };
+        let since = Instant::now();
+        let mut state = self.state.lock();
+        loop {
+            match state.books.locate(entry.id, e) {
+                Location::Frame(ExtentState::Clean | ExtentState::Dirty) => {
+                    state.books.pin(frame, false);
+                    count(&mut state, entry.id, 1, 0);
+                    return Ok(Pins::Frames(index..index + 1));
+                }
+                Location::Slot(slot, SlotState::Clean) => {
+                    state.books.pin(Unit::Slot(slot), false);
+                    count(&mut state, entry.id, 1, 0);
+                    return Ok(Pins::Slot(slot));
+                }
+                Location::Frame(ExtentState::Absent) => {
+                    // Its frame is mapped anyway: read it there, at no cost in memory.
+                    state.books.pin(frame, false);
+                    let claimed = state.books.claim_in_frames(entry.id, e..e + 1);
+                    if claimed.is_empty() {
+                        state.books.unpin(frame, false);
+                        self.changed.wait(&mut state);
+                        continue;
+                    }
+                    count(&mut state, entry.id, 0, 1);
+                    let result =
+                        MutexGuard::unlocked(&mut state, || self.load_into_frames(entry, &claimed));
+                    state.books.finish_frame_loads(entry.id, &claimed, result.is_ok());
+                    if result.is_err() {
+                        state.books.unpin(frame, false);
+                    }
+                    self.changed.notify_all();
+                    return result.map(|()| Pins::Frames(index..index + 1));
+                }
+                Location::Frame(ExtentState::Loading) | Location::Slot(..) => {
+                    self.changed.wait(&mut state);
+                }
+                Location::Nowhere => {
+                    match self.make_room(&mut state, Want::Slot)? {
+                        Room::Ready => {}
+                        Room::Released => continue,
+                        Room::Full => {
+                            self.wait_or_full(&mut state, g.extent, since)?;
+                            continue;
+                        }
+                    }
+                    let Some(slot) = state.books.take_slot(entry.id, e) else { continue };
+                    count(&mut state, entry.id, 0, 1);
+                    let (offset, len) = g.bytes_of(e..e + 1, entry.len);
+                    let t = Instant::now();
+                    let result = MutexGuard::unlocked(&mut state, || {
+                        self.store.load(
+                            Home::Slot(slot, 0),
+                            &entry.file,
+                            offset,
+                            len as usize,
+                            g.extent as usize,
+                        )
+                    });
+                    self.add_fault_time(t);
+                    let result = result.and_then(|got| match got as u64 {
+                        got if got < len => Err(Error::UnexpectedEof { offset, wanted: len, got }),
+                        _ => Ok(()),
+                    });
+                    if let Some(c) = state.books.counters_mut(entry.id) {
+                        c.fault_reads += 1;
+                        c.bytes_faulted += len;
+                    }
+                    state.books.finish_slot_load(slot, result.is_ok());
+                    if result.is_ok() {
+                        state.books.pin(Unit::Slot(slot), false);
+                    }
+                    state.books.unpin(Unit::Slot(slot), true);
+                    self.changed.notify_all();
+                    return result.map(|()| Pins::Slot(slot));
+                }
+            }
+        }
+    }
+
+    /// Undoes what a prefetch pinned (transient pins).
+    pub(crate) fn unpin_prefetch(&self, entry: &FileEntry, pins: &Pins) {
+        if let Pins::Frames(frames) = pins {
+            let mut state = self.state.lock();
+            for index in frames.clone() {
+                state.books.unpin(Unit::Frame { file: entry.id, index }, true);
+            }
+        }
+        self.changed.notify_all();
+    }
+
+    /// Undoes what a view pinned; a writable view's extents become newer than any write-back
+    /// in progress, and its writer goes.
+    pub(crate) fn unpin_view(
+        &self,
+        entry: &FileEntry,
+        pins: &Pins,
+        extents: Range<u64>,
+        write: bool,
+    ) {
+        let mut state = self.state.lock();
+        match pins {
+            Pins::Nothing => {}
+            Pins::Frames(frames) => {
+                if write {
+                    state.books.mark_dirty(entry.id, extents);
+                    state.books.add_writers(entry.id, frames.clone(), -1);
+                }
+                for index in frames.clone() {
+                    state.books.unpin(Unit::Frame { file: entry.id, index }, false);
+                }
+            }
+            Pins::Slot(slot) => state.books.unpin(Unit::Slot(*slot), false),
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
+}
+
+/// Adds `hits` and `misses` to a file's counters.
+fn count(state: &mut MutexGuard<'_, State>, file: FileId, hits: u64, misses: u64) {
+    if let Some(c) = state.books.counters_mut(file) {
+        c.hits += hits;
+        c.misses += misses;
+    }
+}
+
+/// One range of a gather: `len` bytes of `entry` at `offset`.
+pub(crate) struct GatherRange<'a> {
+    pub(crate) entry: &'a FileEntry,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
+/// A gather's range cut at extent borders: `len` bytes at `at` in extent `e` of range
+/// `range`'s file, going to `dst` in the caller's buffer.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    range: usize,
+    e: u64,
+    at: u64,
+    len: usize,
+    dst: usize,
+}
+
+/// Where a round found (or put) an extent.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    Frame,
+    Slot(SlotId),
+}
+
+/// An extent a round reads in, and the segments that want it.
+struct Miss {
+    range: usize,
+    e: u64,
+    place: Place,
+    segments: Vec<usize>,
+}
+
+/// What one round of a gather does.
+#[derive(Default)]
+struct Round {
+    hits: Vec<(usize, Place)>,
+    misses: Vec<Miss>,
+    pins: Vec<Unit>,
+    deferred: Vec<usize>,
+}
+
+impl CacheShared {
+    /// Copies `ranges`, packed one after another, into `dst` (or, without `dst`, only makes
+    /// them resident: a batch prefetch). The caller checked the ranges and `dst`'s size.
+    pub(crate) fn gather(
+        &self,
+        ranges: &[GatherRange<'_>],
+        mut dst: Option<DeviceViewMut<'_>>,
+    ) -> Result<()> {
+        let g = self.geometry;
+        let mut segments = Vec::new();
+        let mut at_dst = 0usize;
+        for (i, r) in ranges.iter().enumerate() {
+            let mut offset = r.offset;
+            let end = r.offset + r.len;
+            while offset < end {
+                let e = offset / g.extent;
+                let next = ((e + 1) * g.extent).min(end);
+                let len = (next - offset) as usize;
+                segments.push(Segment { range: i, e, at: offset % g.extent, len, dst: at_dst });
+                at_dst += len;
+                offset = next;
+            }
+        }
+        let capacity = {
+            let state = self.state.lock();
+            state.books.max_frames() * g.per_frame() as usize
+        };
+        let limit = (capacity / 4).max(1);
+        let mut todo: Vec<usize> = (0..segments.len()).collect();
+        let mut since = Instant::now();
+        while !todo.is_empty() {
+            let mut state = self.state.lock();
+            let round = self.plan_round(&mut state, ranges, &segments, &todo, limit)?;
+            let progress = !round.hits.is_empty() || !round.misses.is_empty();
+            drop(state);
+            let result = self.run_round(ranges, &segments, &round, dst.as_mut());
+            let mut state = self.state.lock();
+            for miss in &round.misses {
+                let ok = result.is_ok();
+                match miss.place {
+                    Place::Slot(slot) => state.books.finish_slot_load(slot, ok),
+                    Place::Frame => {
+                        state.books.finish_frame_loads(ranges[miss.range].entry.id, &[miss.e], ok)
+                    }
+                }
+            }
+            for unit in &round.pins {
+                state.books.unpin(*unit, true);
+            }
+            self.changed.notify_all();
+            result?;
+            if progress {
+                since = Instant::now();
+            } else if !round.deferred.is_empty() {
+                // Nothing could be pinned: others' reads and gathers hold the memory (they
+                // end), or views do (waited for, up to the cache's pin wait).
+                self.wait_or_full(&mut state, g.extent, since)?;
+            }
+            todo = round.deferred;
+        }
+        Ok(())
+    }
+
+    /// Decides what one round does, pinning what it uses: at most `limit` pins; extents others
+    /// are reading, and what does not fit, are deferred.
+    fn plan_round(
+        &self,
+        state: &mut MutexGuard<'_, State>,
+        ranges: &[GatherRange<'_>],
+        segments: &[Segment],
+        todo: &[usize],
+        limit: usize,
+    ) -> Result<Round> {
+        let g = self.geometry;
+        let mut round = Round::default();
+        let mut claimed: HashMap<(FileId, u64), usize> = HashMap::new();
+        let mut full = false;
+        let mut i = 0;
+        while i < todo.len() {
+            let s = todo[i];
+            let seg = segments[s];
+            let file = ranges[seg.range].entry.id;
+            if full || round.pins.len() >= limit {
+                round.deferred.push(s);
+                i += 1;
+                continue;
+            }
+            if let Some(&m) = claimed.get(&(file, seg.e)) {
+                // Read once for both: a hit for the second asker.
+                round.misses[m].segments.push(s);
+                count(state, file, 1, 0);
+                i += 1;
+                continue;
+            }
+            let frame = Unit::Frame { file, index: g.frame_of(seg.e) };
+            match state.books.locate(file, seg.e) {
+                Location::Frame(ExtentState::Clean | ExtentState::Dirty) => {
+                    state.books.pin(frame, true);
+                    round.pins.push(frame);
+                    round.hits.push((s, Place::Frame));
+                    count(state, file, 1, 0);
+                }
+                Location::Slot(slot, SlotState::Clean) => {
+                    state.books.pin(Unit::Slot(slot), true);
+                    round.pins.push(Unit::Slot(slot));
+                    round.hits.push((s, Place::Slot(slot)));
+                    count(state, file, 1, 0);
+                }
+                Location::Frame(ExtentState::Absent) => {
+                    state.books.pin(frame, true);
+                    round.pins.push(frame);
+                    state.books.claim_in_frames(file, seg.e..seg.e + 1);
+                    claimed.insert((file, seg.e), round.misses.len());
+                    round.misses.push(Miss {
+                        range: seg.range,
+                        e: seg.e,
+                        place: Place::Frame,
+                        segments: vec![s],
+                    });
+                    count(state, file, 0, 1);
+                }
+                Location::Frame(ExtentState::Loading) | Location::Slot(..) => {
+                    round.deferred.push(s)
+                }
+                Location::Nowhere => match self.make_room(state, Want::Slot)? {
+                    Room::Ready => match state.books.take_slot(file, seg.e) {
+                        Some(slot) => {
+                            round.pins.push(Unit::Slot(slot));
+                            claimed.insert((file, seg.e), round.misses.len());
+                            round.misses.push(Miss {
+                                range: seg.range,
+                                e: seg.e,
+                                place: Place::Slot(slot),
+                                segments: vec![s],
+                            });
+                            count(state, file, 0, 1);
+                        }
+                        None => full = true,
+                    },
+                    // The lock was let go: look at this segment again.
+                    Room::Released => continue,
+                    Room::Full => full = true,
+                },
+            }
+            if full {
+                continue;
+            }
+            i += 1;
+        }
+        Ok(round)
+    }
+
+    /// Where segment `seg` of a round is in memory.
+    fn home<'a>(&self, ranges: &[GatherRange<'a>], seg: &Segment, place: Place) -> Home<'a> {
+        match place {
+            Place::Frame => {
+                Home::Frame(&ranges[seg.range].entry.memory, seg.e * self.geometry.extent + seg.at)
+            }
+            Place::Slot(slot) => Home::Slot(slot, seg.at),
+        }
+    }
+
+    /// Reads a round's misses into their homes and copies its segments into `dst`.
+    fn run_round(
+        &self,
+        ranges: &[GatherRange<'_>],
+        segments: &[Segment],
+        round: &Round,
+        dst: Option<&mut DeviceViewMut<'_>>,
+    ) -> Result<()> {
+        let device_dst = match &dst {
+            None => Some(None),
+            Some(DeviceViewMut::Cuda(v)) => Some(Some(v.raw)),
+            Some(DeviceViewMut::Host(_)) => None,
+        };
+        let t = Instant::now();
+        let result = match (self.store.copier(), device_dst) {
+            (Some(_), Some(target)) => self.run_round_on_device(ranges, segments, round, target),
+            _ => self.run_round_through_host(ranges, segments, round, dst),
+        };
+        self.add_fault_time(t);
+        let mut state = self.state.lock();
+        for miss in &round.misses {
+            let entry = ranges[miss.range].entry;
+            if let Some(c) = state.books.counters_mut(entry.id) {
+                c.fault_reads += 1;
+                c.bytes_faulted += self.geometry.bytes_of(miss.e..miss.e + 1, entry.len).1;
+            }
+        }
+        result
+    }
+
+    /// The GPU path: misses read into pinned buffers, a group of up to 4 MiB each on the pool,
+    /// and placed — into their homes and into `dst` — by one kernel launch per group; resident
+    /// extents copied from their homes by one more.
+    fn run_round_on_device(
+        &self,
+        ranges: &[GatherRange<'_>],
+        segments: &[Segment],
+        round: &Round,
+        dst: Option<RawRegion>,
+    ) -> Result<()> {
+        let g = self.geometry;
+        let extent = g.extent as usize;
+        let copier = self.store.copier().ok_or_else(|| Error::InvalidArgument("no GPU".into()))?;
+        let address = |seg: &Segment, place: Place| -> Result<u64> {
+            let home = self.home(ranges, seg, place);
+            Ok(self
+                .store
+                .region(home, seg.len)
+                .ok_or_else(|| Error::InvalidArgument("no address".into()))?
+                .ptr)
+        };
+        if let Some(first) = round.misses.first() {
+            let pool = ranges[first.range].entry.file.pool();
+            let device = match self.store.device() {
+                crate::memory::Device::Cuda(d) => d,
+                crate::memory::Device::Host => return Err(Error::InvalidArgument("no GPU".into())),
+            };
+            let bounce = BouncePool::for_device(&device, GATHER_GROUP, 2 * pool.nthreads())?;
+            let groups: Vec<&[Miss]> =
+                round.misses.chunks((GATHER_GROUP / extent).max(1)).collect();
+            pool.run(groups, |group| {
+                CudaDevice::bind_to_thread(&device)?;
+                let mut buffer = bounce.acquire()?;
+                let base = buffer.as_ptr() as u64;
+                let mut copies = Vec::with_capacity(group.len() * 2);
+                for (k, miss) in group.iter().enumerate() {
+                    let entry = ranges[miss.range].entry;
+                    let (offset, len) = g.bytes_of(miss.e..miss.e + 1, entry.len);
+                    let piece = &mut buffer[k * extent..(k + 1) * extent];
+                    let got = entry.file.read_at(&mut piece[..len as usize], offset)?;
+                    if (got as u64) < len {
+                        return Err(Error::UnexpectedEof { offset, wanted: len, got: got as u64 });
+                    }
+                    piece[got..].fill(0);
+                    let src = base + (k * extent) as u64;
+                    let whole =
+                        Segment { range: miss.range, e: miss.e, at: 0, len: extent, dst: 0 };
+                    copies.push(DeviceCopy {
+                        src,
+                        dst: address(&whole, miss.place)?,
+                        len: extent as u32,
+                    });
+                    if let Some(dst) = dst {
+                        for &s in &miss.segments {
+                            let seg = &segments[s];
+                            copies.push(DeviceCopy {
+                                src: src + seg.at,
+                                dst: dst.ptr + seg.dst as u64,
+                                len: seg.len as u32,
+                            });
+                        }
+                    }
+                }
+                copier.copy(&copies)?;
+                drop(buffer);
+                Ok(group.len())
+            })?;
+        }
+        if let Some(dst) = dst {
+            let copies = round
+                .hits
+                .iter()
+                .map(|&(s, place)| {
+                    let seg = &segments[s];
+                    Ok(DeviceCopy {
+                        src: address(seg, place)?,
+                        dst: dst.ptr + seg.dst as u64,
+                        len: seg.len as u32,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            copier.copy(&copies)?;
+        }
+        Ok(())
+    }
+
+    /// The host path (a host-memory cache, or a host buffer to gather into): misses read into
+    /// their homes in parallel, then every segment copied out.
+    fn run_round_through_host(
+        &self,
+        ranges: &[GatherRange<'_>],
+        segments: &[Segment],
+        round: &Round,
+        dst: Option<&mut DeviceViewMut<'_>>,
+    ) -> Result<()> {
+        let g = self.geometry;
+        if let Some(first) = round.misses.first() {
+            let pool = ranges[first.range].entry.file.pool();
+            pool.run(round.misses.iter().collect(), |miss| {
+                let entry = ranges[miss.range].entry;
+                let (offset, len) = g.bytes_of(miss.e..miss.e + 1, entry.len);
+                let whole = Segment { range: miss.range, e: miss.e, at: 0, len: 0, dst: 0 };
+                let home = self.home(ranges, &whole, miss.place);
+                let got =
+                    self.store.load(home, &entry.file, offset, len as usize, g.extent as usize)?;
+                if (got as u64) < len {
+                    return Err(Error::UnexpectedEof { offset, wanted: len, got: got as u64 });
+                }
+                Ok(got)
+            })?;
+        }
+        let Some(dst) = dst else { return Ok(()) };
+        let mut bytes = Vec::new();
+        let all =
+            round.hits.iter().copied().chain(
+                round.misses.iter().flat_map(|m| m.segments.iter().map(move |&s| (s, m.place))),
+            );
+        for (s, place) in all {
+            let seg = &segments[s];
+            let home = self.home(ranges, seg, place);
+            match dst {
+                DeviceViewMut::Host(out) => {
+                    self.store.copy_out(home, &mut out[seg.dst..seg.dst + seg.len])?
+                }
+                DeviceViewMut::Cuda(view) => {
+                    bytes.resize(seg.len, 0);
+                    self.store.copy_out(home, &mut bytes)?;
+                    view.copy_from_host(seg.dst, &bytes)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

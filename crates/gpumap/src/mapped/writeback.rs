@@ -1,0 +1,151 @@
+//! Writing dirty extents back: runs of adjacent dirty extents, in parallel on the file's pool.
+//!
+//! - An extent is marked clean only when a write-back that *started after its last write*
+//!   finished and no writable view over it is alive (the books' versions and writer counts):
+//!   bytes written through a live view are never lost to a flush that ran meanwhile.
+//! - A failed write leaves its extents dirty and returns the error, which also *sticks* to the
+//!   file: every later flush returns it until a `sync` writes every byte and `fdatasync`
+//!   succeeds. (Linux reports a write-back error once; a retried `fsync` can falsely succeed,
+//!   so the only safe retry is writing everything again — and the bytes are still here.)
+//! - A map never changes its file's length: dirty bytes past the end of a file that another
+//!   process cut are not written, stay dirty, and the write-back says so ([`Error::FileShrank`]).
+#![forbid(unsafe_code)]
+
+use std::ops::Range;
+
+use parking_lot::Mutex;
+
+use super::books::Unit;
+use super::cache::{CacheShared, FileEntry, StickyError};
+use super::store::Home;
+use crate::error::{Error, Result};
+
+/// Writes the dirty extents of `entry` among `extents` back to its file (see the module docs).
+pub(crate) fn write_back(
+    cache: &CacheShared,
+    entry: &FileEntry,
+    extents: Range<u64>,
+) -> Result<()> {
+    let g = cache.geometry;
+    let (dirty, frames) = {
+        let mut state = cache.state.lock();
+        let dirty = state.books.dirty_in(entry.id, extents.clone());
+        let mut frames: Vec<u64> = dirty.iter().map(|&(e, _)| g.frame_of(e)).collect();
+        frames.dedup();
+        // Pinned while they are written, so that they cannot be evicted meanwhile.
+        for &index in &frames {
+            state.books.pin(Unit::Frame { file: entry.id, index }, true);
+        }
+        (dirty, frames)
+    };
+    if dirty.is_empty() {
+        return Ok(());
+    }
+    let written = Mutex::new(Vec::with_capacity(dirty.len()));
+    let bytes = Mutex::new(0u64);
+    let current = entry.file.len();
+    let limit = current.as_ref().map_or(entry.len, |&len| len.min(entry.len));
+    let result = match current {
+        Err(e) => Err(e),
+        Ok(_) => {
+            let indices: Vec<u64> = dirty.iter().map(|&(e, _)| e).collect();
+            let runs = g.runs(&indices, cache.store.frames_apart(), limit);
+            entry.file.pool().run(runs, |(offset, len)| {
+                cache.store.write_back(
+                    Home::Frame(&entry.memory, offset),
+                    &entry.file,
+                    offset,
+                    len as usize,
+                )?;
+                // Extents all of whose bytes (in the mapping) this run wrote.
+                let done: Vec<(u64, u32)> = g
+                    .extents_covering(offset, len)
+                    .filter(|&e| {
+                        let (start, n) = g.bytes_of(e..e + 1, entry.len);
+                        start + n <= offset + len
+                    })
+                    .filter_map(|e| dirty.binary_search_by_key(&e, |d| d.0).ok().map(|i| dirty[i]))
+                    .collect();
+                written.lock().extend(done);
+                *bytes.lock() += len;
+                Ok(len as usize)
+            })
+        }
+    };
+    let written = written.into_inner();
+    let mut state = cache.state.lock();
+    state.books.finish_writeback(entry.id, &written);
+    for &index in &frames {
+        state.books.unpin(Unit::Frame { file: entry.id, index }, true);
+    }
+    let left: u64 = state
+        .books
+        .dirty_in(entry.id, extents)
+        .iter()
+        .map(|&(e, _)| g.bytes_of(e..e + 1, entry.len).1)
+        .sum();
+    if let Some(c) = state.books.counters_mut(entry.id) {
+        c.bytes_written_back += bytes.into_inner();
+        c.write_errors += u64::from(result.is_err());
+    }
+    drop(state);
+    cache.changed.notify_all();
+    if let Err(e) = result {
+        *entry.sticky.lock() = Some(StickyError::from_error(&e));
+        return Err(Error::WriteBack {
+            path: entry.path.clone(),
+            dirty_bytes: left,
+            source: Box::new(e),
+        });
+    }
+    if left > 0 && limit < entry.len {
+        let e = Error::FileShrank {
+            path: entry.path.clone(),
+            len: limit,
+            mapped_len: entry.len,
+            dirty_bytes: left,
+        };
+        *entry.sticky.lock() = Some(StickyError::from_error(&e));
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// The error a file's earlier failed write-back left, if any (see the module docs).
+pub(crate) fn sticky_error(cache: &CacheShared, entry: &FileEntry) -> Option<Error> {
+    let sticky = entry.sticky.lock().clone()?;
+    let g = cache.geometry;
+    let dirty: u64 = cache
+        .state
+        .lock()
+        .books
+        .dirty_in(entry.id, 0..g.extents(entry.len))
+        .iter()
+        .map(|&(e, _)| g.bytes_of(e..e + 1, entry.len).1)
+        .sum();
+    Some(sticky.to_error(&entry.path, dirty))
+}
+
+/// A flush of `extents`: their write-back, then the file's sticky error if an earlier
+/// write-back failed (see the module docs).
+pub(crate) fn flush(cache: &CacheShared, entry: &FileEntry, extents: Range<u64>) -> Result<()> {
+    write_back(cache, entry, extents)?;
+    match sticky_error(cache, entry) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// A sync: every dirty extent written back, then `fdatasync`; when both succeed the file's
+/// sticky error is cleared.
+pub(crate) fn sync(cache: &CacheShared, entry: &FileEntry) -> Result<()> {
+    write_back(cache, entry, 0..cache.geometry.extents(entry.len))?;
+    if entry.writable {
+        if let Err(e) = entry.file.sync_data() {
+            *entry.sticky.lock() = Some(StickyError::from_error(&e));
+            return Err(e);
+        }
+    }
+    *entry.sticky.lock() = None;
+    Ok(())
+}

@@ -1,0 +1,287 @@
+//! The cache under many threads: views, writes, gathers, flushes and evictions at once, on
+//! host memory and (where there is one) the GPU, checked against byte vectors; the budget is
+//! checked from the stats at every step.
+//!
+//! `GPUMAP_STRESS_SECS` sets how long each randomized run lasts (default 2 s per pool size and
+//! backend in CI; run it for minutes by hand).
+
+mod common;
+
+use std::fs;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::random_bytes;
+use gpumap::io::{FileHandle, IoPool};
+use gpumap::mapped::{CacheOptions, DeviceCache, MapOptions};
+use gpumap::memory::{Device, DeviceBuffer};
+use gpumap::Error;
+use parking_lot::Mutex;
+
+const MIB: u64 = 1 << 20;
+const FRAME: u64 = 2 * MIB;
+
+fn memories() -> Vec<Device> {
+    let mut all = vec![Device::Host];
+    if let Some(gpu) = common::gpu() {
+        all.push(Device::Cuda(gpu));
+    }
+    all
+}
+
+fn scratch() -> tempfile::TempDir {
+    let base =
+        std::env::var("GPUMAP_BENCH_DIR").unwrap_or_else(|_| env!("CARGO_TARGET_TMPDIR").into());
+    fs::create_dir_all(&base).unwrap();
+    tempfile::tempdir_in(base).unwrap()
+}
+
+fn stress_time() -> Duration {
+    let secs = std::env::var("GPUMAP_STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(2.0);
+    Duration::from_secs_f64(secs)
+}
+
+/// xorshift64: each thread's own sequence of choices.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Memory pinned by other threads' views may leave no room: a view or gather then fails with
+/// `OutOfBudget`, which is the documented answer, and the caller tries again.
+fn retry<T>(mut f: impl FnMut() -> gpumap::Result<T>) -> T {
+    loop {
+        match f() {
+            Ok(t) => return t,
+            Err(Error::OutOfBudget { .. }) => std::thread::sleep(Duration::from_micros(200)),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// Sixteen threads over three files in one cache: random single-extent and wide views and
+/// gathers of two read-only files, writes to each thread's own stripe of the third; the budget
+/// is never exceeded, checked after every operation, and every byte read matches.
+#[test]
+fn sixteen_threads_three_files_one_cache() {
+    for memory in memories() {
+        let dir = scratch();
+        let budget = 6 * FRAME;
+        let cache = CacheOptions::new()
+            .memory(memory.clone())
+            .frame_size(FRAME)
+            .budget(budget)
+            .extent_size(4096)
+            .build()
+            .unwrap();
+        let lens = [24 * MIB + 5, 17 * MIB];
+        let mut datas = Vec::new();
+        let mut maps = Vec::new();
+        for (i, &len) in lens.iter().enumerate() {
+            let path = dir.path().join(format!("ro-{i}"));
+            let data = random_bytes(len as usize, i as u64 + 1);
+            fs::write(&path, &data).unwrap();
+            datas.push(data);
+            maps.push(cache.open(&path).unwrap());
+        }
+        let rw_path = dir.path().join("rw");
+        let stripe = 256 << 10;
+        fs::write(&rw_path, vec![0u8; 16 * stripe]).unwrap();
+        let rw = cache.open_with(&rw_path, MapOptions::new().writable(true)).unwrap();
+        let models: Vec<Mutex<Vec<u8>>> = (0..16).map(|_| Mutex::new(vec![0u8; stripe])).collect();
+        let deadline = Instant::now() + stress_time();
+        let memory = &memory;
+        std::thread::scope(|s| {
+            for t in 0..16u64 {
+                let (cache, maps, datas, rw, models) = (&cache, &maps, &datas, &rw, &models);
+                s.spawn(move || {
+                    let mut rng = Rng(0x9E37_79B9 ^ ((t + 1) * 0x5851_F42D));
+                    while Instant::now() < deadline {
+                        let f = rng.below(2) as usize;
+                        let len = lens[f];
+                        match rng.below(4) {
+                            0 => {
+                                let n = 1 + rng.below(4096);
+                                let o = rng.below(len - n);
+                                // Within one extent it comes from a slot; across an extent
+                                // border it is contiguous (frames), and may have to wait.
+                                let view = retry(|| maps[f].view(o, n));
+                                let mut got = vec![0u8; n as usize];
+                                view.copy_to_host(0, &mut got).unwrap();
+                                assert!(got[..] == datas[f][o as usize..][..n as usize]);
+                            }
+                            1 => {
+                                let n = 1 + rng.below(FRAME);
+                                let o = rng.below(len - n);
+                                let view = retry(|| maps[f].view(o, n));
+                                let mut got = [0u8; 64];
+                                view.copy_to_host(n - 64.min(n), &mut got[..64.min(n) as usize])
+                                    .unwrap();
+                            }
+                            2 => {
+                                let rows: Vec<(u64, u64)> = (0..64)
+                                    .map(|_| (rng.below(len - 4096), 1 + rng.below(4096)))
+                                    .collect();
+                                let total: u64 = rows.iter().map(|r| r.1).sum();
+                                let mut dst =
+                                    DeviceBuffer::zeroed(&cache.device(), total as usize).unwrap();
+                                retry(|| maps[f].gather(&rows, dst.view_mut()));
+                                let got = dst.to_vec().unwrap();
+                                let mut at = 0usize;
+                                for &(o, n) in &rows {
+                                    assert!(
+                                        got[at..at + n as usize]
+                                            == datas[f][o as usize..][..n as usize]
+                                    );
+                                    at += n as usize;
+                                }
+                            }
+                            _ => {
+                                let o = rng.below(stripe as u64 - 100);
+                                let bytes = random_bytes(100, rng.next());
+                                let at = t * stripe as u64 + o;
+                                retry(|| rw.write(at, &bytes));
+                                models[t as usize].lock()[o as usize..][..100]
+                                    .copy_from_slice(&bytes);
+                                if rng.below(8) == 0 {
+                                    rw.flush_range(t * stripe as u64, stripe as u64).unwrap();
+                                }
+                            }
+                        }
+                        let stats = cache.stats();
+                        assert!(stats.used_bytes <= stats.budget, "{memory:?}: {stats:?}");
+                    }
+                });
+            }
+        });
+        rw.close().unwrap();
+        let on_disk = fs::read(&rw_path).unwrap();
+        for (t, model) in models.iter().enumerate() {
+            assert!(on_disk[t * stripe..][..stripe] == model.lock()[..], "{memory:?}: stripe {t}");
+        }
+        let totals = cache.stats().totals;
+        assert!(totals.hits + totals.misses > 0);
+    }
+}
+
+/// Workers write their own stripes of one file through writable views — sometimes keeping a
+/// view alive while others flush — and read them back; a chaos thread flushes, flushes ranges,
+/// evicts, calls `evict()` and reads everywhere; budgets of two and three frames force
+/// evictions of dirty frames all the time. Pool sizes 1, 2, 3, 8 and 16. The file must equal
+/// the model at the end, and every read must match while running.
+#[test]
+fn randomized_concurrent_views_writes_flushes_and_evictions() {
+    let time = stress_time();
+    for threads in [1usize, 2, 3, 8, 16] {
+        for memory in memories() {
+            run_randomized(memory, threads, time);
+        }
+    }
+}
+
+fn run_randomized(memory: Device, threads: usize, time: Duration) {
+    let dir = scratch();
+    let path = dir.path().join("chaos");
+    let workers = 4usize;
+    let stripe = (2 * MIB) as usize;
+    let mut initial = random_bytes(workers * stripe, threads as u64);
+    initial.truncate(workers * stripe);
+    fs::write(&path, &initial).unwrap();
+    let mut handle = FileHandle::options().unwrap();
+    handle.pool(Arc::new(IoPool::new(threads).unwrap())).task_size(128 << 10);
+    let cache: DeviceCache = CacheOptions::new()
+        .memory(memory.clone())
+        .frame_size(FRAME)
+        .budget((2 + threads as u64 % 2) * FRAME)
+        .extent_size(4096)
+        .build()
+        .unwrap();
+    let map =
+        cache.open_with(&path, MapOptions::new().writable(true).handle_options(handle)).unwrap();
+    let models: Vec<Mutex<Vec<u8>>> =
+        (0..workers).map(|w| Mutex::new(initial[w * stripe..(w + 1) * stripe].to_vec())).collect();
+    let stop = AtomicBool::new(false);
+    let ops = AtomicU64::new(0);
+    let deadline = Instant::now() + time;
+    let memory = &memory;
+    std::thread::scope(|s| {
+        for w in 0..workers {
+            let (map, models, stop, ops) = (&map, &models, &stop, &ops);
+            s.spawn(move || {
+                let mut rng = Rng(0xD1B5_4A32_D192_ED03 ^ ((w as u64 + 7) * 0x2545_F491));
+                let base = (w * stripe) as u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let o = rng.below(stripe as u64 - 9000);
+                    let n = 1 + rng.below(9000);
+                    if rng.below(2) == 0 {
+                        let bytes = random_bytes(n as usize, rng.next());
+                        let mut view = retry(|| map.view_mut(base + o, n));
+                        view.copy_from_host(0, &bytes).unwrap();
+                        models[w].lock()[o as usize..][..n as usize].copy_from_slice(&bytes);
+                        if rng.below(3) == 0 {
+                            // Keep it alive a little while the chaos thread flushes.
+                            std::thread::sleep(Duration::from_micros(rng.below(300)));
+                            let late = random_bytes(n as usize, rng.next());
+                            view.copy_from_host(0, &late).unwrap();
+                            models[w].lock()[o as usize..][..n as usize].copy_from_slice(&late);
+                        }
+                    } else {
+                        let view = retry(|| map.view(base + o, n));
+                        let mut got = vec![0u8; n as usize];
+                        view.copy_to_host(0, &mut got).unwrap();
+                        assert!(
+                            got[..] == models[w].lock()[o as usize..][..n as usize],
+                            "{memory:?} pool {threads}: worker {w} read {o}+{n}"
+                        );
+                    }
+                    ops.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        let (map, stop, cache) = (&map, &stop, &cache);
+        s.spawn(move || {
+            let mut rng = Rng(42 + threads as u64);
+            while Instant::now() < deadline {
+                match rng.below(5) {
+                    0 => map.flush().unwrap(),
+                    1 => {
+                        let o = rng.below(map.len() - 1);
+                        map.flush_range(o, rng.below(map.len() - o)).unwrap();
+                    }
+                    2 => map.evict().unwrap(),
+                    _ => {
+                        let o = rng.below(map.len() - 70_000);
+                        let mut got = vec![0u8; 70_000];
+                        retry(|| map.read(o, &mut got));
+                    }
+                }
+                let stats = cache.stats();
+                assert!(stats.used_bytes <= stats.budget, "{stats:?}");
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    });
+    map.close().unwrap();
+    let on_disk = fs::read(&path).unwrap();
+    for (w, model) in models.iter().enumerate() {
+        assert!(
+            on_disk[w * stripe..][..stripe] == model.lock()[..],
+            "{memory:?} pool {threads}: stripe {w} lost writes"
+        );
+    }
+    eprintln!(
+        "randomized {memory:?}, pool {threads}: {} operations in {time:?}",
+        ops.load(Ordering::Relaxed)
+    );
+}
