@@ -102,8 +102,10 @@ fn concurrent_flushes_never_lose_a_write() {
                 }
             });
             let file = fs::File::open(&path).unwrap();
+            let mut last = std::collections::HashMap::new();
             for i in 0u64..400 {
                 let offset = (i * 7919 * 8) % (4 * MIB - 8);
+                last.insert(offset, i);
                 {
                     let mut view = m.view_mut(offset, 8).unwrap();
                     view.copy_from_host(0, &i.to_le_bytes()).unwrap();
@@ -114,6 +116,13 @@ fn concurrent_flushes_never_lose_a_write() {
                 assert_eq!(u64::from_le_bytes(back), i, "{memory:?}: write {i} at {offset} lost");
             }
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            // A write-back that started earlier must not have overwritten a later one's bytes.
+            drop(file);
+            let on_disk = fs::read(&path).unwrap();
+            for (offset, i) in last {
+                let got = u64::from_le_bytes(on_disk[offset as usize..][..8].try_into().unwrap());
+                assert_eq!(got, i, "{memory:?}: at {offset}, a stale write-back won");
+            }
         });
     }
 }

@@ -128,6 +128,9 @@ struct Extent {
     /// Bumped whenever the extent is made dirty: a write-back that started before a newer write
     /// must not mark it clean.
     version: u32,
+    /// A write-back of it is in flight: no other may start (their writes could land in either
+    /// order, an older one's bytes last).
+    writing: bool,
 }
 
 #[derive(Debug)]
@@ -484,7 +487,7 @@ impl Books {
     pub(crate) fn add_frame(&mut self, file: FileId, index: u64, transient: bool) {
         let per = self.geometry.per_frame() as usize;
         let Some(books) = self.files.get_mut(&file) else { return };
-        let extents = vec![Extent { state: ExtentState::Absent, version: 0 }; per];
+        let extents = vec![Extent { state: ExtentState::Absent, version: 0, writing: false }; per];
         books.frames.insert(
             index,
             FileFrame { extents: extents.into_boxed_slice(), pins: 1, writers: 0, lru: NIL },
@@ -619,6 +622,11 @@ impl Books {
 
     /// The dirty extents among `extents` with their versions, sorted.
     pub(crate) fn dirty_in(&self, file: FileId, extents: Range<u64>) -> Vec<(u64, u32)> {
+        self.scan_dirty(file, extents).into_iter().map(|(e, x)| (e, x.version)).collect()
+    }
+
+    /// The dirty extents among `extents`, sorted.
+    fn scan_dirty(&self, file: FileId, extents: Range<u64>) -> Vec<(u64, Extent)> {
         let g = self.geometry;
         let Some(books) = self.files.get(&file) else { return Vec::new() };
         let mut dirty = Vec::new();
@@ -630,7 +638,7 @@ impl Books {
                 for (i, x) in frame.extents.iter().enumerate() {
                     let e = index * g.per_frame() + i as u64;
                     if x.state == ExtentState::Dirty && extents.contains(&e) {
-                        dirty.push((e, x.version));
+                        dirty.push((e, *x));
                     }
                 }
             }
@@ -640,18 +648,52 @@ impl Books {
             if let Some(frame) = books.frames.get(&g.frame_of(e)) {
                 let x = frame.extents[g.within_frame(e)];
                 if x.state == ExtentState::Dirty {
-                    dirty.push((e, x.version));
+                    dirty.push((e, x));
                 }
             }
         }
         dirty
     }
 
-    /// Records a write-back of `written` (extents with the versions they had when it started):
-    /// each becomes clean unless it was written again since, or a writable view over it lives.
-    pub(crate) fn finish_writeback(&mut self, file: FileId, written: &[(u64, u32)]) {
+    /// Claims the dirty extents among `extents` that no write-back is writing (with their
+    /// versions, sorted), and says whether others are being written: a write-back waits for
+    /// those, so that one extent is never written by two write-backs at once.
+    pub(crate) fn claim_writeback(
+        &mut self,
+        file: FileId,
+        extents: Range<u64>,
+    ) -> (Vec<(u64, u32)>, bool) {
+        let g = self.geometry;
+        let dirty = self.scan_dirty(file, extents);
+        let busy = dirty.iter().any(|(_, x)| x.writing);
+        let mine: Vec<(u64, u32)> =
+            dirty.into_iter().filter(|(_, x)| !x.writing).map(|(e, x)| (e, x.version)).collect();
+        if let Some(books) = self.files.get_mut(&file) {
+            for &(e, _) in &mine {
+                if let Some(frame) = books.frames.get_mut(&g.frame_of(e)) {
+                    frame.extents[g.within_frame(e)].writing = true;
+                }
+            }
+        }
+        (mine, busy)
+    }
+
+    /// Records a write-back of `claimed` (by [`claim_writeback`](Self::claim_writeback)), of
+    /// which `written` reached the file: those become clean unless written again since it
+    /// started, or a writable view over them lives; all become claimable again.
+    pub(crate) fn finish_writeback(
+        &mut self,
+        file: FileId,
+        claimed: &[(u64, u32)],
+        written: &[(u64, u32)],
+    ) {
         let g = self.geometry;
         let Some(books) = self.files.get_mut(&file) else { return };
+        for &(e, _) in claimed {
+            if let Some(frame) = books.frames.get_mut(&g.frame_of(e)) {
+                frame.extents[g.within_frame(e)].writing = false;
+            }
+        }
         for &(e, version) in written {
             if let Some(frame) = books.frames.get_mut(&g.frame_of(e)) {
                 if frame.writers > 0 {
@@ -1090,16 +1132,19 @@ mod tests {
         // A writable view lives over the frame while a flush runs.
         b.add_writers(f, 0..1, 1);
         b.mark_dirty(f, 0..2);
-        let snapshot = b.dirty_in(f, 0..4);
-        b.finish_writeback(f, &snapshot);
+        let (snapshot, busy) = b.claim_writeback(f, 0..4);
+        assert!(!busy);
+        assert_eq!(b.claim_writeback(f, 0..4), (vec![], true), "one write-back at a time");
+        b.finish_writeback(f, &snapshot, &snapshot);
         assert_eq!(b.dirty_in(f, 0..4).len(), 2, "a live writer keeps its extents dirty");
         // The writer is done: its extents are newer than that flush.
         b.mark_dirty(f, 0..2);
         b.add_writers(f, 0..1, -1);
-        b.finish_writeback(f, &snapshot);
+        let (again, _) = b.claim_writeback(f, 0..4);
+        b.finish_writeback(f, &again, &snapshot);
         assert_eq!(b.dirty_in(f, 0..4).len(), 2, "a flush that started earlier cannot clean");
-        let fresh = b.dirty_in(f, 0..4);
-        b.finish_writeback(f, &fresh);
+        let (fresh, _) = b.claim_writeback(f, 0..4);
+        b.finish_writeback(f, &fresh, &fresh);
         assert!(b.dirty_in(f, 0..4).is_empty());
         b.unpin(Unit::Frame { file: f, index: 0 }, false);
         b.check().unwrap();
@@ -1163,8 +1208,8 @@ mod tests {
                 Victim::CleanFrame { file, index } => b.remove_frame(file, index),
                 Victim::DirtyFrame { file, index } => {
                     let per = b.geometry().per_frame();
-                    let d = b.dirty_in(file, index * per..(index + 1) * per);
-                    b.finish_writeback(file, &d);
+                    let (d, _) = b.claim_writeback(file, index * per..(index + 1) * per);
+                    b.finish_writeback(file, &d, &d);
                 }
                 Victim::Slot(s) => b.evict_slot(s),
                 Victim::SlotFrame(p) => b.remove_slot_frame(p),
@@ -1230,8 +1275,8 @@ mod tests {
                     }
                     Op::Flush { file } => {
                         let f = files[file as usize];
-                        let d = b.dirty_in(f, 0..24);
-                        b.finish_writeback(f, &d);
+                        let (d, _) = b.claim_writeback(f, 0..24);
+                        b.finish_writeback(f, &d, &d);
                         prop_assert!(b.dirty_in(f, 0..24).is_empty());
                     }
                     Op::Evict { want_frame } => {
@@ -1245,8 +1290,8 @@ mod tests {
                     }
                     Op::DropFile { file } => {
                         let f = files[file as usize];
-                        let d = b.dirty_in(f, 0..24);
-                        b.finish_writeback(f, &d);
+                        let (d, _) = b.claim_writeback(f, 0..24);
+                        b.finish_writeback(f, &d, &d);
                         b.remove_file(f);
                         files[file as usize] = b.add_file(24 * 4096);
                     }

@@ -338,7 +338,14 @@ impl DeviceCache {
         let path = path.as_ref();
         let handle_options = match options.handle.as_ref() {
             Some(o) => o.clone(),
-            None => HandleOptions::from_config(crate::Config::global()?),
+            None => {
+                // Write-backs go through the page cache, as an mmap's do: many small scattered
+                // writes each made synchronous to the disk by O_DIRECT would crawl, and `sync`
+                // makes them durable.
+                let mut o = HandleOptions::from_config(crate::Config::global()?);
+                o.direct_io_write = false;
+                o
+            }
         };
         let file = handle_options.open(path, if options.writable { "r+" } else { "r" })?;
         let len = file.len()?;

@@ -13,7 +13,7 @@
 
 use std::ops::Range;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use super::books::Unit;
 use super::cache::{CacheShared, FileEntry, StickyError};
@@ -21,34 +21,99 @@ use super::store::Home;
 use crate::error::{Error, Result};
 
 /// Writes the dirty extents of `entry` among `extents` back to its file (see the module docs).
+///
+/// Extents another write-back is writing are waited for and then written again if still dirty
+/// (that one may carry older bytes): when this returns `Ok`, the file holds everything written
+/// to the range before the call.
 pub(crate) fn write_back(
     cache: &CacheShared,
     entry: &FileEntry,
     extents: Range<u64>,
 ) -> Result<()> {
-    let g = cache.geometry;
-    let (dirty, frames) = {
-        let mut state = cache.state.lock();
-        let dirty = state.books.dirty_in(entry.id, extents.clone());
-        let mut frames: Vec<u64> = dirty.iter().map(|&(e, _)| g.frame_of(e)).collect();
-        frames.dedup();
+    let mut state = cache.state.lock();
+    loop {
+        let (mine, busy) = state.books.claim_writeback(entry.id, extents.clone());
+        if mine.is_empty() {
+            if !busy {
+                return Ok(());
+            }
+            cache.changed.wait(&mut state);
+            continue;
+        }
+        let frames = frames_of(cache, &mine);
         // Pinned while they are written, so that they cannot be evicted meanwhile.
         for &index in &frames {
             state.books.pin(Unit::Frame { file: entry.id, index }, true);
         }
-        (dirty, frames)
-    };
-    if dirty.is_empty() {
-        return Ok(());
+        let (written, bytes, result, limit) =
+            MutexGuard::unlocked(&mut state, || write_claimed(cache, entry, &mine));
+        state.books.finish_writeback(entry.id, &mine, &written);
+        for &index in &frames {
+            state.books.unpin(Unit::Frame { file: entry.id, index }, true);
+        }
+        if let Some(c) = state.books.counters_mut(entry.id) {
+            c.bytes_written_back += bytes;
+            c.write_errors += u64::from(result.is_err());
+        }
+        cache.changed.notify_all();
+        let g = cache.geometry;
+        let left = || -> u64 {
+            state
+                .books
+                .dirty_in(entry.id, extents.clone())
+                .iter()
+                .map(|&(e, _)| g.bytes_of(e..e + 1, entry.len).1)
+                .sum()
+        };
+        if let Err(e) = result {
+            let dirty_bytes = left();
+            *entry.sticky.lock() = Some(StickyError::from_error(&e));
+            return Err(Error::WriteBack {
+                path: entry.path.clone(),
+                dirty_bytes,
+                source: Box::new(e),
+            });
+        }
+        if limit < entry.len && written.len() < mine.len() {
+            let e = Error::FileShrank {
+                path: entry.path.clone(),
+                len: limit,
+                mapped_len: entry.len,
+                dirty_bytes: left(),
+            };
+            *entry.sticky.lock() = Some(StickyError::from_error(&e));
+            return Err(e);
+        }
+        if !busy {
+            return Ok(());
+        }
     }
-    let written = Mutex::new(Vec::with_capacity(dirty.len()));
+}
+
+/// The distinct frames of sorted extents.
+fn frames_of(cache: &CacheShared, extents: &[(u64, u32)]) -> Vec<u64> {
+    let mut frames: Vec<u64> = extents.iter().map(|&(e, _)| cache.geometry.frame_of(e)).collect();
+    frames.dedup();
+    frames
+}
+
+/// Writes claimed dirty extents, runs of adjacent ones in parallel on the file's pool, never
+/// past the file's current end. Returns the extents all of whose bytes were written, the bytes
+/// written, the first error, and the length written up to.
+fn write_claimed(
+    cache: &CacheShared,
+    entry: &FileEntry,
+    claimed: &[(u64, u32)],
+) -> (Vec<(u64, u32)>, u64, Result<usize>, u64) {
+    let g = cache.geometry;
+    let written = Mutex::new(Vec::with_capacity(claimed.len()));
     let bytes = Mutex::new(0u64);
     let current = entry.file.len();
     let limit = current.as_ref().map_or(entry.len, |&len| len.min(entry.len));
     let result = match current {
         Err(e) => Err(e),
         Ok(_) => {
-            let indices: Vec<u64> = dirty.iter().map(|&(e, _)| e).collect();
+            let indices: Vec<u64> = claimed.iter().map(|&(e, _)| e).collect();
             let runs = g.runs(&indices, cache.store.frames_apart(), limit);
             entry.file.pool().run(runs, |(offset, len)| {
                 cache.store.write_back(
@@ -64,7 +129,9 @@ pub(crate) fn write_back(
                         let (start, n) = g.bytes_of(e..e + 1, entry.len);
                         start + n <= offset + len
                     })
-                    .filter_map(|e| dirty.binary_search_by_key(&e, |d| d.0).ok().map(|i| dirty[i]))
+                    .filter_map(|e| {
+                        claimed.binary_search_by_key(&e, |d| d.0).ok().map(|i| claimed[i])
+                    })
                     .collect();
                 written.lock().extend(done);
                 *bytes.lock() += len;
@@ -72,43 +139,7 @@ pub(crate) fn write_back(
             })
         }
     };
-    let written = written.into_inner();
-    let mut state = cache.state.lock();
-    state.books.finish_writeback(entry.id, &written);
-    for &index in &frames {
-        state.books.unpin(Unit::Frame { file: entry.id, index }, true);
-    }
-    let left: u64 = state
-        .books
-        .dirty_in(entry.id, extents)
-        .iter()
-        .map(|&(e, _)| g.bytes_of(e..e + 1, entry.len).1)
-        .sum();
-    if let Some(c) = state.books.counters_mut(entry.id) {
-        c.bytes_written_back += bytes.into_inner();
-        c.write_errors += u64::from(result.is_err());
-    }
-    drop(state);
-    cache.changed.notify_all();
-    if let Err(e) = result {
-        *entry.sticky.lock() = Some(StickyError::from_error(&e));
-        return Err(Error::WriteBack {
-            path: entry.path.clone(),
-            dirty_bytes: left,
-            source: Box::new(e),
-        });
-    }
-    if left > 0 && limit < entry.len {
-        let e = Error::FileShrank {
-            path: entry.path.clone(),
-            len: limit,
-            mapped_len: entry.len,
-            dirty_bytes: left,
-        };
-        *entry.sticky.lock() = Some(StickyError::from_error(&e));
-        return Err(e);
-    }
-    Ok(())
+    (written.into_inner(), bytes.into_inner(), result, limit)
 }
 
 /// The error a file's earlier failed write-back left, if any (see the module docs).
