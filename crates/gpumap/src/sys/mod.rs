@@ -6,4 +6,5 @@ pub mod cuda;
 pub mod cufile;
 pub mod pagecache;
 pub mod posix;
+pub mod signals;
 mod views;
