@@ -108,8 +108,9 @@ impl Drop for ScratchFile {
     }
 }
 
-/// Removes every live scratch file (on the signal thread, before the process ends).
-fn remove_live() {
+/// Removes every live scratch file now. For a program about to end without unwinding
+/// (`std::process::exit` runs no destructors); the signal handlers do the same.
+pub fn remove_live() {
     for path in LIVE.lock().drain(..) {
         let _ = std::fs::remove_file(path);
     }
@@ -119,8 +120,10 @@ fn remove_live() {
 mod tests {
     use super::*;
 
+    // One test: `remove_live` acts on every scratch file of the process, so the cases must
+    // not run side by side.
     #[test]
-    fn never_an_existing_file_and_gone_after_drop() {
+    fn scratch_files_are_new_private_and_removed_on_every_path() {
         let dir = tempfile::tempdir().unwrap();
         let input = dir.path().join("data.bin");
         std::fs::write(&input, b"keep me").unwrap();
@@ -136,29 +139,29 @@ mod tests {
         assert!(!pa.exists() && !pb.exists());
         assert_eq!(std::fs::read(&input).unwrap(), b"keep me");
         assert!(!LIVE.lock().iter().any(|p| p == &pa || p == &pb));
-    }
 
-    #[test]
-    fn files_that_exist_are_left_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let input = dir.path().join("x");
+        // Names that exist are stepped over, never taken or removed.
         let probe = ScratchFile::beside(&input).unwrap();
-        // Occupy the names the next few scratch files would take.
+        let name = probe.path().file_name().unwrap().to_string_lossy().into_owned();
+        let (stem, n) = name.rsplit_once('.').unwrap();
         let taken: Vec<PathBuf> = (1..4)
             .map(|k| {
-                let name = probe.path().file_name().unwrap().to_string_lossy().into_owned();
-                let (stem, n) = name.rsplit_once('.').unwrap();
                 let path = dir.path().join(format!("{stem}.{}", n.parse::<u64>().unwrap() + k));
                 std::fs::write(&path, b"theirs").unwrap();
                 path
             })
             .collect();
         let scratch = ScratchFile::beside(&input).unwrap();
-        assert!(!taken.contains(&scratch.path().to_path_buf()));
+        assert!(!taken.contains(&scratch.path().to_path_buf()), "{}", scratch.path().display());
         drop(scratch);
-        drop(probe);
         for path in &taken {
             assert_eq!(std::fs::read(path).unwrap(), b"theirs");
         }
+
+        // Before an exit that runs no destructors.
+        remove_live();
+        assert!(!probe.path().exists());
+        drop(probe); // already gone: no error
+        assert!(LIVE.lock().is_empty());
     }
 }
