@@ -24,7 +24,9 @@
 //! * **Warm** ([`warm`]): `POSIX_FADV_WILLNEED` starts asynchronous readahead and returns
 //!   once the reads are queued; [`WarmMode::Read`] reads the range and returns when it is
 //!   cached.
-//! * **Evict** ([`evict`]): `fdatasync`, then `POSIX_FADV_DONTNEED`. This is best effort: the
+//! * **Evict** ([`evict`]): `fdatasync` where the range may hold dirty pages, then
+//!   `POSIX_FADV_DONTNEED`. `cachestat` says when nothing is dirty; skipping the sync then
+//!   makes evicting a tree of small files several times faster. This is best effort: the
 //!   kernel keeps pages that are mapped by a process, locked, or dirtied again meanwhile, so
 //!   [`EvictReport`] says what is still resident afterwards.
 //! * **Drop everything** ([`drop_system`]): `sync`, then write `1` (page cache) or `3` (also
@@ -32,7 +34,7 @@
 //!   `/proc/sys` (containers usually mount it read-only).
 //! * **Lock** ([`lock`]): map the range and `mlock` it, so it stays resident until the
 //!   [`LockedRange`] is dropped. Limited by `RLIMIT_MEMLOCK` (often 8 MiB) without
-//!   `CAP_IPC_LOCK`.
+//!   `CAP_IPC_LOCK`, and by the memory available: both are checked before anything is locked.
 //!
 //! # Traps
 //!
