@@ -41,7 +41,11 @@ pub fn on_termination(signals: &[libc::c_int], cleanup: fn()) -> io::Result<()> 
     WAKE_FD.store(write_end, Ordering::Relaxed);
     std::thread::Builder::new().name("gpumap-signals".into()).spawn(move || {
         let mut byte = [0u8; 1];
-        while wake.read_exact(&mut byte).is_err() {}
+        // Only a closed or broken pipe fails here (EINTR is retried): then there is nothing
+        // to wait for.
+        if wake.read_exact(&mut byte).is_err() {
+            return;
+        }
         cleanup();
         let signal = libc::c_int::from(byte[0]);
         // SAFETY: restoring the default disposition and raising the signal take no pointers
