@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use gpumap::config::{CompatMode, DirectRead};
 use gpumap::error::{Error, Result};
-use gpumap::io::{DeviceRead, FileHandle, IoPool};
+use gpumap::io::{DeviceRead, FileHandle, IoPool, ScratchFile};
 use gpumap::mapped::{CacheOptions, DeviceCache, DeviceMappedFile, MapOptions};
 use gpumap::memory::cuda::{CudaBuffer, CudaDevice, PinnedBuffer, Stream};
 use gpumap::memory::{Device, DeviceViewMut, HostBuffer};
@@ -137,10 +137,20 @@ pub fn target_main(
         }
     };
     let options = if quick { BenchOptions::quick(file) } else { BenchOptions::standard(file) };
+    // The decisions behind the measurements (which path, why), on stderr.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .without_time()
+        .try_init();
     let mut failed = false;
     let result = run(&options, &mut |record| {
+        match serde_json::to_string(record) {
+            Ok(line) => println!("{line}"),
+            Err(e) => eprintln!("cannot encode a result: {e}"),
+        }
         if let Err(e) = append_jsonl(&jsonl, record) {
-            eprintln!("cannot record a result: {e}");
+            eprintln!("cannot record a result: {}", gpumap::error::Report(&e));
             failed = true;
         }
     });
@@ -148,7 +158,7 @@ pub fn target_main(
         Ok(()) if !failed => ExitCode::SUCCESS,
         Ok(()) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("bench failed: {e}");
+            eprintln!("bench failed: {}", gpumap::error::Report(&e));
             ExitCode::FAILURE
         }
     }
@@ -199,8 +209,9 @@ fn wait_all<T>(start: Instant, futures: Vec<gpumap::io::IoFuture<T>>) -> Result<
     Ok(start.elapsed().as_secs_f64())
 }
 
-/// `seq_write` and `seq_write_durable` at each write thread count: `write` on a handle of a new
-/// sibling file, then (durable) `fdatasync`; the file is removed afterwards.
+/// `seq_write` and `seq_write_durable` at each write thread count: `write` on a handle of a
+/// scratch file beside the input (a new file, never the input or any other that exists,
+/// removed on every way out: see [`ScratchFile`]), then (durable) `fdatasync`.
 fn write_workloads(
     options: &BenchOptions,
     implementation: &str,
@@ -209,11 +220,12 @@ fn write_workloads(
     write: impl Fn(&FileHandle) -> Result<usize>,
     emit: &mut dyn FnMut(&Record),
 ) -> Result<()> {
-    let out = options.file.with_extension("gpumap-bench-write");
+    let scratch = ScratchFile::beside(&options.file)?;
+    let out = scratch.path();
     for &threads in &options.write_threads {
         for durable in [false, true] {
-            let _ = std::fs::remove_file(&out);
-            let handle = open(&out, threads)?;
+            // "w" truncates: each workload writes into an empty file.
+            let handle = open(out, threads)?;
             let t = Instant::now();
             write(&handle)?;
             if durable {
@@ -224,7 +236,6 @@ fn write_workloads(
             emit(&Record::new(implementation, workload, threads, bytes, secs));
         }
     }
-    let _ = std::fs::remove_file(&out);
     Ok(())
 }
 
@@ -348,12 +359,14 @@ pub fn run_device(
     let probe = device_open(&options.file, "r", 1, false, CompatMode::Off);
     match probe {
         Ok(_) => paths.push(("gpumap-cufile", CompatMode::Off)),
-        Err(e) => eprintln!("bench: cuFile path not measured: {e}"),
+        Err(e) => tracing::info!("cuFile path not measured: {}", gpumap::error::Report(&e)),
     }
     for (name, mode) in paths {
-        for &threads in &options.threads {
+        for (i, &threads) in options.threads.iter().enumerate() {
             let warm = device_open(&options.file, "r", threads, false, mode)?;
-            eprintln!("bench: {name} {threads} threads: {}", warm.compat_decision().reason);
+            if i == 0 {
+                tracing::info!("{name}: {}", warm.compat_decision().reason);
+            }
             // Allocates bounce buffers and warms streams. Cold: the default handle (buffered),
             // and on the POSIX path also the `uncached` O_DIRECT policy a one-time load would
             // choose.
@@ -699,12 +712,12 @@ pub fn parse_bench_args(args: &[String]) -> Result<(PathBuf, PathBuf, bool)> {
     }
 }
 
-/// Appends `record` as one JSON line to `out` and prints it.
+/// Appends `record` as one JSON line to `out` (printing is the caller's: `gpumap bench
+/// --json --jsonl F` prints each record once).
 pub fn append_jsonl(out: &Path, record: &Record) -> Result<()> {
     use std::io::Write;
     let line = serde_json::to_string(record)
         .map_err(|e| Error::InvalidArgument(format!("cannot encode record: {e}")))?;
-    println!("{line}");
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

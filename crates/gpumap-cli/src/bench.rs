@@ -3,17 +3,21 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use serde::Serialize;
 
 use gpumap::memory::cuda::CudaDevice;
-use gpumap::{Error, Result};
 use gpumap_bench::{append_jsonl, run_device, run_host, BenchOptions, Record};
 
+use crate::error::{CliError, CliResult};
 use crate::output;
+use crate::schema::SCHEMA;
+use crate::transfer::rate_text;
 
 /// Arguments of `gpumap bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// The file to read (not modified; writes go to a sibling file, removed afterwards).
+    /// The file to read (not modified; writes go to a new scratch file beside it, removed on
+    /// every way out, Ctrl-C included).
     file: PathBuf,
     /// Fewer thread counts, a smaller write and fewer random reads.
     #[arg(long)]
@@ -27,64 +31,92 @@ pub struct BenchArgs {
     /// Also append every measurement to this file (the shared JSON-lines format).
     #[arg(long)]
     jsonl: Option<PathBuf>,
-    /// Print JSON lines instead of the table.
+    /// Print each measurement as a JSON line instead of the table (errors too; see
+    /// docs/cli-json.md).
     #[arg(long)]
     json: bool,
 }
 
+/// A measurement as `--json` prints it: the record with the schema version.
+#[derive(Serialize)]
+struct Line<'a> {
+    schema: u32,
+    #[serde(flatten)]
+    record: &'a Record,
+}
+
 /// `gpumap bench`.
-pub fn bench(args: &BenchArgs) -> Result<()> {
+pub fn bench(args: &BenchArgs) -> CliResult {
     let mut options = if args.quick {
         BenchOptions::quick(&args.file)
     } else {
         BenchOptions::standard(&args.file)
     };
     if let Some(t) = &args.threads {
-        if t.contains(&0) {
-            return Err(Error::InvalidArgument("--threads: counts must be at least 1".into()));
+        if t.iter().any(|&n| gpumap::config::check_nthreads(n).is_err()) {
+            return Err(CliError::Usage(format!(
+                "--threads: counts must be from 1 to {}",
+                gpumap::config::MAX_THREADS
+            )));
         }
         options.threads = t.clone();
     }
     let mut records: Vec<Record> = Vec::new();
-    let mut sink_error = None;
+    let mut failed: Option<CliError> = None;
     let mut emit = |r: &Record| {
         if let Some(path) = &args.jsonl {
             if let Err(e) = append_jsonl(path, r) {
-                sink_error.get_or_insert(e);
+                failed.get_or_insert(e.into());
             }
         }
         if args.json {
-            output::line(serde_json::to_string(r).unwrap_or_default());
+            if let Err(e) = output::json(&Line { schema: SCHEMA, record: r }) {
+                // The reader is gone or the output broken: nothing more to measure for.
+                output::exit_on(e);
+            }
         } else {
-            eprintln!("  {} {} x{}: {:.2} GB/s", r.implementation, r.workload, r.threads, r.gbps);
+            output::note(format!(
+                "{} {} x{}: {}",
+                r.implementation,
+                r.workload,
+                r.threads,
+                rate_text(r.gbps * 1e9)
+            ));
         }
         records.push(r.clone());
     };
-    match (args.host, CudaDevice::new(0)) {
-        (false, Ok(device)) => {
-            eprintln!("measuring GPU {} ({}) memory", device.ordinal(), device.name());
-            run_device(&options, &device, &mut emit)?
+    if args.host {
+        run_host(&options, &mut emit)?;
+    } else {
+        match CudaDevice::new(0) {
+            Ok(device) => {
+                let name = device.name();
+                output::note(format!("measuring GPU {} ({name}) memory", device.ordinal()));
+                run_device(&options, &device, &mut emit)?
+            }
+            Err(e) => {
+                output::note(format!(
+                    "no GPU ({}): host memory stands in (--host asks for it and skips this note)",
+                    gpumap::error::Report(&e)
+                ));
+                run_host(&options, &mut emit)?
+            }
         }
-        (_, Err(e)) if !args.host => {
-            eprintln!("no GPU ({e}): measuring host memory");
-            run_host(&options, &mut emit)?
-        }
-        _ => run_host(&options, &mut emit)?,
     }
-    if let Some(e) = sink_error {
+    if let Some(e) = failed {
         return Err(e);
     }
     if !args.json {
-        output::line(format!(
+        output::try_line(format!(
             "{:<24} {:<22} {:>7} {:>10} {:>12}",
             "impl", "workload", "threads", "GB/s", "IOPS"
-        ));
+        ))?;
         for r in &records {
             let iops = r.iops.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
-            output::line(format!(
+            output::try_line(format!(
                 "{:<24} {:<22} {:>7} {:>10.2} {:>12}",
                 r.implementation, r.workload, r.threads, r.gbps, iops
-            ));
+            ))?;
         }
     }
     Ok(())

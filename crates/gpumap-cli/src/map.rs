@@ -11,8 +11,9 @@ use serde::Serialize;
 
 use gpumap::mapped::{Advice, CacheOptions, CacheStats, DeviceMappedFile, FileStats};
 use gpumap::memory::DeviceBuffer;
-use gpumap::{Error, Result};
 
+use crate::error::{CliError, CliResult};
+use crate::schema::{Memory, SCHEMA};
 use crate::transfer::{size_arg, MemoryArgs};
 use crate::{output, pattern};
 
@@ -93,7 +94,7 @@ struct FileReport {
 #[derive(Serialize)]
 struct Report {
     schema: u32,
-    memory: String,
+    memory: Memory,
     access: &'static str,
     threads: u32,
     batch: u32,
@@ -109,14 +110,15 @@ struct Report {
 }
 
 /// `gpumap map`.
-pub fn map(args: &MapArgs) -> Result<()> {
+pub fn map(args: &MapArgs) -> CliResult {
+    let (device, memory) = args.placement.memory()?;
     let mut options = CacheOptions::new();
-    options.memory(args.placement.device()?).budget(args.budget).extent_size(args.extent);
+    options.memory(device).budget(args.budget).extent_size(args.extent);
     if let Some(frame) = args.frame {
         options.frame_size(frame);
     }
     let cache = options.build()?;
-    let maps = args.files.iter().map(|f| cache.open(f)).collect::<Result<Vec<_>>>()?;
+    let maps = args.files.iter().map(|f| cache.open(f)).collect::<gpumap::Result<Vec<_>>>()?;
     for m in &maps {
         m.advise(0, m.len(), args.advise.advice())?;
     }
@@ -127,8 +129,8 @@ pub fn map(args: &MapArgs) -> Result<()> {
     };
     let seconds = start.elapsed().as_secs_f64();
     let report = Report {
-        schema: 1,
-        memory: cache.device().describe(),
+        schema: SCHEMA,
+        memory,
         access: if args.random.is_some() { "random" } else { "sequential" },
         threads: args.threads,
         batch: args.batch,
@@ -148,7 +150,7 @@ pub fn map(args: &MapArgs) -> Result<()> {
 }
 
 /// Walks every file in windows, one view after another (read-ahead overlaps the next window).
-fn walk(args: &MapArgs, maps: &[DeviceMappedFile]) -> Result<(u64, u64)> {
+fn walk(args: &MapArgs, maps: &[DeviceMappedFile]) -> CliResult<(u64, u64)> {
     let Some(first) = maps.first() else { return Ok((0, 0)) };
     let frame = first.frame_size();
     let budget_frames = (first.cache().stats().budget / frame).max(1);
@@ -175,33 +177,31 @@ fn walk(args: &MapArgs, maps: &[DeviceMappedFile]) -> Result<(u64, u64)> {
 
 /// `count` random ranges of `--block` bytes over the files, from `--threads` threads, `--batch`
 /// per call.
-fn random(args: &MapArgs, maps: &[DeviceMappedFile], count: u64) -> Result<(u64, u64)> {
+fn random(args: &MapArgs, maps: &[DeviceMappedFile], count: u64) -> CliResult<(u64, u64)> {
     if count > MAX_VIEWS {
-        return Err(Error::InvalidArgument(format!("--random {count}: at most {MAX_VIEWS}")));
+        return Err(CliError::Usage(format!("--random {count}: at most {MAX_VIEWS}")));
     }
     let block = args.block;
     if block == 0 || maps.iter().any(|m| block > m.len()) {
-        return Err(Error::InvalidArgument(format!(
+        return Err(CliError::Usage(format!(
             "--block {block} does not fit in every file (the smallest has {} bytes)",
             maps.iter().map(|m| m.len()).min().unwrap_or(0)
         )));
     }
     let batch = args.batch as u64;
     let gather_bytes = batch.checked_mul(block).filter(|&b| b <= 4 << 30).ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "--batch {batch} x --block {block} is more than 4 GiB per call"
-        ))
+        CliError::Usage(format!("--batch {batch} x --block {block} is more than 4 GiB per call"))
     })?;
     // A file is chosen in proportion to its blocks.
     let blocks: Vec<u64> = maps.iter().map(|m| m.len() / block).collect();
     let total_blocks: u64 = blocks.iter().sum();
     let next = AtomicU64::new(0);
     let device = maps[0].cache().device();
-    std::thread::scope(|s| -> Result<()> {
+    std::thread::scope(|s| -> CliResult {
         let workers: Vec<_> = (0..args.threads)
             .map(|t| {
                 let (next, blocks, device) = (&next, &blocks, &device);
-                s.spawn(move || -> Result<()> {
+                s.spawn(move || -> CliResult {
                     let mut x = 0x2545_F491_4F6C_DD1Du64
                         ^ (u64::from(t) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
                     let mut pick = || {
@@ -260,45 +260,43 @@ fn random(args: &MapArgs, maps: &[DeviceMappedFile], count: u64) -> Result<(u64,
             })
             .collect();
         for w in workers {
-            w.join().map_err(|_| Error::InvalidArgument("a reading thread panicked".into()))??;
+            w.join().map_err(|_| CliError::Usage("a reading thread panicked".into()))??;
         }
         Ok(())
     })?;
     Ok((count, count * block))
 }
 
-fn check(seen: &[u8], offset: u64, map: &DeviceMappedFile) -> Result<()> {
+fn check(seen: &[u8], offset: u64, map: &DeviceMappedFile) -> CliResult {
     match pattern::first_mismatch(seen, offset) {
-        Some(at) => Err(Error::InvalidArgument(format!(
-            "--verify-pattern: byte at offset {at} of {} differs from the pattern gpumap write generates",
-            map.path().display()
-        ))),
+        Some(at) => Err(CliError::DataDiffer {
+            offset: at,
+            memory: format!("{} through the map of {}", map.memory(), map.path().display()),
+            reference: "the pattern gpumap write generates",
+        }),
         None => Ok(()),
     }
 }
 
-fn print(report: &Report, json: bool) -> Result<()> {
+fn print(report: &Report, json: bool) -> CliResult {
     if json {
-        let text = serde_json::to_string(report)
-            .map_err(|e| Error::InvalidArgument(format!("cannot print JSON: {e}")))?;
-        output::line(text);
-        return Ok(());
+        return output::json(report);
     }
-    output::line(format!(
+    output::try_line(format!(
         "{} {} views of {} bytes over {} file(s) in {}: {:.3} s, {:.0} views/s, {:.2} GB/s{}",
         report.views,
         report.access,
         report.bytes_viewed.checked_div(report.views).unwrap_or(0),
         report.files.len(),
-        report.memory,
+        report.memory.describe(),
         report.seconds,
         report.views_per_second,
         report.gbps,
         if report.verified == Some(true) { ", pattern verified" } else { "" }
-    ));
+    ))?;
     for f in &report.files {
         let s = &f.stats;
-        output::line(format!(
+        output::try_line(format!(
             "  {}: {} hits, {} misses, {} bytes faulted in {} reads, {} evictions, {} resident ({} frames, {} slots)",
             f.file.display(),
             s.hits,
@@ -309,12 +307,11 @@ fn print(report: &Report, json: bool) -> Result<()> {
             s.resident_bytes,
             s.frames,
             s.slots
-        ));
+        ))?;
     }
     let c = &report.cache;
-    output::line(format!(
+    output::try_line(format!(
         "  cache: {} of {} bytes in use ({} B frames, {} B extents), {:.3} s mapping memory, {:.3} s faulting",
         c.used_bytes, c.budget, c.frame_size, c.extent_size, c.map_seconds, c.fault_seconds
-    ));
-    Ok(())
+    ))
 }

@@ -1,17 +1,68 @@
-//! Standard output that survives a closed pipe (`gpumap info --json | head -1`).
+//! Standard output that survives a closed pipe (`gpumap info --json | head -1`), JSON
+//! documents, and notes on standard error that `--quiet` silences.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Prints `text` and a newline. When the reader has gone (`EPIPE`), exits at once with the
-/// status a SIGPIPE death would give (141), as `cat` and `grep` do, instead of panicking the
-/// way `println!` does.
-pub fn line(text: impl std::fmt::Display) {
+use serde::Serialize;
+
+use crate::error::{CliError, CliResult};
+
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Sets `--quiet`: no notes or progress on standard error.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+/// Whether `--quiet` was given.
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// Prints `text` and a newline; a closed pipe is [`CliError::ClosedPipe`], for callers that
+/// unwind to `main` on the way out.
+pub fn try_line(text: impl std::fmt::Display) -> CliResult {
+    print_with(|out| writeln!(out, "{text}"))
+}
+
+/// Runs `print` on locked standard output and flushes it; a closed pipe is
+/// [`CliError::ClosedPipe`].
+pub fn print_with(print: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> CliResult {
     let mut out = std::io::stdout().lock();
-    if let Err(e) = writeln!(out, "{text}") {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(141);
-        }
-        eprintln!("gpumap: cannot write to standard output: {e}");
-        std::process::exit(1);
+    match print(&mut out).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(CliError::ClosedPipe),
+        Err(e) => Err(CliError::Gpumap(gpumap::Error::Io {
+            op: "write to standard output",
+            path: None,
+            offset: None,
+            source: e,
+        })),
     }
+}
+
+/// Prints `document` as one line of JSON (every document carries its `"schema"`).
+pub fn json(document: &impl Serialize) -> CliResult {
+    let text = serde_json::to_string(document).map_err(|e| {
+        CliError::Gpumap(gpumap::Error::InvalidArgument(format!("cannot encode JSON: {e}")))
+    })?;
+    try_line(text)
+}
+
+/// A note for the person at the terminal, on standard error, unless `--quiet`.
+pub fn note(text: impl std::fmt::Display) {
+    if !quiet() {
+        eprintln!("gpumap: {text}");
+    }
+}
+
+/// Ends the process for `e` where no caller can unwind: removes scratch files, reports
+/// anything but a closed pipe, and exits with `e`'s status.
+pub fn exit_on(e: CliError) -> ! {
+    gpumap::io::scratch::remove_live();
+    if !e.is_reported() {
+        eprintln!("gpumap: {e}");
+    }
+    std::process::exit(i32::from(e.exit_code()));
 }

@@ -1,16 +1,21 @@
 //! `gpumap pagecache`: see, warm, evict or lock files in the host page cache, or drop it all.
 #![forbid(unsafe_code)]
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 use gpumap::pagecache::{
     self, ByteRange, LockedRange, MethodChoice, Residency, ResidencyMap, ResidentRun, WarmMode,
 };
 use serde::Serialize;
+
+use crate::error::{CliError, CliResult};
+use crate::output;
+use crate::schema::{ErrorObject, SCHEMA};
+use crate::transfer::size_arg;
 
 /// Show how much of each file is in the host page cache, and change it.
 ///
@@ -22,10 +27,15 @@ use serde::Serialize;
 #[command(after_help = "Examples:\n  \
     gpumap pagecache data.bin                  how much is cached\n  \
     gpumap pagecache --map -r dataset/         per-file residency bars\n  \
-    gpumap pagecache --evict data.bin          drop it (fdatasync + POSIX_FADV_DONTNEED)\n  \
+    gpumap pagecache --evict data.bin          drop it (POSIX_FADV_DONTNEED)\n  \
     gpumap pagecache --warm --wait data.bin    read it into the cache\n  \
     gpumap pagecache --range 1G:512M --json f  one range, for scripts\n  \
-    sudo gpumap pagecache --drop-all           drop the whole system's clean page cache")]
+    gpumap pagecache -r --summary dataset/     one total line for a big tree\n  \
+    gpumap pagecache -o +EVICTED,-DIRTY f      columns, as with fincore -o\n  \
+    sudo gpumap pagecache --drop-all           drop the whole system's clean page cache\n\n\
+Columns (-o, case-insensitive; +LIST adds to the default, -NAME removes): RESIDENT (RES), \
+PERCENT, PAGES, SIZE, DIRTY, WRITEBACK, EVICTED, RECENTLY_EVICTED, FILE. \
+Default: RESIDENT,PERCENT,PAGES,SIZE,DIRTY,WRITEBACK,FILE.")]
 pub struct PagecacheArgs {
     /// Files to look at (directories too, with --recursive).
     #[arg(value_name = "PATH", required_unless_present = "drop_all")]
@@ -35,7 +45,8 @@ pub struct PagecacheArgs {
     #[arg(short, long)]
     pub recursive: bool,
 
-    /// Evict the range: fdatasync, then POSIX_FADV_DONTNEED (best effort: shows what stays).
+    /// Evict the range: POSIX_FADV_DONTNEED, after fdatasync where pages may be dirty (best
+    /// effort: shows what stays).
     #[arg(long, group = "action")]
     pub evict: bool,
 
@@ -52,22 +63,37 @@ pub struct PagecacheArgs {
     pub lock: bool,
 
     /// Only this byte range of each file: OFFSET:LENGTH, OFFSET: (to the end) or :LENGTH;
-    /// sizes take K, M, G, T suffixes (powers of 1024).
+    /// sizes as everywhere in gpumap (dd suffixes: 4K = 4KiB = 4096, 4KB = 4000).
     #[arg(long, value_name = "OFF:LEN", value_parser = parse_range)]
     pub range: Option<ByteRange>,
 
-    /// Print one JSON document (files, errors, total) instead of a table.
+    /// Print one JSON document (files, errors, total) instead of a table (see
+    /// docs/cli-json.md).
     #[arg(long)]
     pub json: bool,
+
+    /// Print only the total (and errors): for trees of many files.
+    #[arg(long, conflicts_with = "map")]
+    pub summary: bool,
+
+    /// Columns of the table, comma-separated (see below).
+    #[arg(short = 'o', long = "output", value_name = "LIST", value_parser = parse_columns,
+          allow_hyphen_values = true)]
+    pub columns: Option<Columns>,
+
+    /// Leave out the header line.
+    #[arg(long)]
+    pub no_headings: bool,
 
     /// Draw a residency bar per file, like `vmtouch -v` ('O' all pages of a cell resident,
     /// 'o' some, ' ' none, '?' unknown); with --json, list the resident byte runs.
     #[arg(long)]
     pub map: bool,
 
-    /// Width of the --map bar in cells.
-    #[arg(long, value_name = "CELLS", default_value_t = 60, requires = "map")]
-    pub map_width: usize,
+    /// Width of the --map bar in cells, 1 to 4096.
+    #[arg(long, value_name = "CELLS", default_value_t = 60, requires = "map",
+          value_parser = clap::value_parser!(u16).range(1..=MAX_MAP_WIDTH))]
+    pub map_width: u16,
 
     /// Print sizes in bytes instead of KiB/MiB/GiB.
     #[arg(long)]
@@ -107,30 +133,113 @@ impl From<MethodArg> for MethodChoice {
     }
 }
 
-/// Parse `OFF:LEN`, `OFF:` or `:LEN` (sizes with optional K/M/G/T binary suffixes).
+/// The widest `--map` bar: wider than any terminal, and bounded before anything is allocated.
+const MAX_MAP_WIDTH: i64 = 4096;
+
+/// Parse `OFF:LEN`, `OFF:` or `:LEN` (sizes as [`size_arg`] reads them).
 fn parse_range(text: &str) -> Result<ByteRange, String> {
     let (offset, len) = text
         .split_once(':')
         .ok_or_else(|| format!("{text:?} is not OFFSET:LENGTH (e.g. 0:1G, 4096:, :64M)"))?;
-    let offset = if offset.is_empty() { 0 } else { parse_size(offset)? };
-    let len = if len.is_empty() { None } else { Some(parse_size(len)?) };
+    let offset = if offset.is_empty() { 0 } else { size_arg(offset)? };
+    let len = if len.is_empty() { None } else { Some(size_arg(len)?) };
     Ok(ByteRange { offset, len })
 }
 
-fn parse_size(text: &str) -> Result<u64, String> {
-    let trimmed = text.trim();
-    let digits_end = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
-    let (number, suffix) = trimmed.split_at(digits_end);
-    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a size"))?;
-    let shift = match suffix.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return Err(format!("{text:?}: unknown size suffix {suffix:?} (use K, M, G or T)")),
-    };
-    number.checked_mul(1 << shift).ok_or_else(|| format!("{text:?} does not fit in 64 bits"))
+/// A column of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Column {
+    /// Resident bytes (before -> after, with --evict).
+    Resident,
+    /// Resident share of the pages.
+    Percent,
+    /// Cached/total pages.
+    Pages,
+    /// Bytes looked at (the file, or the range).
+    Size,
+    /// Dirty pages (cachestat).
+    Dirty,
+    /// Pages under writeback (cachestat).
+    Writeback,
+    /// Evicted pages the kernel still remembers (cachestat).
+    Evicted,
+    /// Evicted pages that would have stayed without memory pressure (cachestat).
+    RecentlyEvicted,
+    /// The path.
+    File,
+}
+
+impl Column {
+    const ALL: [(Column, &'static str); 9] = [
+        (Column::Resident, "RESIDENT"),
+        (Column::Percent, "PERCENT"),
+        (Column::Pages, "PAGES"),
+        (Column::Size, "SIZE"),
+        (Column::Dirty, "DIRTY"),
+        (Column::Writeback, "WRITEBACK"),
+        (Column::Evicted, "EVICTED"),
+        (Column::RecentlyEvicted, "RECENTLY_EVICTED"),
+        (Column::File, "FILE"),
+    ];
+    const DEFAULT: [Column; 7] = [
+        Column::Resident,
+        Column::Percent,
+        Column::Pages,
+        Column::Size,
+        Column::Dirty,
+        Column::Writeback,
+        Column::File,
+    ];
+
+    fn named(name: &str) -> Option<Column> {
+        let upper = name.trim().to_ascii_uppercase();
+        let upper = if upper == "RES" { "RESIDENT".to_owned() } else { upper };
+        Column::ALL.iter().find(|(_, n)| *n == upper).map(|(c, _)| *c)
+    }
+
+    fn header(self, ranged: bool) -> &'static str {
+        match self {
+            Column::Percent => "%",
+            Column::Size if ranged => "RANGE",
+            other => Column::ALL.iter().find(|(c, _)| *c == other).map_or("?", |(_, n)| n),
+        }
+    }
+}
+
+/// The columns `-o` chose, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Columns(Vec<Column>);
+
+impl Default for Columns {
+    fn default() -> Self {
+        Columns(Column::DEFAULT.to_vec())
+    }
+}
+
+/// `-o LIST`: `RES,PAGES,FILE` (these columns), `+EVICTED` (the default and these), `-DIRTY`
+/// (the default without these); the forms mix after a leading `+` or `-`.
+fn parse_columns(text: &str) -> Result<Columns, String> {
+    let names: Vec<&str> = text.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+    let relative = names.first().is_some_and(|n| n.starts_with(['+', '-']));
+    let mut columns = if relative { Columns::default().0 } else { Vec::new() };
+    for name in names {
+        let (remove, bare) = match name.strip_prefix('-') {
+            Some(bare) => (true, bare),
+            None => (false, name.strip_prefix('+').unwrap_or(name)),
+        };
+        let column = Column::named(bare).ok_or_else(|| {
+            let known: Vec<&str> = Column::ALL.iter().map(|(_, n)| *n).collect();
+            format!("unknown column {bare:?}: expected {}", known.join(", "))
+        })?;
+        columns.retain(|c| *c != column);
+        if !remove {
+            columns.push(column);
+        }
+    }
+    if columns.is_empty() {
+        return Err("no columns left".into());
+    }
+    Ok(Columns(columns))
 }
 
 /// One file's line of the report.
@@ -154,7 +263,7 @@ struct FileReport {
 #[derive(Serialize, Debug)]
 struct ErrorReport {
     path: PathBuf,
-    error: String,
+    error: ErrorObject,
 }
 
 #[derive(Serialize, Debug, Default)]
@@ -171,77 +280,70 @@ struct Total {
     /// Sums over the files that report them (cachestat); `None` when none does.
     dirty_pages: Option<u64>,
     writeback_pages: Option<u64>,
+    evicted_pages: Option<u64>,
+    recently_evicted_pages: Option<u64>,
     errors: u64,
     /// Non-regular entries and symbolic links met while descending (not followed).
     skipped: u64,
 }
 
+/// The `--json` document (schema 1); `files` is left out with `--summary`.
 #[derive(Serialize, Debug)]
 struct Report {
-    files: Vec<FileReport>,
+    schema: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    files: Option<Vec<FileReport>>,
     errors: Vec<ErrorReport>,
     total: Total,
 }
 
 /// Run `gpumap pagecache`; failure when any path failed (the others are still processed).
-pub fn run(args: &PagecacheArgs) -> ExitCode {
+pub fn run(args: &PagecacheArgs) -> CliResult {
     if args.drop_all {
         return drop_all(args);
     }
     let progress = Progress::new(args.recursive);
-    let mut report = Report { files: Vec::new(), errors: Vec::new(), total: Total::default() };
+    let files = (!args.summary).then(Vec::new);
+    let mut report = Report { schema: SCHEMA, files, errors: Vec::new(), total: Total::default() };
     let mut locks: Vec<LockedRange> = Vec::new();
     for path in &args.paths {
         visit(path, args, true, &mut report, &mut locks, &progress);
     }
     progress.finish();
-    report.total.files = report.files.len() as u64;
     report.total.errors = report.errors.len() as u64;
 
-    let printed = if args.json { print_json(&report) } else { print_table(&report, args) };
-    if let Err(e) = printed {
-        // A closed pipe (`| head`) is not worth a message; anything else is.
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("gpumap pagecache: writing the report: {e}");
-        }
-        return ExitCode::FAILURE;
+    if args.json {
+        output::json(&report)?;
+    } else {
+        output::print_with(|out| print_table(out, &report, args))?;
     }
     if !locks.is_empty() {
         hold(&locks);
     }
-    if report.errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    match report.total.errors {
+        0 => Ok(()),
+        failed => Err(CliError::PathsFailed { failed }),
     }
 }
 
-fn drop_all(args: &PagecacheArgs) -> ExitCode {
-    match pagecache::drop_system(args.dentries) {
-        Ok(()) => {
-            let what = if args.dentries { "page cache, dentries and inodes" } else { "page cache" };
-            if args.json {
-                crate::output::line(serde_json::json!({ "dropped": what }));
-            } else {
-                crate::output::line(format!("dropped the system's clean {what}"));
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("gpumap pagecache --drop-all: {e}");
-            ExitCode::FAILURE
-        }
+fn drop_all(args: &PagecacheArgs) -> CliResult {
+    pagecache::drop_system(args.dentries)?;
+    let what = if args.dentries { "page cache, dentries and inodes" } else { "page cache" };
+    if args.json {
+        output::json(&serde_json::json!({ "schema": SCHEMA, "dropped": what }))
+    } else {
+        output::try_line(format!("dropped the system's clean {what}"))
     }
 }
 
 /// Keep the locks until the process is interrupted; the kernel unlocks on exit.
 fn hold(locks: &[LockedRange]) -> ! {
     let bytes: u64 = locks.iter().map(LockedRange::locked_bytes).sum();
-    eprintln!(
-        "gpumap pagecache: holding {} locked in {} file(s); interrupt (Ctrl-C) to release",
+    output::note(format!(
+        "holding {} locked in {} file(s); interrupt (Ctrl-C) to release",
         format_size(bytes, false),
         locks.len()
-    );
+    ));
     loop {
         std::thread::sleep(Duration::from_secs(3600));
     }
@@ -261,16 +363,21 @@ fn visit(
         if named_on_command_line { fs::metadata(path) } else { fs::symlink_metadata(path) };
     let metadata = match metadata {
         Ok(m) => m,
-        Err(e) => return fail(report, progress, path, e.to_string()),
+        Err(e) => return fail(report, progress, path, io_error("stat", path, e)),
     };
     let kind = metadata.file_type();
     if kind.is_dir() {
         if !args.recursive {
-            return fail(report, progress, path, "is a directory (use --recursive)".to_owned());
+            let error = ErrorObject {
+                kind: "is_a_directory",
+                message: "is a directory (use --recursive)".into(),
+                errno: Some(libc::EISDIR),
+            };
+            return fail(report, progress, path, error);
         }
         let mut entries: Vec<PathBuf> = match fs::read_dir(path) {
             Ok(dir) => dir.filter_map(|entry| entry.ok().map(|e| e.path())).collect(),
-            Err(e) => return fail(report, progress, path, e.to_string()),
+            Err(e) => return fail(report, progress, path, io_error("read directory", path, e)),
         };
         entries.sort();
         for entry in entries {
@@ -287,14 +394,32 @@ fn visit(
         Ok(file) => {
             progress.tick(&file);
             add_to_total(&mut report.total, &file.residency);
-            report.files.push(file);
+            if let Some(files) = &mut report.files {
+                files.push(file);
+            }
         }
-        Err(e) => fail(report, progress, path, e.to_string()),
+        Err(e) => fail(report, progress, path, ErrorObject::new(&CliError::Gpumap(e))),
     }
 }
 
-fn fail(report: &mut Report, progress: &Progress, path: &Path, error: String) {
-    progress.suspend(|| eprintln!("gpumap pagecache: {}: {error}", path.display()));
+fn io_error(op: &'static str, path: &Path, e: std::io::Error) -> ErrorObject {
+    ErrorObject::new(&CliError::Gpumap(gpumap::Error::Io {
+        op,
+        path: Some(path.to_path_buf()),
+        offset: None,
+        source: e,
+    }))
+}
+
+fn fail(report: &mut Report, progress: &Progress, path: &Path, error: ErrorObject) {
+    let shown = path.display().to_string();
+    // Most messages name the path already; the others get it in front.
+    let line = if error.message.contains(&shown) {
+        format!("gpumap pagecache: {}", error.message)
+    } else {
+        format!("gpumap pagecache: {shown}: {}", error.message)
+    };
+    progress.suspend(|| eprintln!("{line}"));
     report.errors.push(ErrorReport { path: path.to_path_buf(), error });
 }
 
@@ -305,9 +430,12 @@ fn process_file(
 ) -> gpumap::Result<FileReport> {
     let range = args.range.unwrap_or(ByteRange::ALL);
     let mut before_evict = None;
+    let mut after_evict = None;
     let mut locked_bytes = None;
     if args.evict {
-        before_evict = Some(pagecache::evict(path, range)?.before);
+        let report = pagecache::evict(path, range)?;
+        before_evict = Some(report.before);
+        after_evict = Some(report.after);
     } else if args.warm {
         let mode = if args.wait { WarmMode::Read } else { WarmMode::Advise };
         pagecache::warm(path, range, mode)?;
@@ -319,6 +447,10 @@ fn process_file(
     let (residency, map) = if args.map {
         let map = pagecache::residency_map(path, range)?;
         (map.residency.clone(), Some(map))
+    } else if let (Some(after), MethodArg::Auto) = (after_evict, args.method) {
+        // The eviction looked already: a second open and count per file would cost a tree of
+        // small files a third more.
+        (after, None)
     } else {
         (pagecache::residency_with(path, range, args.method.into())?, None)
     };
@@ -334,6 +466,7 @@ fn process_file(
 }
 
 fn add_to_total(total: &mut Total, r: &Residency) {
+    total.files += 1;
     total.bytes += r.len;
     total.total_pages += r.total_pages;
     match r.cached_pages {
@@ -349,73 +482,91 @@ fn add_to_total(total: &mut Total, r: &Residency) {
     if let Some(w) = r.writeback_pages {
         *total.writeback_pages.get_or_insert(0) += w;
     }
+    if let Some(e) = r.evicted_pages {
+        *total.evicted_pages.get_or_insert(0) += e;
+    }
+    if let Some(e) = r.recently_evicted_pages {
+        *total.recently_evicted_pages.get_or_insert(0) += e;
+    }
 }
 
-fn print_json(report: &Report) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, report)?;
-    writeln!(out)?;
-    out.flush()
+/// One row's cell for `column`.
+fn cell(column: Column, r: &Residency, raw: bool) -> String {
+    let pages = |count: Option<u64>| count.map_or("-".to_owned(), |n| n.to_string());
+    match column {
+        Column::Resident => r.cached_bytes().map_or("?".to_owned(), |b| format_size(b, raw)),
+        Column::Percent if r.total_pages == 0 => "-".to_owned(),
+        Column::Percent => r.fraction().map_or("?".to_owned(), |f| format!("{:.1}%", f * 100.0)),
+        Column::Pages => format!(
+            "{}/{}",
+            r.cached_pages.map_or("?".to_owned(), |c| c.to_string()),
+            r.total_pages
+        ),
+        Column::Size => format_size(r.len, raw),
+        Column::Dirty => pages(r.dirty_pages),
+        Column::Writeback => pages(r.writeback_pages),
+        Column::Evicted => pages(r.evicted_pages),
+        Column::RecentlyEvicted => pages(r.recently_evicted_pages),
+        Column::File => String::new(),
+    }
 }
 
-fn print_table(report: &Report, args: &PagecacheArgs) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
-    let raw = args.bytes;
-    let size_label = if args.range.is_some() { "RANGE" } else { "SIZE" };
-    let header = ["RESIDENT", "%", "PAGES", size_label, "DIRTY", "WRITEBACK", "FILE"];
-    let mut rows: Vec<[String; 7]> = Vec::new();
-    for file in &report.files {
-        let r = &file.residency;
-        let mut resident = r.cached_bytes().map_or("?".to_owned(), |b| format_size(b, raw));
-        if let Some(before) = file.before_evict.as_ref().and_then(Residency::cached_bytes) {
-            resident = format!("{} -> {resident}", format_size(before, raw));
+fn total_cell(column: Column, t: &Total, raw: bool) -> String {
+    let pages = |count: Option<u64>| count.map_or("-".to_owned(), |n| n.to_string());
+    match column {
+        Column::Resident => format_size(t.cached_bytes, raw),
+        Column::Percent if t.total_pages == 0 => "-".to_owned(),
+        Column::Percent => {
+            format!("{:.1}%", t.cached_pages as f64 * 100.0 / t.total_pages as f64)
         }
-        rows.push([
-            resident,
-            if r.total_pages == 0 {
-                "-".to_owned()
-            } else {
-                r.fraction().map_or("?".to_owned(), |f| format!("{:.1}%", f * 100.0))
-            },
-            format!(
-                "{}/{}",
-                r.cached_pages.map_or("?".to_owned(), |c| c.to_string()),
-                r.total_pages
-            ),
-            format_size(r.len, raw),
-            r.dirty_pages.map_or("-".to_owned(), |d| d.to_string()),
-            r.writeback_pages.map_or("-".to_owned(), |w| w.to_string()),
-            file.path.display().to_string(),
-        ]);
+        Column::Pages => format!("{}/{}", t.cached_pages, t.total_pages),
+        Column::Size => format_size(t.bytes, raw),
+        Column::Dirty => pages(t.dirty_pages),
+        Column::Writeback => pages(t.writeback_pages),
+        Column::Evicted => pages(t.evicted_pages),
+        Column::RecentlyEvicted => pages(t.recently_evicted_pages),
+        Column::File => {
+            let mut label = format!("total ({} files", t.files);
+            for (count, what) in
+                [(t.unknown_files, "unknown"), (t.errors, "errors"), (t.skipped, "skipped")]
+            {
+                if count > 0 {
+                    label += &format!(", {count} {what}");
+                }
+            }
+            label + ")"
+        }
     }
-    let t = &report.total;
-    let total_fraction = if t.total_pages == 0 {
-        "-".to_owned()
-    } else {
-        format!("{:.1}%", t.cached_pages as f64 * 100.0 / t.total_pages as f64)
-    };
-    let mut total_label = format!("total ({} files", t.files);
-    if t.unknown_files > 0 {
-        total_label += &format!(", {} unknown", t.unknown_files);
-    }
-    if t.errors > 0 {
-        total_label += &format!(", {} errors", t.errors);
-    }
-    if t.skipped > 0 {
-        total_label += &format!(", {} skipped", t.skipped);
-    }
-    total_label += ")";
-    let total_row = [
-        format_size(t.cached_bytes, raw),
-        total_fraction,
-        format!("{}/{}", t.cached_pages, t.total_pages),
-        format_size(t.bytes, raw),
-        t.dirty_pages.map_or("-".to_owned(), |d| d.to_string()),
-        t.writeback_pages.map_or("-".to_owned(), |w| w.to_string()),
-        total_label,
-    ];
+}
 
-    let mut widths = header.map(str::len);
+fn print_table(out: &mut dyn Write, report: &Report, args: &PagecacheArgs) -> std::io::Result<()> {
+    let raw = args.bytes;
+    let columns = args.columns.clone().unwrap_or_default().0;
+    let files = report.files.as_deref().unwrap_or_default();
+    let mut rows: Vec<Vec<String>> = Vec::with_capacity(files.len());
+    for file in files {
+        let row = columns
+            .iter()
+            .map(|&column| match column {
+                Column::File => file.path.display().to_string(),
+                Column::Resident => {
+                    let after = cell(column, &file.residency, raw);
+                    match file.before_evict.as_ref().and_then(Residency::cached_bytes) {
+                        Some(before) => format!("{} -> {after}", format_size(before, raw)),
+                        None => after,
+                    }
+                }
+                other => cell(other, &file.residency, raw),
+            })
+            .collect();
+        rows.push(row);
+    }
+    let total_row: Vec<String> =
+        columns.iter().map(|&column| total_cell(column, &report.total, raw)).collect();
+    let header: Vec<String> =
+        columns.iter().map(|c| c.header(args.range.is_some()).to_owned()).collect();
+
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows.iter().chain(std::iter::once(&total_row)) {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
@@ -423,27 +574,34 @@ fn print_table(report: &Report, args: &PagecacheArgs) -> std::io::Result<()> {
     }
     let line = |cells: &[String]| -> String {
         let mut text = String::new();
-        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                text += cell; // the path, left-aligned and unpadded
-            } else {
-                text += &format!("{cell:>width$}  ");
+        for (i, ((cell, width), column)) in cells.iter().zip(&widths).zip(&columns).enumerate() {
+            let last = i + 1 == cells.len();
+            match (column, last) {
+                (_, true) if *column == Column::File => text += cell,
+                (Column::File, _) => text += &format!("{cell:<width$}  "),
+                (_, true) => text += &format!("{cell:>width$}"),
+                _ => text += &format!("{cell:>width$}  "),
             }
         }
         text
     };
-    writeln!(out, "{}", line(&header.map(str::to_owned)))?;
-    for (row, file) in rows.iter().zip(&report.files) {
+    if !args.no_headings {
+        writeln!(out, "{}", line(&header))?;
+    }
+    // A reason is printed the first time it comes up, not on every file it applies to.
+    let mut reasons_shown: HashSet<&str> = HashSet::new();
+    for (row, file) in rows.iter().zip(files) {
         writeln!(out, "{}", line(row))?;
         if let Some(map) = &file.map {
-            writeln!(out, "{:indent$}{}", "", bar(map, args.map_width), indent = 2)?;
+            writeln!(out, "{:indent$}{}", "", bar(map, usize::from(args.map_width)), indent = 2)?;
         }
         if let Some(reason) = &file.residency.unknown_reason {
-            writeln!(out, "  (unknown: {reason})")?;
+            if reasons_shown.insert(reason) {
+                writeln!(out, "  (unknown: {reason})")?;
+            }
         }
     }
-    writeln!(out, "{}", line(&total_row))?;
-    out.flush()
+    writeln!(out, "{}", line(&total_row))
 }
 
 /// `[OOOoo   ]`: each cell covers an equal share of the pages.
@@ -498,7 +656,8 @@ struct Progress {
 
 impl Progress {
     fn new(recursive: bool) -> Self {
-        let bar = (recursive && std::io::stderr().is_terminal()).then(|| {
+        let shown = recursive && !output::quiet() && std::io::stderr().is_terminal();
+        let bar = shown.then(|| {
             let bar = indicatif::ProgressBar::new_spinner();
             bar.enable_steady_tick(Duration::from_millis(120));
             bar
@@ -532,15 +691,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ranges_parse() {
+    fn ranges_parse_sizes_as_everywhere_else() {
         assert_eq!(parse_range("0:1G"), Ok(ByteRange::new(0, 1 << 30)));
         assert_eq!(parse_range("4096:"), Ok(ByteRange::from_offset(4096)));
         assert_eq!(parse_range(":64MiB"), Ok(ByteRange::new(0, 64 << 20)));
         assert_eq!(parse_range("1k:2K"), Ok(ByteRange::new(1024, 2048)));
+        // dd: B after the prefix means powers of 1000, as in `gpumap read --len`.
+        assert_eq!(parse_range("0:4MB"), Ok(ByteRange::new(0, 4_000_000)));
+        assert_eq!(parse_range("0:4mb"), Ok(ByteRange::new(0, 4_000_000)));
+        assert_eq!(parse_range("4KB:"), size_arg("4KB").map(ByteRange::from_offset));
         assert!(parse_range("10").is_err());
         assert!(parse_range("x:1").is_err());
         assert!(parse_range("1Q:1").is_err());
         assert!(parse_range("99999999999T:1").is_err());
+    }
+
+    #[test]
+    fn columns_parse_like_fincore() {
+        use Column::*;
+        assert_eq!(parse_columns("res,pages,FILE"), Ok(Columns(vec![Resident, Pages, File])));
+        let mut with_evicted = Columns::default().0;
+        with_evicted.push(Evicted);
+        assert_eq!(parse_columns("+EVICTED"), Ok(Columns(with_evicted)));
+        assert_eq!(
+            parse_columns("-DIRTY,-writeback"),
+            Ok(Columns(vec![Resident, Percent, Pages, Size, File]))
+        );
+        assert!(parse_columns("RES,BOGUS").unwrap_err().contains("BOGUS"));
+        assert!(parse_columns("-RES,-PERCENT,-PAGES,-SIZE,-DIRTY,-WRITEBACK,-FILE").is_err());
     }
 
     #[test]

@@ -1,32 +1,50 @@
-//! `gpumap info`, `gpumap read`, `gpumap write`.
+//! `gpumap read` and `gpumap write`, and the options every transfer shares.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use serde::Serialize;
 
-use gpumap::config::{parse_size, CompatMode, Config, DirectRead};
+use gpumap::config::{check_nthreads, parse_size, CompatMode, Config, DirectRead, MAX_THREADS};
 use gpumap::io::{FileHandle, IoPool};
 use gpumap::memory::{Device, DeviceBuffer, HostBuffer};
 use gpumap::{Error, Result};
 
+use crate::error::{CliError, CliResult};
+use crate::schema::{DirectIo, Memory, TransferPath, SCHEMA};
 use crate::{output, pattern};
 
+/// A byte count with `dd` suffixes (`4096`, `4K`, `4KiB`, `4KB`, `1GiB`; see
+/// [`gpumap::config::parse_size`]), for every size option of every command.
 pub(crate) fn size_arg(text: &str) -> std::result::Result<u64, String> {
     parse_size(text)
+}
+
+/// A size above zero (`--task-size`: a task moves at least one byte).
+fn nonzero_size_arg(text: &str) -> std::result::Result<u64, String> {
+    match parse_size(text)? {
+        0 => Err("expected a size above zero".into()),
+        n => Ok(n),
+    }
+}
+
+/// A thread count from 1 to [`MAX_THREADS`].
+fn threads_arg(text: &str) -> std::result::Result<usize, String> {
+    let n: usize = text.trim().parse().map_err(|_| format!("expected 1 to {MAX_THREADS}"))?;
+    check_nthreads(n).map(|_| n)
 }
 
 /// Options every transfer command shares.
 #[derive(Args, Debug)]
 pub struct TransferOptions {
-    /// Worker threads (default: GPUMAP_NTHREADS, or the CPU count up to 16).
-    #[arg(long, short = 't')]
+    /// Worker threads, 1 to 1024 (default: GPUMAP_NTHREADS, or the CPU count up to 16).
+    #[arg(long, short = 't', value_parser = threads_arg)]
     threads: Option<usize>,
     /// Largest piece one task moves, e.g. 4MiB (default: GPUMAP_TASK_SIZE or 4 MiB).
-    #[arg(long, value_parser = size_arg)]
+    #[arg(long, value_parser = nonzero_size_arg)]
     task_size: Option<u64>,
     /// cuFile or POSIX: on (POSIX), off (cuFile), auto.
     #[arg(long)]
@@ -37,7 +55,7 @@ pub struct TransferOptions {
     direct: Option<DirectRead>,
     #[command(flatten)]
     placement: MemoryArgs,
-    /// Print one JSON object instead of text.
+    /// Print one JSON object instead of text (errors too; see docs/cli-json.md).
     #[arg(long)]
     json: bool,
 }
@@ -62,12 +80,33 @@ impl MemoryArgs {
             (false, None) => Ok(Device::auto()),
         }
     }
+
+    /// The memory asked for and its description; where host memory stands in for a GPU
+    /// nobody named, says why once (a note on standard error) and records it.
+    pub(crate) fn memory(&self) -> Result<(Device, Memory)> {
+        let device = self.device()?;
+        let fallback = (device.is_host() && !self.host).then(|| {
+            let caps = gpumap::Capabilities::probe();
+            format!("no GPU: {}", caps.cuda_reason().unwrap_or("none found"))
+        });
+        if let Some(reason) = &fallback {
+            output::note(format!(
+                "{reason}: host memory stands in (--host asks for it and skips this note)"
+            ));
+        }
+        let memory = Memory::new(&device, fallback);
+        Ok((device, memory))
+    }
 }
 
 impl TransferOptions {
-    fn open(&self, path: &PathBuf, flags: &str) -> Result<(FileHandle, Arc<IoPool>)> {
+    /// The handle options these flags give on top of the environment's.
+    fn handle_options(&self) -> Result<(gpumap::io::HandleOptions, Arc<IoPool>)> {
         let config = Config::global()?;
         let threads = self.threads.unwrap_or(config.nthreads);
+        if let (Some(n), Ok(Some(warning))) = (self.threads, check_nthreads(threads)) {
+            tracing::warn!("--threads {n}: {warning}");
+        }
         let pool = Arc::new(IoPool::new(threads)?);
         let mut options = FileHandle::options()?;
         options.pool(pool.clone());
@@ -83,16 +122,22 @@ impl TransferOptions {
             Some(DirectRead::Uncached) => options.direct_read(DirectRead::Uncached),
             None => &mut options,
         };
+        Ok((options, pool))
+    }
+
+    fn open(&self, path: &Path, flags: &str) -> Result<(FileHandle, Arc<IoPool>)> {
+        let (options, pool) = self.handle_options()?;
         Ok((options.open(path, flags)?, pool))
     }
-}
 
-/// Arguments of `gpumap info`.
-#[derive(Args, Debug)]
-pub struct InfoArgs {
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
+    /// Whether writes were asked to use `O_DIRECT`.
+    fn direct_writes(&self) -> Result<bool> {
+        Ok(match self.direct {
+            Some(DirectRead::On) => true,
+            Some(DirectRead::Off) => false,
+            Some(DirectRead::Uncached) | None => Config::global()?.direct_io_write,
+        })
+    }
 }
 
 /// Arguments of `gpumap read`.
@@ -100,7 +145,7 @@ pub struct InfoArgs {
 pub struct ReadArgs {
     /// The file to read.
     file: PathBuf,
-    /// Where to start, in bytes (suffixes such as 4KiB allowed).
+    /// Where to start, in bytes (suffixes such as 4KiB allowed); past the end is an error.
     #[arg(long, default_value = "0", value_parser = size_arg)]
     offset: u64,
     /// How many bytes (default: to the end of the file).
@@ -108,17 +153,19 @@ pub struct ReadArgs {
     len: Option<u64>,
     #[command(flatten)]
     options: TransferOptions,
-    /// Check the bytes read against the pattern `gpumap write` generates.
+    /// Check the bytes read against the pattern `gpumap write` generates (exit status 3 when
+    /// they differ).
     #[arg(long)]
     verify_pattern: bool,
-    /// Check the bytes read into GPU memory against a plain host read of the same range.
+    /// Check the bytes read against a plain host read of the same range (exit status 3 when
+    /// they differ).
     #[arg(long)]
     verify: bool,
     /// Read the range this many times and report the fastest (the first pays for warming
     /// caches and allocating pinned buffers).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
-    /// Drop the range from the page cache before each read (fdatasync, then
+    /// Drop the range from the page cache before each read (fdatasync where needed, then
     /// POSIX_FADV_DONTNEED), so every read comes from the disk.
     #[arg(long)]
     cold: bool,
@@ -129,7 +176,8 @@ pub struct ReadArgs {
 pub struct WriteArgs {
     /// The file to write (created if missing; never truncated: use --truncate).
     file: PathBuf,
-    /// How many bytes to write, e.g. 1GiB.
+    /// How many bytes to write, e.g. 1GiB (generated and written piece by piece: memory does
+    /// not grow with the size).
     #[arg(long, value_parser = size_arg)]
     size: u64,
     /// Where to start, in bytes.
@@ -145,41 +193,40 @@ pub struct WriteArgs {
     options: TransferOptions,
 }
 
-/// What one transfer did, for the text line and `--json`.
+/// What one transfer did, for the text line and `--json` (schema 1).
 #[derive(Serialize, Debug)]
 struct Report {
+    schema: u32,
+    /// `"read"` or `"write"`.
     op: &'static str,
     file: PathBuf,
     offset: u64,
     bytes: u64,
+    /// Seconds of the fastest run (reads) or of the writes and the sync (writes).
     seconds: f64,
     gbps: f64,
-    /// Every repetition's rate, in order (`--repeat`); `gbps` is the fastest.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Every run's rate, in order (one entry without `--repeat`).
     runs_gbps: Vec<f64>,
-    /// Whether each read was made cold first (`--cold`).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    /// Whether each read was made cold first (`--cold`); `false` for writes.
     cold: bool,
     threads: usize,
     task_size: u64,
-    memory: String,
-    direct_io: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    memory: Memory,
+    transfer_path: TransferPath,
+    direct_io: DirectIo,
+    /// `true` when `--verify`/`--verify-pattern` checked every byte; `null` when not asked.
     verified: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Writes: whether the data was made durable (`--sync`); `null` for reads.
     durable: Option<bool>,
 }
 
 impl Report {
-    fn print(&self, json: bool) -> Result<()> {
+    fn print(&self, json: bool) -> CliResult {
         if json {
-            let text = serde_json::to_string(self)
-                .map_err(|e| Error::InvalidArgument(format!("cannot print JSON: {e}")))?;
-            output::line(text);
-            return Ok(());
+            return output::json(self);
         }
-        output::line(format!(
-            "{}{} {} bytes {} {} at offset {} in {:.3} s: {:.2} GB/s{} ({} threads, task size {}, {}, O_DIRECT: {}){}",
+        output::try_line(format!(
+            "{}{} {} bytes {} {} at offset {} in {:.3} s: {}{} ({} threads, task size {}, {}, {}, {}){}",
             if self.cold { "cold: " } else { "" },
             if self.op == "read" { "read" } else { "wrote" },
             self.bytes,
@@ -187,7 +234,7 @@ impl Report {
             self.file.display(),
             self.offset,
             self.seconds,
-            self.gbps,
+            rate_text(self.gbps * 1e9),
             match self.runs_gbps.as_slice() {
                 [] | [_] => String::new(),
                 runs => format!(
@@ -198,19 +245,26 @@ impl Report {
             },
             self.threads,
             human(self.task_size),
-            self.memory,
-            self.direct_io,
+            self.memory.describe(),
+            self.transfer_path.describe(),
+            self.direct_io.describe(),
             match (self.verified, self.durable) {
-                (Some(true), _) => ", pattern verified",
+                (Some(true), _) => ", verified",
                 (_, Some(true)) => ", durable (fdatasync)",
                 _ => "",
             }
-        ));
-        Ok(())
+        ))
     }
 }
 
-fn human(bytes: u64) -> String {
+/// A rate in GB/s (10^9 bytes a second), the unit of every rate gpumap prints: results,
+/// progress bars, bench tables.
+pub(crate) fn rate_text(bytes_per_second: f64) -> String {
+    format!("{:.2} GB/s", bytes_per_second / 1e9)
+}
+
+/// `4 MiB`, `1 GiB`, or bytes where no binary unit divides evenly.
+pub(crate) fn human(bytes: u64) -> String {
     const UNITS: [(&str, u64); 4] =
         [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (unit, size) in UNITS {
@@ -221,24 +275,20 @@ fn human(bytes: u64) -> String {
     format!("{bytes} B")
 }
 
-/// Where the data lives during a transfer, as the report says it.
-fn host_memory_note() -> String {
-    let caps = gpumap::Capabilities::probe();
-    if caps.gpu_available() {
-        "host memory".into()
-    } else {
-        format!("host memory (no GPU: {})", caps.cuda_reason().unwrap_or("not found"))
-    }
-}
-
-/// With a visible progress bar, pieces of this size are moved one after another so that
-/// progress can be shown (each piece still split into tasks across every thread); without
-/// one, the whole transfer is one piece, with no pause between pieces.
+/// Pieces a transfer is moved in, one after another, when a progress bar shows them (each
+/// piece still split into tasks across every thread); without a bar, one piece.
 fn progress_piece(handle: &FileHandle, threads: usize, bar: &ProgressBar, total: usize) -> usize {
     if bar.is_hidden() {
         return total.max(1);
     }
-    (handle.task_size() as usize * threads * 16).max(256 << 20)
+    transfer_piece(handle.task_size(), threads)
+}
+
+/// Sixteen tasks a thread, at least 256 MiB: large enough that threads do not wait on each
+/// other at the end of a piece.
+fn transfer_piece(task_size: u64, threads: usize) -> usize {
+    let bytes = task_size.saturating_mul(threads as u64).saturating_mul(16).max(256 << 20);
+    usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
 /// Calls `step(at, n)` for consecutive pieces `[at, at + n)` of `[0, total)`, each at most
@@ -247,8 +297,8 @@ fn in_pieces(
     total: usize,
     piece: usize,
     bar: &ProgressBar,
-    mut step: impl FnMut(usize, usize) -> Result<()>,
-) -> Result<()> {
+    mut step: impl FnMut(usize, usize) -> CliResult,
+) -> CliResult {
     let mut at = 0usize;
     while at < total {
         let n = piece.min(total - at);
@@ -259,130 +309,130 @@ fn in_pieces(
     Ok(())
 }
 
+/// The bar's template: bytes and rate in decimal units (GB, GB/s), like the results.
+const BAR_TEMPLATE: &str =
+    "{msg} [{bar:40}] {decimal_bytes}/{decimal_total_bytes} {gbps} eta {eta}";
+
 fn progress_bar(total: u64, json: bool, what: &str) -> ProgressBar {
-    if json || total < (256 << 20) {
+    if json || output::quiet() || total < (256 << 20) {
         return ProgressBar::hidden();
     }
     // Drawn to stderr, and hidden by indicatif when stderr is not a terminal.
     let bar = ProgressBar::new(total);
-    if let Ok(style) = ProgressStyle::with_template(
-        "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
-    ) {
+    if let Ok(style) = ProgressStyle::with_template(BAR_TEMPLATE) {
+        let style = style.with_key("gbps", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = w.write_str(&rate_text(state.per_sec()));
+        });
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_message(what.to_string());
     bar
 }
 
-/// `gpumap info`.
-pub fn info(args: &InfoArgs) -> Result<()> {
-    let caps = gpumap::Capabilities::probe();
-    let config = Config::from_env()?;
-    if args.json {
-        let value = serde_json::json!({ "capabilities": caps, "config": config });
-        output::line(format!("{value:#}"));
-        return Ok(());
+/// The length `gpumap read` reads: `len`, or to the end of the file. An offset past the end
+/// is an error either way; an offset at the end reads 0 bytes.
+fn read_len(offset: u64, len: Option<u64>, file_len: u64) -> Result<u64> {
+    let len = len.unwrap_or(file_len.saturating_sub(offset));
+    match offset.checked_add(len) {
+        Some(end) if end <= file_len => Ok(len),
+        Some(_) => Err(Error::OutOfRange { offset, len, file_len }),
+        None => Err(Error::Overflow { offset, len }),
     }
-    output::line(caps);
-    output::line("settings:");
-    let rows: [(&str, String); 7] = [
-        ("compat_mode", config.compat_mode.to_string()),
-        ("nthreads", config.nthreads.to_string()),
-        ("task_size", human(config.task_size)),
-        ("gds_threshold", human(config.gds_threshold)),
-        ("bounce_buffer_size", human(config.bounce_buffer_size)),
-        ("direct_io_read", config.direct_io_read.to_string()),
-        ("direct_io_write", config.direct_io_write.to_string()),
-    ];
-    for (name, value) in rows {
-        let source = match config.source(name) {
-            gpumap::config::Source::Default => "default".to_string(),
-            gpumap::config::Source::Env(var) => format!("from {var}"),
-        };
-        output::line(format!("  {name:<20} {value:<10} ({source})"));
-    }
-    Ok(())
 }
 
 /// `gpumap read`.
-pub fn read(args: &ReadArgs) -> Result<()> {
+pub fn read(args: &ReadArgs) -> CliResult {
+    let (device, memory) = args.options.placement.memory()?;
     let (handle, pool) = args.options.open(&args.file, "r")?;
-    let file_len = handle.len()?;
-    let len = match args.len {
-        Some(len) => {
-            if args.offset.checked_add(len).is_none_or(|end| end > file_len) {
-                return Err(Error::OutOfRange { offset: args.offset, len, file_len });
-            }
-            len
-        }
-        None => file_len.saturating_sub(args.offset),
-    };
+    let len = read_len(args.offset, args.len, handle.len()?)?;
     let size = usize::try_from(len)
         .map_err(|_| Error::InvalidArgument(format!("--len {len} does not fit in memory")))?;
-    let device = args.options.placement.device()?;
     let bar = progress_bar(len, args.options.json, "read");
     let piece = progress_piece(&handle, pool.nthreads(), &bar, size);
     let mut runs = Vec::with_capacity(args.repeat as usize);
     let mut buf = DeviceBuffer::alloc(&device, size)?;
     // Decided (and cuFile opened, in auto mode) before the clock starts: opening is not part
     // of the transfer.
-    if !device.is_host() {
-        let _ = handle.compat_decision();
-    }
+    let transfer_path = TransferPath::of(&handle, &device);
+    tracing::info!("{}: {}", transfer_path.describe(), transfer_path.reason);
     for _ in 0..args.repeat {
         cool(args, len)?;
         let start = Instant::now();
         in_pieces(size, piece, &bar, |at, n| {
             let dst = buf.view_mut().into_slice(at..at + n)?;
-            handle.read_device_exact(dst, args.offset + at as u64)
+            Ok(handle.read_device_exact(dst, args.offset + at as u64)?)
         })?;
         runs.push(start.elapsed().as_secs_f64());
     }
     bar.finish_and_clear();
-    let mut verified = None;
-    if args.verify || args.verify_pattern {
-        let mut staged = vec![0u8; piece.min(size)];
-        let mut expected = vec![0u8; piece.min(size)];
-        let mut done = 0usize;
-        while done < size {
-            let n = piece.min(size - done);
-            buf.copy_to_host(done, &mut staged[..n])?;
-            let at = args.offset + done as u64;
-            if args.verify {
-                handle.read_exact(&mut expected[..n], at)?;
-                if let Some(p) = staged[..n].iter().zip(&expected[..n]).position(|(a, b)| a != b) {
-                    return Err(Error::InvalidArgument(format!(
-                        "--verify: {} differs from the file at offset {}",
-                        if device.is_host() { "host memory" } else { "GPU memory" },
-                        at + p as u64
-                    )));
-                }
-            }
-            verify_pattern(args.verify_pattern, &staged[..n], at)?;
-            done += n;
-        }
-        verified = Some(true);
-    }
-    let memory_note = memory_note(&device, &handle);
+    let verified = if args.verify || args.verify_pattern {
+        verify(args, &handle, &buf, &memory, piece.min(size))?;
+        Some(true)
+    } else {
+        None
+    };
     let seconds = runs.iter().copied().fold(f64::INFINITY, f64::min);
     let rate = |seconds: f64| len as f64 / seconds.max(1e-9) / 1e9;
     Report {
+        schema: SCHEMA,
         op: "read",
         file: args.file.clone(),
         offset: args.offset,
         bytes: len,
         seconds,
         gbps: rate(seconds),
-        runs_gbps: if runs.len() > 1 { runs.iter().map(|&s| rate(s)).collect() } else { vec![] },
+        runs_gbps: runs.iter().map(|&s| rate(s)).collect(),
         cold: args.cold,
         threads: pool.nthreads(),
         task_size: handle.task_size(),
-        memory: memory_note,
-        direct_io: direct_note(&handle),
+        memory,
+        transfer_path,
+        direct_io: DirectIo::for_reads(&handle),
         verified,
         durable: None,
     }
     .print(args.options.json)
+}
+
+/// Checks what was read into `buf` against a plain host read (`--verify`) and the pattern
+/// (`--verify-pattern`), `piece` bytes at a time.
+fn verify(
+    args: &ReadArgs,
+    handle: &FileHandle,
+    buf: &DeviceBuffer,
+    memory: &Memory,
+    piece: usize,
+) -> CliResult {
+    let size = buf.len();
+    let mut staged = vec![0u8; piece];
+    let mut expected = vec![0u8; piece];
+    let mut done = 0usize;
+    while done < size {
+        let n = piece.min(size - done);
+        buf.copy_to_host(done, &mut staged[..n])?;
+        let at = args.offset + done as u64;
+        if args.verify {
+            handle.read_exact(&mut expected[..n], at)?;
+            if let Some(p) = staged[..n].iter().zip(&expected[..n]).position(|(a, b)| a != b) {
+                return Err(CliError::DataDiffer {
+                    offset: at + p as u64,
+                    memory: memory.describe(),
+                    reference: "a plain read of the file",
+                });
+            }
+        }
+        if args.verify_pattern {
+            if let Some(offset) = pattern::first_mismatch(&staged[..n], at) {
+                return Err(CliError::DataDiffer {
+                    offset,
+                    memory: memory.describe(),
+                    reference: "the pattern gpumap write generates",
+                });
+            }
+        }
+        done += n;
+    }
+    Ok(())
 }
 
 /// With `--cold`, drops the range about to be read from the page cache.
@@ -394,101 +444,150 @@ fn cool(args: &ReadArgs, len: u64) -> Result<()> {
     Ok(())
 }
 
-/// "GPU 0 (NVIDIA H200), POSIX path: (why)" or "host memory (no GPU: (why))", as the report
-/// says it.
-fn memory_note(device: &Device, handle: &FileHandle) -> String {
-    match device {
-        Device::Host => host_memory_note(),
-        Device::Cuda(device) => {
-            let decision = handle.compat_decision();
-            let path = match decision.path {
-                gpumap::io::IoPath::CuFile => "cuFile",
-                gpumap::io::IoPath::Posix => "POSIX",
-            };
-            format!(
-                "GPU {} ({}), {path} path: {}",
-                device.ordinal(),
-                device.name(),
-                decision.reason
-            )
+/// Bytes generated and written at a time by `gpumap write`: four tasks a thread, from 64 to
+/// 256 MiB, so that memory stays the same whatever `--size` says.
+fn write_piece(task_size: u64, threads: usize, size: u64) -> usize {
+    let piece = task_size.saturating_mul(threads as u64).saturating_mul(4);
+    let piece = piece.clamp(64 << 20, 256 << 20).min(size).max(1);
+    usize::try_from(piece).unwrap_or(usize::MAX)
+}
+
+/// `gpumap write`: everything it needs (arguments, memory, buffers, the path being a regular
+/// file or nothing) is checked before the file is created or truncated; a file it created is
+/// removed again when the write fails.
+pub fn write(args: &WriteArgs) -> CliResult {
+    if args.offset.checked_add(args.size).is_none_or(|end| i64::try_from(end).is_err()) {
+        return Err(Error::Overflow { offset: args.offset, len: args.size }.into());
+    }
+    let (device, memory) = args.options.placement.memory()?;
+    let (handle_options, pool) = args.options.handle_options()?;
+    if handle_options.compat_mode == CompatMode::Off && !device.is_host() {
+        if let Err(reason) = gpumap::Capabilities::probe().cufile_usable() {
+            return Err(Error::Unavailable { what: "cuFile", reason }.into());
         }
     }
-}
+    let piece = write_piece(handle_options.task_size, pool.nthreads(), args.size);
+    let mut staged = DeviceBuffer::alloc(&device, piece)?;
+    let mut pattern_buf = if device.is_host() { None } else { Some(HostBuffer::new(piece)?) };
+    let direct_writes = args.options.direct_writes()?;
 
-fn verify_pattern(wanted: bool, data: &[u8], offset: u64) -> Result<Option<bool>> {
-    if !wanted {
-        return Ok(None);
-    }
-    match pattern::first_mismatch(data, offset) {
-        Some(at) => Err(Error::InvalidArgument(format!(
-            "--verify-pattern: byte at offset {at} differs from the pattern gpumap write generates"
-        ))),
-        None => Ok(Some(true)),
-    }
-}
-
-fn direct_note(handle: &FileHandle) -> String {
-    let uncached_reads = handle.flags().read && handle.direct_read_policy() == DirectRead::Uncached;
-    match handle.direct_io_status() {
-        Ok(()) if uncached_reads => "for ranges not in the page cache".into(),
-        Ok(()) => "on".into(),
-        Err(why) => format!("off, {why}"),
-    }
-}
-
-/// `gpumap write`.
-pub fn write(args: &WriteArgs) -> Result<()> {
-    let (handle, pool) = args
-        .options
-        .open(&args.file, if args.truncate { "w" } else { "r+" })
-        .or_else(|e| match e {
-            // "r+" needs an existing file; create it like "w" would, without truncating.
-            Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                args.options.open(&args.file, "w")
+    let existed = std::fs::symlink_metadata(&args.file).is_ok();
+    let flags = if args.truncate || !existed { "w" } else { "r+" };
+    let handle = handle_options.open(&args.file, flags)?;
+    let written = write_pattern(args, &handle, &device, &mut staged, pattern_buf.as_mut(), piece);
+    let seconds = match written {
+        Ok(seconds) => seconds,
+        Err(e) => {
+            if !existed {
+                drop(handle);
+                if let Err(rm) = std::fs::remove_file(&args.file) {
+                    tracing::warn!(
+                        "cannot remove {} after the failed write: {rm}",
+                        args.file.display()
+                    );
+                }
             }
-            other => Err(other),
-        })?;
-    let size = usize::try_from(args.size).map_err(|_| {
-        Error::InvalidArgument(format!("--size {} does not fit in memory", args.size))
-    })?;
-    let mut buf = HostBuffer::new(size)?;
-    pattern::fill(&mut buf, args.offset);
-    let bar = progress_bar(args.size, args.options.json, "write");
-    let piece = progress_piece(&handle, pool.nthreads(), &bar, size);
-    let device = args.options.placement.device()?;
-    // The pattern is staged in device memory first (not timed): the write is device -> file.
-    let mut staged = DeviceBuffer::alloc(&device, size)?;
-    staged.copy_from_host(0, &buf)?;
-    drop(buf);
-    if !device.is_host() {
-        let _ = handle.compat_decision(); // decided before the clock starts, as in read
-    }
-    let start = Instant::now();
-    in_pieces(size, piece, &bar, |at, n| {
-        let src = staged.view().slice(at..at + n)?;
-        handle.write_device(src, args.offset + at as u64).map(|_| ())
-    })?;
-    let memory_note = memory_note(&device, &handle);
-    if args.sync {
-        handle.sync_data()?;
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    bar.finish_and_clear();
+            return Err(e);
+        }
+    };
+    let transfer_path = TransferPath::of(&handle, &device);
     Report {
+        schema: SCHEMA,
         op: "write",
         file: args.file.clone(),
         offset: args.offset,
         bytes: args.size,
         seconds,
         gbps: args.size as f64 / seconds.max(1e-9) / 1e9,
-        runs_gbps: vec![],
+        runs_gbps: vec![args.size as f64 / seconds.max(1e-9) / 1e9],
         cold: false,
         threads: pool.nthreads(),
         task_size: handle.task_size(),
-        memory: memory_note,
-        direct_io: direct_note(&handle),
+        memory,
+        transfer_path,
+        direct_io: DirectIo::for_writes(&handle, direct_writes),
         verified: None,
-        durable: args.sync.then_some(true),
+        durable: Some(args.sync),
     }
     .print(args.options.json)
+}
+
+/// Generates and writes `args.size` bytes of the pattern, `piece` at a time through `staged`
+/// (device memory; `pattern_buf` is the host side where that is a GPU). Returns the seconds
+/// spent writing (and syncing): generating and staging the pattern is not timed.
+fn write_pattern(
+    args: &WriteArgs,
+    handle: &FileHandle,
+    device: &Device,
+    staged: &mut DeviceBuffer,
+    mut pattern_buf: Option<&mut HostBuffer>,
+    piece: usize,
+) -> CliResult<f64> {
+    let size = usize::try_from(args.size).map_err(|_| {
+        Error::InvalidArgument(format!("--size {} does not fit in memory", args.size))
+    })?;
+    if !device.is_host() {
+        let path = TransferPath::of(handle, device);
+        tracing::info!("{}: {}", path.describe(), path.reason);
+    }
+    let bar = progress_bar(args.size, args.options.json, "write");
+    let mut seconds = 0.0;
+    in_pieces(size, piece, &bar, |at, n| {
+        let offset = args.offset + at as u64;
+        match (&mut pattern_buf, &mut *staged) {
+            (Some(host), staged) => {
+                pattern::fill(&mut host[..n], offset);
+                staged.copy_from_host(0, &host[..n])?;
+            }
+            (None, DeviceBuffer::Host(host)) => pattern::fill(&mut host[..n], offset),
+            (None, staged) => {
+                let mut host = vec![0u8; n];
+                pattern::fill(&mut host, offset);
+                staged.copy_from_host(0, &host)?;
+            }
+        }
+        let src = staged.view().slice(0..n)?;
+        let start = Instant::now();
+        handle.write_device(src, offset)?;
+        seconds += start.elapsed().as_secs_f64();
+        Ok(())
+    })?;
+    if args.sync {
+        let start = Instant::now();
+        handle.sync_data()?;
+        seconds += start.elapsed().as_secs_f64();
+    }
+    bar.finish_and_clear();
+    Ok(seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_past_the_end_fail_with_and_without_len() {
+        assert!(matches!(read_len(2000, None, 1000), Err(Error::OutOfRange { offset: 2000, .. })));
+        assert!(matches!(read_len(2000, Some(0), 1000), Err(Error::OutOfRange { .. })));
+        assert_eq!(read_len(1000, None, 1000).unwrap(), 0);
+        assert_eq!(read_len(1000, Some(0), 1000).unwrap(), 0);
+        assert_eq!(read_len(10, None, 1000).unwrap(), 990);
+        assert!(matches!(read_len(u64::MAX, Some(2), 10), Err(Error::Overflow { .. })));
+    }
+
+    #[test]
+    fn rates_are_in_gb_per_second_in_results_and_bars() {
+        assert_eq!(rate_text(2.5e9), "2.50 GB/s");
+        assert!(BAR_TEMPLATE.contains("{gbps}") && BAR_TEMPLATE.contains("decimal_bytes"));
+        assert!(!BAR_TEMPLATE.contains("binary"));
+    }
+
+    #[test]
+    fn writes_go_in_bounded_pieces() {
+        assert_eq!(write_piece(4 << 20, 16, 1 << 40), 256 << 20);
+        assert_eq!(write_piece(4 << 20, 2, 1 << 40), 64 << 20);
+        assert_eq!(write_piece(64 << 10, 1, 1 << 40), 64 << 20);
+        assert_eq!(write_piece(4 << 20, 16, 1000), 1000);
+        assert_eq!(write_piece(4 << 20, 16, 0), 1);
+    }
 }

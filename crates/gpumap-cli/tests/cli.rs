@@ -1,9 +1,11 @@
 //! The `gpumap` binary: the main job end to end, JSON output, and errors a user would hit.
 
+mod common;
+
 use std::process::Command;
 
 fn gpumap() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gpumap"))
+    Command::new(common::gpumap_bin())
 }
 
 fn run(cmd: &mut Command) -> (i32, String, String) {
@@ -14,7 +16,7 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
 
 #[test]
 fn write_then_read_verifies_and_reports_json() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = common::scratch();
     let file = dir.path().join("data.bin");
     let (code, out, err) =
         run(gpumap().args(["write", "--size", "5MiB", "--offset", "4097", "--json"]).arg(&file));
@@ -49,8 +51,20 @@ fn write_then_read_verifies_and_reports_json() {
     std::fs::write(&file, &bytes).unwrap();
     let (code, _, err) =
         run(gpumap().args(["read", "--offset", "4097", "--verify-pattern"]).arg(&file));
-    assert_eq!(code, 1);
-    assert!(err.contains(&format!("offset {}", 4097 + 1_000_000)), "{err}");
+    assert_eq!(code, 3, "data that differ have their own exit status: {err}");
+    assert!(err.contains(&format!("data differ at offset {}", 4097 + 1_000_000)), "{err}");
+    assert!(!err.contains("invalid argument"), "{err}");
+    let (code, out, _) =
+        run(gpumap().args(["read", "--offset", "4097", "--verify-pattern", "--json"]).arg(&file));
+    assert_eq!(code, 3);
+    let doc: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(doc["error"]["kind"], "data_differ", "{out}");
+
+    // --verify compares with a plain read of the file: it works where there is no GPU.
+    let (code, out, err) = run(gpumap().args(["read", "--verify", "--json"]).arg(&file));
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["verified"], true);
 }
 
 #[test]
@@ -58,8 +72,24 @@ fn info_json_describes_capabilities_and_settings() {
     let (code, out, err) = run(gpumap().args(["info", "--json"]).env("GPUMAP_TASK_SIZE", "1MiB"));
     assert_eq!(code, 0, "{err}");
     let info: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(info["config"]["task_size"], 1 << 20);
-    assert!(info["capabilities"]["cuda"].is_object(), "{out}");
+    assert_eq!(info["schema"], 1);
+    assert_eq!(info["settings"]["task_size"]["value"], 1 << 20);
+    assert_eq!(info["settings"]["task_size"]["source"], "GPUMAP_TASK_SIZE");
+    assert_eq!(info["settings"]["nthreads"]["source"], "default");
+    assert!(info["cuda"]["available"].is_boolean(), "{out}");
+    assert!(info["gds"]["available"].is_boolean(), "{out}");
+    // O_DIRECT reads and writes in the same words.
+    assert_eq!(info["settings"]["direct_io_read"]["value"], "off", "{out}");
+    assert_eq!(info["settings"]["direct_io_write"]["value"], "on", "{out}");
+    let memory = &info["default_memory"];
+    assert!(memory["kind"] == "gpu" || memory["kind"] == "host", "{out}");
+    let (_, out, _) = run(gpumap()
+        .args(["info", "--json"])
+        .env("GPUMAP_AUTO_DIRECT_IO_WRITE", "false")
+        .env("GPUMAP_AUTO_DIRECT_IO_READ", "uncached"));
+    let info: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(info["settings"]["direct_io_write"]["value"], "off", "{out}");
+    assert_eq!(info["settings"]["direct_io_read"]["value"], "uncached", "{out}");
     let (code, text, _) = run(gpumap().arg("info"));
     assert_eq!(code, 0);
     assert!(text.contains("task_size") && text.contains("CUDA"), "{text}");
@@ -67,7 +97,7 @@ fn info_json_describes_capabilities_and_settings() {
 
 #[test]
 fn user_errors_are_clear_and_typed() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = common::scratch();
     let file = dir.path().join("small");
     std::fs::write(&file, vec![1u8; 1000]).unwrap();
     // A bad environment value names the variable and its value.
@@ -92,7 +122,7 @@ fn user_errors_are_clear_and_typed() {
 
 #[test]
 fn cold_repeated_reads_report_every_run() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = common::scratch();
     let file = dir.path().join("cold.bin");
     let (code, _, err) = run(gpumap().args(["write", "--size", "8MiB"]).arg(&file));
     assert_eq!(code, 0, "{err}");
@@ -110,11 +140,14 @@ fn cold_repeated_reads_report_every_run() {
         assert_eq!(runs.len(), 3, "{out}");
         let fastest = runs.iter().copied().fold(0.0, f64::max);
         assert!((report["gbps"].as_f64().unwrap() - fastest).abs() < 1e-9, "{out}");
-        let direct = report["direct_io"].as_str().unwrap();
+        let direct = &report["direct_io"];
+        assert_eq!(direct["policy"], policy, "{out}");
+        assert!(direct["reason"].is_string(), "{out}");
+        let enabled = direct["enabled"].as_bool().unwrap();
         match policy {
-            "uncached" => assert!(direct.contains("not in the page cache"), "{direct}"),
-            "on" => assert!(direct == "on" || direct.contains("refused"), "{direct}"),
-            _ => assert!(direct.starts_with("off"), "{direct}"),
+            "off" => assert!(!enabled, "{out}"),
+            // On or uncached: used where the file system allows O_DIRECT.
+            _ => assert!(enabled || direct["reason"].as_str().unwrap().contains("refused")),
         }
     }
     let (code, _, err) = run(gpumap().args(["read", "--direct", "sometimes"]).arg(&file));
@@ -124,7 +157,7 @@ fn cold_repeated_reads_report_every_run() {
 
 #[test]
 fn map_walks_files_in_one_cache_under_a_budget() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = common::scratch();
     let (a, b) = (dir.path().join("a.bin"), dir.path().join("b.bin"));
     for (file, size) in [(&a, "12MiB"), (&b, "5MiB")] {
         let (code, _, err) = run(gpumap().args(["write", "--size", size]).arg(file));
@@ -159,7 +192,7 @@ fn map_walks_files_in_one_cache_under_a_budget() {
 
 #[test]
 fn map_reads_at_random_from_threads_in_batches_and_views() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = common::scratch();
     let (a, b) = (dir.path().join("a.bin"), dir.path().join("b.bin"));
     for file in [&a, &b] {
         let (code, _, err) = run(gpumap().args(["write", "--size", "9MiB"]).arg(file));
@@ -195,7 +228,7 @@ fn map_reads_at_random_from_threads_in_batches_and_views() {
 
 #[test]
 fn map_rejects_bad_sizes_before_allocating() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = common::scratch();
     let file = dir.path().join("small.bin");
     std::fs::write(&file, vec![0u8; 1 << 20]).unwrap();
     for (args, wanted) in [
@@ -228,7 +261,7 @@ fn permission_denied_names_the_file() {
     let mut cmd = if running_as_root() {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(env!("CARGO_BIN_EXE_gpumap"));
+            .arg(common::gpumap_bin());
         c
     } else {
         gpumap()

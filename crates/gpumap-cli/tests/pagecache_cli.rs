@@ -1,6 +1,8 @@
 //! `gpumap pagecache` end to end: the real binary on real files.
 #![forbid(unsafe_code)]
 
+mod common;
+
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -15,7 +17,10 @@ const MIB: u64 = 1 << 20;
 fn scratch_dir() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("pagecache-cli-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .tempdir_in({
+            std::fs::create_dir_all(env!("CARGO_TARGET_TMPDIR")).unwrap();
+            env!("CARGO_TARGET_TMPDIR")
+        })
         .unwrap()
 }
 
@@ -28,12 +33,7 @@ fn write_file(dir: &Path, name: &str, len: u64) -> PathBuf {
 }
 
 fn gpumap(args: &[&str], paths: &[&Path]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpumap"))
-        .arg("pagecache")
-        .args(args)
-        .args(paths)
-        .output()
-        .unwrap()
+    Command::new(common::gpumap_bin()).arg("pagecache").args(args).args(paths).output().unwrap()
 }
 
 fn json(output: &Output) -> serde_json::Value {
@@ -173,7 +173,7 @@ fn lock_holds_pages_until_the_process_ends() {
     let dir = scratch_dir();
     let path = write_file(dir.path(), "data", 2 * MIB);
     pagecache::evict(&path, ByteRange::ALL).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpumap"))
+    let mut child = Command::new(common::gpumap_bin())
         .args(["pagecache", "--lock", "--range", "0:1M"])
         .arg(&path)
         .stdout(Stdio::piped())
@@ -232,7 +232,7 @@ fn unprivileged_users_see_unknown_and_a_clear_drop_all_error() {
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
     fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
     let as_nobody = |args: &[&str], paths: &[&Path]| {
-        Command::new(env!("CARGO_BIN_EXE_gpumap"))
+        Command::new(common::gpumap_bin())
             .arg("pagecache")
             .args(args)
             .args(paths)
@@ -254,8 +254,103 @@ fn unprivileged_users_see_unknown_and_a_clear_drop_all_error() {
     assert!(residency["unknown_reason"].as_str().unwrap().contains("owns or may write"));
     assert_eq!(doc["total"]["unknown_files"].as_u64(), Some(1));
 
+    // The reason is said once, not under every file it applies to.
+    let second = write_file(dir.path(), "root-owned-too", MIB);
+    fs::set_permissions(&second, fs::Permissions::from_mode(0o644)).unwrap();
+    let out = as_nobody(&[], &[&path, &second]).unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(table.matches("(unknown:").count(), 1, "{table}");
+    assert!(table.contains("2 unknown"), "{table}");
+
     let out = as_nobody(&["--drop-all"], &[]).unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("CAP_SYS_ADMIN") && stderr.contains("drop_caches"), "{stderr}");
+}
+
+#[test]
+fn summary_and_columns_for_scripts_and_big_trees() {
+    let dir = scratch_dir();
+    for i in 0..5 {
+        write_file(dir.path(), &format!("f{i}"), 100 * 1024);
+    }
+    let out = gpumap(&["-r", "--warm", "--wait", "--summary"], &[dir.path()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(table.lines().count(), 2, "a header and the total: {table}");
+    assert!(table.lines().nth(1).unwrap().ends_with("total (5 files)"), "{table}");
+    let out = gpumap(&["-r", "--summary", "--json"], &[dir.path()]);
+    let doc = json(&out);
+    assert_eq!(doc["schema"], 1);
+    assert!(doc.get("files").is_none(), "--summary leaves the files out: {doc}");
+    assert_eq!(doc["total"]["files"], 5);
+    assert_eq!(doc["total"]["bytes"], 5 * 100 * 1024);
+
+    // -o chooses and orders columns (any case, RES for RESIDENT); +LIST adds, -NAME removes.
+    let out = gpumap(&["-o", "pages,res,file", "--no-headings"], &[&dir.path().join("f0")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let first: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(first[0], "25/25", "{table}");
+    assert!(first.last().unwrap().ends_with("f0"), "{table}");
+    assert_eq!(table.lines().count(), 2, "no header: {table}");
+    let out = gpumap(&["-o", "+EVICTED,-DIRTY,-WRITEBACK"], &[&dir.path().join("f0")]);
+    let header = String::from_utf8_lossy(&out.stdout).lines().next().unwrap().to_owned();
+    let header: Vec<&str> = header.split_whitespace().collect();
+    assert_eq!(header, ["RESIDENT", "%", "PAGES", "SIZE", "FILE", "EVICTED"]);
+    let out = gpumap(&["-o", "-DIRTY,-writeback,-PERCENT"], &[&dir.path().join("f0")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let header = String::from_utf8_lossy(&out.stdout).lines().next().unwrap().to_owned();
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        ["RESIDENT", "PAGES", "SIZE", "FILE"]
+    );
+    let out = gpumap(&["-o", "RES,BOGUS"], &[&dir.path().join("f0")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("BOGUS"));
+}
+
+#[test]
+fn errors_in_the_json_document_are_objects_with_kind_and_errno() {
+    let dir = scratch_dir();
+    let good = write_file(dir.path(), "good", MIB);
+    let missing = dir.path().join("missing");
+    let out = gpumap(&["--json"], &[&missing, dir.path(), &good]);
+    assert_eq!(out.status.code(), Some(1));
+    let doc = json(&out);
+    assert_eq!(doc["schema"], 1);
+    let errors = doc["errors"].as_array().unwrap();
+    assert_eq!(errors[0]["error"]["kind"], "io");
+    assert_eq!(errors[0]["error"]["errno"], libc::ENOENT);
+    assert_eq!(errors[1]["error"]["kind"], "is_a_directory");
+    // One document on stdout, nothing after it.
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim().lines().count(), 1);
+    // The path is named once in each line on stderr.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let missing_line = stderr.lines().find(|l| l.contains("missing")).unwrap();
+    assert_eq!(missing_line.matches(&*missing.to_string_lossy()).count(), 1, "{stderr}");
+}
+
+#[test]
+fn evicting_a_tree_drops_every_file() {
+    let dir = scratch_dir();
+    let mut files = Vec::new();
+    for i in 0..50 {
+        files.push(write_file(dir.path(), &format!("f{i}"), 64 * 1024));
+    }
+    // Half of them dirty (written, not synced): those must be synced before dropping.
+    for f in files.iter().step_by(2) {
+        fs::OpenOptions::new().write(true).open(f).unwrap().write_all(&[1u8; 8192]).unwrap();
+    }
+    let out = gpumap(&["-r", "--evict", "--json"], &[dir.path()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc = json(&out);
+    let after = doc["total"]["cached_pages"].as_u64().unwrap();
+    if after > 0 {
+        eprintln!("*** NOTE: {after} pages stayed (eviction refused here)");
+        return;
+    }
+    for f in &files {
+        assert_eq!(cached(f), 0, "{}", f.display());
+    }
 }

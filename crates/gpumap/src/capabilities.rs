@@ -114,7 +114,7 @@ pub struct Capabilities {
 fn reason_of(e: crate::Error) -> String {
     match e {
         crate::Error::Unavailable { reason, .. } => reason,
-        other => other.to_string(),
+        other => crate::error::Report(&other).to_string(),
     }
 }
 
@@ -144,7 +144,7 @@ fn probe_cuda() -> Probe<CudaInfo> {
                 name: String::new(),
                 total_memory: 0,
                 pci_bus_id: String::new(),
-                error: Some(e.to_string()),
+                error: Some(crate::error::Report(&e).to_string()),
             },
         })
         .collect();

@@ -15,9 +15,11 @@
 //! | O_DIRECT reads | `GPUMAP_AUTO_DIRECT_IO_READ` (`KVIKIO_AUTO_DIRECT_IO_READ`) | off |
 //! | O_DIRECT writes | `GPUMAP_AUTO_DIRECT_IO_WRITE` (`KVIKIO_AUTO_DIRECT_IO_WRITE`) | on |
 //!
-//! Sizes take a number with an optional `dd`-style suffix: `K`/`KiB` = 1024, `KB` = 1000, and
-//! likewise `M`, `G`, `T`. Booleans take `true/false`, `on/off`, `yes/no`, `1/0`. O_DIRECT
-//! reads also take `uncached` (see [`DirectRead`]).
+//! Sizes take a number with an optional `dd`-style suffix (see [`parse_size`]): `K`/`KiB` =
+//! 1024, `KB` = 1000, and likewise `M`, `G`, `T`, `P`, `E`, in any case. Booleans take
+//! `true/false`, `on/off`, `yes/no`, `1/0`. O_DIRECT reads also take `uncached` (see
+//! [`DirectRead`]). Thread counts run from 1 to [`MAX_THREADS`]; more than four per CPU is
+//! allowed but logged as a warning.
 #![forbid(unsafe_code)]
 
 use std::fmt;
@@ -253,10 +255,11 @@ impl Config {
                 Setting::CompatMode => config.compat_mode = value.parse().map_err(invalid)?,
                 Setting::Nthreads => {
                     let n = parse_size(&value).map_err(invalid)?;
-                    if n == 0 || n > 4096 {
-                        return Err(invalid("expected a thread count from 1 to 4096".into()));
+                    let n = usize::try_from(n).unwrap_or(usize::MAX);
+                    if let Some(warning) = check_nthreads(n).map_err(invalid)? {
+                        tracing::warn!("{var}={value}: {warning}");
                     }
-                    config.nthreads = n as usize;
+                    config.nthreads = n;
                 }
                 Setting::TaskSize => {
                     config.task_size = parse_size(&value).map_err(invalid)?;
@@ -296,8 +299,40 @@ impl Config {
     }
 }
 
-/// Parses a byte count: digits with an optional `dd`-style suffix (`K`/`KiB` = 1024,
-/// `KB`/`kB` = 1000, likewise `M`, `G`, `T`). Rejects signs, fractions and overflow.
+/// The most threads an I/O pool may have. Each thread of the POSIX path to device memory
+/// keeps two pinned bounce buffers (4 MiB each by default), so 1024 threads already pin 8 GiB.
+pub const MAX_THREADS: usize = 1024;
+
+/// Checks a thread count: an error outside `1..=`[`MAX_THREADS`]; a warning (`Ok(Some(..))`)
+/// above four threads per CPU, where threads contend for cores and each still holds its
+/// buffers; `Ok(None)` otherwise.
+pub fn check_nthreads(n: usize) -> std::result::Result<Option<String>, String> {
+    if n == 0 || n > MAX_THREADS {
+        return Err(format!("expected a thread count from 1 to {MAX_THREADS}"));
+    }
+    let cpus = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
+    Ok((n > 4 * cpus).then(|| {
+        format!(
+            "{n} threads for {cpus} CPUs: more than four a CPU rarely helps, and each thread of \
+             the device path pins its own bounce buffers"
+        )
+    }))
+}
+
+/// Parses a byte count the way `dd` reads one: decimal digits, then an optional suffix.
+///
+/// | suffix | multiplier |
+/// |---|---|
+/// | none, `B` | 1 |
+/// | `K`, `KiB` | 1024 |
+/// | `KB` | 1000 |
+/// | `M`, `MiB` / `MB` | 1024² / 1000² |
+/// | `G`, `T`, `P`, `E` (with `iB` or `B`) | likewise |
+///
+/// Suffixes are case-insensitive (`4k`, `4kib` and `4KiB` are all 4096; `4mb` and `4MB` are
+/// both 4,000,000); a space between number and suffix is allowed. Unlike `dd`, a lone `B`
+/// means bytes, not 512-byte blocks. Signs, fractions and results above `u64::MAX` are
+/// rejected.
 pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
     let text = text.trim();
     let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
@@ -308,23 +343,36 @@ pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
         );
     }
     let number: u64 = digits.parse().map_err(|_| "number too large".to_string())?;
-    let multiplier: u64 = match suffix.trim() {
-        "" | "B" | "b" => 1,
-        "K" | "k" | "KiB" | "kiB" => 1 << 10,
-        "KB" | "kB" => 1_000,
-        "M" | "MiB" => 1 << 20,
-        "MB" => 1_000_000,
-        "G" | "GiB" => 1 << 30,
-        "GB" => 1_000_000_000,
-        "T" | "TiB" => 1 << 40,
-        "TB" => 1_000_000_000_000,
-        other => {
-            return Err(format!(
-                "unknown size suffix {other:?}; use K, KiB, KB, M, MiB, MB, G, ..."
-            ))
-        }
+    let multiplier = size_multiplier(suffix.trim())?;
+    number.checked_mul(multiplier).ok_or_else(|| "size too large (above 2^64 - 1 bytes)".into())
+}
+
+/// The multiplier of a size suffix (see [`parse_size`]).
+fn size_multiplier(suffix: &str) -> std::result::Result<u64, String> {
+    let unknown = || {
+        format!(
+            "unknown size suffix {suffix:?}: use K, M, G, T, P or E for powers of 1024 (KiB, \
+             MiB, ... alike) and KB, MB, ... for powers of 1000, in any case"
+        )
     };
-    number.checked_mul(multiplier).ok_or_else(|| "size too large".to_string())
+    let lower = suffix.to_ascii_lowercase();
+    let mut chars = lower.chars();
+    let power = match chars.next() {
+        None | Some('b') if lower.len() <= 1 => return Ok(1),
+        Some('k') => 1,
+        Some('m') => 2,
+        Some('g') => 3,
+        Some('t') => 4,
+        Some('p') => 5,
+        Some('e') => 6,
+        _ => return Err(unknown()),
+    };
+    let base: u64 = match chars.as_str() {
+        "" | "ib" => 1024,
+        "b" => 1000,
+        _ => return Err(unknown()),
+    };
+    Ok(base.pow(power))
 }
 
 /// Parses a boolean the way KvikIO does: `true/false`, `on/off`, `yes/no`, `1/0`, any case.
@@ -430,14 +478,66 @@ mod tests {
     }
 
     #[test]
-    fn sizes() {
-        assert_eq!(parse_size("0"), Ok(0));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("4KiB"), Ok(4096));
-        assert_eq!(parse_size("4KB"), Ok(4000));
-        assert_eq!(parse_size(" 2G "), Ok(2 << 30));
-        assert!(parse_size("").is_err());
-        assert!(parse_size("-1").is_err());
-        assert!(parse_size("20000000000T").is_err());
+    fn sizes_follow_dd_with_one_case_rule() {
+        for (text, want) in [
+            ("0", 0u64),
+            ("4096", 4096),
+            ("4096B", 4096),
+            ("4096b", 4096),
+            ("4K", 4096),
+            ("4k", 4096),
+            ("4KiB", 4096),
+            ("4kib", 4096),
+            ("4KIB", 4096),
+            ("4KB", 4000),
+            ("4kB", 4000),
+            ("4kb", 4000),
+            ("4MB", 4_000_000),
+            ("4mb", 4_000_000),
+            ("4M", 4 << 20),
+            ("4MiB", 4 << 20),
+            (" 2G ", 2 << 30),
+            ("2 GiB", 2 << 30),
+            ("1GB", 1_000_000_000),
+            ("3T", 3 << 40),
+            ("1PiB", 1 << 50),
+            ("1EB", 1_000_000_000_000_000_000),
+            ("15E", 15 << 60),
+        ] {
+            assert_eq!(parse_size(text), Ok(want), "{text:?}");
+        }
+        for bad in [
+            "",
+            "-1",
+            "+1",
+            "1.5M",
+            "K",
+            "4 parsecs",
+            "4Q",
+            "4KiBs",
+            "4iB",
+            "4Bi",
+            "16E",
+            "20000000000T",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn thread_counts_are_bounded_and_many_warn() {
+        assert!(check_nthreads(0).is_err());
+        assert!(check_nthreads(MAX_THREADS + 1).is_err());
+        assert_eq!(check_nthreads(1), Ok(None));
+        let cpus = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
+        if 4 * cpus < MAX_THREADS {
+            assert!(check_nthreads(MAX_THREADS).unwrap().is_some());
+        }
+        match with(&[("GPUMAP_NTHREADS", "5000")]) {
+            Err(Error::InvalidConfig { reason, .. }) => {
+                assert!(reason.contains("1024"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -4,6 +4,12 @@
 //! (offsets, lengths, the environment variable and its value, the CUDA status code), so that a
 //! message is enough to act on without a debugger. Operating-system errors keep their
 //! [`std::io::Error`] intact: [`Error::raw_os_error`] answers the errno.
+//!
+//! An error displays its own message and returns its cause from
+//! [`source`](std::error::Error::source), never both (the convention `anyhow`'s `{:#}`,
+//! `eyre` and every chain printer rely on, so that an OS error is not printed twice). To show
+//! the whole chain in one line, use [`Report`]: `Report(&e).to_string()` gives
+//! `"open failed on data.bin: No such file or directory (os error 2)"`.
 #![forbid(unsafe_code)]
 
 use std::fmt;
@@ -17,8 +23,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A system call failed. `source` is the untouched OS error.
-    #[error("{op} failed{}: {source}", Context { path: path.as_deref(), offset: *offset })]
+    /// A system call failed. `source` is the untouched OS error, returned by
+    /// [`source`](std::error::Error::source) (the message does not repeat it; see [`Report`]).
+    #[error("{op} failed{}", Context { path: path.as_deref(), offset: *offset })]
     Io {
         /// What was being done (`"open"`, `"pread"`, `"fdatasync"`, ...).
         op: &'static str,
@@ -188,9 +195,60 @@ pub enum Error {
     /// A worker task panicked; the panic message is kept. This is a bug in gpumap.
     #[error("an I/O task panicked: {0}")]
     TaskPanicked(String),
+
+    /// The path names something other than a regular file: a FIFO (whose `open` would block
+    /// until a writer came), a device such as `/dev/zero` (no end), a socket, or a file of a
+    /// pseudo file system such as `/proc` (whose size says nothing about its content).
+    #[error("{} is {what}, not a regular file", Named(path.as_deref()))]
+    NotRegularFile {
+        /// The path, where the file was given by one.
+        path: Option<PathBuf>,
+        /// What it is instead (`"a FIFO"`, `"a character device"`, ...).
+        what: &'static str,
+    },
+
+    /// A request exceeds a resource limit of the process or the machine, checked before
+    /// anything was done.
+    #[error("{requested} bytes exceed {resource} ({available} bytes available): {hint}")]
+    ResourceLimit {
+        /// The limit (`"RLIMIT_MEMLOCK"`, `"the memory available (MemAvailable)"`).
+        resource: &'static str,
+        /// Bytes the call needed.
+        requested: u64,
+        /// Bytes the limit leaves.
+        available: u64,
+        /// What to do about it.
+        hint: &'static str,
+    },
 }
 
 impl Error {
+    /// A stable `snake_case` name of the variant (`"io"`, `"out_of_range"`, ...), for tools
+    /// that report errors to scripts (the `gpumap` command's JSON `error.kind`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "io",
+            Error::OutOfRange { .. } => "out_of_range",
+            Error::Overflow { .. } => "overflow",
+            Error::Unaligned { .. } => "unaligned",
+            Error::UnexpectedEof { .. } => "unexpected_eof",
+            Error::BufferTooSmall { .. } => "buffer_too_small",
+            Error::InvalidFlags(_) => "invalid_flags",
+            Error::AccessMode { .. } => "access_mode",
+            Error::InvalidConfig { .. } => "invalid_config",
+            Error::InvalidArgument(_) => "invalid_argument",
+            Error::Unavailable { .. } => "unavailable",
+            Error::Cuda { .. } => "cuda",
+            Error::CuFile { .. } => "cufile",
+            Error::OutOfBudget { .. } => "out_of_budget",
+            Error::TaskPanicked(_) => "task_panicked",
+            Error::NotRegularFile { .. } => "not_regular_file",
+            Error::ResourceLimit { .. } => "resource_limit",
+            Error::WriteBack { .. } => "write_back",
+            Error::FileShrank { .. } => "file_shrank",
+        }
+    }
+
     /// The `errno` of an operating-system error, if this is one.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
@@ -213,6 +271,8 @@ impl Error {
             | Error::InvalidConfig { .. }
             | Error::InvalidArgument(_) => io::ErrorKind::InvalidInput,
             Error::AccessMode { .. } => io::ErrorKind::PermissionDenied,
+            Error::NotRegularFile { .. } => io::ErrorKind::InvalidInput,
+            Error::ResourceLimit { .. } => io::ErrorKind::OutOfMemory,
             Error::Unavailable { .. } => io::ErrorKind::Unsupported,
             Error::OutOfBudget { .. } => io::ErrorKind::OutOfMemory,
             Error::WriteBack { source, .. } => source.kind(),
@@ -242,6 +302,44 @@ impl From<Error> for io::Error {
         match e {
             Error::Io { source, .. } => source,
             other => io::Error::new(other.kind(), other),
+        }
+    }
+}
+
+/// An error and its causes in one line, `"outer: inner: innermost"` (what `anyhow` prints for
+/// `{:#}`): the way to show a gpumap error to a person, since each error's own message leaves
+/// its cause to [`source`](std::error::Error::source).
+///
+/// ```
+/// use gpumap::error::Report;
+/// let e = gpumap::io::FileHandle::open("/no/such/file", "r").unwrap_err();
+/// let line = Report(&e).to_string();
+/// assert!(line.starts_with("open failed on /no/such/file: "), "{line}");
+/// assert_eq!(line.matches("os error 2").count(), 1);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(e) = cause {
+            write!(f, ": {e}")?;
+            cause = e.source();
+        }
+        Ok(())
+    }
+}
+
+/// A path, or "the file" where none is known (a caller handed over a descriptor).
+struct Named<'a>(Option<&'a Path>);
+
+impl fmt::Display for Named<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(p) => write!(f, "{}", p.display()),
+            None => f.write_str("the file"),
         }
     }
 }
@@ -279,9 +377,44 @@ mod tests {
         assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         let msg = e.to_string();
-        assert!(msg.contains("open failed on /x/y at offset 7"), "{msg}");
+        assert_eq!(msg, "open failed on /x/y at offset 7");
         let back: io::Error = e.into();
         assert_eq!(back.raw_os_error(), Some(libc::ENOENT));
+    }
+
+    /// What `anyhow`'s `{:#}` prints: every error of the chain, joined by ": ".
+    fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+        let mut parts = vec![e.to_string()];
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            parts.push(c.to_string());
+            cause = c.source();
+        }
+        parts.join(": ")
+    }
+
+    #[test]
+    fn each_error_displays_its_source_once() {
+        let os = io::Error::from_raw_os_error(libc::ENOENT);
+        let os_text = os.to_string();
+        let e = Error::io("open", Path::new("/x/y"), None, os);
+        let printed = chain(&e);
+        assert_eq!(printed, format!("open failed on /x/y: {os_text}"));
+        assert_eq!(printed.matches("os error 2").count(), 1, "{printed}");
+        assert_eq!(Report(&e).to_string(), printed);
+        // Converted to io::Error (for std::io callers), a non-OS error still shows once.
+        let wrapped: io::Error = Error::OutOfRange { offset: 1, len: 2, file_len: 0 }.into();
+        assert_eq!(chain(&wrapped).matches("outside the file").count(), 1, "{}", chain(&wrapped));
+    }
+
+    #[test]
+    fn codes_are_stable_names() {
+        let e = Error::io("open", Path::new("/x"), None, io::Error::from_raw_os_error(libc::EIO));
+        assert_eq!(e.code(), "io");
+        let e =
+            Error::NotRegularFile { path: Some("/dev/zero".into()), what: "a character device" };
+        assert_eq!(e.code(), "not_regular_file");
+        assert_eq!(e.to_string(), "/dev/zero is a character device, not a regular file");
     }
 
     #[test]

@@ -286,6 +286,7 @@ fn uncached_policy_reads_cold_ranges_around_the_page_cache() {
     use gpumap::config::DirectRead;
     use gpumap::pagecache::{evict, ByteRange};
     // A real disk (the per-target temporary directory): tmpfs has no O_DIRECT and never evicts.
+    fs::create_dir_all(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let path = dir.path().join("uncached");
     let len = 64usize << 20;
@@ -356,4 +357,113 @@ fn uncached_policy_reads_cold_ranges_around_the_page_cache() {
         after <= before + 2 * task_pages,
         "uncached read grew the cache from {before} to {after} pages of {total}"
     );
+}
+
+/// Opens `path` with `flags` on another thread and waits at most 10 s: before non-regular
+/// files were refused, opening a FIFO blocked until a writer came, forever in a test.
+fn open_within_10s(path: &std::path::Path, flags: &'static str) -> gpumap::Result<FileHandle> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    std::thread::spawn(move || tx.send(FileHandle::open(&path, flags)));
+    rx.recv_timeout(std::time::Duration::from_secs(10)).expect("open returned within 10 s")
+}
+
+#[test]
+fn only_regular_files_open_and_nothing_blocks_or_is_truncated() {
+    use std::os::unix::net::UnixListener;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let socket = dir.path().join("socket");
+    let _listener = UnixListener::bind(&socket).unwrap();
+    for (path, flags, what) in [
+        (fifo.as_path(), "r", "a FIFO"),
+        (fifo.as_path(), "w", "a FIFO"),
+        (fifo.as_path(), "r+", "a FIFO"),
+        (fifo.as_path(), "a", "a FIFO"),
+        (std::path::Path::new("/dev/zero"), "r", "a character device"),
+        (std::path::Path::new("/dev/null"), "w", "a character device"),
+        (socket.as_path(), "r", "a socket"),
+        (std::path::Path::new("/proc/self/status"), "r", "a pseudo file (procfs)"),
+        (std::path::Path::new("/proc/cpuinfo"), "r", "a pseudo file (procfs)"),
+    ] {
+        match open_within_10s(path, flags) {
+            Err(Error::NotRegularFile { path: Some(p), what: w }) => {
+                assert_eq!((p.as_path(), w), (path, what), "{flags}")
+            }
+            other => panic!("{} {flags}: expected NotRegularFile, got {other:?}", path.display()),
+        }
+    }
+    if std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+        let e = open_within_10s(
+            std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled"),
+            "r",
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::NotRegularFile { what: "a pseudo file (sysfs)", .. }), "{e}");
+    }
+    // A regular file, also through a symbolic link, opens, and its descriptor blocks as usual.
+    let file = dir.path().join("regular");
+    fs::write(&file, b"data").unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    let fh = open_within_10s(&link, "r+").unwrap();
+    let flags = nix::fcntl::fcntl(
+        std::os::fd::AsRawFd::as_raw_fd(fh.file()),
+        nix::fcntl::FcntlArg::F_GETFL,
+    )
+    .unwrap();
+    assert_eq!(flags & libc::O_NONBLOCK, 0);
+    let mut back = [0u8; 4];
+    assert_eq!(fh.read(&mut back, 0).unwrap(), 4);
+    assert_eq!(&back, b"data");
+}
+
+#[test]
+fn a_zero_task_size_is_refused_before_any_file_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new");
+    let e = options(1, 0, false).open(&path, "w").unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(ref m) if m.contains("task size 0")), "{e}");
+    assert!(!path.exists());
+}
+
+#[test]
+fn a_read_racing_a_truncation_reports_only_the_prefix_it_delivered() {
+    const LEN: usize = 16 << 20;
+    const CUT: u64 = 4 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shrinking");
+    let data = Arc::new(random_bytes(LEN, 99));
+    fs::write(&path, &data[..]).unwrap();
+    let fh = options(8, 64 << 10, false).open(&path, "r").unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Another process's view of the file: cut it, then write the rest back, again and again.
+    let cutter = {
+        let (path, data, stop) = (path.clone(), data.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                file.set_len(CUT).unwrap();
+                std::os::unix::fs::FileExt::write_all_at(&file, &data[CUT as usize..], CUT)
+                    .unwrap();
+            }
+        })
+    };
+    let mut buf = vec![0u8; LEN];
+    let (mut reads, mut short) = (0, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline && (short < 20 || reads < 50) {
+        // Bytes no task read must not look like file data.
+        buf.fill(0xEE);
+        let n = fh.read(&mut buf, 0).unwrap();
+        reads += 1;
+        short += usize::from(n < LEN);
+        if let Some(at) = buf[..n].iter().zip(&data[..n]).position(|(a, b)| a != b) {
+            panic!("read {reads} reported {n} bytes, but byte {at} was never read");
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    cutter.join().unwrap();
+    eprintln!("{reads} reads, {short} of them short");
 }

@@ -27,7 +27,10 @@ fn scratch_dir() -> tempfile::TempDir {
     // CARGO_TARGET_TMPDIR is on the same file system as `target/`: real storage.
     tempfile::Builder::new()
         .prefix("pagecache-test-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .tempdir_in({
+            std::fs::create_dir_all(env!("CARGO_TARGET_TMPDIR")).unwrap();
+            env!("CARGO_TARGET_TMPDIR")
+        })
         .unwrap()
 }
 

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use crate::capabilities::Capabilities;
 use crate::config::CompatMode;
-use crate::error::{Error, Result};
+use crate::error::{Error, Report, Result};
 use crate::io::gds::{CuFileDriver, CuFileHandle};
 use crate::sys::posix;
 
@@ -71,7 +71,7 @@ pub(crate) fn decide(
     }
     let driver = match CuFileDriver::get() {
         Ok(d) => d,
-        Err(e) => return refuse(e.to_string()),
+        Err(e) => return refuse(Report(&e).to_string()),
     };
     let gds_capable = driver.properties().is_some_and(|p| p.nvfs_version != (0, 0));
     if mode == CompatMode::Auto && !gds_capable {
@@ -86,7 +86,7 @@ pub(crate) fn decide(
     let file: File = match posix::open_direct(path, readable, writable) {
         Ok(Some(f)) => f,
         Ok(None) => return refuse("the file system refuses O_DIRECT, which cuFile needs".into()),
-        Err(e) => return refuse(e.to_string()),
+        Err(e) => return refuse(Report(&e).to_string()),
     };
     match CuFileHandle::register(&file, path) {
         Ok(handle) => {
@@ -99,6 +99,6 @@ pub(crate) fn decide(
             };
             Ok((CompatDecision { requested: mode, path: IoPath::CuFile, reason }, Some(handle)))
         }
-        Err(e) => refuse(format!("cuFile could not register the file: {e}")),
+        Err(e) => refuse(format!("cuFile could not register the file: {}", Report(&e))),
     }
 }

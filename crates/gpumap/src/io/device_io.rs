@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::io::compat::IoPath;
 use crate::io::file_handle::{expect_len, FileHandle, Inner, ReadPlan};
 use crate::io::gds::{AsyncIo, CuFileHandle, RawBatchRead, RegisteredBuffer};
-use crate::io::pool::IoFuture;
+use crate::io::pool::{delivered_prefix, IoFuture};
 use crate::memory::bounce::{BounceBuffer, BouncePool};
 use crate::memory::cuda::{
     BatchCopier, CopyDirection, CudaDevice, CudaView, CudaViewMut, DeviceCopy, InFlight, RawRegion,
@@ -461,9 +461,12 @@ impl Inner {
             None => {
                 let tasks = split_tasks(offset, dst.len as u64, self.span_size(dst.len));
                 let plan = self.read_plan(offset, dst.len as u64);
-                self.pool.run(tasks, |t| {
+                let counts = self.pool.run_each(tasks.clone(), |t| {
                     self.read_span(dst, t.buf_offset as usize, t.len as usize, t.offset, plan)
-                })
+                })?;
+                // A file cut by another process mid-read: only the bytes delivered from the
+                // start without a gap count.
+                Ok(delivered_prefix(&tasks, &counts))
             }
         }
     }
@@ -602,14 +605,15 @@ impl Inner {
         read: bool,
     ) -> Result<usize> {
         let tasks = split_tasks(offset, region.len as u64, self.task_size);
-        self.pool.run(tasks, |t| {
+        let counts = self.pool.run_each(tasks.clone(), |t| {
             let (at, len) = (t.buf_offset as usize, t.len as usize);
             if read {
                 gds.read_raw(region, at, len, t.offset)
             } else {
                 gds.write_raw(region, at, len, t.offset)
             }
-        })
+        })?;
+        Ok(delivered_prefix(&tasks, &counts))
     }
 
     fn staging(&self, ordinal: usize) -> Result<(Arc<BouncePool>, std::rc::Rc<Stream>)> {

@@ -205,6 +205,30 @@ impl FileHandle {
 
     fn open_with(path: &Path, flags_text: &str, options: &HandleOptions) -> Result<FileHandle> {
         let flags: OpenFlags = flags_text.parse()?;
+        // What can be checked without the file is checked first, so that a bad option never
+        // leaves a created or truncated file behind.
+        if options.task_size == 0 {
+            return Err(Error::InvalidArgument("task size 0: a task moves at least 1 byte".into()));
+        }
+        if options.bounce_buffer_size == 0 || !options.bounce_buffer_size.is_multiple_of(PAGE_SIZE)
+        {
+            return Err(Error::Unaligned {
+                what: "bounce buffer size",
+                value: options.bounce_buffer_size,
+                alignment: PAGE_SIZE,
+            });
+        }
+        let pool = match &options.pool {
+            Some(p) => p.clone(),
+            None => IoPool::global()?,
+        };
+        // A FIFO would block the open until a writer came, and "w" would truncate whatever the
+        // path names: refuse anything but a regular file before opening it, and again on the
+        // descriptor (the path may have changed in between). Non-blocking, the open itself
+        // cannot hang.
+        if let Ok(metadata) = std::fs::metadata(path) {
+            check_regular(path, &metadata.file_type())?;
+        }
         let file = OpenOptions::new()
             .read(flags.read)
             .write(flags.write && !flags.append)
@@ -212,13 +236,15 @@ impl FileHandle {
             .create(flags.create)
             .truncate(flags.truncate)
             .mode(options.mode)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
             .open(path)
             .map_err(|e| Error::io("open", path, None, e))?;
-        if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-            let e = std::io::Error::from_raw_os_error(libc::EISDIR);
-            return Err(Error::io("open", path, None, e));
+        let metadata = file.metadata().map_err(|e| Error::io("fstat", path, None, e))?;
+        check_regular(path, &metadata.file_type())?;
+        if let Some(what) = posix::pseudo_file_system(&file, path)? {
+            return Err(Error::NotRegularFile { path: Some(path.to_path_buf()), what });
         }
+        posix::clear_nonblocking(&file, path)?;
         // The direct descriptor serves positional transfers only; appends stay buffered.
         let wants_direct = !flags.append
             && ((options.direct_io_read != DirectRead::Off && flags.read)
@@ -233,18 +259,6 @@ impl FileHandle {
         } else {
             (None, false)
         };
-        let pool = match &options.pool {
-            Some(p) => p.clone(),
-            None => IoPool::global()?,
-        };
-        if options.bounce_buffer_size == 0 || !options.bounce_buffer_size.is_multiple_of(PAGE_SIZE)
-        {
-            return Err(Error::Unaligned {
-                what: "bounce buffer size",
-                value: options.bounce_buffer_size,
-                alignment: PAGE_SIZE,
-            });
-        }
         let decision = OnceLock::new();
         if options.compat_mode == CompatMode::Off {
             let _ = decision.set(compat::decide(CompatMode::Off, path, flags.read, flags.write)?);
@@ -433,6 +447,28 @@ impl FileHandle {
     }
 }
 
+/// `Ok` for a regular file; `EISDIR` for a directory; [`Error::NotRegularFile`] for the rest.
+fn check_regular(path: &Path, kind: &std::fs::FileType) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let what = if kind.is_file() {
+        return Ok(());
+    } else if kind.is_dir() {
+        let e = std::io::Error::from_raw_os_error(libc::EISDIR);
+        return Err(Error::io("open", path, None, e));
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    };
+    Err(Error::NotRegularFile { path: Some(path.to_path_buf()), what })
+}
+
 /// How the pieces of one read choose between the page cache and `O_DIRECT`
 /// (see `Inner::read_plan`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -462,7 +498,7 @@ impl Inner {
         self.decision.get_or_init(|| {
             compat::decide(self.compat_mode, &self.path, self.flags.read, self.flags.write)
                 .unwrap_or_else(|e| {
-                    let reason = e.to_string();
+                    let reason = crate::error::Report(&e).to_string();
                     (
                         CompatDecision { requested: self.compat_mode, path: IoPath::Posix, reason },
                         None,

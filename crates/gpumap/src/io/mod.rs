@@ -7,7 +7,9 @@ pub use device_io::{BatchPiece, DeviceRead, StreamTransfer};
 pub mod file_handle;
 pub mod gds;
 pub mod pool;
+pub mod scratch;
 
 pub use compat::{CompatDecision, IoPath};
 pub use file_handle::{FileHandle, HandleOptions, OpenFlags};
 pub use pool::{IoFuture, IoPool};
+pub use scratch::ScratchFile;

@@ -62,9 +62,10 @@ impl IoPool {
         Ok(())
     }
 
-    /// Runs `work(task, piece)` for every task, each on its own piece of `buf` (the pieces are
-    /// the tasks' ranges of `buf`, which must cover it), in parallel; returns the sum of the
-    /// counts, or the first error in task order. Blocks until every task has finished.
+    /// Runs the read `work(task, piece)` for every task, each on its own piece of `buf` (the
+    /// pieces are the tasks' ranges of `buf`, which must cover it), in parallel; returns the
+    /// length of the prefix of `buf` that was filled (see [`delivered_prefix`]), or the first
+    /// error in task order. Blocks until every task has finished.
     pub(crate) fn run_split<F>(&self, tasks: &[Task], buf: &mut [u8], work: F) -> Result<usize>
     where
         F: Fn(Task, &mut [u8]) -> Result<usize> + Sync,
@@ -76,7 +77,8 @@ impl IoPool {
             pieces.push((*task, piece));
             rest = tail;
         }
-        self.run(pieces, |(task, piece)| work(task, piece))
+        let counts = self.run_each(pieces, |(task, piece)| work(task, piece))?;
+        Ok(delivered_prefix(tasks, &counts))
     }
 
     /// Runs `work(task, piece)` for every task on its piece of the read-only `buf`.
@@ -92,8 +94,20 @@ impl IoPool {
     }
 
     /// Runs `work` on every item in parallel, sums the counts; the first error in item order
-    /// wins. A single item runs on the calling thread (no hand-off for small transfers).
+    /// wins. For writes and other work whose items all complete or fail; a read, whose items
+    /// may come up short, counts only its [`delivered_prefix`].
     pub(crate) fn run<T, F>(&self, items: Vec<T>, work: F) -> Result<usize>
+    where
+        T: Send,
+        F: Fn(T) -> Result<usize> + Sync,
+    {
+        Ok(self.run_each(items, work)?.into_iter().sum())
+    }
+
+    /// Runs `work` on every item in parallel and returns each item's count, in item order; the
+    /// first error in item order wins. A single item runs on the calling thread (no hand-off
+    /// for small transfers).
+    pub(crate) fn run_each<T, F>(&self, items: Vec<T>, work: F) -> Result<Vec<usize>>
     where
         T: Send,
         F: Fn(T) -> Result<usize> + Sync,
@@ -102,12 +116,12 @@ impl IoPool {
             catch_unwind(AssertUnwindSafe(|| work(item))).unwrap_or_else(|p| Err(panic_error(p)))
         };
         if items.len() <= 1 {
-            return items.into_iter().map(guarded).sum();
+            return items.into_iter().map(guarded).collect();
         }
         let pool = self.threads.read().clone();
         let results: Vec<Result<usize>> =
             pool.install(|| items.into_par_iter().with_max_len(1).map(guarded).collect());
-        results.into_iter().sum()
+        results.into_iter().collect()
     }
 
     /// Runs `job` on the pool and returns a future of its result.
@@ -138,9 +152,27 @@ impl IoPool {
     }
 }
 
+/// Bytes a parallel read delivered from its start: the counts of `tasks` (consecutive, in file
+/// order) up to and including the first that came up short.
+///
+/// A task reads less than its length only where the file ended. Tasks run at once, so when
+/// another process truncates the file during the read, a task before the cut can come up
+/// short while a task after it, which ran first, read its whole range: the bytes in between
+/// were never read. Summing the counts would report them as read; the prefix does not.
+pub(crate) fn delivered_prefix(tasks: &[Task], counts: &[usize]) -> usize {
+    let mut delivered = 0;
+    for (task, &count) in tasks.iter().zip(counts) {
+        delivered += count;
+        if (count as u64) < task.len {
+            break;
+        }
+    }
+    delivered
+}
+
 fn build(nthreads: usize) -> Result<rayon::ThreadPool> {
-    if nthreads == 0 || nthreads > 4096 {
-        return Err(Error::InvalidArgument(format!("thread count {nthreads}: expected 1 to 4096")));
+    if let Err(reason) = crate::config::check_nthreads(nthreads) {
+        return Err(Error::InvalidArgument(format!("thread count {nthreads}: {reason}")));
     }
     rayon::ThreadPoolBuilder::new()
         .num_threads(nthreads)
@@ -299,6 +331,32 @@ mod tests {
             .unwrap();
         assert_eq!(n, 1 << 20);
         assert!(buf.iter().enumerate().all(|(i, b)| *b == ((100 + i as u64) % 251) as u8));
+    }
+
+    #[test]
+    fn a_read_counts_only_the_prefix_it_delivered() {
+        let pool = IoPool::new(4).unwrap();
+        let page = crate::align::PAGE_SIZE as usize;
+        let tasks = split_tasks(0, 8 * page as u64, page as u64);
+        let mut buf = vec![0u8; 8 * page];
+        // The file was cut inside task 3 while tasks 5 to 7 had already read theirs in full.
+        let n = pool
+            .run_split(&tasks, &mut buf, |task, piece| {
+                Ok(match task.offset as usize / page {
+                    3 => piece.len() / 2,
+                    4 => 0,
+                    _ => piece.len(),
+                })
+            })
+            .unwrap();
+        assert_eq!(n, 3 * page + page / 2);
+        // A read that is only short at the end counts everything.
+        let n = pool
+            .run_split(&tasks, &mut buf, |task, piece| {
+                Ok(if task.offset as usize / page == 7 { 100 } else { piece.len() })
+            })
+            .unwrap();
+        assert_eq!(n, 7 * page + 100);
     }
 
     #[test]

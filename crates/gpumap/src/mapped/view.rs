@@ -135,7 +135,11 @@ impl Drop for MapInner {
         if self.entry.writable {
             let all = 0..shared.geometry.extents(self.entry.len);
             if let Err(e) = write_back(shared, &self.entry, all) {
-                tracing::warn!("flushing {} on drop failed: {e}", self.entry.path.display());
+                tracing::warn!(
+                    "flushing {} on drop failed: {}",
+                    self.entry.path.display(),
+                    crate::error::Report(&e)
+                );
             }
         }
         let mut state = shared.state.lock();

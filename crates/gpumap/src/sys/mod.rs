@@ -7,4 +7,5 @@ pub mod cufile;
 pub(crate) mod host_memory;
 pub mod pagecache;
 pub mod posix;
+pub mod signals;
 mod views;

@@ -215,7 +215,14 @@ impl FileWindow {
     /// Fails with `ENOMEM`/`EPERM` past `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`.
     #[doc(alias = "mlock")]
     pub fn lock(&self, path: Option<&Path>, offset: u64) -> Result<()> {
-        self.map.lock().map_err(|e| io_error("mlock", path, Some(offset), e))
+        self.map.lock().map_err(|e| {
+            io_error(
+                "mlock (limited by RLIMIT_MEMLOCK without CAP_IPC_LOCK)",
+                path,
+                Some(offset),
+                e,
+            )
+        })
     }
 
     /// `munlock(addr, len)`: let the window's pages be reclaimed again.
@@ -271,6 +278,22 @@ pub fn fadvise(
         ));
     }
     Ok(())
+}
+
+/// The soft `RLIMIT_MEMLOCK` in bytes: `getrlimit(2)`. `None` when unlimited (or, which never
+/// happens for this resource, when the call fails).
+#[doc(alias = "getrlimit")]
+#[doc(alias = "RLIMIT_MEMLOCK")]
+pub fn memlock_limit() -> Option<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `limit` is a live, writable `struct rlimit` for the duration of the call.
+    let status = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) };
+    if status != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    // `rlim_t` is 32 bits wide on some targets.
+    #[allow(clippy::unnecessary_cast)]
+    Some(limit.rlim_cur as u64)
 }
 
 /// `geteuid()`.

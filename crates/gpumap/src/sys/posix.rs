@@ -2,12 +2,15 @@
 //! advice, residency, locking — are in `sys::pagecache`.)
 //!
 //! One function per system call (or per loop around one), each documented with the call it maps
-//! to. The standard library's safe wrappers (`FileExt::read_at` is `pread64`) carry the calls, so
-//! this file holds no `unsafe`; it lives in `sys/` because it is the layer that speaks to the
-//! kernel and turns its answers (short counts, `EINTR`, `EINVAL`) into [`crate::Error`].
+//! to. The standard library's safe wrappers (`FileExt::read_at` is `pread64`) carry most calls;
+//! `fstatfs` and `fcntl`, which it lacks, are called through `libc`. This is the layer that
+//! speaks to the kernel and turns its answers (short counts, `EINTR`, `EINVAL`) into
+//! [`crate::Error`].
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -124,4 +127,57 @@ pub fn fsync(file: &File, path: &Path) -> Result<()> {
 #[doc(alias = "ftruncate")]
 pub fn set_len(file: &File, path: &Path, len: u64) -> Result<()> {
     file.set_len(len).map_err(|e| Error::io("ftruncate", path, Some(len), e))
+}
+
+/// Pseudo file systems, by `statfs` magic number (`<linux/magic.h>`): their files report a size
+/// (usually 0 or 4096) that says nothing of what a read returns.
+const PSEUDO_FILE_SYSTEMS: [(u32, &str); 8] = [
+    (0x0000_9fa0, "a pseudo file (procfs)"),
+    (0x6265_6572, "a pseudo file (sysfs)"),
+    (0x6462_6720, "a pseudo file (debugfs)"),
+    (0x7472_6163, "a pseudo file (tracefs)"),
+    (0x7363_6673, "a pseudo file (securityfs)"),
+    (0x0027_e0eb, "a pseudo file (cgroup)"),
+    (0x6367_7270, "a pseudo file (cgroup2)"),
+    (0x6265_6570, "a pseudo file (configfs)"),
+];
+
+/// What `file` is when it lives on a pseudo file system (`"a pseudo file (procfs)"`), or
+/// `None`: `fstatfs(2)`'s `f_type`.
+#[doc(alias = "fstatfs")]
+pub fn pseudo_file_system(file: &File, path: &Path) -> Result<Option<&'static str>> {
+    let mut stat = MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `stat` is writable memory of the size and layout of `struct statfs`, which the
+    // kernel fills on success; the descriptor is borrowed from `file`, so it is open.
+    let status = unsafe { libc::fstatfs(file.as_raw_fd(), stat.as_mut_ptr()) };
+    if status != 0 {
+        return Err(Error::io("fstatfs", path, None, io::Error::last_os_error()));
+    }
+    // SAFETY: fstatfs returned 0, so it initialised the whole struct.
+    let stat = unsafe { stat.assume_init() };
+    // Magic numbers are 32-bit; `f_type`'s width and sign differ between architectures.
+    let magic = (stat.f_type as u64 & 0xffff_ffff) as u32;
+    Ok(PSEUDO_FILE_SYSTEMS.iter().find(|(m, _)| *m == magic).map(|(_, what)| *what))
+}
+
+/// Clears `O_NONBLOCK` on `file`'s open file description: `fcntl(F_GETFL)`, then
+/// `fcntl(F_SETFL)`. (Files are opened non-blocking so that a FIFO cannot hang the open; a
+/// regular file's descriptor is then made ordinary again.)
+#[doc(alias = "fcntl")]
+pub fn clear_nonblocking(file: &File, path: &Path) -> Result<()> {
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL takes no pointer; the descriptor is borrowed from `file`, so it is open.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(Error::io("fcntl(F_GETFL)", path, None, io::Error::last_os_error()));
+    }
+    if flags & libc::O_NONBLOCK == 0 {
+        return Ok(());
+    }
+    // SAFETY: as above; F_SETFL takes an integer.
+    let status = unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+    if status < 0 {
+        return Err(Error::io("fcntl(F_SETFL)", path, None, io::Error::last_os_error()));
+    }
+    Ok(())
 }

@@ -1,0 +1,94 @@
+//! Diagnostics: the library and the CLI log through `tracing`; this installs the subscriber
+//! that prints them on standard error.
+//!
+//! Default: warnings and errors. `-v` adds info, `-vv` debug (with each event's module),
+//! `-vvv` trace; `--quiet` leaves errors only. `GPUMAP_LOG`, an `EnvFilter` directive such as
+//! `gpumap=debug` or `gpumap::io=trace,warn`, replaces all of that when set.
+
+use std::fmt;
+
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::EnvFilter;
+
+/// The variable that takes a filter directive.
+pub const LOG_VAR: &str = "GPUMAP_LOG";
+
+/// Installs the subscriber. A `GPUMAP_LOG` that does not parse is an error naming it.
+pub fn install(verbose: u8, quiet: bool) -> gpumap::Result<()> {
+    let filter = match std::env::var(LOG_VAR) {
+        Ok(directives) if !directives.trim().is_empty() => {
+            EnvFilter::builder().parse(&directives).map_err(|e| gpumap::Error::InvalidConfig {
+                var: LOG_VAR.to_owned(),
+                value: directives.clone(),
+                reason: format!("not a tracing filter directive (e.g. gpumap=debug): {e}"),
+            })?
+        }
+        _ => EnvFilter::new(default_level(verbose, quiet)),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .event_format(Plain { targets: verbose >= 2 || std::env::var_os(LOG_VAR).is_some() })
+        .init();
+    Ok(())
+}
+
+fn default_level(verbose: u8, quiet: bool) -> &'static str {
+    match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "info",
+        (false, 2) => "debug",
+        (false, _) => "trace",
+    }
+}
+
+/// `gpumap: warning: MESSAGE`, with the event's module before the message at `-vv`.
+struct Plain {
+    targets: bool,
+}
+
+impl<S, N> FormatEvent<S, N> for Plain
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let metadata = event.metadata();
+        let level = match *metadata.level() {
+            Level::ERROR => "error",
+            Level::WARN => "warning",
+            Level::INFO => "info",
+            Level::DEBUG => "debug",
+            Level::TRACE => "trace",
+        };
+        write!(writer, "gpumap: {level}: ")?;
+        if self.targets {
+            write!(writer, "{}: ", metadata.target())?;
+        }
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbosity_maps_to_levels() {
+        assert_eq!(default_level(0, false), "warn");
+        assert_eq!(default_level(1, false), "info");
+        assert_eq!(default_level(2, false), "debug");
+        assert_eq!(default_level(7, false), "trace");
+        assert_eq!(default_level(0, true), "error");
+    }
+}
