@@ -304,11 +304,17 @@ fn buffer_protocol(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
     if unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) } != 0 {
         let err = PyErr::fetch(py);
         let why = err.value(py).str().map(|s| s.to_string()).unwrap_or_default();
-        return Err(if writable && why.contains("writ") {
-            PyTypeError::new_err(format!("cannot read into a read-only buffer ({why})"))
-        } else {
-            PyValueError::new_err(format!("Array must be contiguous ({why})"))
-        });
+        // Read-only, or not contiguous? Ask again without the writable flag.
+        // SAFETY: as above; a successful export is released at once.
+        let readable = writable
+            && unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *view, PYBUF_ANY_CONTIGUOUS) } == 0;
+        if readable {
+            // SAFETY: `view` was just filled in by a successful export.
+            unsafe { PyBuffer_Release(&mut *view) };
+            return Err(PyTypeError::new_err(format!("cannot read into a read-only buffer ({why})")));
+        }
+        let _ = PyErr::take(py);
+        return Err(PyValueError::new_err(format!("Array must be contiguous ({why})")));
     }
     let len = usize::try_from(view.len).unwrap_or(0);
     let ptr = view.buf as *mut u8;

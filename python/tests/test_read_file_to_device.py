@@ -1,0 +1,67 @@
+"""read_file_to_device without a GPU (NumPy) and the no-GPU answers of the low-level API."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpumapio
+
+
+def test_numpy_output(data_file):
+    path, data = data_file
+    out = gpumapio.read_file_to_device(path, output="numpy")
+    assert isinstance(out, np.ndarray) and out.dtype == np.uint8
+    assert out.tobytes() == data
+    part = gpumapio.read_file_to_device(path, offset=4097, size=123_457, output="numpy")
+    assert part.tobytes() == data[4097 : 4097 + 123_457]
+    assert gpumapio.read_file_to_device(path, offset=len(data), output="numpy").size == 0
+
+
+def test_auto_output_matches_the_machine(data_file):
+    path, data = data_file
+    out = gpumapio.read_file_to_device(path, size=1000)
+    if gpumapio.gpu_count() == 0:
+        assert isinstance(out, np.ndarray)
+        assert out.tobytes() == data[:1000]
+    else:
+        assert type(out).__module__.split(".")[0] in ("cupy", "numpy")
+
+
+def test_bad_arguments(data_file, tmp_path):
+    path, _ = data_file
+    with pytest.raises(ValueError):
+        gpumapio.read_file_to_device(path, offset=-1, output="numpy")
+    with pytest.raises(ValueError):
+        gpumapio.read_file_to_device(path, output="jax")
+    with pytest.raises(FileNotFoundError):
+        gpumapio.read_file_to_device(tmp_path / "missing", output="numpy")
+
+
+def test_capabilities_say_why():
+    caps = gpumapio.capabilities()
+    assert set(caps) >= {"cuda_driver_version", "devices", "cuda_reason", "cufile_usable", "cufile_reason"}
+    if gpumapio.gpu_count() == 0:
+        assert caps["devices"] == [] and caps["cuda_reason"]
+    if not caps["cufile_usable"]:
+        assert caps["cufile_reason"]
+
+
+def test_low_level_cufile_without_cufile_says_why(data_file):
+    from gpumapio import cufile_driver
+
+    if gpumapio.capabilities()["cufile_usable"]:
+        pytest.skip("cuFile is usable here (test_gpu.py covers it)")
+    path, _ = data_file
+    if gpumapio.gpu_count() == 0:
+        with pytest.raises(gpumapio.UnavailableError):
+            cufile_driver.driver_open()
+        with pytest.raises(gpumapio.UnavailableError):
+            cufile_driver.Stream()
+    with pytest.raises((gpumapio.UnavailableError, gpumapio.CuFileError)):
+        cufile_driver.Handle(path, "r")
+    cufile_driver.driver_close()  # accepted, does nothing
+    # KvikIO's buffer registration is a no-op where compat mode is preferred
+    with gpumapio.defaults.set("compat_mode", "on"):
+        gpumapio.buffer.memory_register(np.zeros(4, np.uint8))
+    assert gpumapio.buffer.bounce_buffer_free() == 0
