@@ -70,6 +70,10 @@ unsafe impl Sync for HostExport {}
 
 impl Drop for HostExport {
     fn drop(&mut self) {
+        // SAFETY: a plain query, valid at any time.
+        if unsafe { ffi::Py_IsInitialized() } == 0 {
+            return; // the interpreter is gone (a transfer outlived it): nothing to release to
+        }
         Python::attach(|_| {
             // SAFETY: `view` was filled in by a successful `PyObject_GetBuffer` and is released
             // exactly once, here, with the GIL held.
@@ -311,7 +315,9 @@ fn buffer_protocol(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
         if readable {
             // SAFETY: `view` was just filled in by a successful export.
             unsafe { PyBuffer_Release(&mut *view) };
-            return Err(PyTypeError::new_err(format!("cannot read into a read-only buffer ({why})")));
+            return Err(PyTypeError::new_err(format!(
+                "cannot read into a read-only buffer ({why})"
+            )));
         }
         let _ = PyErr::take(py);
         return Err(PyValueError::new_err(format!("Array must be contiguous ({why})")));

@@ -185,14 +185,18 @@ def test_zarr_gpu_buffers(tmp_path):
     from gpumapio.zarr import GpumapStore
 
     data = np.arange(100_000, dtype="f4").reshape(250, 400)
-    z = zarr.create_array(GpumapStore(tmp_path / "g.zarr"), shape=data.shape, chunks=(64, 128), dtype="f4")
+    z = zarr.create_array(
+        GpumapStore(tmp_path / "g.zarr"), shape=data.shape, chunks=(64, 128), dtype="f4", compressors=None
+    )
     z[:] = data
     with zarr.config.enable_gpu():
         g = zarr.open_array(GpumapStore(tmp_path / "g.zarr"), mode="r")
         block = g[10:200, 5:333]
         assert isinstance(block, cp.ndarray)
         np.testing.assert_array_equal(cp.asnumpy(block), data[10:200, 5:333])
-        w = zarr.create_array(GpumapStore(tmp_path / "w.zarr"), shape=(300,), chunks=(64,), dtype="i4")
+        w = zarr.create_array(
+            GpumapStore(tmp_path / "w.zarr"), shape=(300,), chunks=(64,), dtype="i4", compressors=None
+        )
         w[:] = cp.arange(300, dtype=cp.int32)
     back = zarr.open_array(zarr.storage.LocalStore(tmp_path / "w.zarr"), mode="r")
     np.testing.assert_array_equal(back[:], np.arange(300, dtype=np.int32))
