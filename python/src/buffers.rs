@@ -418,18 +418,23 @@ fn contiguous(shape: &[usize], strides: &[isize], itemsize: usize) -> bool {
 fn synchronize_stream(py: Python<'_>, ptr: u64, stream: u64) -> PyResult<()> {
     // SAFETY: only to learn the device; the view is not used to access memory.
     let probe = check(py, unsafe { CudaView::from_raw(ptr, 1) })?;
-    let device = check(py, CudaDevice::new(probe.device_ordinal()))?;
-    check(py, device.bind_to_thread())?;
-    // SAFETY: `stream` is the exporter's stream handle (or a special default-stream value),
-    // valid while the exporter is, which we hold; the driver checks the handle.
-    let rc = unsafe {
-        cudarc::driver::result::stream::synchronize(
-            stream as usize as cudarc::driver::sys::CUstream,
-        )
-    };
+    let ordinal = probe.device_ordinal();
+    // The wait may be long (the exporter's queued kernels): other Python threads run meanwhile.
+    let rc = py.detach(move || -> Result<(), String> {
+        let device = CudaDevice::new(ordinal).map_err(|e| e.to_string())?;
+        device.bind_to_thread().map_err(|e| e.to_string())?;
+        // SAFETY: `stream` is the exporter's stream handle (or a special default-stream
+        // value), valid while the exporter is, which the caller holds; the driver checks it.
+        unsafe {
+            cudarc::driver::result::stream::synchronize(
+                stream as usize as cudarc::driver::sys::CUstream,
+            )
+        }
+        .map_err(|e| format!("{e:?}"))
+    });
     rc.map_err(|e| {
         crate::errors::CudaError::new_err(format!(
-            "cuStreamSynchronize on the exporter's stream {stream:#x} failed: {e:?}"
+            "cuStreamSynchronize on the exporter's stream {stream:#x} failed: {e}"
         ))
     })
 }

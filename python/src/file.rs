@@ -335,16 +335,18 @@ impl CuFile {
         if let Ok(stream) = raw_stream.cast::<Stream>() {
             let len = span(&mem, size, dev_offset)?;
             let (view, keep) = mem.into_cuda_dst(py, dev_offset, len)?;
-            let transfer = check(py, handle.read_async(view, file_offset, &stream.get().stream))?;
+            let stream: &Stream = stream.get();
+            // On the POSIX path the transfer runs before this returns: without the GIL.
+            let transfer = nogil(py, || handle.read_async(view, file_offset, &stream.stream))?;
             return Ok(IOFutureStream::pending(Box::new(StreamPending { transfer, keep })));
         }
         let raw_stream: u64 = raw_stream.extract()?;
         crate::buffers::synchronize_foreign(py, &mem, raw_stream)?;
         let len = span(&mem, size, dev_offset)?;
         let mut dst = mem.into_dst(py, dev_offset, len)?;
-        let n = py.detach(|| handle.read_device(dst.view(), file_offset));
+        let n = nogil(py, || handle.read_device(dst.view(), file_offset));
         drop(dst);
-        Ok(IOFutureStream::ready(n))
+        Ok(IOFutureStream::ready(Ok(n?)))
     }
 
     /// A write ordered on the CUDA stream `raw_stream` (see `raw_read_async`).
@@ -363,15 +365,17 @@ impl CuFile {
         if let Ok(stream) = raw_stream.cast::<Stream>() {
             let len = span(&mem, size, dev_offset)?;
             let (view, keep) = mem.into_cuda_src(py, dev_offset, len)?;
-            let transfer = check(py, handle.write_async(view, file_offset, &stream.get().stream))?;
+            let stream: &Stream = stream.get();
+            // On the POSIX path the transfer runs before this returns: without the GIL.
+            let transfer = nogil(py, || handle.write_async(view, file_offset, &stream.stream))?;
             return Ok(IOFutureStream::pending(Box::new(StreamPending { transfer, keep })));
         }
         let raw_stream: u64 = raw_stream.extract()?;
         crate::buffers::synchronize_foreign(py, &mem, raw_stream)?;
         let len = span(&mem, size, dev_offset)?;
         let src = mem.into_src(py, dev_offset, len)?;
-        let n = py.detach(|| handle.write_device(src.view(), file_offset));
+        let n = nogil(py, || handle.write_device(src.view(), file_offset));
         drop(src);
-        Ok(IOFutureStream::ready(n))
+        Ok(IOFutureStream::ready(Ok(n?)))
     }
 }
