@@ -236,3 +236,17 @@ def test_cufile_low_level(data_file, tmp_path):
     assert out.read_bytes() == data[:8192] + data[:4096]
     kvikio.buffer.memory_register(dst)
     kvikio.buffer.memory_deregister(dst)
+
+
+def test_numpy_fromfile_like_cupy(tmp_path):
+    cp = need_gpu("cupy")
+    from gpumapio import numpy as gnp
+
+    a = np.arange(100_003, dtype="<f4")
+    path = tmp_path / "f.bin"
+    a.tofile(path)
+    got = gnp.fromfile(path, dtype="<f4", like=cp.empty(()))
+    assert isinstance(got, cp.ndarray)
+    np.testing.assert_array_equal(cp.asnumpy(got), a)
+    gnp.tofile(got[::2], tmp_path / "g.bin")  # not contiguous: made so first
+    assert (tmp_path / "g.bin").read_bytes() == a[::2].tobytes()

@@ -65,3 +65,22 @@ def test_low_level_cufile_without_cufile_says_why(data_file):
     with gpumapio.defaults.set("compat_mode", "on"):
         gpumapio.buffer.memory_register(np.zeros(4, np.uint8))
     assert gpumapio.buffer.bounce_buffer_free() == 0
+
+
+def test_kvikio_numpy_fromfile_tofile(tmp_path):
+    from gpumapio import numpy as gnp
+
+    a = np.arange(1001, dtype="<i8")
+    path = tmp_path / "a.bin"
+    gnp.tofile(a, path)
+    assert path.read_bytes() == a.tobytes()
+    np.testing.assert_array_equal(gnp.fromfile(path, dtype="<i8"), a)
+    np.testing.assert_array_equal(gnp.fromfile(path, dtype="<i8", count=10, offset=80), a[10:20])
+    np.testing.assert_array_equal(gnp.fromfile(path, dtype="<i8", count=5000), a)  # truncated
+    np.testing.assert_array_equal(np.fromfile(path, dtype="<i8", like=gnp.LikeWrapper(np.empty(()))), a)
+    with open(path, "rb") as f:
+        np.testing.assert_array_equal(gnp.fromfile(f, dtype="<i8"), a)
+    gnp.tofile(np.arange(12, dtype="<u2").reshape(3, 4).T, path)  # written in C order
+    assert path.read_bytes() == np.arange(12, dtype="<u2").reshape(3, 4).T.copy().tobytes()
+    with pytest.raises(NotImplementedError):
+        gnp.fromfile(path, sep=",")
