@@ -84,3 +84,21 @@ def test_kvikio_numpy_fromfile_tofile(tmp_path):
     assert path.read_bytes() == np.arange(12, dtype="<u2").reshape(3, 4).T.copy().tobytes()
     with pytest.raises(NotImplementedError):
         gnp.fromfile(path, sep=",")
+
+
+def test_torch_cpu_tensors(data_file, tmp_path):
+    torch = pytest.importorskip("torch")
+    path, data = data_file
+    if not torch.cuda.is_available():
+        t = gpumapio.read_file_to_device(path, output="torch")
+        assert t.device.type == "cpu" and t.numpy().tobytes() == data
+    x = torch.zeros(100, 3, dtype=torch.float64)[:, 1:]  # not contiguous: refused
+    with gpumapio.CuFile(path) as f:
+        with pytest.raises(ValueError, match="contiguous"):
+            f.read(x)
+        y = torch.zeros(300, dtype=torch.float64)
+        assert f.read(y[10:], file_offset=3) == 290 * 8  # a view with a storage offset (DLPack)
+        assert y[10:].numpy().tobytes() == data[3 : 3 + 290 * 8] and not y[:10].any()
+    with gpumapio.CuFile(tmp_path / "t.bin", "w") as f:
+        assert f.write(y) == y.numel() * 8
+    assert (tmp_path / "t.bin").read_bytes() == y.numpy().tobytes()
