@@ -9,7 +9,36 @@ _Path = Union[str, "os.PathLike[str]"]
 _File = Union[_Path, int, IO[bytes]]
 #: CuPy / PyTorch / Numba arrays (``__cuda_array_interface__``), DLPack producers, or host
 #: memory through the buffer protocol (NumPy, bytearray, memoryview; bytes as a source).
-Buffer = Any
+_Buffer = Any
+
+__all__ = [
+    "UnavailableError",
+    "CudaError",
+    "CuFileError",
+    "OutOfBudgetError",
+    "CuFile",
+    "IOFuture",
+    "IOFutureStream",
+    "defaults_get",
+    "defaults_set",
+    "is_compat_mode_preferred",
+    "Stream",
+    "Handle",
+    "BufferRegistration",
+    "driver_open",
+    "driver_properties",
+    "buf_register",
+    "capabilities",
+    "gpu_count",
+    "LockedRange",
+    "residency",
+    "warm",
+    "evict",
+    "drop_all",
+    "lock",
+    "page_size",
+    "__version__",
+]
 
 __version__: str
 
@@ -58,7 +87,7 @@ class CuFile:
     ``flags``: ``"r"``, ``"w"``, ``"a"``, ``"r+"``, ``"w+"``, ``"a+"`` (``b`` ignored).
     """
 
-    def __init__(self, file: _Path, flags: str = "r") -> None: ...
+    def __new__(cls, file: _Path, flags: str = "r") -> Self: ...
     def close(self) -> None: ...
     @property
     def closed(self) -> bool: ...
@@ -73,26 +102,26 @@ class CuFile:
     def __enter__(self) -> Self: ...
     def __exit__(self, exc_type: object, exc: object, tb: object) -> bool: ...
     def pread(
-        self, buf: Buffer, size: int | None = None, file_offset: int = 0, task_size: int | None = None
+        self, buf: _Buffer, size: int | None = None, file_offset: int = 0, task_size: int | None = None
     ) -> IOFuture:
         """Starts reading ``size`` bytes (default: the buffer's size) at ``file_offset``."""
     def pwrite(
-        self, buf: Buffer, size: int | None = None, file_offset: int = 0, task_size: int | None = None
+        self, buf: _Buffer, size: int | None = None, file_offset: int = 0, task_size: int | None = None
     ) -> IOFuture:
         """Starts writing ``size`` bytes (default: the buffer's size) at ``file_offset``."""
     def read(
-        self, buf: Buffer, size: int | None = None, file_offset: int = 0, task_size: int | None = None
+        self, buf: _Buffer, size: int | None = None, file_offset: int = 0, task_size: int | None = None
     ) -> int:
         """Blocking ``pread``: returns the bytes read (fewer only at the end of the file)."""
     def write(
-        self, buf: Buffer, size: int | None = None, file_offset: int = 0, task_size: int | None = None
+        self, buf: _Buffer, size: int | None = None, file_offset: int = 0, task_size: int | None = None
     ) -> int:
         """Blocking ``pwrite``: returns the bytes written."""
-    def raw_read(self, buf: Buffer, size: int | None = None, file_offset: int = 0, dev_offset: int = 0) -> int: ...
-    def raw_write(self, buf: Buffer, size: int | None = None, file_offset: int = 0, dev_offset: int = 0) -> int: ...
+    def raw_read(self, buf: _Buffer, size: int | None = None, file_offset: int = 0, dev_offset: int = 0) -> int: ...
+    def raw_write(self, buf: _Buffer, size: int | None = None, file_offset: int = 0, dev_offset: int = 0) -> int: ...
     def raw_read_async(
         self,
-        buf: Buffer,
+        buf: _Buffer,
         raw_stream: Union[int, Stream],
         size: int | None = None,
         file_offset: int = 0,
@@ -100,7 +129,7 @@ class CuFile:
     ) -> IOFutureStream: ...
     def raw_write_async(
         self,
-        buf: Buffer,
+        buf: _Buffer,
         raw_stream: Union[int, Stream],
         size: int | None = None,
         file_offset: int = 0,
@@ -115,7 +144,7 @@ def is_compat_mode_preferred() -> bool: ...
 class Stream:
     """A CUDA stream of gpumap's (non-blocking) on ``device``."""
 
-    def __init__(self, device: int = 0) -> None: ...
+    def __new__(cls, device: int = 0) -> Self: ...
     @property
     def device(self) -> int: ...
     def synchronize(self) -> None: ...
@@ -124,22 +153,22 @@ class Stream:
 class Handle:
     """A file registered with cuFile."""
 
-    def __init__(self, file: _Path, flags: str = "r") -> None: ...
+    def __new__(cls, file: _Path, flags: str = "r") -> Self: ...
     @property
     def path(self) -> str: ...
     def deregister(self) -> None: ...
     def __enter__(self) -> Self: ...
     def __exit__(self, exc_type: object, exc: object, tb: object) -> bool: ...
-    def read(self, buf: Buffer, size: int | None = None, file_offset: int = 0, dev_offset: int = 0) -> int: ...
-    def write(self, buf: Buffer, size: int | None = None, file_offset: int = 0, dev_offset: int = 0) -> int: ...
+    def read(self, buf: _Buffer, size: int | None = None, file_offset: int = 0, dev_offset: int = 0) -> int: ...
+    def write(self, buf: _Buffer, size: int | None = None, file_offset: int = 0, dev_offset: int = 0) -> int: ...
     def read_batch(
-        self, entries: list[Union[tuple[Buffer, int], tuple[Buffer, int, int]]]
+        self, entries: list[Union[tuple[_Buffer, int], tuple[_Buffer, int, int]]]
     ) -> list[Union[int, BaseException]]: ...
     def read_async(
-        self, buf: Buffer, stream: Stream, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
+        self, buf: _Buffer, stream: Stream, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
     ) -> IOFutureStream: ...
     def write_async(
-        self, buf: Buffer, stream: Stream, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
+        self, buf: _Buffer, stream: Stream, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
     ) -> IOFutureStream: ...
 
 @final
@@ -156,7 +185,7 @@ class BufferRegistration:
 
 def driver_open() -> None: ...
 def driver_properties() -> dict[str, Any]: ...
-def buf_register(buf: Buffer) -> BufferRegistration: ...
+def buf_register(buf: _Buffer) -> BufferRegistration: ...
 def capabilities() -> dict[str, Any]: ...
 def gpu_count() -> int: ...
 

@@ -167,6 +167,7 @@ def load_safetensors(
                 reads.append((total, t.nbytes, t.start))
             total += t.nbytes
 
+    flat: Any  # one uint8 array: a torch tensor or a NumPy array
     if framework == "pt":
         import torch
 
