@@ -25,7 +25,7 @@ else
   maturin="$work/venv/bin/maturin"
 fi
 "$maturin" build --release -m python/Cargo.toml -i "$py" -o "$work/wheels"
-"$py" -m pip install -q "$work"/wheels/gpumapio-*.whl numpy pytest 'zarr>=3' safetensors
+"$py" -m pip install -q "$work"/wheels/gpumapio-*.whl numpy pytest 'zarr>=3' safetensors mypy
 
 echo "== Python: pytest (the installed wheel, not the source tree)"
 cd "$work"
