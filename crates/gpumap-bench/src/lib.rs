@@ -423,6 +423,25 @@ pub fn run_device(
                     &Record::new(name, &name_t, threads, block * ops as u64, secs)
                         .with_ops(ops as u64),
                 );
+                if block == 4096 && temperature == "warm" {
+                    // One read at a time, each waited for: the cost of one call, which the
+                    // Python bench (`pread_4k_sync_warm`, impl gpumap-py) measures through
+                    // `CuFile.pread(...).get()` for comparison.
+                    let reps = ops.min(20_000);
+                    let mut view = slots.pop().ok_or_else(|| {
+                        Error::InvalidArgument("no destination for the sync reads".into())
+                    })?;
+                    let t = Instant::now();
+                    for &o in offsets.iter().take(reps) {
+                        view = handle.pread_device(view, o).wait()?.0;
+                    }
+                    let secs = t.elapsed().as_secs_f64();
+                    slots.push(view);
+                    emit(
+                        &Record::new(name, "pread_4k_sync_warm", 1, 4096 * reps as u64, secs)
+                            .with_ops(reps as u64),
+                    );
+                }
                 if mode != CompatMode::Auto {
                     continue;
                 }

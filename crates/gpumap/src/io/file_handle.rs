@@ -436,6 +436,46 @@ impl FileHandle {
         })
     }
 
+    /// A handle on the same open file whose transfers use `task_size` and `gds_threshold`
+    /// instead of this handle's: the descriptors are duplicated (`dup`), everything else —
+    /// flags, pool, compat decision and cuFile registration — is shared. For callers whose
+    /// task size is a per-call argument (KvikIO's `pread(..., task_size=)`); returns a clone
+    /// when nothing changes. A zero `task_size` is an error.
+    pub fn with_transfer_sizes(&self, task_size: u64, gds_threshold: u64) -> Result<FileHandle> {
+        let inner = &self.inner;
+        if task_size == 0 {
+            return Err(Error::InvalidArgument("task size 0: expected at least 1 byte".into()));
+        }
+        if task_size == inner.task_size && gds_threshold == inner.gds_threshold {
+            return Ok(self.clone());
+        }
+        let dup = |f: &File| f.try_clone().map_err(|e| Error::io("dup", &inner.path, None, e));
+        Ok(FileHandle {
+            inner: Arc::new(Inner {
+                path: inner.path.clone(),
+                flags_text: inner.flags_text.clone(),
+                flags: inner.flags,
+                file: dup(&inner.file)?,
+                direct: inner.direct.as_ref().map(dup).transpose()?,
+                direct_refused: inner.direct_refused,
+                task_size,
+                direct_io_read: inner.direct_io_read,
+                direct_io_write: inner.direct_io_write,
+                compat_mode: inner.compat_mode,
+                gds_threshold,
+                bounce_buffer_size: inner.bounce_buffer_size,
+                pool: inner.pool.clone(),
+                decision: inner.decision.clone(),
+                small_reads: Default::default(),
+            }),
+        })
+    }
+
+    /// Device transfers smaller than this take the POSIX path even where cuFile is chosen.
+    pub fn gds_threshold(&self) -> u64 {
+        self.inner.gds_threshold
+    }
+
     /// The pool this handle's tasks run on.
     pub fn pool(&self) -> &Arc<IoPool> {
         &self.inner.pool
@@ -653,5 +693,24 @@ mod tests {
                 matches!(bad.parse::<OpenFlags>(), Err(Error::InvalidFlags(ref s)) if s == bad)
             );
         }
+    }
+
+    #[test]
+    fn transfer_sizes_variant_shares_the_file() {
+        let dir = std::env::temp_dir().join(format!("gpumap-variant-{}", std::process::id()));
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&dir, &data).unwrap();
+        let fh = FileHandle::open(&dir, "r").unwrap();
+        assert!(fh.with_transfer_sizes(0, 0).is_err());
+        let same = fh.with_transfer_sizes(fh.task_size(), fh.gds_threshold()).unwrap();
+        assert!(Arc::ptr_eq(&same.inner, &fh.inner));
+        let small = fh.with_transfer_sizes(4096, 0).unwrap();
+        assert_eq!((small.task_size(), small.gds_threshold()), (4096, 0));
+        assert_eq!(fh.task_size(), Config::global().unwrap().task_size);
+        drop(fh);
+        let mut back = vec![0u8; data.len() - 7];
+        assert_eq!(small.read(&mut back, 7).unwrap(), back.len());
+        assert_eq!(back, data[7..]);
+        std::fs::remove_file(&dir).unwrap();
     }
 }

@@ -1,0 +1,61 @@
+"""gpumapio: file data into and out of NVIDIA GPU memory as fast as the hardware allows — the
+Python face of the Rust library gpumap. Host memory stands in where there is no GPU, so the
+same code runs on any Linux machine.
+
+KvikIO's API (code written for ``kvikio`` runs with ``import gpumapio as kvikio``):
+
+- :class:`CuFile` (``read``, ``write``, ``pread``/``pwrite`` returning :class:`IOFuture`,
+  ``raw_read``, ``raw_write``, ``raw_read_async``, ``raw_write_async``, ``close``, context
+  manager, ``fileno``, ``open_flags``), :class:`CompatMode`, :mod:`gpumapio.defaults`,
+  :mod:`gpumapio.cufile_driver`, :mod:`gpumapio.buffer`, :mod:`gpumapio.zarr` (``GDSStore``),
+  and the ``KVIKIO_*`` environment variables (``GPUMAP_*`` win where both are set).
+
+And beyond it: :func:`read_file_to_device` (a whole file as one CuPy / torch / NumPy array),
+:func:`load_safetensors` (a checkpoint as torch tensors, one read into one allocation),
+:mod:`gpumapio.pagecache` (residency, warm, evict, drop, lock).
+
+Buffers: anything with ``__cuda_array_interface__`` (CuPy, PyTorch, Numba) or ``__dlpack__``,
+and host memory through the buffer protocol (NumPy, bytearray, memoryview).
+"""
+
+from gpumapio import buffer, cufile_driver, defaults, pagecache
+from gpumapio._device import capabilities, gpu_count, read_file_to_device
+from gpumapio._native import (
+    CudaError,
+    CuFile,
+    CuFileError,
+    IOFuture,
+    IOFutureStream,
+    OutOfBudgetError,
+    UnavailableError,
+    __version__,
+)
+from gpumapio.defaults import CompatMode
+from gpumapio.pagecache import drop_file_page_cache, drop_system_page_cache, get_page_cache_info
+from gpumapio.safetensors import load_safetensors
+
+# Maps (gpumapio.map, views through __cuda_array_interface__ / __dlpack__, gather) come here
+# once the library's shared-budget DeviceCache lands; nothing is exported for them yet.
+
+__all__ = [
+    "CompatMode",
+    "CuFile",
+    "CuFileError",
+    "CudaError",
+    "IOFuture",
+    "IOFutureStream",
+    "OutOfBudgetError",
+    "UnavailableError",
+    "__version__",
+    "buffer",
+    "capabilities",
+    "cufile_driver",
+    "defaults",
+    "drop_file_page_cache",
+    "drop_system_page_cache",
+    "get_page_cache_info",
+    "gpu_count",
+    "load_safetensors",
+    "pagecache",
+    "read_file_to_device",
+]

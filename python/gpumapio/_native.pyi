@@ -1,0 +1,215 @@
+"""Type stubs of the Rust extension module ``gpumapio._native`` (see python/src/)."""
+
+import os
+from typing import IO, Any, Literal, Union, final
+
+from typing_extensions import Self
+
+_Path = Union[str, "os.PathLike[str]"]
+_File = Union[_Path, int, IO[bytes]]
+#: CuPy / PyTorch / Numba arrays (``__cuda_array_interface__``), DLPack producers, or host
+#: memory through the buffer protocol (NumPy, bytearray, memoryview; bytes as a source).
+_Buffer = Any
+
+__all__ = [
+    "UnavailableError",
+    "CudaError",
+    "CuFileError",
+    "OutOfBudgetError",
+    "CuFile",
+    "IOFuture",
+    "IOFutureStream",
+    "defaults_get",
+    "defaults_set",
+    "is_compat_mode_preferred",
+    "Stream",
+    "Handle",
+    "BufferRegistration",
+    "driver_open",
+    "driver_properties",
+    "buf_register",
+    "capabilities",
+    "gpu_count",
+    "LockedRange",
+    "residency",
+    "warm",
+    "evict",
+    "drop_all",
+    "lock",
+    "page_size",
+    "__version__",
+]
+
+__version__: str
+
+class UnavailableError(RuntimeError):
+    """What the call needs is missing here (CUDA driver, GPU, cuFile); the message says why."""
+
+class CudaError(OSError):
+    """A CUDA driver call failed."""
+
+    op: str
+    code: int
+    name: str
+
+class CuFileError(OSError):
+    """A cuFile call failed."""
+
+    op: str
+    code: int
+    name: str
+
+class OutOfBudgetError(MemoryError):
+    """Device memory for a mapping or cache would exceed its budget."""
+
+@final
+class IOFuture:
+    """The result of ``CuFile.pread`` / ``pwrite``."""
+
+    def get(self) -> int:
+        """Waits (GIL released) and returns the bytes moved; raises the transfer's error. Any
+        thread, any number of times."""
+    def done(self) -> bool:
+        """Whether the transfer is done."""
+
+@final
+class IOFutureStream:
+    """The result of a stream-ordered transfer; keep it alive until ``check_bytes_done()``."""
+
+    def check_bytes_done(self) -> int:
+        """Waits for the transfer and returns the bytes moved."""
+    def done(self) -> bool: ...
+
+@final
+class CuFile:
+    """A file opened for parallel reads and writes into and out of GPU or host memory.
+
+    ``flags``: ``"r"``, ``"w"``, ``"a"``, ``"r+"``, ``"w+"``, ``"a+"`` (``b`` ignored).
+    """
+
+    def __new__(cls, file: _Path, flags: str = "r") -> Self: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def fileno(self) -> int: ...
+    def open_flags(self) -> int:
+        """``fcntl(fd, F_GETFL)``."""
+    def nbytes(self) -> int:
+        """Size of the file in bytes."""
+    def is_direct_io_supported(self) -> bool: ...
+    def compat_decision(self) -> tuple[Literal["cufile", "posix"], str]:
+        """Which path device transfers take, and why."""
+    def __enter__(self) -> Self: ...
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool: ...
+    def pread(
+        self, buf: _Buffer, size: int | None = None, file_offset: int = 0, task_size: int | None = None
+    ) -> IOFuture:
+        """Starts reading ``size`` bytes (default: the buffer's size) at ``file_offset``."""
+    def pwrite(
+        self, buf: _Buffer, size: int | None = None, file_offset: int = 0, task_size: int | None = None
+    ) -> IOFuture:
+        """Starts writing ``size`` bytes (default: the buffer's size) at ``file_offset``."""
+    def read(
+        self, buf: _Buffer, size: int | None = None, file_offset: int = 0, task_size: int | None = None
+    ) -> int:
+        """Blocking ``pread``: returns the bytes read (fewer only at the end of the file)."""
+    def write(
+        self, buf: _Buffer, size: int | None = None, file_offset: int = 0, task_size: int | None = None
+    ) -> int:
+        """Blocking ``pwrite``: returns the bytes written."""
+    def raw_read(self, buf: _Buffer, size: int | None = None, file_offset: int = 0, dev_offset: int = 0) -> int: ...
+    def raw_write(self, buf: _Buffer, size: int | None = None, file_offset: int = 0, dev_offset: int = 0) -> int: ...
+    def raw_read_async(
+        self,
+        buf: _Buffer,
+        raw_stream: Union[int, Stream],
+        size: int | None = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> IOFutureStream: ...
+    def raw_write_async(
+        self,
+        buf: _Buffer,
+        raw_stream: Union[int, Stream],
+        size: int | None = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> IOFutureStream: ...
+
+def defaults_get(name: str) -> Any: ...
+def defaults_set(name: str, value: Any) -> None: ...
+def is_compat_mode_preferred() -> bool: ...
+
+@final
+class Stream:
+    """A CUDA stream of gpumap's (non-blocking) on ``device``."""
+
+    def __new__(cls, device: int = 0) -> Self: ...
+    @property
+    def device(self) -> int: ...
+    def synchronize(self) -> None: ...
+
+@final
+class Handle:
+    """A file registered with cuFile."""
+
+    def __new__(cls, file: _Path, flags: str = "r") -> Self: ...
+    @property
+    def path(self) -> str: ...
+    def deregister(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool: ...
+    def read(self, buf: _Buffer, size: int | None = None, file_offset: int = 0, dev_offset: int = 0) -> int: ...
+    def write(self, buf: _Buffer, size: int | None = None, file_offset: int = 0, dev_offset: int = 0) -> int: ...
+    def read_batch(
+        self, entries: list[Union[tuple[_Buffer, int], tuple[_Buffer, int, int]]]
+    ) -> list[Union[int, BaseException]]: ...
+    def read_async(
+        self, buf: _Buffer, stream: Stream, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
+    ) -> IOFutureStream: ...
+    def write_async(
+        self, buf: _Buffer, stream: Stream, size: int | None = None, file_offset: int = 0, dev_offset: int = 0
+    ) -> IOFutureStream: ...
+
+@final
+class BufferRegistration:
+    """Device memory registered with cuFile."""
+
+    @property
+    def address(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+    def deregister(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool: ...
+
+def driver_open() -> None: ...
+def driver_properties() -> dict[str, Any]: ...
+def buf_register(buf: _Buffer) -> BufferRegistration: ...
+def capabilities() -> dict[str, Any]: ...
+def gpu_count() -> int: ...
+
+@final
+class LockedRange:
+    """A range held in the page cache with ``mlock``."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def length(self) -> int: ...
+    @property
+    def locked_bytes(self) -> int: ...
+    @property
+    def locked(self) -> bool: ...
+    def unlock(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool: ...
+
+def residency(
+    file: _File, offset: int = 0, length: int | None = None, method: str = "auto"
+) -> dict[str, Any]: ...
+def warm(file: _File, offset: int = 0, length: int | None = None, wait: bool = False) -> None: ...
+def evict(file: _File, offset: int = 0, length: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]: ...
+def drop_all(reclaim_dentries: bool = False) -> None: ...
+def lock(file: _File, offset: int = 0, length: int | None = None) -> LockedRange: ...
+def page_size() -> int: ...

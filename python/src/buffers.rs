@@ -1,0 +1,534 @@
+//! Python objects as memory gpumap can move bytes into or out of.
+//!
+//! Accepted, in this order (KvikIO's order):
+//!
+//! 1. `__cuda_array_interface__` (CuPy, PyTorch, Numba, ...): device memory. The exporter's
+//!    `stream`, when it names one, is synchronized before gpumap touches the memory, as version
+//!    3 of the interface asks (gpumap's own streams do not wait for the legacy default stream).
+//! 2. The buffer protocol (NumPy, `bytearray`, `memoryview`, `bytes` as a source, `mmap`): host
+//!    memory. C- or Fortran-contiguous only.
+//! 3. `__dlpack__` / `__dlpack_device__` (JAX, PyTorch CPU tensors, ...): device memory for CUDA
+//!    and managed tensors (the consumer stream asked for is the legacy default stream, which is
+//!    then synchronized), host memory for CPU and pinned tensors.
+//!
+//! The Python object (or its buffer export, or its DLPack capsule) is kept alive by the
+//! [`OwnedDst`] / [`OwnedSrc`] made from it, so memory under a running transfer cannot be
+//! freed or resized; what Python code writes to it meanwhile is the caller's business, as with
+//! KvikIO and C.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use gpumap::memory::cuda::{CudaDevice, CudaView, CudaViewMut};
+use gpumap::memory::{DeviceView, DeviceViewMut, OwnedDeviceMemory, OwnedDeviceSource};
+use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::errors::check;
+
+/// The buffer protocol's `Py_buffer`, as CPython defines it. pyo3 declares it only for the
+/// limited API of Python 3.11 (when it became part of the stable ABI); its layout has been the
+/// same since Python 3.3, so a 3.10 interpreter fills in this very struct. Declared here so one
+/// abi3 wheel serves Python 3.10 and later.
+#[repr(C)]
+struct PyBufferView {
+    buf: *mut c_void,
+    obj: *mut ffi::PyObject,
+    len: ffi::Py_ssize_t,
+    itemsize: ffi::Py_ssize_t,
+    readonly: c_int,
+    ndim: c_int,
+    format: *mut c_char,
+    shape: *mut ffi::Py_ssize_t,
+    strides: *mut ffi::Py_ssize_t,
+    suboffsets: *mut ffi::Py_ssize_t,
+    internal: *mut c_void,
+}
+
+const PYBUF_WRITABLE: c_int = 0x0001;
+const PYBUF_ANY_CONTIGUOUS: c_int = 0x0080 | 0x0010 | 0x0008;
+
+extern "C" {
+    fn PyObject_CheckBuffer(obj: *mut ffi::PyObject) -> c_int;
+    fn PyObject_GetBuffer(obj: *mut ffi::PyObject, view: *mut PyBufferView, flags: c_int) -> c_int;
+    fn PyBuffer_Release(view: *mut PyBufferView);
+}
+
+/// A buffer export, released (with the GIL) on drop.
+struct HostExport {
+    view: Box<PyBufferView>,
+}
+
+// SAFETY: the export is only a claim on the exporter's memory; it is released under the GIL
+// (`Python::attach` in `Drop`), whichever thread drops it.
+unsafe impl Send for HostExport {}
+// SAFETY: nothing reads or writes the export through a shared reference; only `Drop` (which
+// has `&mut`) touches it.
+unsafe impl Sync for HostExport {}
+
+impl Drop for HostExport {
+    fn drop(&mut self) {
+        // SAFETY: a plain query, valid at any time.
+        if unsafe { ffi::Py_IsInitialized() } == 0 {
+            return; // the interpreter is gone (a transfer outlived it): nothing to release to
+        }
+        Python::attach(|_| {
+            // SAFETY: `view` was filled in by a successful `PyObject_GetBuffer` and is released
+            // exactly once, here, with the GIL held.
+            unsafe { PyBuffer_Release(&mut *self.view) }
+        });
+    }
+}
+
+/// What keeps the memory alive.
+enum Keep {
+    /// The exporting object (`__cuda_array_interface__`) or the DLPack capsule: holding it keeps
+    /// the memory allocated (a capsule that is not renamed "used_dltensor" calls its deleter
+    /// when it is freed).
+    Object(#[allow(dead_code)] Py<PyAny>),
+    /// A buffer-protocol export: the exporter may not free or resize the memory until released.
+    Export(#[allow(dead_code)] HostExport),
+}
+
+enum Kind {
+    Host { ptr: *mut u8 },
+    Device { ptr: u64 },
+}
+
+/// Memory found in a Python object: where, how long, whether writable, and its keeper.
+pub struct Memory {
+    kind: Kind,
+    len: usize,
+    readonly: bool,
+    keep: Keep,
+}
+
+// SAFETY: `kind` holds addresses, not references; the memory they point to is kept alive by
+// `keep`, which is Send (see `HostExport`).
+unsafe impl Send for Memory {}
+
+/// What keeps a Python object's memory alive, apart from a view of it.
+pub struct Keeper(#[allow(dead_code)] Keep);
+
+/// Destination memory of a transfer that may run in the background: a view of a Python
+/// object's memory, with what keeps it alive.
+pub struct OwnedDst {
+    view: DeviceViewMut<'static>,
+    _keep: Keep,
+}
+
+/// Source memory of a transfer that may run in the background.
+pub struct OwnedSrc {
+    view: DeviceView<'static>,
+    _keep: Keep,
+}
+
+impl OwnedDeviceMemory for OwnedDst {
+    fn device_view_mut(&mut self) -> DeviceViewMut<'_> {
+        self.view.reborrow()
+    }
+}
+
+impl OwnedDeviceSource for OwnedSrc {
+    fn device_view(&self) -> DeviceView<'_> {
+        self.view
+    }
+}
+
+impl OwnedDst {
+    /// The memory, for a call that blocks until the transfer is done.
+    pub fn view(&mut self) -> DeviceViewMut<'_> {
+        self.view.reborrow()
+    }
+}
+
+impl OwnedSrc {
+    /// The memory, for a call that blocks until the transfer is done.
+    pub fn view(&self) -> DeviceView<'_> {
+        self.view
+    }
+}
+
+impl Memory {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The address of the first byte (a device address for GPU memory).
+    pub fn address(&self) -> u64 {
+        match self.kind {
+            Kind::Host { ptr } => ptr as u64,
+            Kind::Device { ptr } => ptr,
+        }
+    }
+
+    fn check_range(&self, offset: usize, len: usize) -> PyResult<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(PyValueError::new_err(format!(
+                "{len} bytes at offset {offset} do not fit in the buffer of {} bytes",
+                self.len
+            ))),
+        }
+    }
+
+    /// `len` bytes from `offset`, to write into.
+    pub fn into_dst(self, py: Python<'_>, offset: usize, len: usize) -> PyResult<OwnedDst> {
+        self.check_range(offset, len)?;
+        if self.readonly {
+            return Err(PyTypeError::new_err("cannot read into a read-only buffer"));
+        }
+        let view = if len == 0 {
+            DeviceViewMut::Host(&mut [])
+        } else {
+            match self.kind {
+                // SAFETY: `ptr..ptr + self.len` is the exporter's writable memory, kept alive
+                // (and, for buffer exports, from being resized) by `keep`, which lives in the
+                // same `OwnedDst` as the slice and outlives every use of it. Python code that
+                // touches the memory during the transfer races with it, as in KvikIO.
+                Kind::Host { ptr } => DeviceViewMut::Host(unsafe {
+                    std::slice::from_raw_parts_mut(ptr.add(offset), len)
+                }),
+                // SAFETY: as above; `from_raw` also checks with the driver that the range is
+                // device memory inside one allocation.
+                Kind::Device { ptr } => DeviceViewMut::Cuda(check(py, unsafe {
+                    CudaViewMut::from_raw(ptr + offset as u64, len)
+                })?),
+            }
+        };
+        Ok(OwnedDst { view, _keep: self.keep })
+    }
+
+    fn device_ptr(&self) -> PyResult<u64> {
+        match self.kind {
+            Kind::Device { ptr } => Ok(ptr),
+            Kind::Host { .. } => Err(PyTypeError::new_err(
+                "cuFile moves data to and from device memory; this buffer is host memory",
+            )),
+        }
+    }
+
+    /// `len` bytes of device memory from `offset`, to write into, and their keeper (which must
+    /// outlive every use of the view).
+    pub fn into_cuda_dst(
+        self,
+        py: Python<'_>,
+        offset: usize,
+        len: usize,
+    ) -> PyResult<(CudaViewMut<'static>, Keeper)> {
+        self.check_range(offset, len)?;
+        let ptr = self.device_ptr()?;
+        if self.readonly {
+            return Err(PyTypeError::new_err("cannot read into a read-only buffer"));
+        }
+        // SAFETY: as in `into_dst`; the caller keeps the `Keeper` for as long as it uses the
+        // view (the pyclasses that hold both declare the view's user first, so it drops first).
+        let view = check(py, unsafe { CudaViewMut::from_raw(ptr + offset as u64, len) })?;
+        Ok((view, Keeper(self.keep)))
+    }
+
+    /// `len` bytes of device memory from `offset`, to read from, and their keeper.
+    pub fn into_cuda_src(
+        self,
+        py: Python<'_>,
+        offset: usize,
+        len: usize,
+    ) -> PyResult<(CudaView<'static>, Keeper)> {
+        self.check_range(offset, len)?;
+        let ptr = self.device_ptr()?;
+        // SAFETY: as in `into_cuda_dst`, for reading.
+        let view = check(py, unsafe { CudaView::from_raw(ptr + offset as u64, len) })?;
+        Ok((view, Keeper(self.keep)))
+    }
+
+    /// `len` bytes from `offset`, to read from.
+    pub fn into_src(self, py: Python<'_>, offset: usize, len: usize) -> PyResult<OwnedSrc> {
+        self.check_range(offset, len)?;
+        let view = if len == 0 {
+            DeviceView::Host(&[])
+        } else {
+            match self.kind {
+                // SAFETY: as in `into_dst`, for reading.
+                Kind::Host { ptr } => DeviceView::Host(unsafe {
+                    std::slice::from_raw_parts(ptr.add(offset) as *const u8, len)
+                }),
+                // SAFETY: as in `into_dst`, for reading.
+                Kind::Device { ptr } => DeviceView::Cuda(check(py, unsafe {
+                    CudaView::from_raw(ptr + offset as u64, len)
+                })?),
+            }
+        };
+        Ok(OwnedSrc { view, _keep: self.keep })
+    }
+}
+
+/// The memory of `obj`, for reading into it (`writable`) or writing from it.
+pub fn memory(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
+    let py = obj.py();
+    match obj.getattr(intern!(py, "__cuda_array_interface__")) {
+        Ok(cai) => return cuda_array_interface(obj, &cai, writable),
+        Err(e) if e.is_instance_of::<PyAttributeError>(py) => {}
+        Err(e) => return Err(e),
+    }
+    // SAFETY: `obj` is a live object (we hold a reference) and the GIL is held.
+    if unsafe { PyObject_CheckBuffer(obj.as_ptr()) } != 0 {
+        return buffer_protocol(obj, writable);
+    }
+    if obj.hasattr(intern!(py, "__dlpack__"))? {
+        return dlpack(obj, writable);
+    }
+    Err(PyTypeError::new_err(format!(
+        "{} is not a buffer gpumap can use: expected an object with __cuda_array_interface__ \
+         (CuPy, PyTorch, Numba), the buffer protocol (NumPy, bytearray, memoryview) or \
+         __dlpack__",
+        obj.get_type().name()?
+    )))
+}
+
+fn buffer_protocol(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
+    let py = obj.py();
+    let mut view = Box::new(PyBufferView {
+        buf: std::ptr::null_mut(),
+        obj: std::ptr::null_mut(),
+        len: 0,
+        itemsize: 0,
+        readonly: 0,
+        ndim: 0,
+        format: std::ptr::null_mut(),
+        shape: std::ptr::null_mut(),
+        strides: std::ptr::null_mut(),
+        suboffsets: std::ptr::null_mut(),
+        internal: std::ptr::null_mut(),
+    });
+    let flags = PYBUF_ANY_CONTIGUOUS | if writable { PYBUF_WRITABLE } else { 0 };
+    // SAFETY: `obj` is live, the GIL is held, and `view` is a valid `Py_buffer` to fill in.
+    if unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) } != 0 {
+        let err = PyErr::fetch(py);
+        let why = err.value(py).str().map(|s| s.to_string()).unwrap_or_default();
+        // Read-only, or not contiguous? Ask again without the writable flag.
+        // SAFETY: as above; a successful export is released at once.
+        let readable = writable
+            && unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *view, PYBUF_ANY_CONTIGUOUS) } == 0;
+        if readable {
+            // SAFETY: `view` was just filled in by a successful export.
+            unsafe { PyBuffer_Release(&mut *view) };
+            return Err(PyTypeError::new_err(format!(
+                "cannot read into a read-only buffer ({why})"
+            )));
+        }
+        let _ = PyErr::take(py);
+        return Err(PyValueError::new_err(format!("Array must be contiguous ({why})")));
+    }
+    let len = usize::try_from(view.len).unwrap_or(0);
+    let ptr = view.buf as *mut u8;
+    let readonly = view.readonly != 0;
+    Ok(Memory { kind: Kind::Host { ptr }, len, readonly, keep: Keep::Export(HostExport { view }) })
+}
+
+fn cuda_array_interface(
+    obj: &Bound<'_, PyAny>,
+    cai: &Bound<'_, PyAny>,
+    writable: bool,
+) -> PyResult<Memory> {
+    let py = obj.py();
+    let cai = cai
+        .cast::<PyDict>()
+        .map_err(|_| PyTypeError::new_err("__cuda_array_interface__ is not a dict"))?;
+    let get = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+        cai.get_item(key)?.ok_or_else(|| {
+            PyValueError::new_err(format!("__cuda_array_interface__ has no {key:?}"))
+        })
+    };
+    let shape: Vec<usize> = get("shape")?.extract()?;
+    let typestr: String = get("typestr")?.extract()?;
+    let itemsize: usize = typestr.get(2..).and_then(|n| n.parse().ok()).ok_or_else(|| {
+        PyValueError::new_err(format!("__cuda_array_interface__ typestr {typestr:?}"))
+    })?;
+    let (ptr, readonly): (u64, bool) = get("data")?.extract()?;
+    if let Some(mask) = cai.get_item("mask")? {
+        if !mask.is_none() {
+            return Err(PyValueError::new_err("masked arrays are not supported"));
+        }
+    }
+    let strides: Option<Vec<isize>> = match cai.get_item("strides")? {
+        Some(s) if !s.is_none() => Some(s.extract()?),
+        _ => None,
+    };
+    if let Some(strides) = &strides {
+        if !contiguous(&shape, strides, itemsize) {
+            return Err(PyValueError::new_err("Array must be contiguous"));
+        }
+    }
+    let len = shape
+        .iter()
+        .try_fold(itemsize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| PyValueError::new_err("__cuda_array_interface__ shape overflows"))?;
+    if writable && readonly {
+        return Err(PyTypeError::new_err("cannot read into a read-only buffer"));
+    }
+    let stream: Option<u64> = match cai.get_item("stream")? {
+        Some(s) if !s.is_none() => Some(s.extract()?),
+        _ => None,
+    };
+    if len > 0 {
+        match stream {
+            Some(0) => {
+                return Err(PyValueError::new_err(
+                    "__cuda_array_interface__ stream 0 is ambiguous (the interface disallows it)",
+                ))
+            }
+            Some(stream) => synchronize_stream(py, ptr, stream)?,
+            None => {}
+        }
+    }
+    Ok(Memory {
+        kind: Kind::Device { ptr },
+        len,
+        readonly,
+        keep: Keep::Object(obj.clone().unbind()),
+    })
+}
+
+/// Whether an array of `shape` with byte `strides` is C- or Fortran-contiguous.
+fn contiguous(shape: &[usize], strides: &[isize], itemsize: usize) -> bool {
+    if shape.len() != strides.len() {
+        return false;
+    }
+    if shape.contains(&0) {
+        return true;
+    }
+    let order_ok = |dims: &mut dyn Iterator<Item = usize>| {
+        let mut expected = itemsize as isize;
+        for i in dims {
+            if shape[i] != 1 && strides[i] != expected {
+                return false;
+            }
+            expected *= shape[i] as isize;
+        }
+        true
+    };
+    order_ok(&mut (0..shape.len()).rev()) || order_ok(&mut (0..shape.len()))
+}
+
+/// Waits for the work queued on `stream` (a CUDA stream handle of the exporter, or 1 / 2 for
+/// the legacy / per-thread default stream) in the context of the device that holds `ptr`.
+fn synchronize_stream(py: Python<'_>, ptr: u64, stream: u64) -> PyResult<()> {
+    // SAFETY: only to learn the device; the view is not used to access memory.
+    let probe = check(py, unsafe { CudaView::from_raw(ptr, 1) })?;
+    let ordinal = probe.device_ordinal();
+    // The wait may be long (the exporter's queued kernels): other Python threads run meanwhile.
+    let rc = py.detach(move || -> Result<(), String> {
+        let device = CudaDevice::new(ordinal).map_err(|e| e.to_string())?;
+        device.bind_to_thread().map_err(|e| e.to_string())?;
+        // SAFETY: `stream` is the exporter's stream handle (or a special default-stream
+        // value), valid while the exporter is, which the caller holds; the driver checks it.
+        unsafe {
+            cudarc::driver::result::stream::synchronize(
+                stream as usize as cudarc::driver::sys::CUstream,
+            )
+        }
+        .map_err(|e| format!("{e:?}"))
+    });
+    rc.map_err(|e| {
+        crate::errors::CudaError::new_err(format!(
+            "cuStreamSynchronize on the exporter's stream {stream:#x} failed: {e}"
+        ))
+    })
+}
+
+/// Synchronizes `stream` (a caller's CUDA stream handle; 0 is the legacy default stream) in the
+/// context of the device `mem` lives on, before a stream-ordered call runs. Nothing to do for
+/// empty or host memory.
+pub fn synchronize_foreign(py: Python<'_>, mem: &Memory, stream: u64) -> PyResult<()> {
+    match mem.kind {
+        Kind::Device { ptr } if mem.len > 0 => synchronize_stream(py, ptr, stream),
+        _ => Ok(()),
+    }
+}
+
+/// DLPack's `DLTensor`, as the capsule "dltensor" holds it (inside a `DLManagedTensor`, whose
+/// first member it is).
+#[repr(C)]
+struct DLTensor {
+    data: *mut c_void,
+    device_type: i32,
+    device_id: i32,
+    ndim: i32,
+    dtype_code: u8,
+    dtype_bits: u8,
+    dtype_lanes: u16,
+    shape: *mut i64,
+    strides: *mut i64,
+    byte_offset: u64,
+}
+
+const KDL_CPU: i32 = 1;
+const KDL_CUDA: i32 = 2;
+const KDL_CUDA_HOST: i32 = 3;
+const KDL_CUDA_MANAGED: i32 = 13;
+
+fn dlpack(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
+    let py = obj.py();
+    let (device_type, _device_id): (i32, i32) =
+        obj.call_method0(intern!(py, "__dlpack_device__"))?.extract()?;
+    let on_gpu = matches!(device_type, KDL_CUDA | KDL_CUDA_MANAGED);
+    if !on_gpu && !matches!(device_type, KDL_CPU | KDL_CUDA_HOST) {
+        return Err(PyTypeError::new_err(format!(
+            "DLPack device type {device_type} is neither CPU nor CUDA memory"
+        )));
+    }
+    let capsule = if on_gpu {
+        // The legacy default stream: the producer makes it wait for the tensor's work, and we
+        // wait for it below.
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("stream", 1)?;
+        obj.call_method(intern!(py, "__dlpack__"), PyTuple::empty(py), Some(&kwargs))?
+    } else {
+        obj.call_method0(intern!(py, "__dlpack__"))?
+    };
+    // SAFETY: `capsule` is live; a capsule not named "dltensor" makes this return NULL with an
+    // exception set, which is turned into the error below.
+    let managed = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), c"dltensor".as_ptr()) };
+    if managed.is_null() {
+        return Err(PyErr::take(py).unwrap_or_else(|| {
+            PyValueError::new_err("__dlpack__ did not return a \"dltensor\" capsule")
+        }));
+    }
+    // SAFETY: a "dltensor" capsule points to a `DLManagedTensor`, whose first member is the
+    // `DLTensor`; it stays valid while the capsule lives (we keep it), and `shape` / `strides`
+    // have `ndim` entries each (strides may be NULL: C-contiguous).
+    let tensor = unsafe { &*(managed as *const DLTensor) };
+    let ndim = usize::try_from(tensor.ndim).unwrap_or(0);
+    let itemsize = (tensor.dtype_bits as usize * tensor.dtype_lanes as usize).div_ceil(8);
+    let shape: Vec<usize> = (0..ndim)
+        // SAFETY: see above.
+        .map(|i| unsafe { *tensor.shape.add(i) }.max(0) as usize)
+        .collect();
+    if !tensor.strides.is_null() {
+        let strides: Vec<isize> = (0..ndim)
+            // SAFETY: see above; DLPack strides count elements, not bytes.
+            .map(|i| unsafe { *tensor.strides.add(i) } as isize * itemsize as isize)
+            .collect();
+        if !contiguous(&shape, &strides, itemsize) {
+            return Err(PyValueError::new_err("Array must be contiguous"));
+        }
+    }
+    let len = shape
+        .iter()
+        .try_fold(itemsize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| PyValueError::new_err("DLPack shape overflows"))?;
+    let address = (tensor.data as u64).wrapping_add(tensor.byte_offset);
+    let _ = writable; // DLPack 0.x has no read-only flag.
+    let kind = if on_gpu {
+        if len > 0 {
+            synchronize_stream(py, address, 1)?;
+        }
+        Kind::Device { ptr: address }
+    } else {
+        Kind::Host { ptr: address as usize as *mut u8 }
+    };
+    Ok(Memory { kind, len, readonly: false, keep: Keep::Object(capsule.unbind()) })
+}

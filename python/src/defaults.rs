@@ -1,0 +1,256 @@
+//! The process-wide defaults behind `gpumapio.defaults` (KvikIO's `kvikio.defaults`).
+//!
+//! They start from gpumap's configuration — `GPUMAP_*` variables, `KVIKIO_*` accepted as
+//! aliases — and change through `defaults.set`. A `CuFile` takes compat mode, bounce buffer size
+//! and the `O_DIRECT` settings when it is opened; task size and GDS threshold at each call (as
+//! KvikIO does); the thread count is the size of the one shared pool, resized in place.
+
+use std::sync::Mutex;
+
+use gpumap::config::{CompatMode, Config, DirectRead};
+use gpumap::io::{HandleOptions, IoPool};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyString};
+
+use crate::errors::check;
+
+/// The settings that are not the pool's size.
+#[derive(Clone, Copy)]
+pub struct Settings {
+    pub compat_mode: CompatMode,
+    pub task_size: u64,
+    pub gds_threshold: u64,
+    pub bounce_buffer_size: u64,
+    pub direct_io_read: DirectRead,
+    pub direct_io_write: bool,
+}
+
+static SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
+
+/// The current settings (read from the environment on first use).
+pub fn current() -> gpumap::Result<Settings> {
+    let mut guard = SETTINGS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = *guard {
+        return Ok(s);
+    }
+    let c = Config::global()?;
+    let s = Settings {
+        compat_mode: c.compat_mode,
+        task_size: c.task_size,
+        gds_threshold: c.gds_threshold,
+        bounce_buffer_size: c.bounce_buffer_size,
+        direct_io_read: c.direct_io_read,
+        direct_io_write: c.direct_io_write,
+    };
+    *guard = Some(s);
+    Ok(s)
+}
+
+fn update(change: impl FnOnce(&mut Settings)) -> gpumap::Result<()> {
+    let mut s = current()?;
+    change(&mut s);
+    *SETTINGS.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+    Ok(())
+}
+
+/// Options for opening a file with the current settings.
+pub fn handle_options() -> gpumap::Result<HandleOptions> {
+    let s = current()?;
+    let mut o = gpumap::io::FileHandle::options()?;
+    o.compat_mode = s.compat_mode;
+    o.task_size = s.task_size;
+    o.gds_threshold = s.gds_threshold;
+    o.bounce_buffer_size = s.bounce_buffer_size;
+    o.direct_io_read = s.direct_io_read;
+    o.direct_io_write = s.direct_io_write;
+    Ok(o)
+}
+
+/// The names `get` and `set` know, in KvikIO's spelling.
+pub const NAMES: [&str; 7] = [
+    "compat_mode",
+    "num_threads",
+    "task_size",
+    "gds_threshold",
+    "bounce_buffer_size",
+    "auto_direct_io_read",
+    "auto_direct_io_write",
+];
+
+fn unknown(name: &str) -> PyErr {
+    PyKeyError::new_err(format!(
+        "{name:?} is not a setting gpumapio knows; the settings are {} (KvikIO's http_* \
+         settings are for remote files, which gpumap does not read)",
+        NAMES.join(", ")
+    ))
+}
+
+fn compat_mode_number(mode: CompatMode) -> u8 {
+    // KvikIO's CompatMode values.
+    match mode {
+        CompatMode::Off => 0,
+        CompatMode::On => 1,
+        CompatMode::Auto => 2,
+    }
+}
+
+/// `defaults.get(name)`: compat mode as its KvikIO number (wrapped into `CompatMode` in Python),
+/// sizes and counts as ints, `O_DIRECT` reads as a bool or `"uncached"`.
+#[pyfunction]
+pub fn defaults_get(py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
+    let s = check(py, current())?;
+    Ok(match name {
+        "compat_mode" => compat_mode_number(s.compat_mode).into_pyobject(py)?.into_any().unbind(),
+        "num_threads" => {
+            check(py, IoPool::global())?.nthreads().into_pyobject(py)?.into_any().unbind()
+        }
+        "task_size" => s.task_size.into_pyobject(py)?.into_any().unbind(),
+        "gds_threshold" => s.gds_threshold.into_pyobject(py)?.into_any().unbind(),
+        "bounce_buffer_size" => s.bounce_buffer_size.into_pyobject(py)?.into_any().unbind(),
+        "auto_direct_io_read" => match s.direct_io_read {
+            DirectRead::Uncached => "uncached".into_pyobject(py)?.into_any().unbind(),
+            other => PyBool::new(py, other == DirectRead::On).to_owned().into_any().unbind(),
+        },
+        "auto_direct_io_write" => PyBool::new(py, s.direct_io_write).to_owned().into_any().unbind(),
+        other => return Err(unknown(other)),
+    })
+}
+
+fn size_value(name: &str, value: &Bound<'_, PyAny>, min: u64) -> PyResult<u64> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, not {}",
+            value.get_type().name()?
+        )));
+    }
+    let n: i128 = value.extract()?;
+    u64::try_from(n)
+        .ok()
+        .filter(|n| *n >= min)
+        .ok_or_else(|| PyValueError::new_err(format!("{name} must be at least {min}, got {n}")))
+}
+
+fn bool_value(name: &str, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if let Ok(b) = value.cast::<PyBool>() {
+        return Ok(b.is_true());
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        return gpumap::config::parse_bool(&s.to_cow()?)
+            .map_err(|e| PyValueError::new_err(format!("{name}: {e}")));
+    }
+    if value.is_instance_of::<PyInt>() {
+        let n: i64 = value.extract()?;
+        if n == 0 || n == 1 {
+            return Ok(n == 1);
+        }
+    }
+    Err(PyValueError::new_err(format!("{name} must be a bool, got {value}")))
+}
+
+fn compat_mode_value(value: &Bound<'_, PyAny>) -> PyResult<CompatMode> {
+    if let Ok(b) = value.cast::<PyBool>() {
+        return Ok(if b.is_true() { CompatMode::On } else { CompatMode::Off });
+    }
+    if value.is_instance_of::<PyInt>() {
+        // KvikIO's numbers (CompatMode is an IntEnum: OFF=0, ON=1, AUTO=2).
+        return match value.extract::<i64>()? {
+            0 => Ok(CompatMode::Off),
+            1 => Ok(CompatMode::On),
+            2 => Ok(CompatMode::Auto),
+            n => Err(PyValueError::new_err(format!(
+                "compat_mode {n}: expected CompatMode.OFF (0), ON (1) or AUTO (2)"
+            ))),
+        };
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        return s
+            .to_cow()?
+            .parse()
+            .map_err(|e: String| PyValueError::new_err(format!("compat_mode: {e}")));
+    }
+    Err(PyTypeError::new_err(format!(
+        "compat_mode must be a CompatMode, bool or str, not {}",
+        value.get_type().name()?
+    )))
+}
+
+/// `defaults.set(name, value)` for one setting; the Python side keeps the old values for the
+/// context manager.
+#[pyfunction]
+pub fn defaults_set(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    match name {
+        "compat_mode" => {
+            let mode = compat_mode_value(value)?;
+            check(py, update(|s| s.compat_mode = mode))
+        }
+        "num_threads" => {
+            let n = size_value(name, value, 1)?;
+            if n > 4096 {
+                return Err(PyValueError::new_err(format!("num_threads {n}: at most 4096")));
+            }
+            let pool = check(py, IoPool::global())?;
+            crate::errors::nogil(py, move || pool.set_nthreads(n as usize))
+        }
+        "task_size" => {
+            let n = size_value(name, value, 1)?;
+            check(py, update(|s| s.task_size = n))
+        }
+        "gds_threshold" => {
+            let n = size_value(name, value, 0)?;
+            check(py, update(|s| s.gds_threshold = n))
+        }
+        "bounce_buffer_size" => {
+            let n = size_value(name, value, 1)?;
+            if n % 4096 != 0 {
+                return Err(PyValueError::new_err(format!(
+                    "bounce_buffer_size {n}: must be a multiple of 4096 (bounce buffers are used \
+                     for O_DIRECT)"
+                )));
+            }
+            check(py, update(|s| s.bounce_buffer_size = n))
+        }
+        "auto_direct_io_read" => {
+            let policy = match value.cast::<PyString>() {
+                Ok(s) => s
+                    .to_cow()?
+                    .parse::<DirectRead>()
+                    .map_err(|e| PyValueError::new_err(format!("auto_direct_io_read: {e}")))?,
+                Err(_) => {
+                    if bool_value(name, value)? {
+                        DirectRead::On
+                    } else {
+                        DirectRead::Off
+                    }
+                }
+            };
+            check(py, update(|s| s.direct_io_read = policy))
+        }
+        "auto_direct_io_write" => {
+            let on = bool_value(name, value)?;
+            check(py, update(|s| s.direct_io_write = on))
+        }
+        other => Err(unknown(other)),
+    }
+}
+
+/// Whether the POSIX path is what a file opened now would use for device transfers: compat mode
+/// on, or auto where cuFile would run only its own compatibility path (KvikIO's
+/// `is_compat_mode_preferred`).
+#[pyfunction]
+pub fn is_compat_mode_preferred(py: Python<'_>) -> PyResult<bool> {
+    let s = check(py, current())?;
+    Ok(match s.compat_mode {
+        CompatMode::On => true,
+        CompatMode::Off => false,
+        CompatMode::Auto => py.detach(|| {
+            let usable = gpumap::Capabilities::probe().cufile_usable().is_ok();
+            let gds = usable
+                && gpumap::io::gds::CuFileDriver::get()
+                    .ok()
+                    .and_then(|d| d.properties().copied())
+                    .is_some_and(|p| p.nvfs_version != (0, 0));
+            !gds
+        }),
+    })
+}

@@ -1,0 +1,381 @@
+//! `CuFile`: KvikIO's file handle, over [`gpumap::io::FileHandle`].
+
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use gpumap::io::FileHandle;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::buffers::Keeper;
+use crate::buffers::{memory, Memory};
+use crate::cufile::Stream;
+use crate::defaults;
+use crate::errors::{check, nogil};
+use crate::future::{IOFuture, IOFutureStream, Pending};
+
+/// A stream-ordered transfer on one of gpumap's streams, and the memory it uses.
+struct StreamPending {
+    transfer: gpumap::io::StreamTransfer<'static>,
+    keep: Keeper,
+}
+
+impl Pending for StreamPending {
+    fn is_done(&self) -> bool {
+        false
+    }
+
+    fn wait(self: Box<Self>) -> (gpumap::Result<usize>, Option<Box<dyn std::any::Any + Send>>) {
+        let StreamPending { transfer, keep } = *self;
+        (transfer.wait(), Some(Box::new(keep)))
+    }
+}
+
+/// A file opened for parallel reads and writes into and out of GPU memory (or host memory).
+///
+/// `CuFile(path, flags="r")` with `fopen` flags `r`, `w`, `a`, `r+`, `w+`, `a+` (`b` ignored).
+/// Buffers are anything with `__cuda_array_interface__` (CuPy, PyTorch, Numba) or
+/// `__dlpack__`, or host memory through the buffer protocol (NumPy, bytearray, memoryview).
+#[pyclass(module = "gpumapio", name = "CuFile", frozen)]
+pub struct CuFile {
+    path: PathBuf,
+    flags: String,
+    /// `None` once closed.
+    handle: Mutex<Option<FileHandle>>,
+    /// Handles on the same file with other task sizes / GDS thresholds (see `handle_for`).
+    variants: Mutex<Vec<FileHandle>>,
+}
+
+fn closed_error() -> PyErr {
+    PyValueError::new_err("I/O operation on a closed CuFile")
+}
+
+impl CuFile {
+    fn handle(&self) -> PyResult<FileHandle> {
+        self.handle.lock().unwrap_or_else(|p| p.into_inner()).clone().ok_or_else(closed_error)
+    }
+
+    /// The handle whose task size and GDS threshold are those of this call: `task_size` when
+    /// given, else the current default (KvikIO reads both at each call).
+    fn handle_for(&self, py: Python<'_>, task_size: Option<u64>) -> PyResult<FileHandle> {
+        let handle = self.handle()?;
+        let settings = check(py, defaults::current())?;
+        let task_size = match task_size {
+            Some(0) => return Err(PyValueError::new_err("task_size must be at least 1")),
+            Some(n) => n,
+            None => settings.task_size,
+        };
+        let threshold = settings.gds_threshold;
+        if handle.task_size() == task_size && handle.gds_threshold() == threshold {
+            return Ok(handle);
+        }
+        let mut variants = self.variants.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) =
+            variants.iter().find(|v| v.task_size() == task_size && v.gds_threshold() == threshold)
+        {
+            return Ok(v.clone());
+        }
+        let variant = check(py, handle.with_transfer_sizes(task_size, threshold))?;
+        if variants.len() >= 8 {
+            variants.remove(0);
+        }
+        variants.push(variant.clone());
+        Ok(variant)
+    }
+}
+
+/// `size` (default: the whole buffer, after `offset`) checked against the buffer.
+fn span(mem: &Memory, size: Option<usize>, offset: usize) -> PyResult<usize> {
+    let available = mem.len().checked_sub(offset).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "offset {offset} is past the end of the buffer of {} bytes",
+            mem.len()
+        ))
+    })?;
+    match size {
+        None => Ok(available),
+        Some(n) if n <= available => Ok(n),
+        Some(n) => Err(PyValueError::new_err(format!(
+            "Size is greater than the size of the buffer: {n} bytes asked, the buffer has {} \
+             after offset {offset}",
+            mem.len()
+        ))),
+    }
+}
+
+#[pymethods]
+impl CuFile {
+    #[new]
+    #[pyo3(signature = (file, flags = "r"))]
+    fn new(py: Python<'_>, file: PathBuf, flags: &str) -> PyResult<CuFile> {
+        let options = check(py, defaults::handle_options())?;
+        let path = file.clone();
+        let flags_text = flags.to_string();
+        let handle = nogil(py, move || options.open(&path, &flags_text))?;
+        Ok(CuFile {
+            path: file,
+            flags: flags.to_string(),
+            handle: Mutex::new(Some(handle)),
+            variants: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Closes the file. Transfers still running keep it open until they are done.
+    fn close(&self) {
+        self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.variants.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Whether the file is closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.handle.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+    }
+
+    /// The file descriptor.
+    fn fileno(&self) -> PyResult<i32> {
+        Ok(self.handle()?.file().as_raw_fd())
+    }
+
+    /// The descriptor's flags (`fcntl(fd, F_GETFL)`: `os.O_RDONLY`, `os.O_WRONLY` or
+    /// `os.O_RDWR`, with `os.O_APPEND` and the like).
+    fn open_flags(&self) -> PyResult<i32> {
+        let fd = self.handle()?.file().as_raw_fd();
+        // SAFETY: `fd` is open for the duration of the call (the handle holds it); F_GETFL
+        // reads the flags and changes nothing.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(flags)
+    }
+
+    /// Size of the file in bytes.
+    fn nbytes(&self, py: Python<'_>) -> PyResult<u64> {
+        let handle = self.handle()?;
+        nogil(py, move || handle.len())
+    }
+
+    /// Whether the page-aligned middle of transfers can bypass the page cache (`O_DIRECT`).
+    fn is_direct_io_supported(&self) -> PyResult<bool> {
+        Ok(self.handle()?.direct_io_status().is_ok())
+    }
+
+    /// Which path device transfers take and why: `("cufile" | "posix", reason)`. Made at the
+    /// first device transfer, or here.
+    fn compat_decision(&self, py: Python<'_>) -> PyResult<(String, String)> {
+        let handle = self.handle()?;
+        nogil(py, move || {
+            let d = handle.compat_decision();
+            let path = match d.path {
+                gpumap::io::IoPath::CuFile => "cufile",
+                gpumap::io::IoPath::Posix => "posix",
+            };
+            Ok((path.to_string(), d.reason.clone()))
+        })
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> bool {
+        self.close();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.closed() { " (closed)" } else { "" };
+        format!("<gpumapio.CuFile {:?} {:?}{state}>", self.path.display().to_string(), self.flags)
+    }
+
+    /// Starts reading `size` bytes (default: the buffer's size) at `file_offset` into `buf`, in
+    /// parallel; returns an `IOFuture` whose `get()` gives the bytes read (fewer only where the
+    /// file ends first).
+    #[pyo3(signature = (buf, size = None, file_offset = 0, task_size = None))]
+    fn pread(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        task_size: Option<u64>,
+    ) -> PyResult<IOFuture> {
+        let handle = self.handle_for(py, task_size)?;
+        let mem = memory(buf, true)?;
+        let len = span(&mem, size, 0)?;
+        let dst = mem.into_dst(py, 0, len)?;
+        Ok(IOFuture::pending(Box::new(handle.pread_device(dst, file_offset))))
+    }
+
+    /// Starts writing `size` bytes (default: the buffer's size) of `buf` at `file_offset`, in
+    /// parallel; returns an `IOFuture` whose `get()` gives the bytes written.
+    #[pyo3(signature = (buf, size = None, file_offset = 0, task_size = None))]
+    fn pwrite(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        task_size: Option<u64>,
+    ) -> PyResult<IOFuture> {
+        let handle = self.handle_for(py, task_size)?;
+        let mem = memory(buf, false)?;
+        let len = span(&mem, size, 0)?;
+        let src = mem.into_src(py, 0, len)?;
+        Ok(IOFuture::pending(Box::new(handle.pwrite_device(src, file_offset))))
+    }
+
+    /// Reads `size` bytes (default: the buffer's size) at `file_offset` into `buf`, in
+    /// parallel, and returns the bytes read (the blocking `pread`).
+    #[pyo3(signature = (buf, size = None, file_offset = 0, task_size = None))]
+    fn read(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        task_size: Option<u64>,
+    ) -> PyResult<usize> {
+        let handle = self.handle_for(py, task_size)?;
+        let mem = memory(buf, true)?;
+        let len = span(&mem, size, 0)?;
+        let mut dst = mem.into_dst(py, 0, len)?;
+        let n = nogil(py, || handle.read_device(dst.view(), file_offset));
+        drop(dst);
+        n
+    }
+
+    /// Writes `size` bytes (default: the buffer's size) of `buf` at `file_offset`, in parallel,
+    /// and returns the bytes written (the blocking `pwrite`).
+    #[pyo3(signature = (buf, size = None, file_offset = 0, task_size = None))]
+    fn write(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        task_size: Option<u64>,
+    ) -> PyResult<usize> {
+        let handle = self.handle_for(py, task_size)?;
+        let mem = memory(buf, false)?;
+        let len = span(&mem, size, 0)?;
+        let src = mem.into_src(py, 0, len)?;
+        let n = nogil(py, || handle.write_device(src.view(), file_offset));
+        drop(src);
+        n
+    }
+
+    /// Reads `size` bytes (default: the rest of the buffer after `dev_offset`) at `file_offset`
+    /// into `buf` at `dev_offset`; returns the bytes read. KvikIO's low-level read: gpumap runs
+    /// it like `read` (host buffers are accepted too).
+    #[pyo3(signature = (buf, size = None, file_offset = 0, dev_offset = 0))]
+    fn raw_read(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        dev_offset: usize,
+    ) -> PyResult<usize> {
+        let handle = self.handle()?;
+        let mem = memory(buf, true)?;
+        let len = span(&mem, size, dev_offset)?;
+        let mut dst = mem.into_dst(py, dev_offset, len)?;
+        let n = nogil(py, || handle.read_device(dst.view(), file_offset));
+        drop(dst);
+        n
+    }
+
+    /// Writes `size` bytes (default: the rest of the buffer after `dev_offset`) of `buf` from
+    /// `dev_offset` at `file_offset`; returns the bytes written.
+    #[pyo3(signature = (buf, size = None, file_offset = 0, dev_offset = 0))]
+    fn raw_write(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        dev_offset: usize,
+    ) -> PyResult<usize> {
+        let handle = self.handle()?;
+        let mem = memory(buf, false)?;
+        let len = span(&mem, size, dev_offset)?;
+        let src = mem.into_src(py, dev_offset, len)?;
+        let n = nogil(py, || handle.write_device(src.view(), file_offset));
+        drop(src);
+        n
+    }
+
+    /// A read ordered on a CUDA stream. `raw_stream` is a `gpumapio.cufile_driver.Stream` —
+    /// then on the cuFile path this is `cuFileReadAsync` and runs when the stream reaches it —
+    /// or another stack's stream handle as an int (`cudaStream_t`; 0 or 1 for the legacy
+    /// default stream), which is synchronized first so the read sees the work queued on it;
+    /// the read is then done when this returns, as KvikIO does on its POSIX path. Device
+    /// memory only for a `Stream`. Returns an `IOFutureStream`; `check_bytes_done()` gives the
+    /// bytes read.
+    #[pyo3(signature = (buf, raw_stream, size = None, file_offset = 0, dev_offset = 0))]
+    fn raw_read_async(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        raw_stream: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        dev_offset: usize,
+    ) -> PyResult<IOFutureStream> {
+        let handle = self.handle()?;
+        let mem = memory(buf, true)?;
+        if let Ok(stream) = raw_stream.cast::<Stream>() {
+            let len = span(&mem, size, dev_offset)?;
+            let (view, keep) = mem.into_cuda_dst(py, dev_offset, len)?;
+            let stream: &Stream = stream.get();
+            // On the POSIX path the transfer runs before this returns: without the GIL.
+            let transfer = nogil(py, || handle.read_async(view, file_offset, &stream.stream))?;
+            return Ok(IOFutureStream::pending(Box::new(StreamPending { transfer, keep })));
+        }
+        let raw_stream: u64 = raw_stream.extract()?;
+        crate::buffers::synchronize_foreign(py, &mem, raw_stream)?;
+        let len = span(&mem, size, dev_offset)?;
+        let mut dst = mem.into_dst(py, dev_offset, len)?;
+        let n = nogil(py, || handle.read_device(dst.view(), file_offset));
+        drop(dst);
+        Ok(IOFutureStream::ready(Ok(n?)))
+    }
+
+    /// A write ordered on the CUDA stream `raw_stream` (see `raw_read_async`).
+    #[pyo3(signature = (buf, raw_stream, size = None, file_offset = 0, dev_offset = 0))]
+    fn raw_write_async(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        raw_stream: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        dev_offset: usize,
+    ) -> PyResult<IOFutureStream> {
+        let handle = self.handle()?;
+        let mem = memory(buf, false)?;
+        if let Ok(stream) = raw_stream.cast::<Stream>() {
+            let len = span(&mem, size, dev_offset)?;
+            let (view, keep) = mem.into_cuda_src(py, dev_offset, len)?;
+            let stream: &Stream = stream.get();
+            // On the POSIX path the transfer runs before this returns: without the GIL.
+            let transfer = nogil(py, || handle.write_async(view, file_offset, &stream.stream))?;
+            return Ok(IOFutureStream::pending(Box::new(StreamPending { transfer, keep })));
+        }
+        let raw_stream: u64 = raw_stream.extract()?;
+        crate::buffers::synchronize_foreign(py, &mem, raw_stream)?;
+        let len = span(&mem, size, dev_offset)?;
+        let src = mem.into_src(py, dev_offset, len)?;
+        let n = nogil(py, || handle.write_device(src.view(), file_offset));
+        drop(src);
+        Ok(IOFutureStream::ready(Ok(n?)))
+    }
+}

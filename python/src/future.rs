@@ -1,0 +1,169 @@
+//! `IOFuture` (what `CuFile.pread` / `pwrite` return) and `IOFutureStream` (what the
+//! stream-ordered calls return).
+//!
+//! A future can be waited on from any thread, by any number of threads: the first `get()` waits
+//! with the GIL released and keeps the result; every `get()` returns it (or raises the same
+//! error). The memory of the transfer stays referenced until the transfer is done, whether or
+//! not anyone waits.
+
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
+use gpumap::io::IoFuture;
+use pyo3::prelude::*;
+
+use crate::errors::{panicked, to_py};
+
+/// Work in flight, type-erased.
+pub trait Pending: Send {
+    /// Whether the work has finished.
+    fn is_done(&self) -> bool;
+    /// Waits; returns the count and what kept the memory alive (dropped later, with the GIL).
+    fn wait(self: Box<Self>) -> (gpumap::Result<usize>, Option<Box<dyn Any + Send>>);
+}
+
+impl<B: Send + 'static> Pending for IoFuture<(B, usize)> {
+    fn is_done(&self) -> bool {
+        IoFuture::is_done(self)
+    }
+
+    fn wait(self: Box<Self>) -> (gpumap::Result<usize>, Option<Box<dyn Any + Send>>) {
+        match IoFuture::wait(*self) {
+            Ok((keep, n)) => (Ok(n), Some(Box::new(keep))),
+            Err(e) => (Err(e), None),
+        }
+    }
+}
+
+enum State {
+    Pending(Box<dyn Pending>),
+    Done(Result<usize, Arc<gpumap::Error>>),
+    Panicked(String),
+}
+
+/// Shared by both future classes.
+struct Slot {
+    state: Mutex<State>,
+}
+
+impl Slot {
+    fn new(state: State) -> Slot {
+        Slot { state: Mutex::new(state) }
+    }
+
+    fn get(&self, py: Python<'_>) -> PyResult<usize> {
+        let (outcome, keep) = py.detach(|| {
+            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut keep = None;
+            if matches!(*state, State::Pending(_)) {
+                let State::Pending(pending) = std::mem::replace(&mut *state, State::Done(Ok(0)))
+                else {
+                    unreachable!()
+                };
+                *state =
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pending.wait()))
+                    {
+                        Ok((result, kept)) => {
+                            keep = kept;
+                            State::Done(result.map_err(Arc::new))
+                        }
+                        Err(payload) => State::Panicked(panicked(payload).to_string()),
+                    };
+            }
+            let outcome = match &*state {
+                State::Done(Ok(n)) => Ok(*n),
+                State::Done(Err(e)) => Err(Ok(e.clone())),
+                State::Panicked(m) => Err(Err(m.clone())),
+                State::Pending(_) => unreachable!(),
+            };
+            (outcome, keep)
+        });
+        drop(keep); // releases the Python buffer, with the GIL held
+        match outcome {
+            Ok(n) => Ok(n),
+            Err(Ok(e)) => Err(to_py(py, &e)),
+            Err(Err(message)) => Err(pyo3::exceptions::PyRuntimeError::new_err(message)),
+        }
+    }
+
+    fn done(&self) -> bool {
+        match self.state.try_lock() {
+            Ok(state) => match &*state {
+                State::Pending(p) => p.is_done(),
+                _ => true,
+            },
+            // Another thread is inside `get()`: it holds the lock until the work is done and
+            // its result stored, so "not yet" is right until then.
+            Err(_) => false,
+        }
+    }
+}
+
+/// The result of a `CuFile.pread` / `pwrite`: `get()` waits and returns the bytes moved.
+#[pyclass(module = "gpumapio", name = "IOFuture", frozen)]
+pub struct IOFuture {
+    slot: Slot,
+}
+
+impl IOFuture {
+    /// A future of work in flight.
+    pub fn pending(work: Box<dyn Pending>) -> IOFuture {
+        IOFuture { slot: Slot::new(State::Pending(work)) }
+    }
+
+    /// A future that is already complete.
+    pub fn ready(result: gpumap::Result<usize>) -> IOFuture {
+        IOFuture { slot: Slot::new(State::Done(result.map_err(Arc::new))) }
+    }
+}
+
+#[pymethods]
+impl IOFuture {
+    /// Waits until the transfer is done (the GIL is released meanwhile) and returns the number
+    /// of bytes read or written; raises the transfer's error. Any thread may call it, any
+    /// number of times.
+    fn get(&self, py: Python<'_>) -> PyResult<usize> {
+        self.slot.get(py)
+    }
+
+    /// Whether the transfer is done (`get()` then returns at once).
+    fn done(&self) -> bool {
+        self.slot.done()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<gpumapio.IOFuture done={}>", if self.slot.done() { "True" } else { "False" })
+    }
+}
+
+/// The result of a stream-ordered transfer (`CuFile.raw_read_async`, `raw_write_async`):
+/// `check_bytes_done()` waits for it and returns the bytes moved. Keep it alive until then.
+#[pyclass(module = "gpumapio", name = "IOFutureStream", frozen)]
+pub struct IOFutureStream {
+    slot: Slot,
+}
+
+impl IOFutureStream {
+    /// A stream transfer in flight.
+    pub fn pending(work: Box<dyn Pending>) -> IOFutureStream {
+        IOFutureStream { slot: Slot::new(State::Pending(work)) }
+    }
+
+    /// A stream transfer that completed before the call returned.
+    pub fn ready(result: gpumap::Result<usize>) -> IOFutureStream {
+        IOFutureStream { slot: Slot::new(State::Done(result.map_err(Arc::new))) }
+    }
+}
+
+#[pymethods]
+impl IOFutureStream {
+    /// Waits until the stream has carried out the transfer; returns the bytes moved.
+    fn check_bytes_done(&self, py: Python<'_>) -> PyResult<usize> {
+        self.slot.get(py)
+    }
+
+    /// Whether the transfer is known to be done.
+    fn done(&self) -> bool {
+        self.slot.done()
+    }
+}

@@ -1,0 +1,56 @@
+//! `gpumapio._native`: the Rust side of the Python package `gpumapio` (see `python/gpumapio/`).
+//!
+//! Thin by design, one module per concern, over the `gpumap` crate:
+//!
+//! - [`errors`]: gpumap's errors as Python exceptions (one mapping), and the GIL-releasing,
+//!   panic-catching call wrapper every blocking call goes through;
+//! - [`buffers`]: Python objects (`__cuda_array_interface__`, buffer protocol, DLPack) as
+//!   memory, kept alive for as long as a transfer uses it;
+//! - [`future`]: `IOFuture` and `IOFutureStream`;
+//! - [`defaults`]: `gpumapio.defaults` (KvikIO's settings);
+//! - [`file`]: the `CuFile` class;
+//! - [`cufile`]: low-level cuFile (driver, handles, batches, stream-ordered I/O, buffer
+//!   registration), streams, and what the machine offers;
+//! - [`pagecache`]: residency, warm, evict, drop, lock.
+//!
+//! Not here yet: maps (`gpumapio.map`, views exported through `__cuda_array_interface__` and
+//! `__dlpack__`, `gather`). They come as a `maps` module once the library's shared-budget
+//! DeviceCache lands.
+
+mod buffers;
+mod cufile;
+mod defaults;
+mod errors;
+mod file;
+mod future;
+mod pagecache;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<file::CuFile>()?;
+    m.add_class::<future::IOFuture>()?;
+    m.add_class::<future::IOFutureStream>()?;
+    m.add_function(wrap_pyfunction!(defaults::defaults_get, m)?)?;
+    m.add_function(wrap_pyfunction!(defaults::defaults_set, m)?)?;
+    m.add_function(wrap_pyfunction!(defaults::is_compat_mode_preferred, m)?)?;
+    m.add_class::<cufile::Stream>()?;
+    m.add_class::<cufile::Handle>()?;
+    m.add_class::<cufile::BufferRegistration>()?;
+    m.add_function(wrap_pyfunction!(cufile::driver_open, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::driver_properties, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::buf_register, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::capabilities, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::gpu_count, m)?)?;
+    m.add_class::<pagecache::LockedRange>()?;
+    m.add_function(wrap_pyfunction!(pagecache::residency, m)?)?;
+    m.add_function(wrap_pyfunction!(pagecache::warm, m)?)?;
+    m.add_function(wrap_pyfunction!(pagecache::evict, m)?)?;
+    m.add_function(wrap_pyfunction!(pagecache::drop_all, m)?)?;
+    m.add_function(wrap_pyfunction!(pagecache::lock, m)?)?;
+    m.add_function(wrap_pyfunction!(pagecache::page_size, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

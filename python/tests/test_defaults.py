@@ -1,0 +1,190 @@
+"""gpumapio.defaults as KvikIO 26.x has it, and the KVIKIO_* / GPUMAP_* variables."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpumapio as kvikio
+from gpumapio import defaults
+
+
+def test_get_and_set_each_setting():
+    for name, value in [
+        ("compat_mode", kvikio.CompatMode.ON),
+        ("num_threads", 3),
+        ("task_size", 1 << 16),
+        ("gds_threshold", 12345),
+        ("bounce_buffer_size", 1 << 20),
+        ("auto_direct_io_read", True),
+        ("auto_direct_io_write", False),
+    ]:
+        old = defaults.get(name)
+        defaults.set(name, value)
+        assert defaults.get(name) == value
+        defaults.set(name, old)
+        assert defaults.get(name) == old
+    assert isinstance(defaults.get("compat_mode"), kvikio.CompatMode)
+    defaults.set("auto_direct_io_read", "uncached")
+    assert defaults.get("auto_direct_io_read") == "uncached"
+
+
+def test_compat_mode_values():
+    for value, want in [
+        (kvikio.CompatMode.OFF, kvikio.CompatMode.OFF),
+        (True, kvikio.CompatMode.ON),
+        (False, kvikio.CompatMode.OFF),
+        ("auto", kvikio.CompatMode.AUTO),
+        ("ON", kvikio.CompatMode.ON),
+        (2, kvikio.CompatMode.AUTO),
+    ]:
+        defaults.set("compat_mode", value)
+        assert defaults.get("compat_mode") is want
+    with pytest.raises(ValueError):
+        defaults.set("compat_mode", "sometimes")
+    with pytest.raises(ValueError):
+        defaults.set("compat_mode", 7)
+
+
+def test_context_managers_nest_and_restore():
+    start = {n: defaults.get(n) for n in ("task_size", "num_threads", "gds_threshold")}
+    with defaults.set("task_size", 4096):
+        assert defaults.get("task_size") == 4096
+        with defaults.set({"task_size": 8192, "num_threads": 2}):
+            assert defaults.get("task_size") == 8192
+            assert defaults.get("num_threads") == 2
+            with defaults.set("gds_threshold", 0):
+                assert defaults.get("gds_threshold") == 0
+            assert defaults.get("gds_threshold") == start["gds_threshold"]
+        assert defaults.get("task_size") == 4096
+        assert defaults.get("num_threads") == start["num_threads"]
+    assert {n: defaults.get(n) for n in start} == start
+
+
+def test_set_applies_without_with_and_restores_on_error():
+    old = defaults.get("task_size")
+    defaults.set("task_size", 1 << 20)
+    assert defaults.get("task_size") == 1 << 20
+    defaults.set("task_size", old)
+    with pytest.raises(RuntimeError):
+        with defaults.set("task_size", 777):
+            raise RuntimeError("inside")
+    assert defaults.get("task_size") == old
+
+
+def test_unknown_names_and_bad_values():
+    with pytest.raises(KeyError):
+        defaults.get("no_such_setting")
+    with pytest.raises(KeyError):
+        defaults.set("no_such_setting", 1)
+    with pytest.raises(KeyError):
+        defaults.set({"task_size": 4096, "http_timeout": 3})
+    assert defaults.get("task_size") != 4096 or True
+    old = defaults.get("task_size")
+    with pytest.raises(ValueError):
+        defaults.set({"task_size": 4096, "bounce_buffer_size": 1000})  # not a multiple of 4096
+    assert defaults.get("task_size") == old  # nothing changed
+    for name, bad, exc in [
+        ("task_size", 0, ValueError),
+        ("task_size", -5, ValueError),
+        ("task_size", "4MiB", TypeError),
+        ("num_threads", 0, ValueError),
+        ("num_threads", 5000, ValueError),
+        ("gds_threshold", 1.5, TypeError),
+        ("auto_direct_io_write", "maybe", ValueError),
+    ]:
+        with pytest.raises(exc):
+            defaults.set(name, bad)
+    with pytest.raises(ValueError):
+        defaults.set()
+    with pytest.raises(ValueError):
+        defaults.set(["task_size", 1])
+
+
+def test_older_functions():
+    old_threads = defaults.get_num_threads()
+    defaults.num_threads_reset(2)
+    assert defaults.get_num_threads() == 2 == defaults.num_threads()
+    defaults.reset_num_threads(old_threads)
+    with defaults.set_num_threads(3):
+        assert defaults.get_num_threads() == 3
+    assert defaults.get_num_threads() == old_threads
+    defaults.compat_mode_reset(kvikio.CompatMode.ON)
+    assert defaults.compat_mode() == kvikio.CompatMode.ON
+    assert defaults.is_compat_mode_preferred()
+    with defaults.set_compat_mode(kvikio.CompatMode.AUTO):
+        assert defaults.compat_mode() == kvikio.CompatMode.AUTO
+    assert defaults.compat_mode() == kvikio.CompatMode.ON
+    defaults.task_size_reset(1 << 16)
+    assert defaults.task_size() == 1 << 16
+    defaults.gds_threshold_reset(0)
+    assert defaults.gds_threshold() == 0
+    defaults.bounce_buffer_size_reset(8192)
+    assert defaults.bounce_buffer_size() == 8192
+
+
+def test_settings_take_effect_on_transfers(tmp_path):
+    path = tmp_path / "d.bin"
+    data = os.urandom(300_001)
+    path.write_bytes(data)
+    with defaults.set({"num_threads": 1, "task_size": 4096, "bounce_buffer_size": 4096}):
+        with kvikio.CuFile(path) as f:
+            buf = np.zeros(len(data), np.uint8)
+            assert f.read(buf) == len(data)
+            assert buf.tobytes() == data
+
+
+def _in_child(env: dict[str, str], code: str):
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("KVIKIO_", "GPUMAP_"))}
+    full.update(env)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=60
+    )
+    return out
+
+
+READ_ALL = (
+    "import json, gpumapio; d = gpumapio.defaults; "
+    "print(json.dumps({n: (int(d.get(n)) if n == 'compat_mode' else d.get(n)) for n in "
+    "['compat_mode', 'num_threads', 'task_size', 'gds_threshold', 'bounce_buffer_size', "
+    "'auto_direct_io_read', 'auto_direct_io_write']}))"
+)
+
+
+def test_kvikio_environment_variables():
+    out = _in_child(
+        {
+            "KVIKIO_COMPAT_MODE": "ON",
+            "KVIKIO_NTHREADS": "3",
+            "KVIKIO_TASK_SIZE": "65536",
+            "KVIKIO_GDS_THRESHOLD": "4096",
+            "KVIKIO_BOUNCE_BUFFER_SIZE": "8388608",
+            "KVIKIO_AUTO_DIRECT_IO_READ": "true",
+            "KVIKIO_AUTO_DIRECT_IO_WRITE": "false",
+        },
+        READ_ALL,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {
+        "compat_mode": 1,
+        "num_threads": 3,
+        "task_size": 65536,
+        "gds_threshold": 4096,
+        "bounce_buffer_size": 8 << 20,
+        "auto_direct_io_read": True,
+        "auto_direct_io_write": False,
+    }
+
+
+def test_gpumap_variables_win_and_bad_values_name_the_variable():
+    out = _in_child({"KVIKIO_NTHREADS": "3", "GPUMAP_NTHREADS": "5"}, READ_ALL)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["num_threads"] == 5
+    out = _in_child({"KVIKIO_TASK_SIZE": "lots"}, READ_ALL)
+    assert out.returncode != 0
+    assert "ValueError" in out.stderr and "KVIKIO_TASK_SIZE" in out.stderr

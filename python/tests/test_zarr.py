@@ -1,0 +1,70 @@
+"""The Zarr v3 store on NumPy buffers (GPU buffers are in test_gpu.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr", minversion="3")
+
+from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest  # noqa: E402
+from zarr.core.buffer.core import default_buffer_prototype  # noqa: E402
+
+from gpumapio.zarr import GDSStore, GpumapStore  # noqa: E402
+
+
+def test_array_round_trip_both_ways(tmp_path, rng):
+    data = rng.standard_normal((97, 61)).astype("f4")
+    ours = zarr.create_array(GpumapStore(tmp_path / "a.zarr"), shape=data.shape, chunks=(10, 16), dtype="f4")
+    ours[:] = data
+    # zarr's own LocalStore reads what ours wrote, and the reverse
+    theirs = zarr.open_array(zarr.storage.LocalStore(tmp_path / "a.zarr"), mode="r")
+    np.testing.assert_array_equal(theirs[:], data)
+    local = zarr.create_array(zarr.storage.LocalStore(tmp_path / "b.zarr"), shape=data.shape, chunks=(7, 9), dtype="f4")
+    local[:] = data
+    back = zarr.open_array(GpumapStore(tmp_path / "b.zarr", read_only=True), mode="r")
+    np.testing.assert_array_equal(back[:], data)
+    np.testing.assert_array_equal(back[13:41, 5:50], data[13:41, 5:50])
+    assert GDSStore is GpumapStore
+
+
+def test_byte_ranges_and_missing_keys(tmp_path):
+    asyncio.run(_byte_ranges_and_missing_keys(tmp_path))
+
+
+async def _byte_ranges_and_missing_keys(tmp_path):
+    store = await GpumapStore.open(tmp_path / "s")
+    proto = default_buffer_prototype()
+    payload = bytes(range(256)) * 40
+    await store.set("k", proto.buffer.from_bytes(payload))
+    assert (await store.get("k", proto)).to_bytes() == payload
+    for request, want in [
+        (RangeByteRequest(10, 1000), payload[10:1000]),
+        (OffsetByteRequest(9000), payload[9000:]),
+        (SuffixByteRequest(77), payload[-77:]),
+        (RangeByteRequest(10_000, 20_000), payload[10_000:]),
+            (RangeByteRequest(20_000, 30_000), b""),
+        (OffsetByteRequest(50_000), b""),
+    ]:
+        got = await store.get("k", proto, request)
+        assert got.to_bytes() == want, request
+    assert await store.get("missing", proto) is None
+    assert await store.get("", proto) is None  # a directory
+    parts = await store.get_partial_values(proto, [("k", RangeByteRequest(0, 3)), ("missing", None)])
+    assert parts[0].to_bytes() == payload[:3] and parts[1] is None
+    await store.set_if_not_exists("k", proto.buffer.from_bytes(b"other"))
+    assert (await store.get("k", proto)).to_bytes() == payload
+    assert sorted([k async for k in store.list()]) == ["k"]
+    assert "GpumapStore" in repr(store)
+
+
+def test_sync_interface(tmp_path):
+    store = GpumapStore(tmp_path / "s")
+    if not hasattr(store, "get_sync"):
+        pytest.skip("this zarr has no synchronous store interface")
+    proto = default_buffer_prototype()
+    store.set_sync("x/y", proto.buffer.from_bytes(b"abc"))
+    assert store.get_sync("x/y", prototype=proto).to_bytes() == b"abc"
+    assert store.get_sync("nope") is None

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Every test: the Rust workspace's (`cargo test --release`), then the Python package's — the
+# wheel built from this repository (maturin, abi3) and installed into a fresh virtual
+# environment with the registry packages the tests use, then pytest on python/tests.
+# GPU tests skip loudly without a GPU; GPUMAP_REQUIRE_GPU=1 makes them run or fail.
+# Usage: scripts/test.sh [extra pytest args]      PYTHON=python3.12 picks the interpreter.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+echo "== Rust: cargo test --release"
+cargo test --release
+
+echo "== Python: build the wheel into a fresh virtual environment"
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpumapio-test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+python=${PYTHON:-python3}
+"$python" -m venv "$work/venv"
+py="$work/venv/bin/python"
+if command -v maturin >/dev/null 2>&1; then
+  maturin=maturin
+else
+  "$py" -m pip install -q 'maturin>=1.5,<2'
+  maturin="$work/venv/bin/maturin"
+fi
+"$maturin" build --release -m python/Cargo.toml -i "$py" -o "$work/wheels"
+"$py" -m pip install -q "$work"/wheels/gpumapio-*.whl numpy pytest 'zarr>=3' safetensors mypy
+
+echo "== Python: pytest (the installed wheel, not the source tree)"
+cd "$work"
+"$py" -c 'import gpumapio, sys; print("gpumapio", gpumapio.__version__, "from", gpumapio.__file__)'
+"$py" -m pytest "$repo/python/tests" -rs -p no:cacheprovider "$@"
