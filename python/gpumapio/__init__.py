@@ -12,13 +12,16 @@ KvikIO's API (code written for ``kvikio`` runs with ``import gpumapio as kvikio`
 
 And beyond it: :func:`read_file_to_device` (a whole file as one CuPy / torch / NumPy array),
 :func:`load_safetensors` (a checkpoint as torch tensors, one read into one allocation),
-:mod:`gpumapio.pagecache` (residency, warm, evict, drop, lock).
+:mod:`gpumapio.pagecache` (residency, warm, evict, drop, lock), and :mod:`gpumapio.maps`: files
+in GPU memory with mmap semantics under a budget shared by many files (:func:`map`,
+:class:`DeviceCache`, views exported through ``__cuda_array_interface__`` and ``__dlpack__``,
+:func:`gather` of rows of files far larger than the GPU).
 
 Buffers: anything with ``__cuda_array_interface__`` (CuPy, PyTorch, Numba) or ``__dlpack__``,
 and host memory through the buffer protocol (NumPy, bytearray, memoryview).
 """
 
-from gpumapio import buffer, cufile_driver, defaults, pagecache
+from gpumapio import buffer, cufile_driver, defaults, maps, pagecache
 from gpumapio._device import capabilities, gpu_count, read_file_to_device
 from gpumapio._native import (
     CudaError,
@@ -31,21 +34,22 @@ from gpumapio._native import (
     __version__,
 )
 from gpumapio.defaults import CompatMode
+from gpumapio.maps import DeviceCache, MappedFile, View, gather, map
 from gpumapio.pagecache import drop_file_page_cache, drop_system_page_cache, get_page_cache_info
 from gpumapio.safetensors import load_safetensors
-
-# Maps (gpumapio.map, views through __cuda_array_interface__ / __dlpack__, gather) come here
-# once the library's shared-budget DeviceCache lands; nothing is exported for them yet.
 
 __all__ = [
     "CompatMode",
     "CuFile",
     "CuFileError",
     "CudaError",
+    "DeviceCache",
     "IOFuture",
     "IOFutureStream",
+    "MappedFile",
     "OutOfBudgetError",
     "UnavailableError",
+    "View",
     "__version__",
     "buffer",
     "capabilities",
@@ -53,9 +57,12 @@ __all__ = [
     "defaults",
     "drop_file_page_cache",
     "drop_system_page_cache",
+    "gather",
     "get_page_cache_info",
     "gpu_count",
     "load_safetensors",
+    "map",
+    "maps",
     "pagecache",
     "read_file_to_device",
 ]

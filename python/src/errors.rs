@@ -11,6 +11,10 @@
 //! | `Cuda` | `gpumapio.CudaError` (an `OSError`; `.code`, `.name`, `.op`) |
 //! | `CuFile` | `gpumapio.CuFileError` (an `OSError`; `.code`, `.name`, `.op`, `.filename`) |
 //! | `OutOfBudget` | `gpumapio.OutOfBudgetError` (a `MemoryError`) |
+//! | `WriteBack` (a map's write-back failed) | `OSError(errno, message, filename)`, as `Io` |
+//! | `FileShrank` (a mapped file was cut under the map) | `OSError(message, filename)` |
+//! | `NotRegularFile` (a FIFO, a device, a /proc file) | `OSError(message)` |
+//! | `ResourceLimit` (RLIMIT_MEMLOCK, available memory) | `MemoryError` |
 //! | a panic, in gpumap or here | `RuntimeError` with the panic message (never unwinds into Python) |
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -48,7 +52,8 @@ pyo3::create_exception!(
 
 /// The Python exception for a gpumap error.
 pub fn to_py(py: Python<'_>, e: &Error) -> PyErr {
-    let message = e.to_string();
+    // The whole chain ("write-back of x failed; 4096 bytes stay dirty: pwrite failed on x: Input/output error"), once.
+    let message = gpumap::error::Report(e).to_string();
     match e {
         Error::Io { path, source, .. } => match source.raw_os_error() {
             Some(errno) => {
@@ -90,6 +95,12 @@ pub fn to_py(py: Python<'_>, e: &Error) -> PyErr {
             err
         }
         Error::OutOfBudget { .. } => OutOfBudgetError::new_err(message),
+        Error::WriteBack { path, .. } => match e.raw_os_error() {
+            Some(errno) => PyOSError::new_err((errno, message, path.display().to_string())),
+            None => PyOSError::new_err(message),
+        },
+        Error::FileShrank { .. } | Error::NotRegularFile { .. } => PyOSError::new_err(message),
+        Error::ResourceLimit { .. } => PyMemoryError::new_err(message),
         Error::TaskPanicked(_) => PyRuntimeError::new_err(message),
         _ => PyRuntimeError::new_err(message),
     }

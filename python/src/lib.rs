@@ -11,11 +11,9 @@
 //! - [`file`]: the `CuFile` class;
 //! - [`cufile`]: low-level cuFile (driver, handles, batches, stream-ordered I/O, buffer
 //!   registration), streams, and what the machine offers;
-//! - [`pagecache`]: residency, warm, evict, drop, lock.
-//!
-//! Not here yet: maps (`gpumapio.map`, views exported through `__cuda_array_interface__` and
-//! `__dlpack__`, `gather`). They come as a `maps` module once the library's shared-budget
-//! DeviceCache lands.
+//! - [`pagecache`]: residency, warm, evict, drop, lock;
+//! - [`maps`]: files in GPU memory through gpumap's `DeviceCache` (`DeviceCache`,
+//!   `MappedFile`, `View` exported through `__cuda_array_interface__` and `__dlpack__`).
 
 mod buffers;
 mod cufile;
@@ -23,6 +21,7 @@ mod defaults;
 mod errors;
 mod file;
 mod future;
+mod maps;
 mod pagecache;
 
 use pyo3::prelude::*;
@@ -51,6 +50,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pagecache::drop_all, m)?)?;
     m.add_function(wrap_pyfunction!(pagecache::lock, m)?)?;
     m.add_function(wrap_pyfunction!(pagecache::page_size, m)?)?;
+    m.add_class::<maps::DeviceCache>()?;
+    m.add_class::<maps::MappedFile>()?;
+    m.add_class::<maps::View>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,0 +1,86 @@
+"""Files in GPU memory with mmap semantics: gpumap's GPU page cache.
+
+A :class:`MappedFile` is a file as one range of device addresses (``base + offset``). Nothing is
+resident at first; a :class:`View` of a range faults in what is missing and pins it until it is
+released, and exports it without a copy — ``cupy.asarray(view)`` (``__cuda_array_interface__``)
+or ``torch.from_dlpack(view)`` (``__dlpack__``), each keeping the pin for as long as the array
+lives. Many files can share one budget (:class:`DeviceCache`); memory is evicted least recently
+used first, after dirty bytes were written back. :meth:`MappedFile.gather` copies many rows —
+even of a file far larger than the GPU — into one array.
+
+Without a GPU, host memory stands in: the same calls work, gathers fill NumPy arrays, and views
+give their bytes with ``tobytes()``.
+
+>>> import gpumapio
+>>> table = gpumapio.map("embeddings.bin", budget=1 << 30, extent_size=4096)   # doctest: +SKIP
+>>> rows = table.gather([0, 40960, 819200], 4096)                               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from gpumapio._device import Output, empty_bytes, gpu_count
+from gpumapio._native import DeviceCache, MappedFile, View
+
+__all__ = ["DeviceCache", "MappedFile", "View", "gather", "map"]
+
+Advice = Literal["normal", "sequential", "random", "willneed", "dontneed"]
+
+
+def map(  # noqa: A001 - the name users reach for, as mmap.mmap / np.memmap
+    path: str | os.PathLike[str],
+    *,
+    budget: int | None = None,
+    writable: bool = False,
+    extent_size: int = 65536,
+    frame_size: int | None = None,
+    device: int | str | None = None,
+    advice: Advice = "normal",
+    cache: DeviceCache | None = None,
+) -> MappedFile:
+    """Maps ``path`` into GPU memory (host memory without a GPU).
+
+    With ``cache``, the file joins that :class:`DeviceCache` and shares its budget; otherwise it
+    gets a cache of its own of ``budget`` bytes (default: the file's size, up to 4 GiB, in whole
+    frames). ``extent_size`` (a power of two from 4096) is the unit of I/O and of random-access
+    residency: small records want 4096. ``device``: a GPU ordinal, ``"host"``, or ``None`` for
+    GPU 0 where there is one. ``advice``: ``"sequential"`` reads ahead on walks, ``"random"``
+    does not.
+    """
+    if cache is None:
+        if budget is None:
+            size = max(os.path.getsize(path), 1)
+            frame = frame_size or (8 << 20)
+            budget = -(-min(size, 4 << 30) // frame) * frame
+        cache = DeviceCache(budget, extent_size=extent_size, frame_size=frame_size, device=device)
+    return cache.open(os.fspath(path), writable=writable, advice=advice)
+
+
+def _output_for(mapped: MappedFile, output: Output) -> Output:
+    if output != "auto":
+        return output
+    on_gpu = mapped.base is not None and gpu_count() > 0
+    return "auto" if on_gpu else "numpy"
+
+
+def gather(
+    mapped: MappedFile,
+    offsets: Sequence[int],
+    length: int,
+    *,
+    out: Any = None,
+    output: Output = "auto",
+    device: int = 0,
+) -> Any:
+    """``length`` bytes at each of ``offsets`` of ``mapped``, packed in order in one ``uint8``
+    array: ``out`` if given, else a new CuPy array (torch with ``output="torch"``) on the GPU,
+    or a NumPy array on host memory. Missing extents are read in one batch and placed by one
+    kernel launch per group; resident ones are copied from the cache."""
+    offsets = [int(o) for o in offsets]
+    if out is None:
+        out = empty_bytes(len(offsets) * length, _output_for(mapped, output), device)
+    mapped.gather(offsets, length, out)
+    return out

@@ -1,0 +1,686 @@
+//! Maps: files in GPU memory with mmap semantics, through gpumap's `DeviceCache` — the classes
+//! `DeviceCache`, `MappedFile` and `View` of `gpumapio.maps`.
+//!
+//! A `View` pins its range of the cache until it is released (`release()`, leaving a `with`
+//! block, or garbage collection) *and* every export of it is gone: an array made through
+//! `__cuda_array_interface__` keeps the view object alive, and a DLPack capsule holds the pin
+//! itself until its consumer calls the deleter. So the memory under a CuPy array or a torch
+//! tensor made from a view is never evicted while the array lives.
+
+use std::ffi::{c_char, c_void};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use gpumap::io::IoFuture;
+use gpumap::mapped::{
+    Advice, CacheOptions, CacheStats, DeviceCache as Cache, DeviceMappedFile, FileStats,
+    View as ReadView, ViewMut,
+};
+use gpumap::memory::Device;
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+
+use crate::buffers::memory;
+use crate::errors::{check, nogil};
+use crate::future::{IOFuture, Pending};
+
+/// `device`: `None`/`"auto"` (GPU 0 where there is one), an ordinal, or `"host"`.
+fn device_arg(device: Option<&Bound<'_, PyAny>>) -> PyResult<Device> {
+    let Some(device) = device else { return Ok(Device::auto()) };
+    if let Ok(ordinal) = device.extract::<usize>() {
+        return check(device.py(), Device::cuda(ordinal));
+    }
+    match device.extract::<String>()?.as_str() {
+        "auto" => Ok(Device::auto()),
+        "host" | "cpu" => Ok(Device::Host),
+        other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
+            Some(ordinal) => check(device.py(), Device::cuda(ordinal)),
+            None => Err(PyValueError::new_err(format!(
+                "device {other:?}: expected a GPU ordinal, \"cuda:N\", \"host\" or \"auto\""
+            ))),
+        },
+    }
+}
+
+fn advice_arg(advice: &str) -> PyResult<Advice> {
+    Ok(match advice {
+        "normal" => Advice::Normal,
+        "sequential" => Advice::Sequential,
+        "random" => Advice::Random,
+        "willneed" => Advice::WillNeed,
+        "dontneed" => Advice::DontNeed,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "advice {other:?}: expected normal, sequential, random, willneed or dontneed"
+            )))
+        }
+    })
+}
+
+fn file_stats<'py>(py: Python<'py>, s: &FileStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("len", s.len)?;
+    d.set_item("hits", s.hits)?;
+    d.set_item("misses", s.misses)?;
+    d.set_item("fault_reads", s.fault_reads)?;
+    d.set_item("bytes_faulted", s.bytes_faulted)?;
+    d.set_item("evictions", s.evictions)?;
+    d.set_item("bytes_written_back", s.bytes_written_back)?;
+    d.set_item("write_errors", s.write_errors)?;
+    d.set_item("resident_bytes", s.resident_bytes)?;
+    d.set_item("dirty_bytes", s.dirty_bytes)?;
+    d.set_item("frames", s.frames)?;
+    d.set_item("slots", s.slots)?;
+    Ok(d)
+}
+
+fn cache_stats<'py>(py: Python<'py>, s: &CacheStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("budget", s.budget)?;
+    d.set_item("frame_size", s.frame_size)?;
+    d.set_item("extent_size", s.extent_size)?;
+    d.set_item("used_bytes", s.used_bytes)?;
+    d.set_item("slots_in_use", s.slots_in_use)?;
+    d.set_item("files", s.files)?;
+    d.set_item("totals", file_stats(py, &s.totals)?)?;
+    d.set_item("map_seconds", s.map_seconds)?;
+    d.set_item("fault_seconds", s.fault_seconds)?;
+    Ok(d)
+}
+
+/// One budget of GPU memory (host memory without a GPU) shared by the files opened in it,
+/// least recently used memory evicted first across them.
+#[pyclass(module = "gpumapio", name = "DeviceCache", frozen)]
+pub struct DeviceCache {
+    inner: Cache,
+}
+
+#[pymethods]
+impl DeviceCache {
+    #[new]
+    #[pyo3(signature = (budget, *, extent_size = 65536, frame_size = None, device = None))]
+    fn new(
+        py: Python<'_>,
+        budget: u64,
+        extent_size: u64,
+        frame_size: Option<u64>,
+        device: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let device = device_arg(device.as_ref())?;
+        let inner = nogil(py, move || {
+            let mut o = CacheOptions::new();
+            o.budget(budget).extent_size(extent_size).memory(device);
+            if let Some(frame) = frame_size {
+                o.frame_size(frame);
+            }
+            o.build()
+        })?;
+        Ok(DeviceCache { inner })
+    }
+
+    /// Opens `path` in this cache (read-only unless `writable`).
+    #[pyo3(signature = (path, *, writable = false, advice = "normal"))]
+    fn open(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        writable: bool,
+        advice: &str,
+    ) -> PyResult<MappedFile> {
+        let advice = advice_arg(advice)?;
+        let cache = self.inner.clone();
+        let inner = nogil(py, move || {
+            let mut o = gpumap::mapped::MapOptions::new();
+            o.writable(writable).advice(advice);
+            cache.open_with(&path, &o)
+        })?;
+        Ok(MappedFile { inner })
+    }
+
+    /// `{"budget", "used_bytes", "slots_in_use", "files", "totals": {...}, ...}`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        cache_stats(py, &self.inner.stats())
+    }
+
+    /// Writes back every dirty extent of every file.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let cache = self.inner.clone();
+        nogil(py, move || cache.flush())
+    }
+
+    /// `flush`, then fdatasync of every written file.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let cache = self.inner.clone();
+        nogil(py, move || cache.sync())
+    }
+
+    /// Copies `ranges` (`(file, offset, length)`, files of this cache) packed one after another
+    /// into `out` (a CuPy/torch/Numba array, or host memory).
+    fn gather(
+        &self,
+        py: Python<'_>,
+        ranges: Vec<(PyRef<'_, MappedFile>, u64, u64)>,
+        out: Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let total: u64 = ranges.iter().map(|r| r.2).sum();
+        let mut dst = memory(&out, true)?.into_dst(py, 0, total as usize)?;
+        let maps: Vec<(DeviceMappedFile, u64, u64)> =
+            ranges.iter().map(|(m, o, l)| (m.inner.clone(), *o, *l)).collect();
+        let cache = self.inner.clone();
+        nogil(py, move || {
+            let ranges: Vec<_> = maps.iter().map(|(m, o, l)| m.range(*o, *l)).collect();
+            cache.gather(&ranges, dst.view())
+        })
+    }
+
+    /// `"GPU 0 (NVIDIA H100 PCIe)"` or `"host memory"`.
+    #[getter]
+    fn device(&self) -> String {
+        self.inner.device().describe()
+    }
+
+    fn __repr__(&self) -> String {
+        let s = self.inner.stats();
+        format!(
+            "<gpumapio.DeviceCache on {}: {} of {} bytes used, {} files>",
+            self.inner.device().describe(),
+            s.used_bytes,
+            s.budget,
+            s.files
+        )
+    }
+}
+
+/// A file mapped into GPU memory (host memory without a GPU): views, gathers, write-back.
+#[pyclass(module = "gpumapio", name = "MappedFile", frozen)]
+pub struct MappedFile {
+    inner: DeviceMappedFile,
+}
+
+/// A prefetch in flight, for `IOFuture`.
+struct Prefetch(IoFuture<()>, usize);
+
+impl Pending for Prefetch {
+    fn is_done(&self) -> bool {
+        self.0.is_done()
+    }
+
+    fn wait(self: Box<Self>) -> (gpumap::Result<usize>, Option<Box<dyn std::any::Any + Send>>) {
+        let n = self.1;
+        (self.0.wait().map(|()| n), None)
+    }
+}
+
+#[pymethods]
+impl MappedFile {
+    fn __len__(&self) -> usize {
+        self.inner.len() as usize
+    }
+
+    /// Bytes mapped.
+    #[getter]
+    fn nbytes(&self) -> u64 {
+        self.inner.len()
+    }
+
+    /// The path it was opened with.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.inner.path().to_path_buf()
+    }
+
+    /// Whether writes are allowed.
+    #[getter]
+    fn writable(&self) -> bool {
+        self.inner.is_writable()
+    }
+
+    /// The device address of the file's byte 0 (byte `o` is at `base + o` while a view pins
+    /// it); `None` on host memory.
+    #[getter]
+    fn base(&self) -> Option<u64> {
+        self.inner.base()
+    }
+
+    /// The cache the file is in.
+    #[getter]
+    fn cache(&self) -> DeviceCache {
+        DeviceCache { inner: self.inner.cache().clone() }
+    }
+
+    /// A view of `[offset, offset + length)`, resident and pinned until released; `writable`
+    /// views need a writable map, and their bytes are written back after release.
+    #[pyo3(signature = (offset, length, *, writable = false))]
+    fn view(&self, py: Python<'_>, offset: u64, length: u64, writable: bool) -> PyResult<View> {
+        let map = self.inner.clone();
+        let kind = nogil(py, move || {
+            Ok(if writable {
+                Held::Write(Mutex::new(map.view_mut(offset, length)?))
+            } else {
+                Held::Read(map.view(offset, length)?)
+            })
+        })?;
+        Ok(View::new(kind, offset, length, writable))
+    }
+
+    /// The bytes of `[offset, offset + length)`, through the cache.
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        offset: u64,
+        length: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let map = self.inner.clone();
+        let bytes = nogil(py, move || {
+            let mut bytes = vec![0u8; length];
+            map.read(offset, &mut bytes)?;
+            Ok(bytes)
+        })?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Copies `data` (bytes-like) to `offset` of the map; written back later (or by `flush`).
+    fn write(&self, py: Python<'_>, offset: u64, data: Bound<'_, PyAny>) -> PyResult<()> {
+        let src = memory(&data, false)?;
+        let len = src.len();
+        let src = src.into_src(py, 0, len)?;
+        let map = self.inner.clone();
+        nogil(py, move || match src.view() {
+            gpumap::memory::DeviceView::Host(bytes) => map.write(offset, bytes),
+            gpumap::memory::DeviceView::Cuda(view) => {
+                let mut bytes = vec![0u8; view.len()];
+                view.copy_to_host(0, &mut bytes)?;
+                map.write(offset, &bytes)
+            }
+        })
+    }
+
+    /// Copies `length` bytes at each of `offsets` (rows of a table), packed in order, into
+    /// `out` (a CuPy/torch/Numba array, or host memory).
+    fn gather(
+        &self,
+        py: Python<'_>,
+        offsets: Vec<u64>,
+        length: u64,
+        out: Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let total = (offsets.len() as u64).checked_mul(length).ok_or_else(|| {
+            PyValueError::new_err(format!("{} rows of {length} bytes overflow", offsets.len()))
+        })?;
+        let mut dst = memory(&out, true)?.into_dst(py, 0, total as usize)?;
+        let map = self.inner.clone();
+        nogil(py, move || map.gather_rows(&offsets, length, dst.view()))
+    }
+
+    /// Reads `[offset, offset + length)` in the background; the future's `get()` returns the
+    /// length when it is resident.
+    fn prefetch(&self, offset: u64, length: u64) -> IOFuture {
+        IOFuture::pending(Box::new(Prefetch(self.inner.prefetch(offset, length), length as usize)))
+    }
+
+    /// madvise-like advice for a range: "normal", "sequential", "random", "willneed",
+    /// "dontneed".
+    fn advise(&self, py: Python<'_>, offset: u64, length: u64, advice: &str) -> PyResult<()> {
+        let advice = advice_arg(advice)?;
+        let map = self.inner.clone();
+        nogil(py, move || map.advise(offset, length, advice))
+    }
+
+    /// Writes every dirty extent back (raises the error of an earlier failed write-back until
+    /// a `sync` succeeds).
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let map = self.inner.clone();
+        nogil(py, move || map.flush())
+    }
+
+    /// Like `flush`, for `[offset, offset + length)`.
+    fn flush_range(&self, py: Python<'_>, offset: u64, length: u64) -> PyResult<()> {
+        let map = self.inner.clone();
+        nogil(py, move || map.flush_range(offset, length))
+    }
+
+    /// `flush`, then fdatasync: durable when it returns.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let map = self.inner.clone();
+        nogil(py, move || map.sync())
+    }
+
+    /// Writes back, then gives up the memory no view pins.
+    fn evict(&self, py: Python<'_>) -> PyResult<()> {
+        let map = self.inner.clone();
+        nogil(py, move || map.evict())
+    }
+
+    /// Flushes (for a writable map) and raises its error; the memory goes when the last view
+    /// and handle do.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.inner.is_writable() {
+            self.flush(py)?;
+        }
+        Ok(())
+    }
+
+    /// `{"hits", "misses", "bytes_faulted", "evictions", "resident_bytes", ...}`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        file_stats(py, &self.inner.stats())
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<gpumapio.MappedFile {} ({} bytes) in {}>",
+            self.inner.path().display(),
+            self.inner.len(),
+            self.inner.memory()
+        )
+    }
+}
+
+/// What a `View` holds: its pin.
+enum Held {
+    Read(ReadView),
+    Write(Mutex<ViewMut>),
+}
+
+impl Held {
+    fn device(&self) -> Option<(u64, usize)> {
+        match self {
+            Held::Read(v) => v.device().map(|d| (d.ptr(), d.device_ordinal())),
+            Held::Write(v) => {
+                let v = v.lock().unwrap_or_else(|p| p.into_inner());
+                v.device().map(|d| (d.ptr(), d.device_ordinal()))
+            }
+        }
+    }
+
+    fn copy_to_host(&self, dst: &mut [u8]) -> gpumap::Result<()> {
+        match self {
+            Held::Read(v) => v.copy_to_host(0, dst),
+            Held::Write(v) => v.lock().unwrap_or_else(|p| p.into_inner()).copy_to_host(0, dst),
+        }
+    }
+}
+
+/// A resident, pinned range of a mapped file. On a GPU it is device memory at `ptr`, exported
+/// without a copy through `__cuda_array_interface__` (CuPy, torch, Numba) and `__dlpack__`.
+#[pyclass(module = "gpumapio", name = "View", frozen)]
+pub struct View {
+    held: Mutex<Option<Arc<Held>>>,
+    offset: u64,
+    nbytes: u64,
+    writable: bool,
+    device: Option<(u64, usize)>,
+}
+
+impl View {
+    fn new(held: Held, offset: u64, nbytes: u64, writable: bool) -> View {
+        let device = held.device();
+        View { held: Mutex::new(Some(Arc::new(held))), offset, nbytes, writable, device }
+    }
+
+    fn held(&self) -> PyResult<Arc<Held>> {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("the view was released"))
+    }
+
+    /// The device address and ordinal, for exports: GPU views only, not released.
+    fn exportable(&self) -> PyResult<(u64, usize, Arc<Held>)> {
+        let held = self.held()?;
+        match self.device {
+            Some((ptr, ordinal)) => Ok((ptr, ordinal, held)),
+            None => Err(PyBufferError::new_err(
+                "this view is in host memory (no GPU): use tobytes(), or gather into a NumPy array",
+            )),
+        }
+    }
+}
+
+/// DLPack's structures (dlpack.h, version 0.8; the layout consumers of the legacy "dltensor"
+/// capsule read).
+#[repr(C)]
+struct DlDevice {
+    device_type: i32,
+    device_id: i32,
+}
+
+#[repr(C)]
+struct DlDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+
+#[repr(C)]
+struct DlTensor {
+    data: *mut c_void,
+    device: DlDevice,
+    ndim: i32,
+    dtype: DlDataType,
+    shape: *mut i64,
+    strides: *mut i64,
+    byte_offset: u64,
+}
+
+#[repr(C)]
+struct DlManagedTensor {
+    dl_tensor: DlTensor,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
+}
+
+/// What an exported tensor keeps: the view's pin and its shape.
+struct Export {
+    _held: Arc<Held>,
+    shape: [i64; 1],
+}
+
+const DL_CUDA: i32 = 2;
+const DL_UINT: u8 = 1;
+const CAPSULE_NAME: &[u8] = b"dltensor\0";
+
+/// DLPack's deleter: frees the tensor and its context, which unpins the view (when no other
+/// holder is left). Called by the consumer, with or without the GIL: it touches no Python.
+unsafe extern "C" fn delete_tensor(tensor: *mut DlManagedTensor) {
+    if tensor.is_null() {
+        return;
+    }
+    // SAFETY: `tensor` was made by `Box::into_raw` in `__dlpack__`, and its `manager_ctx` by
+    // `Box::into_raw` of an `Export`; DLPack calls the deleter once.
+    unsafe {
+        let tensor = Box::from_raw(tensor);
+        drop(Box::from_raw(tensor.manager_ctx.cast::<Export>()));
+    }
+}
+
+/// The capsule's destructor: a capsule no consumer took (still named "dltensor") deletes its
+/// tensor; a consumer renames it "used_dltensor" and owns the tensor from then on.
+unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
+    let name = CAPSULE_NAME.as_ptr().cast::<c_char>();
+    // SAFETY: `capsule` is the capsule being destroyed (CPython calls this with it, GIL held);
+    // `name` is NUL-terminated.
+    unsafe {
+        if ffi::PyCapsule_IsValid(capsule, name) == 1 {
+            let tensor = ffi::PyCapsule_GetPointer(capsule, name).cast::<DlManagedTensor>();
+            delete_tensor(tensor);
+        } else {
+            ffi::PyErr_Clear();
+        }
+    }
+}
+
+#[pymethods]
+impl View {
+    /// File offset of the view's first byte.
+    #[getter]
+    fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes in the view.
+    #[getter]
+    fn nbytes(&self) -> u64 {
+        self.nbytes
+    }
+
+    fn __len__(&self) -> usize {
+        self.nbytes as usize
+    }
+
+    /// Whether writes through it are written back.
+    #[getter]
+    fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The device address of its first byte; `None` on host memory.
+    #[getter]
+    fn ptr(&self) -> Option<u64> {
+        self.device.map(|(ptr, _)| ptr)
+    }
+
+    /// Version 3 of CUDA's array interface: a 1-D `uint8` array of the view's bytes. GPU
+    /// views only (an `AttributeError` on host memory, so consumers fall back).
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (ptr, _, _) =
+            self.exportable().map_err(|e| PyAttributeError::new_err(e.to_string()))?;
+        let d = PyDict::new(py);
+        d.set_item("shape", (self.nbytes,))?;
+        d.set_item("typestr", "|u1")?;
+        d.set_item("data", (ptr, !self.writable))?;
+        d.set_item("version", 3)?;
+        d.set_item("strides", py.None())?;
+        // The bytes are in place when the view is made; no stream to wait for.
+        d.set_item("stream", py.None())?;
+        Ok(d)
+    }
+
+    /// A DLPack capsule of the view's bytes (1-D `uint8` on its GPU): the capsule, and the
+    /// tensor a consumer makes of it, keep the view's memory pinned until it is deleted.
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        stream: Option<Bound<'_, PyAny>>,
+        max_version: Option<Bound<'_, PyAny>>,
+        dl_device: Option<Bound<'_, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let _ = (stream, max_version, dl_device);
+        if copy == Some(true) {
+            return Err(PyBufferError::new_err(
+                "a view is exported in place; copy=True is not offered",
+            ));
+        }
+        let (ptr, ordinal, held) = self.exportable()?;
+        let mut export = Box::new(Export { _held: held, shape: [self.nbytes as i64] });
+        let tensor = Box::new(DlManagedTensor {
+            dl_tensor: DlTensor {
+                data: ptr as *mut c_void,
+                device: DlDevice { device_type: DL_CUDA, device_id: ordinal as i32 },
+                ndim: 1,
+                dtype: DlDataType { code: DL_UINT, bits: 8, lanes: 1 },
+                shape: export.shape.as_mut_ptr(),
+                strides: std::ptr::null_mut(),
+                byte_offset: 0,
+            },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete_tensor),
+        });
+        let tensor = Box::into_raw(tensor);
+        // SAFETY: `tensor` was just made by `Box::into_raw`; `export` goes with it (its shape
+        // array is what `shape` points to, and it moves to the heap unmoved from here on).
+        unsafe { (*tensor).manager_ctx = Box::into_raw(export).cast() };
+        // SAFETY: a valid pointer, a NUL-terminated static name and a destructor that frees the
+        // tensor unless a consumer took it; called with the GIL held.
+        let capsule = unsafe {
+            ffi::PyCapsule_New(tensor.cast(), CAPSULE_NAME.as_ptr().cast(), Some(destroy_capsule))
+        };
+        if capsule.is_null() {
+            // SAFETY: the capsule was not made, so the tensor is still ours to free.
+            unsafe { delete_tensor(tensor) };
+            return Err(PyErr::fetch(py));
+        }
+        // SAFETY: a new reference, just checked non-null.
+        Ok(unsafe { Bound::from_owned_ptr(py, capsule) }.unbind())
+    }
+
+    /// `(2, ordinal)`: CUDA memory of that GPU (DLPack's `kDLCUDA`).
+    fn __dlpack_device__(&self) -> PyResult<(i32, i32)> {
+        let (_, ordinal, _) = self.exportable()?;
+        Ok((DL_CUDA, ordinal as i32))
+    }
+
+    /// A copy of the view's bytes in host memory (works on both backends).
+    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let held = self.held()?;
+        let len = self.nbytes as usize;
+        let bytes = nogil(py, move || {
+            let mut bytes = vec![0u8; len];
+            held.copy_to_host(&mut bytes)?;
+            Ok(bytes)
+        })?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Copies `data` (bytes-like) to `at` in a writable view.
+    #[pyo3(signature = (data, at = 0))]
+    fn write(&self, py: Python<'_>, data: Bound<'_, PyAny>, at: u64) -> PyResult<()> {
+        let held = self.held()?;
+        let Held::Write(view) = &*held else {
+            return Err(PyValueError::new_err("a read-only view; make it with writable=True"));
+        };
+        let src = memory(&data, false)?;
+        let len = src.len();
+        let src = src.into_src(py, 0, len)?;
+        let mut bytes = vec![0u8; len];
+        match src.view() {
+            gpumap::memory::DeviceView::Host(b) => bytes.copy_from_slice(b),
+            gpumap::memory::DeviceView::Cuda(v) => check(py, v.copy_to_host(0, &mut bytes))?,
+        }
+        let result = view.lock().unwrap_or_else(|p| p.into_inner()).copy_from_host(at, &bytes);
+        check(py, result)
+    }
+
+    /// Gives the view up: its pin goes once no export holds it.
+    fn release(&self) {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, PyTuple>) -> bool {
+        self.release();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<gpumapio.View {}+{}{}{}>",
+            self.offset,
+            self.nbytes,
+            if self.writable { " writable" } else { "" },
+            match self.device {
+                Some((ptr, ordinal)) => format!(" at {ptr:#x} on GPU {ordinal}"),
+                None => " in host memory".to_owned(),
+            }
+        )
+    }
+}

@@ -1,0 +1,216 @@
+"""gpumapio.maps: files in GPU memory (host memory without a GPU) through the GPU page cache,
+checked byte for byte against the files; on a GPU, zero-copy views into CuPy and torch."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import gpumapio
+from conftest import need_gpu
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def table(tmp_path, rng):
+    data = rng.integers(0, 256, size=(24 * MIB) + 123, dtype="u1").tobytes()
+    path = tmp_path / "table.bin"
+    path.write_bytes(data)
+    return path, data
+
+
+def host_map(path, **kw):
+    return gpumapio.map(path, device="host", frame_size=2 * MIB, **kw)
+
+
+def test_views_and_reads_match_the_file(table):
+    path, data = table
+    m = host_map(path, budget=4 * MIB, extent_size=4096)
+    assert len(m) == m.nbytes == len(data)
+    assert m.base is None
+    for offset, length in [(0, 1), (4095, 2), (7 * MIB + 3, 100_000), (len(data) - 10, 10)]:
+        with m.view(offset, length) as v:
+            assert v.offset == offset and v.nbytes == length and len(v) == length
+            assert v.tobytes() == data[offset : offset + length]
+            assert v.ptr is None
+            assert not hasattr(v, "__cuda_array_interface__"), "host views have no device pointer"
+        assert m.read(offset, length) == data[offset : offset + length]
+    with pytest.raises(ValueError, match="outside"):
+        m.view(len(data) - 1, 2)
+    released = m.view(0, 10)
+    released.release()
+    with pytest.raises(ValueError, match="released"):
+        released.tobytes()
+
+
+def test_gather_rows_into_numpy_and_the_stats_say_what_happened(table):
+    path, data = table
+    m = host_map(path, budget=2 * MIB, extent_size=4096, advice="random")
+    offsets = [(i * 2_654_435_761) % (len(data) - 4096) for i in range(500)]
+    rows = gpumapio.gather(m, offsets, 4096)
+    assert isinstance(rows, np.ndarray) and rows.dtype == np.uint8 and rows.size == 500 * 4096
+    for i, o in enumerate(offsets):
+        assert rows[i * 4096 : (i + 1) * 4096].tobytes() == data[o : o + 4096]
+    stats = m.stats()
+    assert stats["misses"] > 0 and stats["frames"] == 0, stats
+    cache = m.cache.stats()
+    assert cache["used_bytes"] <= cache["budget"] == 2 * MIB
+    out = bytearray(3 * 10)
+    m.gather([5, 100, 99_999], 10, out)
+    assert bytes(out) == data[5:15] + data[100:110] + data[99_999:100_009]
+    with pytest.raises(ValueError):
+        m.gather([0], 100, bytearray(10))
+
+
+def test_files_share_one_cache(tmp_path, table):
+    path, data = table
+    other = tmp_path / "other.bin"
+    other.write_bytes(bytes(range(256)) * 40_000)
+    cache = gpumapio.DeviceCache(4 * MIB, extent_size=4096, frame_size=2 * MIB, device="host")
+    a = cache.open(path)
+    b = gpumapio.map(other, cache=cache)
+    out = np.zeros(200, dtype=np.uint8)
+    cache.gather([(a, 10, 100), (b, 256 * 7 + 3, 100)], out)
+    assert out[:100].tobytes() == data[10:110]
+    assert out[100:].tobytes() == (bytes(range(256)) * 2)[3:103]
+    stats = cache.stats()
+    assert stats["files"] == 2 and stats["totals"]["misses"] >= 2
+    assert "host memory" in repr(cache) and cache.device == "host memory"
+
+
+def test_writes_are_written_back(tmp_path, rng):
+    data = bytearray(rng.integers(0, 256, size=5 * MIB, dtype="u1").tobytes())
+    path = tmp_path / "rw.bin"
+    path.write_bytes(data)
+    with host_map(path, budget=2 * MIB, writable=True, extent_size=4096) as m:
+        m.write(MIB + 7, b"hello")
+        data[MIB + 7 : MIB + 12] = b"hello"
+        with m.view(3 * MIB, 4, writable=True) as v:
+            v.write(b"WXYZ")
+            data[3 * MIB : 3 * MIB + 4] = b"WXYZ"
+        with pytest.raises(ValueError, match="read-only"):
+            m.view(0, 4).write(b"nope")
+        m.flush()
+        assert path.read_bytes() == bytes(data)
+        m.write(0, np.frombuffer(b"\x01\x02", dtype=np.uint8))
+        data[0:2] = b"\x01\x02"
+    assert path.read_bytes() == bytes(data), "close writes back"
+    ro = host_map(path, budget=2 * MIB)
+    with pytest.raises(OSError):
+        ro.view(0, 1, writable=True)
+
+
+def test_errors_are_python_exceptions(tmp_path, table):
+    path, _ = table
+    with pytest.raises(FileNotFoundError):
+        gpumapio.map(tmp_path / "missing", device="host")
+    with pytest.raises(ValueError, match="less than one frame"):
+        gpumapio.map(path, device="host", budget=4096)
+    with pytest.raises(ValueError, match="extent size"):
+        gpumapio.map(path, device="host", extent_size=3000)
+    with pytest.raises(ValueError, match="advice"):
+        gpumapio.map(path, device="host", advice="soon")
+    with pytest.raises(ValueError, match="device"):
+        gpumapio.map(path, device="gpu7")
+    m = host_map(path, budget=2 * MIB)
+    with pytest.raises(gpumapio.OutOfBudgetError):
+        m.view(0, 5 * MIB)
+
+
+def test_prefetch_and_advice(table):
+    path, data = table
+    m = host_map(path, budget=8 * MIB)
+    assert m.prefetch(0, MIB).get() == MIB
+    before = m.stats()["misses"]
+    assert m.read(100, 1000) == data[100:1100]
+    assert m.stats()["misses"] == before, "the prefetched range was read again"
+    m.advise(0, len(data), "sequential")
+    m.advise(0, MIB, "dontneed")
+    with pytest.raises(ValueError):
+        m.advise(0, 1, "later")
+
+
+def test_threads_gather_at_once_with_the_gil_released(table):
+    path, data = table
+    m = host_map(path, budget=4 * MIB, extent_size=4096)
+    errors = []
+
+    def work(seed):
+        try:
+            offsets = [(seed * 7919 + i * 104_729) % (len(data) - 512) for i in range(300)]
+            rows = gpumapio.gather(m, offsets, 512)
+            for i, o in enumerate(offsets):
+                assert rows[i * 512 : (i + 1) * 512].tobytes() == data[o : o + 512]
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+# ---- on a GPU --------------------------------------------------------------------------------
+
+
+def test_gpu_views_export_without_a_copy_and_keep_their_pin():
+    cupy = need_gpu("cupy")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/gpu.bin"
+        data = np.random.default_rng(7).integers(0, 256, size=8 * MIB + 5, dtype="u1")
+        data.tofile(path)
+        # Four frames: the CuPy array pins two, the DLPack tensor one, reads use the last.
+        m = gpumapio.map(path, budget=8 * MIB, frame_size=2 * MIB, extent_size=4096)
+        assert m.base is not None
+        view = m.view(3 * MIB + 5, MIB)
+        assert view.ptr == m.base + 3 * MIB + 5
+        arr = cupy.asarray(view)
+        assert arr.dtype == cupy.uint8 and arr.size == MIB
+        assert arr.data.ptr == view.ptr, "a view is exported in place"
+        np.testing.assert_array_equal(cupy.asnumpy(arr), data[3 * MIB + 5 : 4 * MIB + 5])
+        # The array holds the view; the view holds the pin. Reading the rest of the file must
+        # evict around it, never under it.
+        del view
+        gc.collect()
+        m.read(0, 2 * MIB)
+        m.read(6 * MIB, 2 * MIB)
+        np.testing.assert_array_equal(cupy.asnumpy(arr), data[3 * MIB + 5 : 4 * MIB + 5])
+        # DLPack: the capsule owns a pin of its own.
+        dl = cupy.from_dlpack(m.view(100, 4096))
+        gc.collect()
+        m.read(6 * MIB, 2 * MIB)
+        np.testing.assert_array_equal(cupy.asnumpy(dl), data[100:4196])
+        assert m.view(0, 10).__dlpack_device__() == (2, 0)
+
+
+def test_gpu_gather_into_cupy_and_torch():
+    cupy = need_gpu("cupy")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/rows.bin"
+        data = np.random.default_rng(9).integers(0, 256, size=32 * MIB, dtype="u1")
+        data.tofile(path)
+        m = gpumapio.map(path, budget=2 * MIB, frame_size=2 * MIB, extent_size=4096, advice="random")
+        offsets = [(i * 2_654_435_761) % (32 * MIB - 4096) for i in range(2000)]
+        rows = gpumapio.gather(m, offsets, 4096)
+        assert isinstance(rows, cupy.ndarray)
+        host = cupy.asnumpy(rows)
+        for i, o in enumerate(offsets):
+            assert host[i * 4096 : (i + 1) * 4096].tobytes() == data[o : o + 4096].tobytes()
+        torch = need_gpu("torch")
+        t = gpumapio.gather(m, offsets[:64], 4096, output="torch")
+        assert t.is_cuda and t.dtype == torch.uint8
+        assert t.cpu().numpy().tobytes() == host[: 64 * 4096].tobytes()
+        view = m.view(4096 * 3, 4096)
+        tv = torch.from_dlpack(view)
+        assert tv.data_ptr() == view.ptr
+        assert tv.cpu().numpy().tobytes() == data[4096 * 3 : 4096 * 4].tobytes()
