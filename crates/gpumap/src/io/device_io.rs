@@ -104,25 +104,6 @@ impl FileHandle {
         })
     }
 
-    /// [`pread_device`](Self::pread_device) into GPU memory the crate keeps live until the
-    /// future completes (a pinned map range): small reads join the coalescing queue.
-    pub(crate) fn pread_cuda_raw(&self, dst: RawRegion, offset: u64) -> IoFuture<usize> {
-        let inner = &self.inner;
-        let small = dst.len != 0 && dst.len as u64 <= inner.bounce_buffer_size / 4;
-        if small
-            && inner.check_read().is_ok()
-            && checked_end(offset, dst.len as u64).is_ok()
-            && inner.cufile_for(dst.len).is_none()
-        {
-            let (future, completer) = IoFuture::pending();
-            let finish = Box::new(move |result: Result<usize>| completer.complete(result));
-            self.enqueue_small_read(QueuedRead { dst, offset, finish });
-            return future;
-        }
-        let handle = self.clone();
-        inner.pool.spawn(move || handle.inner.read_cuda(dst, offset))
-    }
-
     fn enqueue_small_read(&self, read: QueuedRead) {
         let start_drainer = {
             let mut queue = self.inner.small_reads.lock();

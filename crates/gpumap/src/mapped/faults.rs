@@ -423,6 +423,8 @@ struct Round {
     misses: Vec<Miss>,
     pins: Vec<Unit>,
     deferred: Vec<usize>,
+    /// Making room failed (a dirty victim's write-back): returned once the round's pins went.
+    error: Option<Error>,
 }
 
 impl CacheShared {
@@ -457,7 +459,7 @@ impl CacheShared {
         let mut since = Instant::now();
         while !todo.is_empty() {
             let mut state = self.state.lock();
-            let round = self.plan_round(&mut state, ranges, &segments, &todo, limit)?;
+            let round = self.plan_round(&mut state, ranges, &segments, &todo, limit);
             let progress = !round.hits.is_empty() || !round.misses.is_empty();
             drop(state);
             let result = self.run_round(ranges, &segments, &round, dst.as_mut());
@@ -476,6 +478,9 @@ impl CacheShared {
             }
             self.changed.notify_all();
             result?;
+            if let Some(e) = round.error {
+                return Err(e);
+            }
             if progress {
                 since = Instant::now();
             } else if !round.deferred.is_empty() {
@@ -497,10 +502,20 @@ impl CacheShared {
         segments: &[Segment],
         todo: &[usize],
         limit: usize,
-    ) -> Result<Round> {
+    ) -> Round {
         let g = self.geometry;
         let mut round = Round::default();
         let mut claimed: HashMap<(FileId, u64), usize> = HashMap::new();
+        // Hits and misses per file, added to the books once at the end of the round.
+        let mut tally: Vec<(FileId, u64, u64)> = Vec::new();
+        let mut count =
+            |file: FileId, hits: u64, misses: u64| match tally.iter_mut().find(|t| t.0 == file) {
+                Some(t) => {
+                    t.1 += hits;
+                    t.2 += misses;
+                }
+                None => tally.push((file, hits, misses)),
+            };
         let mut full = false;
         let mut i = 0;
         while i < todo.len() {
@@ -515,7 +530,7 @@ impl CacheShared {
             if let Some(&m) = claimed.get(&(file, seg.e)) {
                 // Read once for both: a hit for the second asker.
                 round.misses[m].segments.push(s);
-                count(state, file, 1, 0);
+                count(file, 1, 0);
                 i += 1;
                 continue;
             }
@@ -525,13 +540,13 @@ impl CacheShared {
                     state.books.pin(frame, true);
                     round.pins.push(frame);
                     round.hits.push((s, Place::Frame));
-                    count(state, file, 1, 0);
+                    count(file, 1, 0);
                 }
                 Location::Slot(slot, SlotState::Clean) => {
                     state.books.pin(Unit::Slot(slot), true);
                     round.pins.push(Unit::Slot(slot));
                     round.hits.push((s, Place::Slot(slot)));
-                    count(state, file, 1, 0);
+                    count(file, 1, 0);
                 }
                 Location::Frame(ExtentState::Absent) => {
                     state.books.pin(frame, true);
@@ -544,13 +559,17 @@ impl CacheShared {
                         place: Place::Frame,
                         segments: vec![s],
                     });
-                    count(state, file, 0, 1);
+                    count(file, 0, 1);
                 }
                 Location::Frame(ExtentState::Loading) | Location::Slot(..) => {
                     round.deferred.push(s)
                 }
-                Location::Nowhere => match self.make_room(state, Want::Slot)? {
-                    Room::Ready => match state.books.take_slot(file, seg.e) {
+                Location::Nowhere => match self.make_room(state, Want::Slot) {
+                    Err(e) => {
+                        round.error = Some(e);
+                        full = true;
+                    }
+                    Ok(Room::Ready) => match state.books.take_slot(file, seg.e) {
                         Some(slot) => {
                             round.pins.push(Unit::Slot(slot));
                             claimed.insert((file, seg.e), round.misses.len());
@@ -560,13 +579,13 @@ impl CacheShared {
                                 place: Place::Slot(slot),
                                 segments: vec![s],
                             });
-                            count(state, file, 0, 1);
+                            count(file, 0, 1);
                         }
                         None => full = true,
                     },
                     // The lock was let go: look at this segment again.
-                    Room::Released => continue,
-                    Room::Full => full = true,
+                    Ok(Room::Released) => continue,
+                    Ok(Room::Full) => full = true,
                 },
             }
             if full {
@@ -574,7 +593,13 @@ impl CacheShared {
             }
             i += 1;
         }
-        Ok(round)
+        for (file, hits, misses) in tally {
+            if let Some(c) = state.books.counters_mut(file) {
+                c.hits += hits;
+                c.misses += misses;
+            }
+        }
+        round
     }
 
     /// Where segment `seg` of a round is in memory.
@@ -651,7 +676,9 @@ impl CacheShared {
                 CudaDevice::bind_to_thread(&device)?;
                 let mut buffer = bounce.acquire()?;
                 let base = buffer.as_ptr() as u64;
-                let mut copies = Vec::with_capacity(group.len() * 2);
+                // (offset in the buffer, destination, length): each miss whole into its home,
+                // and its segments into `dst`.
+                let mut pieces = Vec::with_capacity(group.len() * 2);
                 for (k, miss) in group.iter().enumerate() {
                     let entry = ranges[miss.range].entry;
                     let (offset, len) = g.bytes_of(miss.e..miss.e + 1, entry.len);
@@ -661,26 +688,23 @@ impl CacheShared {
                         return Err(Error::UnexpectedEof { offset, wanted: len, got: got as u64 });
                     }
                     piece[got..].fill(0);
-                    let src = base + (k * extent) as u64;
+                    let at = k * extent;
                     let whole =
                         Segment { range: miss.range, e: miss.e, at: 0, len: extent, dst: 0 };
-                    copies.push(DeviceCopy {
-                        src,
-                        dst: address(&whole, miss.place)?,
-                        len: extent as u32,
-                    });
+                    pieces.push((at, address(&whole, miss.place)?, extent as u32));
                     if let Some(dst) = dst {
                         for &s in &miss.segments {
                             let seg = &segments[s];
-                            copies.push(DeviceCopy {
-                                src: src + seg.at,
-                                dst: dst.ptr + seg.dst as u64,
-                                len: seg.len as u32,
-                            });
+                            pieces.push((
+                                at + seg.at as usize,
+                                dst.ptr + seg.dst as u64,
+                                seg.len as u32,
+                            ));
                         }
                     }
                 }
-                copier.copy(&copies)?;
+                // One packed upload of the group, then one launch places every piece.
+                copier.upload_and_scatter(base, group.len() * extent, &pieces)?;
                 drop(buffer);
                 Ok(group.len())
             })?;

@@ -9,6 +9,7 @@
 //! never exceed the number the books allow, so the memory held never exceeds the budget.
 #![forbid(unsafe_code)]
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -18,12 +19,14 @@ use super::books::SlotId;
 use super::geometry::Geometry;
 use crate::error::{Error, Result};
 use crate::io::FileHandle;
-use crate::memory::cuda::{BatchCopier, CudaDevice, DeviceCopy, PhysFrame, RawRegion, VaRange};
+use crate::memory::cuda::{
+    BatchCopier, CudaDevice, DeviceCopy, PhysFrame, PinnedBuffer, RawRegion, VaRange,
+};
 use crate::memory::Device;
 use crate::sys::host_memory::LockedChunk;
 
-/// Reads up to this size go through the file handle's coalescing queue, so that the faults of
-/// many threads in flight together share pinned buffers and copies.
+/// Loads up to this size (slots, small runs) are read on the calling thread into a pinned
+/// buffer of its own and placed by a combined copy (see `CudaStore::load_small`).
 const SMALL_LOAD: usize = 256 << 10;
 
 /// One file's memory: its reserved address range and mapped frames on a GPU; its frames on the
@@ -289,16 +292,12 @@ impl Store {
         fill: usize,
     ) -> Result<usize> {
         match self {
-            Store::Cuda(_) => {
+            Store::Cuda(s) => {
                 let region = self.region(home, fill.max(len)).ok_or_else(mismatch)?;
-                let target = RawRegion { len, ..region };
-                // A pool thread must not wait for the queue's drainers, which run on the pool.
-                let queue = len <= SMALL_LOAD && rayon::current_thread_index().is_none();
-                let got = if queue {
-                    file.pread_cuda_raw(target, offset).wait()?
-                } else {
-                    file.read_cuda_raw(target, offset)?
-                };
+                if region.len <= SMALL_LOAD {
+                    return s.load_small(region, file, offset, len);
+                }
+                let got = file.read_cuda_raw(RawRegion { len, ..region }, offset)?;
                 if got < region.len {
                     region.sub(got, region.len - got)?.fill(0)?;
                 }
@@ -386,7 +385,45 @@ impl Store {
     }
 }
 
+thread_local! {
+    /// Each thread's pinned buffer per device for small loads.
+    static SCRATCH: RefCell<HashMap<usize, PinnedBuffer>> = RefCell::new(HashMap::new());
+}
+
 impl CudaStore {
+    /// A small load: `len` bytes of `file` at `offset` read on the calling thread into its
+    /// pinned scratch buffer (zeros after what the file had, up to `region`'s length), then
+    /// placed by a copy combined with those of the other threads loading at the same moment
+    /// (one kernel launch for all of them, not a serialised driver copy each).
+    fn load_small(
+        &self,
+        region: RawRegion,
+        file: &FileHandle,
+        offset: u64,
+        len: usize,
+    ) -> Result<usize> {
+        SCRATCH.with(|cell| {
+            let mut buffers = cell.borrow_mut();
+            let ordinal = self.device.ordinal();
+            if !buffers.contains_key(&ordinal) {
+                buffers.insert(ordinal, PinnedBuffer::new(&self.device, SMALL_LOAD)?);
+            }
+            let pinned = buffers
+                .get_mut(&ordinal)
+                .ok_or_else(|| Error::InvalidArgument("scratch buffer vanished".to_owned()))?;
+            let bytes = pinned.as_mut_slice();
+            let got = file.read_at(&mut bytes[..len], offset)?;
+            bytes[got..region.len].fill(0);
+            let src = bytes.as_ptr() as u64;
+            self.copier.copy_combined(DeviceCopy {
+                src,
+                dst: region.ptr,
+                len: region.len as u32,
+            })?;
+            Ok(got)
+        })
+    }
+
     /// A kept physical frame, or a new one.
     fn take(&self) -> Result<PhysFrame> {
         match self.spare.lock().pop() {

@@ -365,42 +365,41 @@ impl DeviceMappedFile {
         Ok(View { map: self.clone(), offset, len, pins })
     }
 
-    /// Starts reading the window after `[offset, offset + len)` when the access is a walk.
+    /// Starts reading the windows after `[offset, offset + len)` when the access is a walk: two
+    /// windows ahead where the budget holds them beside this one, so that the pool always has
+    /// the next window to read while the one after is being mapped (one window ahead leaves a
+    /// caller that only walks waiting for each window in turn).
     fn read_ahead(&self, offset: u64, len: u64, advice: Advice) {
         if advice == Advice::Random || len == 0 {
             return;
         }
+        let g = self.shared().geometry;
+        let budget = self.shared().state.lock().books.max_frames() as u64 * g.frame;
+        let depth = (budget / len.next_multiple_of(g.frame)).saturating_sub(1).min(2);
         let end = offset + len;
-        let next = {
+        let windows: Vec<(u64, u64)> = {
             let mut access = self.entry().access.lock();
             let walking = advice == Advice::Sequential || access.last_end == Some(offset);
             access.last_end = Some(end);
-            if !walking
-                || end >= self.len()
-                || access.ahead_until >= end + len.min(self.len() - end)
-            {
-                None
-            } else {
-                let from = end.max(access.ahead_until);
-                let until = (end + len).min(self.len());
-                access.ahead_until = until;
-                (from < until).then_some((from, until - from))
+            if !walking || depth == 0 {
+                return;
             }
+            let until = (end + depth * len).min(self.len());
+            let from = end.max(access.ahead_until);
+            access.ahead_until = access.ahead_until.max(until);
+            (from..until).step_by(len as usize).map(|at| (at, len.min(until - at))).collect()
         };
-        if let Some((from, n)) = next {
+        for (from, n) in windows {
             let map = self.clone();
             self.entry().file.pool().spawn_detached(move || {
                 // A prefetch never waits for others (it runs on the pool they may need).
-                if let Err(e) =
-                    map.shared().pin_frames(map.entry(), from, n, false, true, false).map(|pins| {
-                        map.shared().unpin_prefetch(map.entry(), &pins);
-                    })
-                {
-                    tracing::debug!(
-                        "read-ahead of {}+{n} in {} skipped: {e}",
-                        from,
+                let fetched = map.shared().pin_frames(map.entry(), from, n, false, true, false);
+                match fetched {
+                    Ok(pins) => map.shared().unpin_prefetch(map.entry(), &pins),
+                    Err(e) => tracing::debug!(
+                        "read-ahead of {from}+{n} in {} skipped: {e}",
                         map.path().display()
-                    );
+                    ),
                 }
             });
         }

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Stages everything one GPU-machine session needs under .gpu/ (git-ignored): the release test
+# binaries, bins and bench binaries (../shared/gpu/stage.sh, plus the bench targets of
+# crates/gpumap-bench, which that script only builds for a root benches/ folder), the gpumapio
+# wheel (abi3, manylinux), and the pure-Python wheels the Python tests and bench need that the
+# machine lacks (zarr and its dependencies, pytest, fastsafetensors). NumPy is not carried:
+# CuPy and PyTorch there were built against theirs. The trybuild test (it needs cargo) stays.
+# Then, on the GPU machine (docs/gpu.md):
+#   bash .gpu/on-device.sh tests                      (GPUMAP_BIN=$PWD/.gpu/bin/gpumap for the CLI tests)
+#   bash .gpu/on-device.sh bench 4
+#   bash .gpu/on-device.sh run python3 -m pytest python/tests -rs -p no:cacheprovider
+#   bash .gpu/on-device.sh run python3 python/bench/bench.py FILE --jsonl "$OUT/results.jsonl"
+# Usage (project root): scripts/stage-gpu.sh [extra stage.sh args, e.g. --test cuda]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1} maturin build --release -m python/Cargo.toml
+bash ../shared/gpu/stage.sh "$@"
+rm -f .gpu/bin/test-compile_fail
+cargo bench -p gpumap-bench --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, shutil, subprocess, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["bench"]:
+        dest = ".gpu/bin/bench-" + m["target"]["name"]
+        shutil.copy(m["executable"], dest)
+        subprocess.run(["strip", dest], check=False)
+        print("staged", dest)'
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d "$tmp" 'zarr>=3' pytest
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d "$tmp" fastsafetensors==0.5.0 \
+  || echo "stage-gpu.sh: fastsafetensors not staged; the safetensors bench skips that row" >&2
+rm -f "$tmp"/numpy-*.whl
+mkdir -p .gpu/whl
+cp "$tmp"/*.whl .gpu/whl/
+ls .gpu/bin .gpu/pywhl .gpu/whl
+du -sh .gpu
