@@ -190,6 +190,15 @@ fn randomized_concurrent_views_writes_flushes_and_evictions() {
     }
 }
 
+/// Sets its flag when dropped, unwinding included.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn run_randomized(memory: Device, threads: usize, time: Duration) {
     let dir = scratch();
     let path = dir.path().join("chaos");
@@ -251,6 +260,9 @@ fn run_randomized(memory: Device, threads: usize, time: Duration) {
         }
         let (map, stop, cache) = (&map, &stop, &cache);
         s.spawn(move || {
+            // Stops the workers however this thread ends: a panic here must fail the test,
+            // not leave the workers running forever.
+            let _stop = StopOnDrop(stop);
             let mut rng = Rng(42 + threads as u64);
             while Instant::now() < deadline {
                 match rng.below(5) {
@@ -269,7 +281,6 @@ fn run_randomized(memory: Device, threads: usize, time: Duration) {
                 let stats = cache.stats();
                 assert!(stats.used_bytes <= stats.budget, "{stats:?}");
             }
-            stop.store(true, Ordering::Relaxed);
         });
     });
     map.close().unwrap();

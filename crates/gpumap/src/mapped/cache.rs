@@ -490,7 +490,14 @@ impl CacheShared {
 
     /// One step towards room for `want`: a free slot or frame is ready, or a victim was given
     /// up (evicted, unmapped, or written back with the lock let go), or nothing can go.
-    pub(crate) fn make_room(&self, state: &mut MutexGuard<'_, State>, want: Want) -> Result<Room> {
+    /// Without `write_back` (read-ahead on a pool thread, which must never wait for a
+    /// write-back that may need the pool) a dirty victim counts as nothing to give up.
+    pub(crate) fn make_room(
+        &self,
+        state: &mut MutexGuard<'_, State>,
+        want: Want,
+        write_back: bool,
+    ) -> Result<Room> {
         loop {
             match want {
                 Want::Slot if state.books.has_free_slot() => return Ok(Room::Ready),
@@ -527,6 +534,7 @@ impl CacheShared {
                     self.add_map_time(t);
                     state.books.remove_slot_frame(position);
                 }
+                Victim::DirtyFrame { .. } if !write_back => return Ok(Room::Full),
                 Victim::DirtyFrame { file, index } => {
                     let Some(entry) = state.files.get(&file).cloned() else {
                         return Ok(Room::Full);

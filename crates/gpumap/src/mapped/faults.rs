@@ -162,7 +162,7 @@ impl CacheShared {
                 self.changed.notify_all();
             };
             for index in missing {
-                match self.make_room(state, Want::Frame) {
+                match self.make_room(state, Want::Frame, wait) {
                     Ok(Room::Ready) => {}
                     Ok(Room::Released) => {
                         release(state, &pinned);
@@ -294,7 +294,7 @@ impl CacheShared {
                     self.changed.wait(&mut state);
                 }
                 Location::Nowhere => {
-                    match self.make_room(&mut state, Want::Slot)? {
+                    match self.make_room(&mut state, Want::Slot, true)? {
                         Room::Ready => {}
                         Room::Released => continue,
                         Room::Full => {
@@ -564,7 +564,7 @@ impl CacheShared {
                 Location::Frame(ExtentState::Loading) | Location::Slot(..) => {
                     round.deferred.push(s)
                 }
-                Location::Nowhere => match self.make_room(state, Want::Slot) {
+                Location::Nowhere => match self.make_room(state, Want::Slot, true) {
                     Err(e) => {
                         round.error = Some(e);
                         full = true;

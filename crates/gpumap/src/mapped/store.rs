@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -405,12 +406,10 @@ impl CudaStore {
         SCRATCH.with(|cell| {
             let mut buffers = cell.borrow_mut();
             let ordinal = self.device.ordinal();
-            if !buffers.contains_key(&ordinal) {
-                buffers.insert(ordinal, PinnedBuffer::new(&self.device, SMALL_LOAD)?);
-            }
-            let pinned = buffers
-                .get_mut(&ordinal)
-                .ok_or_else(|| Error::InvalidArgument("scratch buffer vanished".to_owned()))?;
+            let pinned = match buffers.entry(ordinal) {
+                Entry::Occupied(kept) => kept.into_mut(),
+                Entry::Vacant(none) => none.insert(PinnedBuffer::new(&self.device, SMALL_LOAD)?),
+            };
             let bytes = pinned.as_mut_slice();
             let got = file.read_at(&mut bytes[..len], offset)?;
             bytes[got..region.len].fill(0);
