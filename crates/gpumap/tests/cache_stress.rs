@@ -5,6 +5,7 @@
 //! `GPUMAP_STRESS_SECS` sets how long each randomized run lasts (default 2 s per pool size and
 //! backend in CI; run it for minutes by hand).
 
+#[macro_use]
 mod common;
 
 use std::fs;
@@ -22,13 +23,10 @@ use parking_lot::Mutex;
 const MIB: u64 = 1 << 20;
 const FRAME: u64 = 2 * MIB;
 
-fn memories() -> Vec<Device> {
-    let mut all = vec![Device::Host];
-    if let Some(gpu) = common::gpu() {
-        all.push(Device::Cuda(gpu));
-    }
-    all
-}
+on_host_and_gpu!(
+    sixteen_threads_three_files_one_cache,
+    randomized_concurrent_views_writes_flushes_and_evictions,
+);
 
 fn scratch() -> tempfile::TempDir {
     let base =
@@ -73,106 +71,102 @@ fn retry<T>(mut f: impl FnMut() -> gpumap::Result<T>) -> T {
 /// Sixteen threads over three files in one cache: random single-extent and wide views and
 /// gathers of two read-only files, writes to each thread's own stripe of the third; the budget
 /// is never exceeded, checked after every operation, and every byte read matches.
-#[test]
-fn sixteen_threads_three_files_one_cache() {
-    for memory in memories() {
-        let dir = scratch();
-        let budget = 6 * FRAME;
-        let cache = CacheOptions::new()
-            .memory(memory.clone())
-            .frame_size(FRAME)
-            .budget(budget)
-            .extent_size(4096)
-            .build()
-            .unwrap();
-        let lens = [24 * MIB + 5, 17 * MIB];
-        let mut datas = Vec::new();
-        let mut maps = Vec::new();
-        for (i, &len) in lens.iter().enumerate() {
-            let path = dir.path().join(format!("ro-{i}"));
-            let data = random_bytes(len as usize, i as u64 + 1);
-            fs::write(&path, &data).unwrap();
-            datas.push(data);
-            maps.push(cache.open(&path).unwrap());
-        }
-        let rw_path = dir.path().join("rw");
-        let stripe = 256 << 10;
-        fs::write(&rw_path, vec![0u8; 16 * stripe]).unwrap();
-        let rw = cache.open_with(&rw_path, MapOptions::new().writable(true)).unwrap();
-        let models: Vec<Mutex<Vec<u8>>> = (0..16).map(|_| Mutex::new(vec![0u8; stripe])).collect();
-        let deadline = Instant::now() + stress_time();
-        let memory = &memory;
-        std::thread::scope(|s| {
-            for t in 0..16u64 {
-                let (cache, maps, datas, rw, models) = (&cache, &maps, &datas, &rw, &models);
-                s.spawn(move || {
-                    let mut rng = Rng(0x9E37_79B9 ^ ((t + 1) * 0x5851_F42D));
-                    while Instant::now() < deadline {
-                        let f = rng.below(2) as usize;
-                        let len = lens[f];
-                        match rng.below(4) {
-                            0 => {
-                                let n = 1 + rng.below(4096);
-                                let o = rng.below(len - n);
-                                // Within one extent it comes from a slot; across an extent
-                                // border it is contiguous (frames), and may have to wait.
-                                let view = retry(|| maps[f].view(o, n));
-                                let mut got = vec![0u8; n as usize];
-                                view.copy_to_host(0, &mut got).unwrap();
-                                assert!(got[..] == datas[f][o as usize..][..n as usize]);
-                            }
-                            1 => {
-                                let n = 1 + rng.below(FRAME);
-                                let o = rng.below(len - n);
-                                let view = retry(|| maps[f].view(o, n));
-                                let mut got = [0u8; 64];
-                                view.copy_to_host(n - 64.min(n), &mut got[..64.min(n) as usize])
-                                    .unwrap();
-                            }
-                            2 => {
-                                let rows: Vec<(u64, u64)> = (0..64)
-                                    .map(|_| (rng.below(len - 4096), 1 + rng.below(4096)))
-                                    .collect();
-                                let total: u64 = rows.iter().map(|r| r.1).sum();
-                                let mut dst =
-                                    DeviceBuffer::zeroed(&cache.device(), total as usize).unwrap();
-                                retry(|| maps[f].gather(&rows, dst.view_mut()));
-                                let got = dst.to_vec().unwrap();
-                                let mut at = 0usize;
-                                for &(o, n) in &rows {
-                                    assert!(
-                                        got[at..at + n as usize]
-                                            == datas[f][o as usize..][..n as usize]
-                                    );
-                                    at += n as usize;
-                                }
-                            }
-                            _ => {
-                                let o = rng.below(stripe as u64 - 100);
-                                let bytes = random_bytes(100, rng.next());
-                                let at = t * stripe as u64 + o;
-                                retry(|| rw.write(at, &bytes));
-                                models[t as usize].lock()[o as usize..][..100]
-                                    .copy_from_slice(&bytes);
-                                if rng.below(8) == 0 {
-                                    rw.flush_range(t * stripe as u64, stripe as u64).unwrap();
-                                }
+fn sixteen_threads_three_files_one_cache(memory: Device) {
+    let dir = scratch();
+    let budget = 6 * FRAME;
+    let cache = CacheOptions::new()
+        .memory(memory.clone())
+        .frame_size(FRAME)
+        .budget(budget)
+        .extent_size(4096)
+        .build()
+        .unwrap();
+    let lens = [24 * MIB + 5, 17 * MIB];
+    let mut datas = Vec::new();
+    let mut maps = Vec::new();
+    for (i, &len) in lens.iter().enumerate() {
+        let path = dir.path().join(format!("ro-{i}"));
+        let data = random_bytes(len as usize, i as u64 + 1);
+        fs::write(&path, &data).unwrap();
+        datas.push(data);
+        maps.push(cache.open(&path).unwrap());
+    }
+    let rw_path = dir.path().join("rw");
+    let stripe = 256 << 10;
+    fs::write(&rw_path, vec![0u8; 16 * stripe]).unwrap();
+    let rw = cache.open_with(&rw_path, MapOptions::new().writable(true)).unwrap();
+    let models: Vec<Mutex<Vec<u8>>> = (0..16).map(|_| Mutex::new(vec![0u8; stripe])).collect();
+    let deadline = Instant::now() + stress_time();
+    let memory = &memory;
+    std::thread::scope(|s| {
+        for t in 0..16u64 {
+            let (cache, maps, datas, rw, models) = (&cache, &maps, &datas, &rw, &models);
+            s.spawn(move || {
+                let mut rng = Rng(0x9E37_79B9 ^ ((t + 1) * 0x5851_F42D));
+                while Instant::now() < deadline {
+                    let f = rng.below(2) as usize;
+                    let len = lens[f];
+                    match rng.below(4) {
+                        0 => {
+                            let n = 1 + rng.below(4096);
+                            let o = rng.below(len - n);
+                            // Within one extent it comes from a slot; across an extent
+                            // border it is contiguous (frames), and may have to wait.
+                            let view = retry(|| maps[f].view(o, n));
+                            let mut got = vec![0u8; n as usize];
+                            view.copy_to_host(0, &mut got).unwrap();
+                            assert!(got[..] == datas[f][o as usize..][..n as usize]);
+                        }
+                        1 => {
+                            let n = 1 + rng.below(FRAME);
+                            let o = rng.below(len - n);
+                            let view = retry(|| maps[f].view(o, n));
+                            let mut got = [0u8; 64];
+                            view.copy_to_host(n - 64.min(n), &mut got[..64.min(n) as usize])
+                                .unwrap();
+                        }
+                        2 => {
+                            let rows: Vec<(u64, u64)> = (0..64)
+                                .map(|_| (rng.below(len - 4096), 1 + rng.below(4096)))
+                                .collect();
+                            let total: u64 = rows.iter().map(|r| r.1).sum();
+                            let mut dst =
+                                DeviceBuffer::zeroed(&cache.device(), total as usize).unwrap();
+                            retry(|| maps[f].gather(&rows, dst.view_mut()));
+                            let got = dst.to_vec().unwrap();
+                            let mut at = 0usize;
+                            for &(o, n) in &rows {
+                                assert!(
+                                    got[at..at + n as usize]
+                                        == datas[f][o as usize..][..n as usize]
+                                );
+                                at += n as usize;
                             }
                         }
-                        let stats = cache.stats();
-                        assert!(stats.used_bytes <= stats.budget, "{memory:?}: {stats:?}");
+                        _ => {
+                            let o = rng.below(stripe as u64 - 100);
+                            let bytes = random_bytes(100, rng.next());
+                            let at = t * stripe as u64 + o;
+                            retry(|| rw.write(at, &bytes));
+                            models[t as usize].lock()[o as usize..][..100].copy_from_slice(&bytes);
+                            if rng.below(8) == 0 {
+                                rw.flush_range(t * stripe as u64, stripe as u64).unwrap();
+                            }
+                        }
                     }
-                });
-            }
-        });
-        rw.close().unwrap();
-        let on_disk = fs::read(&rw_path).unwrap();
-        for (t, model) in models.iter().enumerate() {
-            assert!(on_disk[t * stripe..][..stripe] == model.lock()[..], "{memory:?}: stripe {t}");
+                    let stats = cache.stats();
+                    assert!(stats.used_bytes <= stats.budget, "{memory:?}: {stats:?}");
+                }
+            });
         }
-        let totals = cache.stats().totals;
-        assert!(totals.hits + totals.misses > 0);
+    });
+    rw.close().unwrap();
+    let on_disk = fs::read(&rw_path).unwrap();
+    for (t, model) in models.iter().enumerate() {
+        assert!(on_disk[t * stripe..][..stripe] == model.lock()[..], "{memory:?}: stripe {t}");
     }
+    let totals = cache.stats().totals;
+    assert!(totals.hits + totals.misses > 0);
 }
 
 /// Workers write their own stripes of one file through writable views — sometimes keeping a
@@ -180,13 +174,10 @@ fn sixteen_threads_three_files_one_cache() {
 /// evicts, calls `evict()` and reads everywhere; budgets of two and three frames force
 /// evictions of dirty frames all the time. Pool sizes 1, 2, 3, 8 and 16. The file must equal
 /// the model at the end, and every read must match while running.
-#[test]
-fn randomized_concurrent_views_writes_flushes_and_evictions() {
+fn randomized_concurrent_views_writes_flushes_and_evictions(memory: Device) {
     let time = stress_time();
     for threads in [1usize, 2, 3, 8, 16] {
-        for memory in memories() {
-            run_randomized(memory, threads, time);
-        }
+        run_randomized(memory.clone(), threads, time);
     }
 }
 

@@ -103,6 +103,7 @@ fn cufile_registration_without_driver_is_unavailable() {
 // ---- GPU ------------------------------------------------------------------------------------
 
 #[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
 fn gpu_device_reports_itself() {
     let Some(dev) = common::gpu() else { return };
     assert_eq!(dev.ordinal(), 0);
@@ -116,6 +117,7 @@ fn gpu_device_reports_itself() {
 }
 
 #[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
 fn gpu_buffer_round_trip_and_bounds() {
     let Some(dev) = common::gpu() else { return };
     let len = 1 << 20;
@@ -152,6 +154,7 @@ fn gpu_buffer_round_trip_and_bounds() {
 }
 
 #[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
 fn gpu_from_raw_validates() {
     let Some(dev) = common::gpu() else { return };
     let buf = CudaBuffer::alloc(&dev, 1 << 16).expect("alloc");
@@ -188,6 +191,7 @@ fn gpu_from_raw_validates() {
 }
 
 #[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
 fn gpu_pointer_classification() {
     let Some(dev) = common::gpu() else { return };
     let buf = CudaBuffer::alloc(&dev, 4096).expect("alloc");
@@ -199,6 +203,7 @@ fn gpu_pointer_classification() {
 }
 
 #[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
 fn gpu_pinned_buffer_is_page_aligned() {
     let Some(dev) = common::gpu() else { return };
     let pinned = PinnedBuffer::new(&dev, 3 << 20).expect("pinned");
@@ -220,6 +225,7 @@ fn gpu_pinned_buffer_is_page_aligned() {
 }
 
 #[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
 fn gpu_stream_double_buffered_round_trip() {
     let Some(dev) = common::gpu() else { return };
     let chunk = 1 << 20;
@@ -275,6 +281,7 @@ fn gpu_stream_double_buffered_round_trip() {
 }
 
 #[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
 fn gpu_bounce_pool_is_bounded() {
     let Some(dev) = common::gpu() else { return };
     let pool = BouncePool::new(&dev, 1 << 16, 2).expect("pool");
@@ -293,6 +300,7 @@ fn gpu_bounce_pool_is_bounded() {
 }
 
 #[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
 fn gpu_cufile_round_trip_or_reason() {
     let Some(dev) = common::gpu() else { return };
     if let Err(e) = CuFileDriver::get() {

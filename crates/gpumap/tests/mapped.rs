@@ -3,6 +3,7 @@
 //! the semantics mmap users expect, several files in one cache, gathers, advice, a sparse 1 TiB
 //! file, and the four defects of the first DeviceMappedFile.
 
+#[macro_use]
 mod common;
 
 use std::fs;
@@ -18,14 +19,27 @@ use proptest::prelude::*;
 const MIB: u64 = 1 << 20;
 const FRAME: u64 = 2 * MIB;
 
-/// Host memory always; GPU 0 where there is one.
-fn memories() -> Vec<Device> {
-    let mut all = vec![Device::Host];
-    if let Some(gpu) = common::gpu() {
-        all.push(Device::Cuda(gpu));
-    }
-    all
-}
+on_host_and_gpu!(
+    writes_through_a_live_view_survive_a_flush_during_it,
+    concurrent_flushes_never_lose_a_write,
+    read_only_maps_refuse_writable_views,
+    small_views_and_whole_frame_reads_never_deadlock,
+    a_file_cut_under_the_map_is_not_grown_back_by_a_flush,
+    partial_last_extent_reads_as_the_file_then_zeros,
+    many_threads_fault_each_extent_once,
+    random_single_extent_views_use_slots_not_frames,
+    budget_is_kept_and_pinned_views_are_never_evicted,
+    a_view_waits_for_another_threads_view_to_unpin,
+    dirty_frames_are_written_back_before_eviction_and_on_drop,
+    dropping_a_file_gives_its_memory_back_to_the_cache,
+    a_file_that_shrinks_under_the_map_is_an_error_not_zeros,
+    evict_gives_memory_back_and_faults_again,
+    sequential_walks_read_ahead,
+    views_and_prefetch_in_batches,
+    async_gathers_hand_the_buffer_back,
+    bad_requests_are_typed_errors,
+    a_terabyte_sparse_file_under_a_small_budget,
+);
 
 fn scratch() -> tempfile::TempDir {
     let base =
@@ -67,173 +81,158 @@ fn writable() -> MapOptions {
 
 /// Defect 1: a flush while a writable view lived marked its extents clean, so what the view
 /// wrote afterwards was never written back.
-#[test]
-fn writes_through_a_live_view_survive_a_flush_during_it() {
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("live");
-        fs::write(&path, vec![b'.'; 3 * MIB as usize]).unwrap();
-        let m = map(&path, memory.clone(), 4 * MIB, 4096, true);
-        let mut view = m.view_mut(100, 6).unwrap();
-        view.copy_from_host(0, b"first.").unwrap();
-        m.flush().unwrap();
-        view.copy_from_host(0, b"SECOND").unwrap();
-        m.flush().unwrap(); // still alive: written, kept dirty
-        drop(view);
-        m.close().unwrap();
-        assert_eq!(&fs::read(&path).unwrap()[100..106], b"SECOND", "{memory:?}");
-    }
+fn writes_through_a_live_view_survive_a_flush_during_it(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("live");
+    fs::write(&path, vec![b'.'; 3 * MIB as usize]).unwrap();
+    let m = map(&path, memory.clone(), 4 * MIB, 4096, true);
+    let mut view = m.view_mut(100, 6).unwrap();
+    view.copy_from_host(0, b"first.").unwrap();
+    m.flush().unwrap();
+    view.copy_from_host(0, b"SECOND").unwrap();
+    m.flush().unwrap(); // still alive: written, kept dirty
+    drop(view);
+    m.close().unwrap();
+    assert_eq!(&fs::read(&path).unwrap()[100..106], b"SECOND", "{memory:?}");
 }
 
 /// Defect 1, concurrently: one thread writes a counter through views and flushes its range,
 /// another flushes the whole map in a loop; after every write-and-flush the file holds it.
-#[test]
-fn concurrent_flushes_never_lose_a_write() {
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("race");
-        fs::write(&path, vec![0u8; 4 * MIB as usize]).unwrap();
-        let m = map(&path, memory.clone(), 4 * MIB, 4096, true);
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    m.flush().unwrap();
-                }
-            });
-            let file = fs::File::open(&path).unwrap();
-            let mut last = std::collections::HashMap::new();
-            for i in 0u64..400 {
-                let offset = (i * 7919 * 8) % (4 * MIB - 8);
-                last.insert(offset, i);
-                {
-                    let mut view = m.view_mut(offset, 8).unwrap();
-                    view.copy_from_host(0, &i.to_le_bytes()).unwrap();
-                }
-                m.flush_range(offset, 8).unwrap();
-                let mut back = [0u8; 8];
-                std::os::unix::fs::FileExt::read_exact_at(&file, &mut back, offset).unwrap();
-                assert_eq!(u64::from_le_bytes(back), i, "{memory:?}: write {i} at {offset} lost");
-            }
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            // A write-back that started earlier must not have overwritten a later one's bytes.
-            drop(file);
-            let on_disk = fs::read(&path).unwrap();
-            for (offset, i) in last {
-                let got = u64::from_le_bytes(on_disk[offset as usize..][..8].try_into().unwrap());
-                assert_eq!(got, i, "{memory:?}: at {offset}, a stale write-back won");
+fn concurrent_flushes_never_lose_a_write(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("race");
+    fs::write(&path, vec![0u8; 4 * MIB as usize]).unwrap();
+    let m = map(&path, memory.clone(), 4 * MIB, 4096, true);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                m.flush().unwrap();
             }
         });
-    }
+        let file = fs::File::open(&path).unwrap();
+        let mut last = std::collections::HashMap::new();
+        for i in 0u64..400 {
+            let offset = (i * 7919 * 8) % (4 * MIB - 8);
+            last.insert(offset, i);
+            {
+                let mut view = m.view_mut(offset, 8).unwrap();
+                view.copy_from_host(0, &i.to_le_bytes()).unwrap();
+            }
+            m.flush_range(offset, 8).unwrap();
+            let mut back = [0u8; 8];
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut back, offset).unwrap();
+            assert_eq!(u64::from_le_bytes(back), i, "{memory:?}: write {i} at {offset} lost");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        // A write-back that started earlier must not have overwritten a later one's bytes.
+        drop(file);
+        let on_disk = fs::read(&path).unwrap();
+        for (offset, i) in last {
+            let got = u64::from_le_bytes(on_disk[offset as usize..][..8].try_into().unwrap());
+            assert_eq!(got, i, "{memory:?}: at {offset}, a stale write-back won");
+        }
+    });
 }
 
 /// Defect 2 (the compile-time half is `tests/compile_fail/read_view_writes.rs`): a read view
 /// of a writable map has no way to write, and a read-only map gives no writable views.
-#[test]
-fn read_only_maps_refuse_writable_views() {
+fn read_only_maps_refuse_writable_views(memory: Device) {
     let dir = scratch();
     let path = dir.path().join("ro");
     fs::write(&path, b"unchanged").unwrap();
-    for memory in memories() {
-        let m = map(&path, memory.clone(), FRAME, 4096, false);
-        assert!(matches!(m.view_mut(0, 4), Err(Error::AccessMode { .. })));
-        assert!(matches!(m.write(0, b"X"), Err(Error::AccessMode { .. })));
-        assert_eq!(fs::read(&path).unwrap(), b"unchanged");
-    }
+    let m = map(&path, memory.clone(), FRAME, 4096, false);
+    assert!(matches!(m.view_mut(0, 4), Err(Error::AccessMode { .. })));
+    assert!(matches!(m.write(0, b"X"), Err(Error::AccessMode { .. })));
+    assert_eq!(fs::read(&path).unwrap(), b"unchanged");
 }
 
 /// Defect 3: on the host backend a frame's lock was held across I/O on the pool that other
 /// holders needed; two threads alternating small views and whole-frame reads hung. Each pool
 /// size runs under a watchdog.
-#[test]
-fn small_views_and_whole_frame_reads_never_deadlock() {
+fn small_views_and_whole_frame_reads_never_deadlock(memory: Device) {
     for threads in [1usize, 2, 3, 4, 8] {
-        for memory in memories() {
-            let dir = scratch();
-            let path = dir.path().join("deadlock");
-            let data = random_bytes((6 * MIB) as usize, 3);
-            fs::write(&path, &data).unwrap();
-            let mut handle = gpumap::io::FileHandle::options().unwrap();
-            handle.pool(Arc::new(gpumap::io::IoPool::new(threads).unwrap())).task_size(256 << 10);
-            let m = MapOptions::new()
-                .memory(memory.clone())
-                .frame_size(FRAME)
-                .budget(4 * MIB)
-                .extent_size(4096)
-                .handle_options(handle)
-                .open(&path)
-                .unwrap();
-            let (done, finished) = std::sync::mpsc::channel();
-            let worker = {
-                let (m, data) = (m.clone(), data.clone());
-                std::thread::spawn(move || {
-                    std::thread::scope(|s| {
-                        s.spawn(|| {
-                            for i in 0..300u64 {
-                                let offset = (i * 104_729) % (6 * MIB - 100);
-                                let view = m.view(offset, 100).unwrap();
-                                let mut got = [0u8; 100];
-                                view.copy_to_host(0, &mut got).unwrap();
-                                assert!(got[..] == data[offset as usize..][..100]);
-                            }
-                        });
-                        s.spawn(|| {
-                            let mut frame = vec![0u8; FRAME as usize];
-                            for i in 0..60u64 {
-                                let offset = (i % 3) * FRAME;
-                                m.read(offset, &mut frame).unwrap();
-                                assert!(frame[..] == data[offset as usize..][..FRAME as usize]);
-                            }
-                        });
+        let dir = scratch();
+        let path = dir.path().join("deadlock");
+        let data = random_bytes((6 * MIB) as usize, 3);
+        fs::write(&path, &data).unwrap();
+        let mut handle = gpumap::io::FileHandle::options().unwrap();
+        handle.pool(Arc::new(gpumap::io::IoPool::new(threads).unwrap())).task_size(256 << 10);
+        let m = MapOptions::new()
+            .memory(memory.clone())
+            .frame_size(FRAME)
+            .budget(4 * MIB)
+            .extent_size(4096)
+            .handle_options(handle)
+            .open(&path)
+            .unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        let worker = {
+            let (m, data) = (m.clone(), data.clone());
+            std::thread::spawn(move || {
+                std::thread::scope(|s| {
+                    s.spawn(|| {
+                        for i in 0..300u64 {
+                            let offset = (i * 104_729) % (6 * MIB - 100);
+                            let view = m.view(offset, 100).unwrap();
+                            let mut got = [0u8; 100];
+                            view.copy_to_host(0, &mut got).unwrap();
+                            assert!(got[..] == data[offset as usize..][..100]);
+                        }
                     });
-                    let _ = done.send(());
-                })
-            };
-            if finished.recv_timeout(std::time::Duration::from_secs(120)).is_err() {
-                panic!("{memory:?} with {threads} pool threads: deadlocked (no progress in 120 s)");
-            }
-            worker.join().unwrap();
+                    s.spawn(|| {
+                        let mut frame = vec![0u8; FRAME as usize];
+                        for i in 0..60u64 {
+                            let offset = (i % 3) * FRAME;
+                            m.read(offset, &mut frame).unwrap();
+                            assert!(frame[..] == data[offset as usize..][..FRAME as usize]);
+                        }
+                    });
+                });
+                let _ = done.send(());
+            })
+        };
+        if finished.recv_timeout(std::time::Duration::from_secs(120)).is_err() {
+            panic!("{memory:?} with {threads} pool threads: deadlocked (no progress in 120 s)");
         }
+        worker.join().unwrap();
     }
 }
 
 /// Defect 4: a file cut by another process while mapped grew back on flush. Now a map never
 /// changes the file's length: dirty bytes past the new end are not written, stay dirty, and
 /// every flush says so until the file is long enough again and a sync writes them.
-#[test]
-fn a_file_cut_under_the_map_is_not_grown_back_by_a_flush() {
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("cut");
-        let mut model = random_bytes((3 * MIB) as usize, 4);
-        fs::write(&path, &model).unwrap();
-        let m = map(&path, memory.clone(), 4 * MIB, 4096, true);
-        let head = random_bytes(1000, 5);
-        let tail = random_bytes(1000, 6);
-        m.write(10, &head).unwrap();
-        m.write(3 * MIB - 1000, &tail).unwrap();
-        model[10..1010].copy_from_slice(&head);
-        model[(3 * MIB - 1000) as usize..].copy_from_slice(&tail);
-        fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(MIB).unwrap();
-        match m.flush() {
-            Err(Error::FileShrank { len, mapped_len, dirty_bytes, .. }) => {
-                assert_eq!((len, mapped_len), (MIB, 3 * MIB));
-                assert_eq!(dirty_bytes, 4096, "{memory:?}: the tail's extent stays dirty");
-            }
-            other => panic!("{memory:?}: expected FileShrank, got {other:?}"),
+fn a_file_cut_under_the_map_is_not_grown_back_by_a_flush(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("cut");
+    let mut model = random_bytes((3 * MIB) as usize, 4);
+    fs::write(&path, &model).unwrap();
+    let m = map(&path, memory.clone(), 4 * MIB, 4096, true);
+    let head = random_bytes(1000, 5);
+    let tail = random_bytes(1000, 6);
+    m.write(10, &head).unwrap();
+    m.write(3 * MIB - 1000, &tail).unwrap();
+    model[10..1010].copy_from_slice(&head);
+    model[(3 * MIB - 1000) as usize..].copy_from_slice(&tail);
+    fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(MIB).unwrap();
+    match m.flush() {
+        Err(Error::FileShrank { len, mapped_len, dirty_bytes, .. }) => {
+            assert_eq!((len, mapped_len), (MIB, 3 * MIB));
+            assert_eq!(dirty_bytes, 4096, "{memory:?}: the tail's extent stays dirty");
         }
-        assert_eq!(fs::metadata(&path).unwrap().len(), MIB, "{memory:?}: the flush grew the file");
-        assert_eq!(&fs::read(&path).unwrap()[10..1010], &head[..], "the part inside was written");
-        assert!(matches!(m.flush(), Err(Error::FileShrank { .. })), "the error sticks");
-        assert_eq!(m.stats().dirty_bytes, 4096);
-        // Long enough again: a sync writes what stayed dirty, and the error is gone.
-        fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(3 * MIB).unwrap();
-        m.sync().unwrap();
-        m.flush().unwrap();
-        assert_eq!(m.stats().dirty_bytes, 0);
-        let on_disk = fs::read(&path).unwrap();
-        assert!(on_disk[(3 * MIB - 1000) as usize..] == tail[..], "{memory:?}");
+        other => panic!("{memory:?}: expected FileShrank, got {other:?}"),
     }
+    assert_eq!(fs::metadata(&path).unwrap().len(), MIB, "{memory:?}: the flush grew the file");
+    assert_eq!(&fs::read(&path).unwrap()[10..1010], &head[..], "the part inside was written");
+    assert!(matches!(m.flush(), Err(Error::FileShrank { .. })), "the error sticks");
+    assert_eq!(m.stats().dirty_bytes, 4096);
+    // Long enough again: a sync writes what stayed dirty, and the error is gone.
+    fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(3 * MIB).unwrap();
+    m.sync().unwrap();
+    m.flush().unwrap();
+    assert_eq!(m.stats().dirty_bytes, 0);
+    let on_disk = fs::read(&path).unwrap();
+    assert!(on_disk[(3 * MIB - 1000) as usize..] == tail[..], "{memory:?}");
 }
 
 // ---- one cache, three files: a model-based test ------------------------------------------
@@ -384,256 +383,244 @@ proptest! {
     /// Budgets of one to four frames (up to 2048 slots of 4 KiB) force evictions across files,
     /// write-backs of dirty frames and slot frames given up for file frames.
     #[test]
-    fn three_files_in_one_cache_match_their_models(
+    fn three_files_in_one_cache_match_their_models_on_host(
         frames in 1u64..5,
         extent_shift in prop_oneof![Just(12u32), Just(14), Just(16)],
         ops in proptest::collection::vec(op(), 1..30),
     ) {
-        for memory in memories() {
-            check_three_files(memory, frames, 1 << extent_shift, &ops);
+        check_three_files(Device::Host, frames, 1 << extent_shift, &ops);
+    }
+
+    /// The same on the GPU.
+    #[test]
+    #[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
+    fn three_files_in_one_cache_match_their_models_on_gpu(
+        frames in 1u64..5,
+        extent_shift in prop_oneof![Just(12u32), Just(14), Just(16)],
+        ops in proptest::collection::vec(op(), 1..30),
+    ) {
+        if let Some(device) = common::gpu() {
+            check_three_files(Device::Cuda(device), frames, 1 << extent_shift, &ops);
         }
     }
 }
 
 // ---- semantics --------------------------------------------------------------------------
 
-#[test]
-fn partial_last_extent_reads_as_the_file_then_zeros() {
-    for memory in memories() {
-        for (len, extent) in [(1u64, 4096u64), (5000, 4096), (2 * MIB + 1, 65536), (4095, 4096)] {
-            let dir = scratch();
-            let path = dir.path().join("odd");
-            let mut model = random_bytes(len as usize, len);
-            fs::write(&path, &model).unwrap();
-            let m = map(&path, memory.clone(), 4 * MIB, extent, true);
-            let mut got = vec![0u8; len as usize];
-            m.read(0, &mut got).unwrap();
-            assert!(got == model);
-            m.write(len - 1, b"Z").unwrap();
-            model[len as usize - 1] = b'Z';
-            let view = m.view(len / 2, len - len / 2).unwrap();
-            let mut tail = vec![0u8; (len - len / 2) as usize];
-            view.copy_to_host(0, &mut tail).unwrap();
-            assert!(tail[..] == model[(len / 2) as usize..]);
-            drop(view);
-            m.close().unwrap();
-            assert_eq!(fs::read(&path).unwrap(), model, "{memory:?} len {len}");
-        }
-    }
-}
-
-#[test]
-fn many_threads_fault_each_extent_once() {
-    for memory in memories() {
+fn partial_last_extent_reads_as_the_file_then_zeros(memory: Device) {
+    for (len, extent) in [(1u64, 4096u64), (5000, 4096), (2 * MIB + 1, 65536), (4095, 4096)] {
         let dir = scratch();
-        let path = dir.path().join("shared");
-        let data = random_bytes((6 * MIB + 123) as usize, 5);
-        fs::write(&path, &data).unwrap();
-        let m = map(&path, memory.clone(), 8 * MIB, 65536, false);
-        std::thread::scope(|s| {
-            for t in 0..8u64 {
-                let (m, data) = (&m, &data);
-                s.spawn(move || {
-                    let offset = t * 700_001 % (data.len() as u64 / 2);
-                    let mut got = vec![0u8; data.len() - offset as usize];
-                    m.read(offset, &mut got).unwrap();
-                    assert!(got[..] == data[offset as usize..]);
-                });
-            }
-        });
-        let stats = m.stats();
-        assert_eq!(stats.bytes_faulted, data.len() as u64, "{memory:?}: an extent was read twice");
-        assert_eq!(stats.resident_bytes, data.len() as u64);
-        assert_eq!(stats.evictions, 0);
-    }
-}
-
-#[test]
-fn random_single_extent_views_use_slots_not_frames() {
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("sparse-use");
-        let len = 64 * MIB;
-        let data = random_bytes(len as usize, 9);
-        fs::write(&path, &data).unwrap();
-        // One frame of budget: 512 slots of 4 KiB. Frames would hold one useful extent each.
-        let m = map(&path, memory.clone(), FRAME, 4096, false);
-        let offsets: Vec<u64> =
-            (0..400u64).map(|i| (i * 2_654_435_761) % (len / 4096) * 4096).collect();
-        for &o in &offsets {
-            let view = m.view(o, 4096).unwrap();
-            let mut got = [0u8; 16];
-            view.copy_to_host(100, &mut got).unwrap();
-            assert!(got[..] == data[o as usize + 100..][..16]);
-        }
-        let before = m.stats();
-        assert_eq!(before.frames, 0, "{memory:?}: a random 4 KiB view mapped a frame");
-        assert!(before.slots >= 390, "{memory:?}: {before:?}");
-        // All of them still resident: viewing them again reads nothing.
-        for &o in &offsets {
-            drop(m.view(o, 4096).unwrap());
-        }
-        assert_eq!(m.stats().misses, before.misses, "{memory:?}: resident extents were read again");
-    }
-}
-
-#[test]
-fn budget_is_kept_and_pinned_views_are_never_evicted() {
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("budget");
-        let data = random_bytes((8 * MIB) as usize, 6);
-        fs::write(&path, &data).unwrap();
-        let m = MapOptions::new()
-            .memory(memory.clone())
-            .frame_size(FRAME)
-            .budget(FRAME)
-            .extent_size(65536)
-            .pin_wait(std::time::Duration::ZERO)
-            .open(&path)
-            .unwrap();
-        match m.view(0, 3 * MIB) {
-            Err(Error::OutOfBudget { requested, budget, .. }) => {
-                assert_eq!((requested, budget), (4 * MIB, FRAME))
-            }
-            other => panic!("{memory:?}: expected OutOfBudget, got {other:?}"),
-        }
-        // One frame of budget, pinned by a live wide view: no other frame can come in.
-        let held = m.view(0, 100_000).unwrap();
-        match m.view(6 * MIB, 100_000) {
-            Err(Error::OutOfBudget { in_use, .. }) => assert_eq!(in_use, FRAME),
-            other => panic!("{memory:?}: expected OutOfBudget while pinned, got {other:?}"),
-        }
-        let mut first = vec![0u8; 4096];
-        held.copy_to_host(0, &mut first).unwrap();
-        assert!(first[..] == data[..4096], "{memory:?}: the pinned view's bytes changed");
-        drop(held);
-        let mut got = vec![0u8; 100_000];
-        m.read(6 * MIB, &mut got).unwrap();
-        assert!(got[..] == data[6 * MIB as usize..][..100_000]);
-        let stats = m.stats();
-        assert_eq!(stats.evictions, 1, "{stats:?}");
-        assert!(m.cache().stats().used_bytes <= FRAME);
-    }
-}
-
-#[test]
-fn a_view_waits_for_another_threads_view_to_unpin() {
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("wait");
-        let data = random_bytes((6 * MIB) as usize, 18);
-        fs::write(&path, &data).unwrap();
-        let m = map(&path, memory.clone(), FRAME, 65536, false);
-        let held = m.view(0, 100_000).unwrap();
-        std::thread::scope(|s| {
-            let waiter = s.spawn(|| m.view(4 * MIB, 100_000).map(|v| v.len()));
-            std::thread::sleep(std::time::Duration::from_millis(200));
-            drop(held);
-            assert_eq!(waiter.join().unwrap().unwrap(), 100_000, "{memory:?}");
-        });
-    }
-}
-
-#[test]
-fn dirty_frames_are_written_back_before_eviction_and_on_drop() {
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("evict-dirty");
-        let mut model = random_bytes((6 * MIB) as usize, 7);
+        let path = dir.path().join("odd");
+        let mut model = random_bytes(len as usize, len);
         fs::write(&path, &model).unwrap();
-        {
-            let m = map(&path, memory.clone(), FRAME, 4096, true);
-            let patch = random_bytes(10_000, 8);
-            m.write(MIB, &patch).unwrap();
-            model[MIB as usize..][..10_000].copy_from_slice(&patch);
-            // Another frame pushes the dirty one out: it must reach the file first.
-            let mut got = vec![0u8; 100_000];
-            m.read(4 * MIB, &mut got).unwrap();
-            let stats = m.stats();
-            assert!(stats.evictions >= 1);
-            assert!(stats.bytes_written_back >= 10_000, "{stats:?}");
-            assert!(fs::read(&path).unwrap() == model, "{memory:?}: write-back before eviction");
-            let patch = random_bytes(3, 9);
-            m.write(6 * MIB - 3, &patch).unwrap();
-            model[(6 * MIB - 3) as usize..].copy_from_slice(&patch);
-            assert_eq!(m.stats().dirty_bytes, 4096);
+        let m = map(&path, memory.clone(), 4 * MIB, extent, true);
+        let mut got = vec![0u8; len as usize];
+        m.read(0, &mut got).unwrap();
+        assert!(got == model);
+        m.write(len - 1, b"Z").unwrap();
+        model[len as usize - 1] = b'Z';
+        let view = m.view(len / 2, len - len / 2).unwrap();
+        let mut tail = vec![0u8; (len - len / 2) as usize];
+        view.copy_to_host(0, &mut tail).unwrap();
+        assert!(tail[..] == model[(len / 2) as usize..]);
+        drop(view);
+        m.close().unwrap();
+        assert_eq!(fs::read(&path).unwrap(), model, "{memory:?} len {len}");
+    }
+}
+
+fn many_threads_fault_each_extent_once(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("shared");
+    let data = random_bytes((6 * MIB + 123) as usize, 5);
+    fs::write(&path, &data).unwrap();
+    let m = map(&path, memory.clone(), 8 * MIB, 65536, false);
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (m, data) = (&m, &data);
+            s.spawn(move || {
+                let offset = t * 700_001 % (data.len() as u64 / 2);
+                let mut got = vec![0u8; data.len() - offset as usize];
+                m.read(offset, &mut got).unwrap();
+                assert!(got[..] == data[offset as usize..]);
+            });
         }
-        assert!(fs::read(&path).unwrap() == model, "{memory:?}: drop did not flush");
-    }
+    });
+    let stats = m.stats();
+    assert_eq!(stats.bytes_faulted, data.len() as u64, "{memory:?}: an extent was read twice");
+    assert_eq!(stats.resident_bytes, data.len() as u64);
+    assert_eq!(stats.evictions, 0);
 }
 
-#[test]
-fn dropping_a_file_gives_its_memory_back_to_the_cache() {
-    for memory in memories() {
-        let dir = scratch();
-        let c = cache(memory.clone(), 4 * FRAME, 4096);
-        let a = dir.path().join("a");
-        fs::write(&a, random_bytes((3 * MIB) as usize, 1)).unwrap();
-        let m = c.open(&a).unwrap();
-        let mut buf = vec![0u8; (3 * MIB) as usize];
-        m.read(0, &mut buf).unwrap();
-        drop(m.view(5 * 4096, 10).unwrap());
-        assert!(c.stats().used_bytes >= 2 * FRAME);
-        assert_eq!(c.stats().files, 1);
-        drop(m);
-        let stats = c.stats();
-        assert_eq!((stats.files, stats.slots_in_use), (0, 0), "{stats:?}");
-        assert!(
-            stats.used_bytes <= FRAME,
-            "{memory:?}: only an empty slot frame may stay: {stats:?}"
-        );
+fn random_single_extent_views_use_slots_not_frames(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("sparse-use");
+    let len = 64 * MIB;
+    let data = random_bytes(len as usize, 9);
+    fs::write(&path, &data).unwrap();
+    // One frame of budget: 512 slots of 4 KiB. Frames would hold one useful extent each.
+    let m = map(&path, memory.clone(), FRAME, 4096, false);
+    let offsets: Vec<u64> =
+        (0..400u64).map(|i| (i * 2_654_435_761) % (len / 4096) * 4096).collect();
+    for &o in &offsets {
+        let view = m.view(o, 4096).unwrap();
+        let mut got = [0u8; 16];
+        view.copy_to_host(100, &mut got).unwrap();
+        assert!(got[..] == data[o as usize + 100..][..16]);
     }
+    let before = m.stats();
+    assert_eq!(before.frames, 0, "{memory:?}: a random 4 KiB view mapped a frame");
+    assert!(before.slots >= 390, "{memory:?}: {before:?}");
+    // All of them still resident: viewing them again reads nothing.
+    for &o in &offsets {
+        drop(m.view(o, 4096).unwrap());
+    }
+    assert_eq!(m.stats().misses, before.misses, "{memory:?}: resident extents were read again");
 }
 
-#[test]
-fn a_file_that_shrinks_under_the_map_is_an_error_not_zeros() {
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("shrink");
-        fs::write(&path, random_bytes((3 * MIB) as usize, 10)).unwrap();
-        let m = map(&path, memory.clone(), 4 * MIB, 65536, false);
-        let mut head = vec![0u8; 100];
-        m.read(0, &mut head).unwrap();
-        fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(MIB).unwrap();
-        let mut tail = vec![0u8; 100];
-        match m.read(2 * MIB + 5, &mut tail) {
-            Err(Error::UnexpectedEof { .. }) => {}
-            other => panic!("{memory:?}: expected UnexpectedEof, got {other:?}"),
+fn budget_is_kept_and_pinned_views_are_never_evicted(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("budget");
+    let data = random_bytes((8 * MIB) as usize, 6);
+    fs::write(&path, &data).unwrap();
+    let m = MapOptions::new()
+        .memory(memory.clone())
+        .frame_size(FRAME)
+        .budget(FRAME)
+        .extent_size(65536)
+        .pin_wait(std::time::Duration::ZERO)
+        .open(&path)
+        .unwrap();
+    match m.view(0, 3 * MIB) {
+        Err(Error::OutOfBudget { requested, budget, .. }) => {
+            assert_eq!((requested, budget), (4 * MIB, FRAME))
         }
-        let mut rows = DeviceBuffer::zeroed(&m.cache().device(), 200).unwrap();
-        assert!(matches!(
-            m.gather(&[(0, 100), (2 * MIB + 5, 100)], rows.view_mut()),
-            Err(Error::UnexpectedEof { .. })
-        ));
-        m.read(0, &mut head).unwrap();
+        other => panic!("{memory:?}: expected OutOfBudget, got {other:?}"),
     }
+    // One frame of budget, pinned by a live wide view: no other frame can come in.
+    let held = m.view(0, 100_000).unwrap();
+    match m.view(6 * MIB, 100_000) {
+        Err(Error::OutOfBudget { in_use, .. }) => assert_eq!(in_use, FRAME),
+        other => panic!("{memory:?}: expected OutOfBudget while pinned, got {other:?}"),
+    }
+    let mut first = vec![0u8; 4096];
+    held.copy_to_host(0, &mut first).unwrap();
+    assert!(first[..] == data[..4096], "{memory:?}: the pinned view's bytes changed");
+    drop(held);
+    let mut got = vec![0u8; 100_000];
+    m.read(6 * MIB, &mut got).unwrap();
+    assert!(got[..] == data[6 * MIB as usize..][..100_000]);
+    let stats = m.stats();
+    assert_eq!(stats.evictions, 1, "{stats:?}");
+    assert!(m.cache().stats().used_bytes <= FRAME);
 }
 
-#[test]
-fn bad_requests_are_typed_errors() {
+fn a_view_waits_for_another_threads_view_to_unpin(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("wait");
+    let data = random_bytes((6 * MIB) as usize, 18);
+    fs::write(&path, &data).unwrap();
+    let m = map(&path, memory.clone(), FRAME, 65536, false);
+    let held = m.view(0, 100_000).unwrap();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| m.view(4 * MIB, 100_000).map(|v| v.len()));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        drop(held);
+        assert_eq!(waiter.join().unwrap().unwrap(), 100_000, "{memory:?}");
+    });
+}
+
+fn dirty_frames_are_written_back_before_eviction_and_on_drop(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("evict-dirty");
+    let mut model = random_bytes((6 * MIB) as usize, 7);
+    fs::write(&path, &model).unwrap();
+    {
+        let m = map(&path, memory.clone(), FRAME, 4096, true);
+        let patch = random_bytes(10_000, 8);
+        m.write(MIB, &patch).unwrap();
+        model[MIB as usize..][..10_000].copy_from_slice(&patch);
+        // Another frame pushes the dirty one out: it must reach the file first.
+        let mut got = vec![0u8; 100_000];
+        m.read(4 * MIB, &mut got).unwrap();
+        let stats = m.stats();
+        assert!(stats.evictions >= 1);
+        assert!(stats.bytes_written_back >= 10_000, "{stats:?}");
+        assert!(fs::read(&path).unwrap() == model, "{memory:?}: write-back before eviction");
+        let patch = random_bytes(3, 9);
+        m.write(6 * MIB - 3, &patch).unwrap();
+        model[(6 * MIB - 3) as usize..].copy_from_slice(&patch);
+        assert_eq!(m.stats().dirty_bytes, 4096);
+    }
+    assert!(fs::read(&path).unwrap() == model, "{memory:?}: drop did not flush");
+}
+
+fn dropping_a_file_gives_its_memory_back_to_the_cache(memory: Device) {
+    let dir = scratch();
+    let c = cache(memory.clone(), 4 * FRAME, 4096);
+    let a = dir.path().join("a");
+    fs::write(&a, random_bytes((3 * MIB) as usize, 1)).unwrap();
+    let m = c.open(&a).unwrap();
+    let mut buf = vec![0u8; (3 * MIB) as usize];
+    m.read(0, &mut buf).unwrap();
+    drop(m.view(5 * 4096, 10).unwrap());
+    assert!(c.stats().used_bytes >= 2 * FRAME);
+    assert_eq!(c.stats().files, 1);
+    drop(m);
+    let stats = c.stats();
+    assert_eq!((stats.files, stats.slots_in_use), (0, 0), "{stats:?}");
+    assert!(stats.used_bytes <= FRAME, "{memory:?}: only an empty slot frame may stay: {stats:?}");
+}
+
+fn a_file_that_shrinks_under_the_map_is_an_error_not_zeros(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("shrink");
+    fs::write(&path, random_bytes((3 * MIB) as usize, 10)).unwrap();
+    let m = map(&path, memory.clone(), 4 * MIB, 65536, false);
+    let mut head = vec![0u8; 100];
+    m.read(0, &mut head).unwrap();
+    fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(MIB).unwrap();
+    let mut tail = vec![0u8; 100];
+    match m.read(2 * MIB + 5, &mut tail) {
+        Err(Error::UnexpectedEof { .. }) => {}
+        other => panic!("{memory:?}: expected UnexpectedEof, got {other:?}"),
+    }
+    let mut rows = DeviceBuffer::zeroed(&m.cache().device(), 200).unwrap();
+    assert!(matches!(
+        m.gather(&[(0, 100), (2 * MIB + 5, 100)], rows.view_mut()),
+        Err(Error::UnexpectedEof { .. })
+    ));
+    m.read(0, &mut head).unwrap();
+}
+
+fn bad_requests_are_typed_errors(memory: Device) {
     let dir = scratch();
     let path = dir.path().join("bad");
     fs::write(&path, random_bytes(10_000, 11)).unwrap();
-    for memory in memories() {
-        let m = map(&path, memory.clone(), FRAME, 4096, false);
-        assert!(matches!(m.view(9_000, 2_000), Err(Error::OutOfRange { file_len: 10_000, .. })));
-        assert!(matches!(m.view(u64::MAX, 2), Err(Error::Overflow { .. })));
-        let view = m.view(100, 50).unwrap();
-        let mut too_much = vec![0u8; 51];
-        assert!(matches!(view.copy_to_host(0, &mut too_much), Err(Error::OutOfRange { .. })));
-        assert_eq!(view.device().is_some(), matches!(memory, Device::Cuda(_)));
-        assert_eq!(m.base().is_some(), matches!(memory, Device::Cuda(_)));
-        assert!(m.view(10_000, 0).unwrap().is_empty());
-        let mut small = DeviceBuffer::zeroed(&m.cache().device(), 10).unwrap();
-        assert!(matches!(
-            m.gather(&[(0, 8), (8, 8)], small.view_mut()),
-            Err(Error::BufferTooSmall { needed: 16, available: 10 })
-        ));
-        let other = cache(memory.clone(), FRAME, 4096).open(&path).unwrap();
-        let e = m.cache().gather(&[other.range(0, 4)], small.view_mut()).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(ref s) if s.contains("another cache")), "{e}");
-    }
+    let m = map(&path, memory.clone(), FRAME, 4096, false);
+    assert!(matches!(m.view(9_000, 2_000), Err(Error::OutOfRange { file_len: 10_000, .. })));
+    assert!(matches!(m.view(u64::MAX, 2), Err(Error::Overflow { .. })));
+    let view = m.view(100, 50).unwrap();
+    let mut too_much = vec![0u8; 51];
+    assert!(matches!(view.copy_to_host(0, &mut too_much), Err(Error::OutOfRange { .. })));
+    assert_eq!(view.device().is_some(), matches!(memory, Device::Cuda(_)));
+    assert_eq!(m.base().is_some(), matches!(memory, Device::Cuda(_)));
+    assert!(m.view(10_000, 0).unwrap().is_empty());
+    let mut small = DeviceBuffer::zeroed(&m.cache().device(), 10).unwrap();
+    assert!(matches!(
+        m.gather(&[(0, 8), (8, 8)], small.view_mut()),
+        Err(Error::BufferTooSmall { needed: 16, available: 10 })
+    ));
+    let other = cache(memory.clone(), FRAME, 4096).open(&path).unwrap();
+    let e = m.cache().gather(&[other.range(0, 4)], small.view_mut()).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(ref s) if s.contains("another cache")), "{e}");
+}
+
+#[test]
+fn bad_options_are_typed_errors() {
+    let dir = scratch();
+    let path = dir.path().join("bad");
+    fs::write(&path, random_bytes(10_000, 11)).unwrap();
     let host = || {
         let mut o = MapOptions::new();
         o.memory(Device::Host);
@@ -658,103 +645,87 @@ fn bad_requests_are_typed_errors() {
     assert!(matches!(missing, Err(Error::Io { .. })));
 }
 
-#[test]
-fn evict_gives_memory_back_and_faults_again() {
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("evict");
-        let mut model = random_bytes((5 * MIB) as usize, 13);
-        fs::write(&path, &model).unwrap();
-        let m = map(&path, memory.clone(), 6 * MIB, 65536, true);
-        let patch = random_bytes(777, 14);
-        m.write(3 * MIB, &patch).unwrap();
-        model[3 * MIB as usize..][..777].copy_from_slice(&patch);
-        let held = m.view(0, 100_000).unwrap(); // frame 0 stays
-        m.evict().unwrap();
-        let stats = m.stats();
-        assert_eq!(stats.frames, 1, "{memory:?}: only the pinned frame stays");
-        assert_eq!(stats.dirty_bytes, 0);
-        assert!(fs::read(&path).unwrap() == model, "{memory:?}: evict did not write back");
-        drop(held);
-        let before = m.stats().bytes_faulted;
-        let mut got = vec![0u8; model.len()];
-        m.read(0, &mut got).unwrap();
-        assert!(got == model);
-        assert_eq!(m.stats().bytes_faulted - before, 5 * MIB - 2 * 65536, "{memory:?}");
+fn evict_gives_memory_back_and_faults_again(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("evict");
+    let mut model = random_bytes((5 * MIB) as usize, 13);
+    fs::write(&path, &model).unwrap();
+    let m = map(&path, memory.clone(), 6 * MIB, 65536, true);
+    let patch = random_bytes(777, 14);
+    m.write(3 * MIB, &patch).unwrap();
+    model[3 * MIB as usize..][..777].copy_from_slice(&patch);
+    let held = m.view(0, 100_000).unwrap(); // frame 0 stays
+    m.evict().unwrap();
+    let stats = m.stats();
+    assert_eq!(stats.frames, 1, "{memory:?}: only the pinned frame stays");
+    assert_eq!(stats.dirty_bytes, 0);
+    assert!(fs::read(&path).unwrap() == model, "{memory:?}: evict did not write back");
+    drop(held);
+    let before = m.stats().bytes_faulted;
+    let mut got = vec![0u8; model.len()];
+    m.read(0, &mut got).unwrap();
+    assert!(got == model);
+    assert_eq!(m.stats().bytes_faulted - before, 5 * MIB - 2 * 65536, "{memory:?}");
+}
+
+fn sequential_walks_read_ahead(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("walk");
+    let data = random_bytes((16 * MIB) as usize, 15);
+    fs::write(&path, &data).unwrap();
+    let m = map(&path, memory.clone(), 8 * MIB, 65536, false);
+    m.advise(0, 16 * MIB, Advice::Sequential).unwrap();
+    let window = 2 * MIB;
+    let mut got = vec![0u8; window as usize];
+    for offset in (0..16 * MIB).step_by(window as usize) {
+        let view = m.view(offset, window).unwrap();
+        view.copy_to_host(0, &mut got).unwrap();
+        assert!(got[..] == data[offset as usize..][..window as usize], "{memory:?} at {offset}");
     }
+    let stats = m.stats();
+    assert_eq!(stats.bytes_faulted, 16 * MIB, "{memory:?}: each byte read once: {stats:?}");
+    assert!(stats.hits > 0, "{memory:?}: read-ahead had nothing ready: {stats:?}");
+}
+
+fn views_and_prefetch_in_batches(memory: Device) {
+    let dir = scratch();
+    let c = cache(memory.clone(), 8 * FRAME, 4096);
+    let path = dir.path().join("batch");
+    let data = random_bytes((10 * MIB) as usize, 16);
+    fs::write(&path, &data).unwrap();
+    let m = c.open(&path).unwrap();
+    let ranges: Vec<(u64, u64)> =
+        (0..300u64).map(|i| ((i * 7919 * 4096) % (10 * MIB - 9000), 9000)).collect();
+    let views = m.views(&ranges).unwrap();
+    for (view, &(o, l)) in views.iter().zip(&ranges) {
+        let mut got = vec![0u8; l as usize];
+        view.copy_to_host(0, &mut got).unwrap();
+        assert!(got[..] == data[o as usize..][..l as usize]);
+    }
+    drop(views);
+    m.prefetch(0, MIB).wait().unwrap();
+    let before = m.stats().misses;
+    drop(m.view(0, MIB).unwrap());
+    assert_eq!(m.stats().misses, before, "{memory:?}: the prefetched range was read again");
+    assert!(matches!(m.prefetch(10 * MIB, 1).wait(), Err(Error::OutOfRange { .. })));
+}
+
+fn async_gathers_hand_the_buffer_back(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("async");
+    let data = random_bytes((3 * MIB) as usize, 17);
+    fs::write(&path, &data).unwrap();
+    let m = map(&path, memory.clone(), 4 * MIB, 4096, false);
+    let dst = DeviceBuffer::zeroed(&m.cache().device(), 3 * 5000).unwrap();
+    let dst =
+        m.gather_async(vec![(7, 5000), (MIB, 5000), (3 * MIB - 5000, 5000)], dst).wait().unwrap();
+    let got = dst.to_vec().unwrap();
+    assert!(got[..5000] == data[7..5007]);
+    assert!(got[10_000..] == data[(3 * MIB - 5000) as usize..]);
 }
 
 #[test]
-fn sequential_walks_read_ahead() {
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("walk");
-        let data = random_bytes((16 * MIB) as usize, 15);
-        fs::write(&path, &data).unwrap();
-        let m = map(&path, memory.clone(), 8 * MIB, 65536, false);
-        m.advise(0, 16 * MIB, Advice::Sequential).unwrap();
-        let window = 2 * MIB;
-        let mut got = vec![0u8; window as usize];
-        for offset in (0..16 * MIB).step_by(window as usize) {
-            let view = m.view(offset, window).unwrap();
-            view.copy_to_host(0, &mut got).unwrap();
-            assert!(
-                got[..] == data[offset as usize..][..window as usize],
-                "{memory:?} at {offset}"
-            );
-        }
-        let stats = m.stats();
-        assert_eq!(stats.bytes_faulted, 16 * MIB, "{memory:?}: each byte read once: {stats:?}");
-        assert!(stats.hits > 0, "{memory:?}: read-ahead had nothing ready: {stats:?}");
-    }
-}
-
-#[test]
-fn views_and_prefetch_in_batches() {
-    for memory in memories() {
-        let dir = scratch();
-        let c = cache(memory.clone(), 8 * FRAME, 4096);
-        let path = dir.path().join("batch");
-        let data = random_bytes((10 * MIB) as usize, 16);
-        fs::write(&path, &data).unwrap();
-        let m = c.open(&path).unwrap();
-        let ranges: Vec<(u64, u64)> =
-            (0..300u64).map(|i| ((i * 7919 * 4096) % (10 * MIB - 9000), 9000)).collect();
-        let views = m.views(&ranges).unwrap();
-        for (view, &(o, l)) in views.iter().zip(&ranges) {
-            let mut got = vec![0u8; l as usize];
-            view.copy_to_host(0, &mut got).unwrap();
-            assert!(got[..] == data[o as usize..][..l as usize]);
-        }
-        drop(views);
-        m.prefetch(0, MIB).wait().unwrap();
-        let before = m.stats().misses;
-        drop(m.view(0, MIB).unwrap());
-        assert_eq!(m.stats().misses, before, "{memory:?}: the prefetched range was read again");
-        assert!(matches!(m.prefetch(10 * MIB, 1).wait(), Err(Error::OutOfRange { .. })));
-    }
-}
-
-#[test]
-fn async_gathers_hand_the_buffer_back() {
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("async");
-        let data = random_bytes((3 * MIB) as usize, 17);
-        fs::write(&path, &data).unwrap();
-        let m = map(&path, memory.clone(), 4 * MIB, 4096, false);
-        let dst = DeviceBuffer::zeroed(&m.cache().device(), 3 * 5000).unwrap();
-        let dst = m
-            .gather_async(vec![(7, 5000), (MIB, 5000), (3 * MIB - 5000, 5000)], dst)
-            .wait()
-            .unwrap();
-        let got = dst.to_vec().unwrap();
-        assert!(got[..5000] == data[7..5007]);
-        assert!(got[10_000..] == data[(3 * MIB - 5000) as usize..]);
-    }
-}
-
-#[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
 fn device_views_are_device_memory_at_base_plus_offset() {
     let Some(device) = common::gpu() else { return };
     let dir = scratch();
@@ -774,55 +745,50 @@ fn device_views_are_device_memory_at_base_plus_offset() {
 
 /// A 1 TiB sparse file under a small budget (host 64 MiB, GPU 256 MiB): random views and
 /// gathers see the blocks written into it, and zeros elsewhere; the budget holds.
-#[test]
-fn a_terabyte_sparse_file_under_a_small_budget() {
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("tera");
-        let len = 1u64 << 40;
-        let file = fs::File::create(&path).unwrap();
-        if file.set_len(len).is_err() {
-            eprintln!("SKIP a_terabyte_sparse_file_under_a_small_budget: no sparse files here");
-            return;
+fn a_terabyte_sparse_file_under_a_small_budget(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("tera");
+    let len = 1u64 << 40;
+    let file = fs::File::create(&path).unwrap();
+    if file.set_len(len).is_err() {
+        eprintln!("SKIP a_terabyte_sparse_file_under_a_small_budget: no sparse files here");
+        return;
+    }
+    let mut blocks = Vec::new();
+    for i in 0..64u64 {
+        let offset = (i * 0x9E37_79B9_7F4A_7C15u64) % (len - 8192) / 4096 * 4096 + (i % 3) * 100;
+        let data = random_bytes(5000, i);
+        std::os::unix::fs::FileExt::write_all_at(&file, &data, offset).unwrap();
+        blocks.push((offset, data));
+    }
+    drop(file);
+    let budget = if memory.is_host() { 64 * MIB } else { 256 * MIB };
+    let c = cache(memory.clone(), budget, 4096);
+    let m = c.open(&path).unwrap();
+    for (offset, data) in &blocks {
+        let view = m.view(*offset, 100).unwrap();
+        let mut got = vec![0u8; 100];
+        view.copy_to_host(0, &mut got).unwrap();
+        assert!(got[..] == data[..100], "{memory:?}: block at {offset}");
+    }
+    let ranges: Vec<(u64, u64)> = blocks.iter().map(|(o, d)| (*o, d.len() as u64)).collect();
+    let mut rows = DeviceBuffer::zeroed(&c.device(), 64 * 5000).unwrap();
+    m.gather(&ranges, rows.view_mut()).unwrap();
+    let got = rows.to_vec().unwrap();
+    for (i, (_, data)) in blocks.iter().enumerate() {
+        assert!(got[i * 5000..(i + 1) * 5000] == data[..], "{memory:?}: gathered block {i}");
+    }
+    // Holes read as zeros, far apart.
+    for k in 0..200u64 {
+        let offset = (k * 5_368_709_121) % (len - 4096);
+        if blocks.iter().any(|(o, d)| offset < o + d.len() as u64 + 8192 && *o < offset + 8192) {
+            continue;
         }
-        let mut blocks = Vec::new();
-        for i in 0..64u64 {
-            let offset =
-                (i * 0x9E37_79B9_7F4A_7C15u64) % (len - 8192) / 4096 * 4096 + (i % 3) * 100;
-            let data = random_bytes(5000, i);
-            std::os::unix::fs::FileExt::write_all_at(&file, &data, offset).unwrap();
-            blocks.push((offset, data));
-        }
-        drop(file);
-        let budget = if memory.is_host() { 64 * MIB } else { 256 * MIB };
-        let c = cache(memory.clone(), budget, 4096);
-        let m = c.open(&path).unwrap();
-        for (offset, data) in &blocks {
-            let view = m.view(*offset, 100).unwrap();
-            let mut got = vec![0u8; 100];
-            view.copy_to_host(0, &mut got).unwrap();
-            assert!(got[..] == data[..100], "{memory:?}: block at {offset}");
-        }
-        let ranges: Vec<(u64, u64)> = blocks.iter().map(|(o, d)| (*o, d.len() as u64)).collect();
-        let mut rows = DeviceBuffer::zeroed(&c.device(), 64 * 5000).unwrap();
-        m.gather(&ranges, rows.view_mut()).unwrap();
-        let got = rows.to_vec().unwrap();
-        for (i, (_, data)) in blocks.iter().enumerate() {
-            assert!(got[i * 5000..(i + 1) * 5000] == data[..], "{memory:?}: gathered block {i}");
-        }
-        // Holes read as zeros, far apart.
-        for k in 0..200u64 {
-            let offset = (k * 5_368_709_121) % (len - 4096);
-            if blocks.iter().any(|(o, d)| offset < o + d.len() as u64 + 8192 && *o < offset + 8192)
-            {
-                continue;
-            }
-            let view = m.view(offset, 64).unwrap();
-            let mut got = [1u8; 64];
-            view.copy_to_host(0, &mut got).unwrap();
-            assert_eq!(got, [0u8; 64], "{memory:?}: hole at {offset}");
-            let stats = c.stats();
-            assert!(stats.used_bytes <= stats.budget, "{stats:?}");
-        }
+        let view = m.view(offset, 64).unwrap();
+        let mut got = [1u8; 64];
+        view.copy_to_host(0, &mut got).unwrap();
+        assert_eq!(got, [0u8; 64], "{memory:?}: hole at {offset}");
+        let stats = c.stats();
+        assert!(stats.used_bytes <= stats.budget, "{stats:?}");
     }
 }

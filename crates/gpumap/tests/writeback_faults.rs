@@ -6,6 +6,7 @@
 //!
 //! The hook is process-wide: these tests run one at a time (a lock), in their own test binary.
 
+#[macro_use]
 mod common;
 
 use std::fs;
@@ -22,13 +23,12 @@ const MIB: u64 = 1 << 20;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn memories() -> Vec<Device> {
-    let mut all = vec![Device::Host];
-    if let Some(gpu) = common::gpu() {
-        all.push(Device::Cuda(gpu));
-    }
-    all
-}
+on_host_and_gpu!(
+    eio_during_a_flush_keeps_bytes_dirty_until_a_sync_writes_them,
+    a_failed_write_back_before_eviction_is_returned_and_loses_nothing,
+    dropping_a_map_whose_flush_fails_keeps_the_file_intact_where_written,
+    enospc_on_a_full_file_system,
+);
 
 fn scratch() -> tempfile::TempDir {
     let base =
@@ -53,86 +53,74 @@ fn fault(path: &Path, errno: i32, after_bytes: u64) -> WriteFault {
     WriteFault { path_contains: name, errno, after_bytes, times: 0 }
 }
 
-#[test]
-fn eio_during_a_flush_keeps_bytes_dirty_until_a_sync_writes_them() {
+fn eio_during_a_flush_keeps_bytes_dirty_until_a_sync_writes_them(memory: Device) {
     let _one = ONE_AT_A_TIME.lock();
-    for memory in memories() {
-        for after in [0u64, 5000] {
-            let dir = scratch();
-            let path = dir.path().join(format!("eio-{after}"));
-            let mut model = random_bytes((3 * MIB) as usize, after + 1);
-            fs::write(&path, &model).unwrap();
-            let m = open(&path, &memory, 4 * MIB);
-            let patch = random_bytes(300_000, 2);
-            m.write(12_345, &patch).unwrap();
-            model[12_345..12_345 + 300_000].copy_from_slice(&patch);
-            arm_write_fault(fault(&path, libc::EIO, after));
-            let e = m.flush().unwrap_err();
-            assert!(matches!(e, Error::WriteBack { .. }), "{memory:?}: {e}");
-            assert_eq!(e.raw_os_error(), Some(libc::EIO), "{memory:?}: {e}");
-            let dirty = m.stats().dirty_bytes;
-            assert!(dirty > 0, "{memory:?}: failed extents must stay dirty");
-            assert_eq!(m.stats().write_errors, 1);
-            disarm();
-            // The write succeeds now, but the error sticks until a sync.
-            let e = m.flush().unwrap_err();
-            assert_eq!(e.raw_os_error(), Some(libc::EIO), "{memory:?}: sticky: {e}");
-            m.sync().unwrap();
-            m.flush().unwrap();
-            assert_eq!(m.stats().dirty_bytes, 0);
-            m.close().unwrap();
-            assert!(
-                fs::read(&path).unwrap() == model,
-                "{memory:?} after {after}: the file differs"
-            );
-        }
-    }
-}
-
-#[test]
-fn a_failed_write_back_before_eviction_is_returned_and_loses_nothing() {
-    let _one = ONE_AT_A_TIME.lock();
-    for memory in memories() {
+    for after in [0u64, 5000] {
         let dir = scratch();
-        let path = dir.path().join("evict-eio");
-        let mut model = random_bytes((6 * MIB) as usize, 3);
+        let path = dir.path().join(format!("eio-{after}"));
+        let mut model = random_bytes((3 * MIB) as usize, after + 1);
         fs::write(&path, &model).unwrap();
-        // One frame of budget: reading another frame must evict the dirty one first.
-        let m = open(&path, &memory, 2 * MIB);
-        let patch = random_bytes(50_000, 4);
-        m.write(MIB, &patch).unwrap();
-        model[MIB as usize..][..50_000].copy_from_slice(&patch);
-        arm_write_fault(fault(&path, libc::EIO, 0));
-        let mut far = vec![0u8; 100_000];
-        let e = m.read(4 * MIB, &mut far).unwrap_err();
+        let m = open(&path, &memory, 4 * MIB);
+        let patch = random_bytes(300_000, 2);
+        m.write(12_345, &patch).unwrap();
+        model[12_345..12_345 + 300_000].copy_from_slice(&patch);
+        arm_write_fault(fault(&path, libc::EIO, after));
+        let e = m.flush().unwrap_err();
+        assert!(matches!(e, Error::WriteBack { .. }), "{memory:?}: {e}");
         assert_eq!(e.raw_os_error(), Some(libc::EIO), "{memory:?}: {e}");
-        assert_eq!(m.stats().dirty_bytes, 53_248, "{memory:?}: the dirty extents stay");
+        let dirty = m.stats().dirty_bytes;
+        assert!(dirty > 0, "{memory:?}: failed extents must stay dirty");
+        assert_eq!(m.stats().write_errors, 1);
         disarm();
+        // The write succeeds now, but the error sticks until a sync.
+        let e = m.flush().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "{memory:?}: sticky: {e}");
         m.sync().unwrap();
-        m.read(4 * MIB, &mut far).unwrap();
-        assert!(far[..] == model[4 * MIB as usize..][..100_000]);
-        drop(m);
-        assert!(fs::read(&path).unwrap() == model, "{memory:?}: the file differs");
+        m.flush().unwrap();
+        assert_eq!(m.stats().dirty_bytes, 0);
+        m.close().unwrap();
+        assert!(fs::read(&path).unwrap() == model, "{memory:?} after {after}: the file differs");
     }
 }
 
-#[test]
-fn dropping_a_map_whose_flush_fails_keeps_the_file_intact_where_written() {
+fn a_failed_write_back_before_eviction_is_returned_and_loses_nothing(memory: Device) {
     let _one = ONE_AT_A_TIME.lock();
-    for memory in memories() {
-        let dir = scratch();
-        let path = dir.path().join("drop-eio");
-        let model = random_bytes((2 * MIB) as usize, 5);
-        fs::write(&path, &model).unwrap();
-        let m = open(&path, &memory, 2 * MIB);
-        m.write(100, &random_bytes(1000, 6)).unwrap();
-        arm_write_fault(fault(&path, libc::EIO, 0));
-        // close returns the error; the file keeps its old bytes (nothing half-written).
-        let e = m.close().unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
-        disarm();
-        assert!(fs::read(&path).unwrap() == model, "{memory:?}");
-    }
+    let dir = scratch();
+    let path = dir.path().join("evict-eio");
+    let mut model = random_bytes((6 * MIB) as usize, 3);
+    fs::write(&path, &model).unwrap();
+    // One frame of budget: reading another frame must evict the dirty one first.
+    let m = open(&path, &memory, 2 * MIB);
+    let patch = random_bytes(50_000, 4);
+    m.write(MIB, &patch).unwrap();
+    model[MIB as usize..][..50_000].copy_from_slice(&patch);
+    arm_write_fault(fault(&path, libc::EIO, 0));
+    let mut far = vec![0u8; 100_000];
+    let e = m.read(4 * MIB, &mut far).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{memory:?}: {e}");
+    assert_eq!(m.stats().dirty_bytes, 53_248, "{memory:?}: the dirty extents stay");
+    disarm();
+    m.sync().unwrap();
+    m.read(4 * MIB, &mut far).unwrap();
+    assert!(far[..] == model[4 * MIB as usize..][..100_000]);
+    drop(m);
+    assert!(fs::read(&path).unwrap() == model, "{memory:?}: the file differs");
+}
+
+fn dropping_a_map_whose_flush_fails_keeps_the_file_intact_where_written(memory: Device) {
+    let _one = ONE_AT_A_TIME.lock();
+    let dir = scratch();
+    let path = dir.path().join("drop-eio");
+    let model = random_bytes((2 * MIB) as usize, 5);
+    fs::write(&path, &model).unwrap();
+    let m = open(&path, &memory, 2 * MIB);
+    m.write(100, &random_bytes(1000, 6)).unwrap();
+    arm_write_fault(fault(&path, libc::EIO, 0));
+    // close returns the error; the file keeps its old bytes (nothing half-written).
+    let e = m.close().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    disarm();
+    assert!(fs::read(&path).unwrap() == model, "{memory:?}");
 }
 
 /// A tmpfs of `size` bytes mounted for the test, unmounted when dropped.
@@ -162,31 +150,28 @@ impl Drop for SmallTmpfs {
     }
 }
 
-#[test]
-fn enospc_on_a_full_file_system() {
+fn enospc_on_a_full_file_system(memory: Device) {
     let _one = ONE_AT_A_TIME.lock();
     let Some(tmpfs) = SmallTmpfs::mount(4 * MIB) else {
         eprintln!("SKIP enospc_on_a_full_file_system: cannot mount a tmpfs here (not root?)");
         return;
     };
-    for memory in memories() {
-        let path = tmpfs.dir.join("sparse");
-        let filler = tmpfs.dir.join("filler");
-        let _ = fs::remove_file(&path);
-        fs::write(&filler, vec![1u8; (2 * MIB) as usize]).unwrap();
-        // A hole of 3 MiB: writing it back needs blocks the file system does not have.
-        fs::File::create(&path).unwrap().set_len(3 * MIB).unwrap();
-        let m = open(&path, &memory, 4 * MIB);
-        let data = random_bytes((3 * MIB) as usize, 7);
-        m.write(0, &data).unwrap();
-        let e = m.flush().unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{memory:?}: {e}");
-        assert!(m.stats().dirty_bytes > 0, "{memory:?}");
-        assert_eq!(fs::metadata(&path).unwrap().len(), 3 * MIB, "the file's length is unchanged");
-        fs::remove_file(&filler).unwrap();
-        m.sync().unwrap();
-        m.close().unwrap();
-        assert!(fs::read(&path).unwrap() == data, "{memory:?}: the file differs after the retry");
-        fs::remove_file(&path).unwrap();
-    }
+    let path = tmpfs.dir.join("sparse");
+    let filler = tmpfs.dir.join("filler");
+    let _ = fs::remove_file(&path);
+    fs::write(&filler, vec![1u8; (2 * MIB) as usize]).unwrap();
+    // A hole of 3 MiB: writing it back needs blocks the file system does not have.
+    fs::File::create(&path).unwrap().set_len(3 * MIB).unwrap();
+    let m = open(&path, &memory, 4 * MIB);
+    let data = random_bytes((3 * MIB) as usize, 7);
+    m.write(0, &data).unwrap();
+    let e = m.flush().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{memory:?}: {e}");
+    assert!(m.stats().dirty_bytes > 0, "{memory:?}");
+    assert_eq!(fs::metadata(&path).unwrap().len(), 3 * MIB, "the file's length is unchanged");
+    fs::remove_file(&filler).unwrap();
+    m.sync().unwrap();
+    m.close().unwrap();
+    assert!(fs::read(&path).unwrap() == data, "{memory:?}: the file differs after the retry");
+    fs::remove_file(&path).unwrap();
 }

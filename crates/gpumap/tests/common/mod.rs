@@ -3,6 +3,31 @@
 
 use gpumap::memory::cuda::CudaDevice;
 
+/// Declares, for each function `name(memory: Device)` listed, the tests `name::host` (always
+/// run) and `name::gpu`: ignored by default, with the reason `cargo test` prints beside it and
+/// counts in its summary; `cargo test -- --include-ignored` runs it (scripts/test.sh does where
+/// `nvidia-smi` finds a GPU), and it skips loudly where there is none, unless
+/// `GPUMAP_REQUIRE_GPU=1` makes that a failure.
+#[macro_export]
+macro_rules! on_host_and_gpu {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn host() {
+                super::$name(gpumap::memory::Device::Host)
+            }
+
+            #[test]
+            #[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
+            fn gpu() {
+                if let Some(device) = $crate::common::gpu() {
+                    super::$name(gpumap::memory::Device::Cuda(device))
+                }
+            }
+        }
+    )*};
+}
+
 /// Whether the environment demands that GPU tests run (`GPUMAP_REQUIRE_GPU=1`).
 pub fn gpu_required() -> bool {
     std::env::var("GPUMAP_REQUIRE_GPU").is_ok_and(|v| v == "1")
