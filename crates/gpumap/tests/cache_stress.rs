@@ -9,7 +9,7 @@
 mod common;
 
 use std::fs;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -190,7 +190,70 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// What each thread of a randomized run is doing (workers 0-3, the chaos thread 4), how many
+/// operations were done, and the cache's last stats: what a hung run reports.
+#[derive(Default)]
+struct Progress {
+    phases: [AtomicU8; 5],
+    ops: AtomicU64,
+    stats: Mutex<String>,
+}
+
+const PHASES: [&str; 11] = [
+    "between operations",
+    "view_mut",
+    "writing through a writable view",
+    "keeping a writable view alive",
+    "view",
+    "reading through a view",
+    "flush",
+    "flush_range",
+    "evict",
+    "read",
+    "done",
+];
+
+/// A randomized run on a thread of its own under a watchdog: a run that does not end within its
+/// time plus 90 s fails with what every thread was doing, instead of hanging the test binary.
 fn run_randomized(memory: Device, threads: usize, time: Duration) {
+    let progress = Arc::new(Progress::default());
+    let (done, finished) = std::sync::mpsc::channel();
+    let name = format!("{memory:?} pool {threads}");
+    {
+        let progress = Arc::clone(&progress);
+        std::thread::spawn(move || {
+            randomized_run(memory, threads, time, &progress);
+            let _ = done.send(());
+        });
+    }
+    let limit = time + Duration::from_secs(90);
+    match finished.recv_timeout(limit) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("{name}: the run panicked (its message is above)")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            let phases: Vec<String> = progress
+                .phases
+                .iter()
+                .enumerate()
+                .map(|(t, p)| {
+                    let who = if t < 4 { format!("worker {t}") } else { "chaos".to_owned() };
+                    format!("{who}: {}", PHASES[p.load(Ordering::Relaxed) as usize])
+                })
+                .collect();
+            panic!(
+                "{name}: no end after {limit:?} (hung): {} operations; {}; last stats {}",
+                progress.ops.load(Ordering::Relaxed),
+                phases.join(", "),
+                progress.stats.lock()
+            );
+        }
+    }
+}
+
+fn randomized_run(memory: Device, threads: usize, time: Duration, progress: &Progress) {
+    let phase = |t: usize, p: u8| progress.phases[t].store(p, Ordering::Relaxed);
     let dir = scratch();
     let path = dir.path().join("chaos");
     let workers = 4usize;
@@ -212,12 +275,13 @@ fn run_randomized(memory: Device, threads: usize, time: Duration) {
     let models: Vec<Mutex<Vec<u8>>> =
         (0..workers).map(|w| Mutex::new(initial[w * stripe..(w + 1) * stripe].to_vec())).collect();
     let stop = AtomicBool::new(false);
-    let ops = AtomicU64::new(0);
-    let deadline = Instant::now() + time;
+    let ops = &progress.ops;
+    let started = Instant::now();
+    let deadline = started + time;
     let memory = &memory;
     std::thread::scope(|s| {
         for w in 0..workers {
-            let (map, models, stop, ops) = (&map, &models, &stop, &ops);
+            let (map, models, stop, phase) = (&map, &models, &stop, &phase);
             s.spawn(move || {
                 let mut rng = Rng(0xD1B5_4A32_D192_ED03 ^ ((w as u64 + 7) * 0x2545_F491));
                 let base = (w * stripe) as u64;
@@ -226,10 +290,13 @@ fn run_randomized(memory: Device, threads: usize, time: Duration) {
                     let n = 1 + rng.below(9000);
                     if rng.below(2) == 0 {
                         let bytes = random_bytes(n as usize, rng.next());
+                        phase(w, 1);
                         let mut view = retry(|| map.view_mut(base + o, n));
+                        phase(w, 2);
                         view.copy_from_host(0, &bytes).unwrap();
                         models[w].lock()[o as usize..][..n as usize].copy_from_slice(&bytes);
                         if rng.below(3) == 0 {
+                            phase(w, 3);
                             // Keep it alive a little while the chaos thread flushes.
                             std::thread::sleep(Duration::from_micros(rng.below(300)));
                             let late = random_bytes(n as usize, rng.next());
@@ -237,7 +304,9 @@ fn run_randomized(memory: Device, threads: usize, time: Duration) {
                             models[w].lock()[o as usize..][..n as usize].copy_from_slice(&late);
                         }
                     } else {
+                        phase(w, 4);
                         let view = retry(|| map.view(base + o, n));
+                        phase(w, 5);
                         let mut got = vec![0u8; n as usize];
                         view.copy_to_host(0, &mut got).unwrap();
                         assert!(
@@ -245,11 +314,13 @@ fn run_randomized(memory: Device, threads: usize, time: Duration) {
                             "{memory:?} pool {threads}: worker {w} read {o}+{n}"
                         );
                     }
+                    phase(w, 0);
                     ops.fetch_add(1, Ordering::Relaxed);
                 }
+                phase(w, 10);
             });
         }
-        let (map, stop, cache) = (&map, &stop, &cache);
+        let (map, stop, cache, phase) = (&map, &stop, &cache, &phase);
         s.spawn(move || {
             // Stops the workers however this thread ends: a panic here must fail the test,
             // not leave the workers running forever.
@@ -257,21 +328,32 @@ fn run_randomized(memory: Device, threads: usize, time: Duration) {
             let mut rng = Rng(42 + threads as u64);
             while Instant::now() < deadline {
                 match rng.below(5) {
-                    0 => map.flush().unwrap(),
+                    0 => {
+                        phase(4, 6);
+                        map.flush().unwrap()
+                    }
                     1 => {
+                        phase(4, 7);
                         let o = rng.below(map.len() - 1);
                         map.flush_range(o, rng.below(map.len() - o)).unwrap();
                     }
-                    2 => map.evict().unwrap(),
+                    2 => {
+                        phase(4, 8);
+                        map.evict().unwrap()
+                    }
                     _ => {
+                        phase(4, 9);
                         let o = rng.below(map.len() - 70_000);
                         let mut got = vec![0u8; 70_000];
                         retry(|| map.read(o, &mut got));
                     }
                 }
+                phase(4, 0);
                 let stats = cache.stats();
+                *progress.stats.lock() = format!("{stats:?}");
                 assert!(stats.used_bytes <= stats.budget, "{stats:?}");
             }
+            phase(4, 10);
         });
     });
     map.close().unwrap();
@@ -283,7 +365,8 @@ fn run_randomized(memory: Device, threads: usize, time: Duration) {
         );
     }
     eprintln!(
-        "randomized {memory:?}, pool {threads}: {} operations in {time:?}",
-        ops.load(Ordering::Relaxed)
+        "randomized {memory:?}, pool {threads}: {} operations in {:.2?} (asked for {time:?})",
+        ops.load(Ordering::Relaxed),
+        started.elapsed()
     );
 }

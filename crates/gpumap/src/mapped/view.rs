@@ -392,14 +392,17 @@ impl DeviceMappedFile {
         for (from, n) in windows {
             let map = self.clone();
             self.entry().file.pool().spawn_detached(move || {
+                // A window the walk has passed by the time the pool gets here is not read:
+                // it would only push out what the walk needs next.
+                if map.entry().access.lock().last_end.is_some_and(|end| end > from) {
+                    return;
+                }
                 // A prefetch never waits for others (it runs on the pool they may need).
-                let fetched = map.shared().pin_frames(map.entry(), from, n, false, true, false);
-                match fetched {
-                    Ok(pins) => map.shared().unpin_prefetch(map.entry(), &pins),
-                    Err(e) => tracing::debug!(
+                if let Err(e) = map.shared().pin_frames(map.entry(), from, n, false, true, false) {
+                    tracing::debug!(
                         "read-ahead of {from}+{n} in {} skipped: {e}",
                         map.path().display()
-                    ),
+                    );
                 }
             });
         }
@@ -414,8 +417,7 @@ impl DeviceMappedFile {
         // I/O pool's threads must stay free for those reads.
         std::thread::spawn(move || {
             let result = map.check(offset, len).and_then(|()| {
-                let pins = map.shared().pin_frames(map.entry(), offset, len, false, true, true)?;
-                map.shared().unpin_prefetch(map.entry(), &pins);
+                map.shared().pin_frames(map.entry(), offset, len, false, true, true)?;
                 Ok(())
             });
             completer.complete(result);
@@ -694,6 +696,11 @@ impl View {
 
     /// The view's GPU memory, for kernels: valid while the view lives (the borrow says so).
     /// `None` on the host backend (and for an empty view).
+    ///
+    /// Work queued on a stream does not hold the pin: synchronise the stream (or an event after
+    /// the last kernel that reads this memory) before dropping the view, because once it is
+    /// dropped the memory may be evicted and reused for other data. The address works in the
+    /// device's primary context, which gpumap and cudarc's `CudaContext::new` both use.
     pub fn device(&self) -> Option<CudaView<'_>> {
         self.raw().map(CudaView::assume_valid)
     }
