@@ -8,13 +8,20 @@
 # Then, on the GPU machine (docs/gpu.md):
 #   bash .gpu/on-device.sh tests                      (GPUMAP_BIN=$PWD/.gpu/bin/gpumap for the CLI tests)
 #   bash .gpu/on-device.sh bench 4
+#   bash .gpu/on-device.sh run .gpu/bin/example-map_kernel    (each example: example-NAME)
 #   bash .gpu/on-device.sh run python3 -m pytest python/tests -rs -p no:cacheprovider
 #   bash .gpu/on-device.sh run python3 python/bench/bench.py FILE --jsonl "$OUT/results.jsonl"
 # Usage (project root): scripts/stage-gpu.sh [extra stage.sh args, e.g. --test cuda]
+# GPUMAP_GPU_KIT names the workplace's GPU kit (stage.sh, on-device.sh); default ../shared/gpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+kit=${GPUMAP_GPU_KIT:-../shared/gpu}
+if [ ! -f "$kit/stage.sh" ]; then
+  echo "stage-gpu.sh: no GPU kit at $kit (set GPUMAP_GPU_KIT to the folder holding stage.sh)" >&2
+  exit 2
+fi
 CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1} maturin build --release -m python/Cargo.toml
-bash ../shared/gpu/stage.sh "$@"
+bash "$kit/stage.sh" "$@"
 rm -f .gpu/bin/test-compile_fail
 cargo bench -p gpumap-bench --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, shutil, subprocess, sys
@@ -25,6 +32,22 @@ for line in sys.stdin:
         dest = ".gpu/bin/bench-" + m["target"]["name"]
         shutil.copy(m["executable"], dest)
         subprocess.run(["strip", dest], check=False)
+        print("staged", dest)'
+# The library's examples as .gpu/bin/example-NAME (run there with
+# `bash .gpu/on-device.sh run .gpu/bin/example-NAME`); stage.sh staged them under their bare
+# names: those copies (the same bytes) are removed so that each travels once.
+cargo build --release -p gpumap --examples --message-format=json 2>/dev/null | python3 -c '
+import filecmp, json, os, shutil, subprocess, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["example"]:
+        name = m["target"]["name"]
+        dest = ".gpu/bin/example-" + name
+        shutil.copy(m["executable"], dest)
+        subprocess.run(["strip", dest], check=False)
+        bare = ".gpu/bin/" + name
+        if os.path.exists(bare) and filecmp.cmp(bare, dest, shallow=False): os.remove(bare)
         print("staged", dest)'
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -2,15 +2,27 @@
 # Every test: the Rust workspace's (`cargo test --release`), then the Python package's — the
 # wheel built from this repository (maturin, abi3) and installed into a fresh virtual
 # environment with the registry packages the tests use, then pytest on python/tests.
-# GPU tests skip loudly without a GPU; GPUMAP_REQUIRE_GPU=1 makes them run or fail.
+# Rust GPU tests are #[ignore]d with the reason (cargo counts them in its summary); where
+# `nvidia-smi` finds a GPU, or GPUMAP_REQUIRE_GPU=1 demands one, they run (--include-ignored)
+# and a missing GPU fails them. Python GPU tests skip with the reason (pytest -rs).
 # Usage: scripts/test.sh [extra pytest args]      PYTHON=python3.12 picks the interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
-echo "== Rust: cargo test --release"
-cargo test --release
+gpu_tests=()
+if [ "${GPUMAP_REQUIRE_GPU:-0}" = 1 ] || nvidia-smi -L >/dev/null 2>&1; then
+  gpu_tests=(-- --include-ignored)
+fi
+echo "== Rust: cargo test --release ${gpu_tests[*]}"
+cargo test --release "${gpu_tests[@]}"
+
+echo "== the library's dependencies: scripts/check-deps.sh (no CLI crates; rust-version)"
+bash scripts/check-deps.sh
+
+echo "== examples: scripts/examples.sh (every crates/gpumap/examples program, run once)"
+bash scripts/examples.sh
 
 echo "== Python: build the wheel into a fresh virtual environment"
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpumapio-test.XXXXXX")

@@ -43,11 +43,14 @@
 //! host-to-device copy costs about 8 µs, and 16 threads issuing one each are serialised in the
 //! driver at about 12 µs a copy — so small reads are batched: pieces in flight together
 //! ([`io::FileHandle::pread_device`] futures, or one [`io::FileHandle::read_device_batch`])
-//! are packed into one pinned buffer and copied once per run of adjacent destinations. That
-//! takes random 4 KiB reads from a warm cache from 78 thousand to over 2 million a second.
+//! are packed into one pinned buffer, uploaded in one copy and placed by one kernel launch per
+//! group (one copy per run where the destinations are adjacent). That takes random 4 KiB reads
+//! from a warm cache from 78 thousand a second to 1.1–3.3 million through futures and about
+//! 3 million through one batch call (H100 and H200, `docs/benchmarks.md`).
 //!
-//! **cuFile (GPUDirect Storage).** Where nvidia-fs (or NVMe P2P DMA) is available, cuFile DMAs
-//! between the disk and GPU memory with no bounce. Where cuFile's library opens but no DMA path
+//! **cuFile (GPUDirect Storage).** Where nvidia-fs is loaded, cuFile DMAs between the disk and
+//! GPU memory with no bounce (`Auto` checks for nvidia-fs only; NVMe P2P DMA without it is
+//! not recognised). Where cuFile's library opens but no DMA path
 //! exists, it falls back to its own unpipelined POSIX path (about 2 GB/s warm on the test
 //! machine). The [`config::CompatMode`] decides — `On`: POSIX; `Off`: cuFile or an error; `Auto`:
 //! cuFile where it is real GDS, POSIX otherwise — and every decision carries its reason
@@ -63,9 +66,9 @@
 //! 35 µs and the driver serialises the calls — and tracks validity and I/O per *extent* (a power
 //! of two from 4 KiB, 64 KiB by default). A frame is either mapped at its place in one file's
 //! reserved address range, so that a view of any range is contiguous (`base + offset`), or cut
-//! into *slots* of one extent each, holding extents of any file wherever they fall: random 4 KiB
-//! reads of a file a thousand times larger than the budget then cost 4 KiB of memory each, not
-//! a frame. Memory is evicted least recently used first across files, never while pinned by a
+//! into *slots* of one extent each, holding extents of any file wherever they fall: with 4 KiB
+//! extents, random 4 KiB reads of a file a thousand times larger than the budget then cost
+//! 4 KiB of memory each, not a frame. Memory is evicted least recently used first across files, never while pinned by a
 //! view, and after its dirty extents were written back. Missing extents of a gather are read
 //! into pinned buffers and placed by one kernel launch per group (one `cuMemcpyHtoDAsync` per
 //! piece measured 0.38 M pieces/s; a packed copy and a kernel 10.8–12.7 M/s).
@@ -107,3 +110,8 @@ mod sys;
 pub use capabilities::Capabilities;
 pub use config::Config;
 pub use error::{Error, Result};
+
+/// The README's Rust snippets, compiled and run as doctests (on host memory without a GPU).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
