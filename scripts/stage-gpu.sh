@@ -35,9 +35,9 @@ for line in sys.stdin:
         print("staged", dest)'
 # The library's examples as .gpu/bin/example-NAME (run there with
 # `bash .gpu/on-device.sh run .gpu/bin/example-NAME`); stage.sh staged them under their bare
-# names: those copies (the same bytes) are removed so that each travels once.
+# names too (stripped its own way): those copies are removed so that each travels once.
 cargo build --release -p gpumap --examples --message-format=json 2>/dev/null | python3 -c '
-import filecmp, json, os, shutil, subprocess, sys
+import json, os, shutil, subprocess, sys
 for line in sys.stdin:
     try: m = json.loads(line)
     except ValueError: continue
@@ -47,7 +47,7 @@ for line in sys.stdin:
         shutil.copy(m["executable"], dest)
         subprocess.run(["strip", dest], check=False)
         bare = ".gpu/bin/" + name
-        if os.path.exists(bare) and filecmp.cmp(bare, dest, shallow=False): os.remove(bare)
+        if os.path.exists(bare): os.remove(bare)
         print("staged", dest)'
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
