@@ -19,7 +19,7 @@ use serde::Serialize;
 use gpumap::config::{CompatMode, DirectRead};
 use gpumap::error::{Error, Result};
 use gpumap::io::{DeviceRead, FileHandle, IoPool, ScratchFile};
-use gpumap::mapped::{CacheOptions, DeviceCache, DeviceMappedFile, MapOptions};
+use gpumap::mapped::{CacheOptions, DeviceCache, DeviceMappedFile, MapOptions, ZeroCopyOptions};
 use gpumap::memory::cuda::{CudaBuffer, CudaDevice, PinnedBuffer, Stream};
 use gpumap::memory::{Device, DeviceViewMut, HostBuffer};
 
@@ -485,6 +485,9 @@ pub fn run_device(
 ///   (`gpumap-cache-views-*`); extents of the block size, so a miss reads what it needs;
 /// - a sequential walk in 64 MiB windows with a budget of a quarter of the file
 ///   (`gpumap-cache-walk-b4`, `seq_read_warm`/`_cold`), read-ahead overlapping the windows;
+/// - the zero-copy tier (`ZeroCopyFile`): registering the warm file (`gpumap-zerocopy`,
+///   `register_warm`), then the random reads gathered in place from the page cache in batches
+///   of 1024 from every thread (`gpumap-zerocopy-batch`, warm only: registering reads the file);
 /// - the median time of a view of resident data (`gpumap-cache-view-hit`,
 ///   `view_resident_latency`; `seconds` is the median of 100,000 views).
 ///
@@ -586,6 +589,32 @@ fn run_cache(
             secs,
         ));
     }
+    // The zero-copy tier: the warm file registered for the GPU, rows gathered in place.
+    warm_page_cache(&options.file)?;
+    let t = Instant::now();
+    let file = ZeroCopyOptions::new()
+        .device(Device::Cuda(device.clone()))
+        .max_pinned(u64::MAX)
+        .open(&options.file)?;
+    emit(&Record::new("gpumap-zerocopy", "register_warm", 1, file_len, t.elapsed().as_secs_f64()));
+    for RandomWorkload { name, block, offsets, .. } in random_workloads(options, file_len) {
+        let dsts = (0..threads)
+            .map(|_| Ok(Taken::new(CudaBuffer::alloc(device, 1024 * block as usize)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let batches: Vec<Vec<(u64, u64)>> =
+            offsets.chunks(1024).map(|c| c.iter().map(|&o| (o, block)).collect()).collect();
+        let secs = in_threads(threads, batches.iter().collect(), |t, rows| {
+            let mut dst = dsts[t].take();
+            let result = file.gather(rows, dst.view_mut()).map(drop);
+            dsts[t].put(dst);
+            result
+        })?;
+        let bytes = block * offsets.len() as u64;
+        let record =
+            Record::new("gpumap-zerocopy-batch", &format!("{name}_warm"), threads, bytes, secs);
+        emit(&record.with_ops(offsets.len() as u64));
+    }
+    drop(file);
     // The cost of a view of resident data.
     let (_cache, map) = open(64 << 20, 4096)?;
     drop(map.view(0, 4096)?);

@@ -202,6 +202,8 @@ pub(crate) struct FileEntry {
     pub(crate) memory: FileMemory,
     pub(crate) sticky: Mutex<Option<StickyError>>,
     pub(crate) access: Mutex<AccessState>,
+    /// The file registered for the GPU to read in place ([`MapOptions::zero_copy`]).
+    pub(crate) zero_copy: Option<super::ZeroCopyFile>,
 }
 
 /// How a file is being read, for read-ahead.
@@ -347,6 +349,23 @@ impl DeviceCache {
                 o
             }
         };
+        let zero_copy = match options.zero_copy {
+            Some(_) if options.writable => {
+                return Err(Error::InvalidArgument(format!(
+                    "{}: the zero-copy tier serves read-only maps; this one is writable",
+                    path.display()
+                )))
+            }
+            Some(max_pinned) => {
+                let mut zero_copy = super::ZeroCopyOptions::new();
+                zero_copy.device(self.device());
+                if let Some(bytes) = max_pinned {
+                    zero_copy.max_pinned(bytes);
+                }
+                Some(zero_copy.open(path)?)
+            }
+            None => None,
+        };
         let file = handle_options.open(path, if options.writable { "r+" } else { "r" })?;
         let len = file.len()?;
         let memory = self.shared.store.open_file(len)?;
@@ -361,6 +380,7 @@ impl DeviceCache {
             memory,
             sticky: Mutex::new(None),
             access: Mutex::new(AccessState { advice: options.advice, ..AccessState::default() }),
+            zero_copy,
         });
         state.files.insert(id, Arc::clone(&entry));
         drop(state);

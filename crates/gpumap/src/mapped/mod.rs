@@ -26,7 +26,8 @@
 //! `cache` (the cache and its stats), `books` (the residency books: states, pins, LRU, no I/O),
 //! `geometry` (extent and frame arithmetic), `store` (GPU or host memory: mapping and moving
 //! bytes), `faults` (views, gathers and prefetches bringing extents in), `writeback` (dirty
-//! extents out, sticky errors), `view` (files, views, advice).
+//! extents out, sticky errors), `view` (files, views, advice), `zero_copy` (warm read-only files
+//! read by the GPU in place from the page cache, with no device memory: [`ZeroCopyFile`]).
 #![forbid(unsafe_code)]
 
 mod books;
@@ -36,6 +37,8 @@ mod geometry;
 mod store;
 mod view;
 mod writeback;
+mod zero_copy;
 
 pub use cache::{CacheOptions, CacheStats, DeviceCache, FileStats};
 pub use view::{Advice, DeviceMappedFile, MapOptions, MapRange, View, ViewMut};
+pub use zero_copy::{ZeroCopyFile, ZeroCopyOptions};

@@ -55,6 +55,10 @@ struct Api {
     cuMemFree_v2: unsafe extern "C" fn(cu::CUdeviceptr) -> Status,
     cuMemHostAlloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> Status,
     cuMemFreeHost: unsafe extern "C" fn(*mut c_void) -> Status,
+    cuMemHostRegister_v2: unsafe extern "C" fn(*mut c_void, usize, c_uint) -> Status,
+    cuMemHostUnregister: unsafe extern "C" fn(*mut c_void) -> Status,
+    cuMemHostGetDevicePointer_v2:
+        unsafe extern "C" fn(*mut cu::CUdeviceptr, *mut c_void, c_uint) -> Status,
     cuPointerGetAttributes:
         unsafe extern "C" fn(c_uint, *mut c_uint, *mut *mut c_void, cu::CUdeviceptr) -> Status,
     cuMemGetAddressRange_v2:
@@ -192,6 +196,9 @@ fn load_api() -> Result<Api, String> {
         cuMemFree_v2,
         cuMemHostAlloc,
         cuMemFreeHost,
+        cuMemHostRegister_v2,
+        cuMemHostUnregister,
+        cuMemHostGetDevicePointer_v2,
         cuPointerGetAttributes,
         cuMemGetAddressRange_v2,
         cuStreamCreate,
@@ -1054,6 +1061,80 @@ impl Drop for PhysicalFrame {
             }
         }
     }
+}
+
+/// Host memory registered with the driver for the GPU to read (`cuMemHostRegister` with
+/// `CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_READ_ONLY`): its pages are pinned, and
+/// kernels read them over the bus at [`device_ptr`](Self::device_ptr). Unregistered on drop.
+pub(crate) struct HostRegistration {
+    ptr: NonNull<u8>,
+    device_ptr: u64,
+}
+
+// SAFETY: holds an address and a registration, no data; the driver call that ends it may come
+// from any thread.
+unsafe impl Send for HostRegistration {}
+// SAFETY: nothing is reached through a shared reference but the two addresses.
+unsafe impl Sync for HostRegistration {}
+
+impl HostRegistration {
+    /// Registers `len` bytes at `ptr` read-only. Pinning faults in and locks every page, so
+    /// this costs about 0.1 s per GiB of page-cached file (H100 machine) and fails where the
+    /// locked-memory limit or a page that cannot be read (the file shrank) stops it. Needs a
+    /// current context (the caller binds one).
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` is mapped, readable, and stays mapped until the registration is
+    /// dropped.
+    pub(crate) unsafe fn read_only(ptr: NonNull<u8>, len: usize) -> Result<Self> {
+        let flags = cu::CU_MEMHOSTREGISTER_DEVICEMAP | cu::CU_MEMHOSTREGISTER_READ_ONLY;
+        let api = api()?;
+        // SAFETY: the caller promises the range is mapped and stays so while registered.
+        check("cuMemHostRegister", unsafe {
+            (api.cuMemHostRegister_v2)(ptr.as_ptr().cast(), len, flags)
+        })?;
+        let mut device_ptr: cu::CUdeviceptr = 0;
+        // SAFETY: `device_ptr` is a valid out-pointer; `ptr` was registered just above.
+        let rc = check("cuMemHostGetDevicePointer", unsafe {
+            (api.cuMemHostGetDevicePointer_v2)(&mut device_ptr, ptr.as_ptr().cast(), 0)
+        });
+        if let Err(e) = rc {
+            // SAFETY: registered above, unregistered once, here.
+            let _ = unsafe { (api.cuMemHostUnregister)(ptr.as_ptr().cast()) };
+            return Err(e);
+        }
+        Ok(Self { ptr, device_ptr })
+    }
+
+    /// Where kernels on the device read the first byte.
+    pub(crate) fn device_ptr(&self) -> u64 {
+        self.device_ptr
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        match api() {
+            Ok(api) => {
+                // SAFETY: registered in `read_only`, unregistered exactly once, here.
+                let rc = unsafe { (api.cuMemHostUnregister)(self.ptr.as_ptr().cast()) };
+                if rc != CUDA_SUCCESS {
+                    tracing::warn!("cuMemHostUnregister failed: {}", error_name(rc));
+                }
+            }
+            Err(e) => tracing::warn!("cuMemHostUnregister not called: {e}"),
+        }
+    }
+}
+
+/// Whether device `ordinal` can read host memory registered read-only
+/// (`CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED`).
+pub(crate) fn read_only_host_register_supported(ordinal: usize) -> Result<bool> {
+    device_attribute(
+        ordinal,
+        cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
+    )
+    .map(|v| v != 0)
 }
 
 /// `cuDeviceGetAttribute`: an integer attribute of device `ordinal`.

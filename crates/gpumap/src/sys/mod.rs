@@ -7,5 +7,6 @@ pub mod cufile;
 pub(crate) mod host_memory;
 pub mod pagecache;
 pub mod posix;
+pub(crate) mod registered_file;
 pub mod signals;
 mod views;
