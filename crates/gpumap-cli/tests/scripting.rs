@@ -242,14 +242,17 @@ fn diagnostics_go_through_the_log_levels() {
 /// Runs `args` with standard output closed before the first write (what `| head -0` does, and
 /// what `| head -1` does to every line after the first) and returns the status and stderr.
 fn with_closed_stdout(args: &[&str], paths: &[&Path]) -> (Option<i32>, String) {
-    let mut child = gpumap()
+    // The read end is closed before the child starts: closing it after the spawn raced with a
+    // quick child writing everything into the pipe's buffer first (exit 0 on a busy machine).
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = gpumap()
         .args(args)
         .args(paths)
-        .stdout(Stdio::piped())
+        .stdout(writer)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
