@@ -487,7 +487,8 @@ pub fn run_device(
 ///   (`gpumap-cache-walk-b4`, `seq_read_warm`/`_cold`), read-ahead overlapping the windows;
 /// - the zero-copy tier (`ZeroCopyFile`): registering the warm file (`gpumap-zerocopy`,
 ///   `register_warm`), then the random reads gathered in place from the page cache in batches
-///   of 1024 from every thread (`gpumap-zerocopy-batch`, warm only: registering reads the file);
+///   of 1024 from every thread (`gpumap-zerocopy-batch`, warm only: registering reads the file),
+///   and single views of a map opened zero-copy from every thread (`gpumap-zerocopy-views`);
 /// - the median time of a view of resident data (`gpumap-cache-view-hit`,
 ///   `view_resident_latency`; `seconds` is the median of 100,000 views).
 ///
@@ -615,6 +616,21 @@ fn run_cache(
         emit(&record.with_ops(offsets.len() as u64));
     }
     drop(file);
+    // Single views of a map opened zero-copy, one a call from every thread.
+    let cache = CacheOptions::new().memory(Device::Cuda(device.clone())).build()?;
+    let map = cache.open_with(
+        &options.file,
+        MapOptions::new().handle_options(handle()?).zero_copy(Some(u64::MAX)),
+    )?;
+    for RandomWorkload { name, block, offsets, .. } in random_workloads(options, file_len) {
+        let secs =
+            in_threads(threads, offsets.iter().collect(), |_, o| map.view(**o, block).map(drop))?;
+        let bytes = block * offsets.len() as u64;
+        let record =
+            Record::new("gpumap-zerocopy-views", &format!("{name}_warm"), threads, bytes, secs);
+        emit(&record.with_ops(offsets.len() as u64));
+    }
+    drop((map, cache));
     // The cost of a view of resident data.
     let (_cache, map) = open(64 << 20, 4096)?;
     drop(map.view(0, 4096)?);

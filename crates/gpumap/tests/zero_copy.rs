@@ -157,6 +157,29 @@ fn maps_opened_zero_copy_gather_around_the_cache(memory: Device) {
     for (i, &o) in offsets.iter().enumerate() {
         assert!(got[i * 4096..][..4096] == da[o as usize..][..4096], "{memory:?}: row {i}");
     }
+    // Views, batches of views and reads: the registered file itself, or `pread`.
+    let view = za.view(12_345, 70_000).unwrap();
+    let mut got = vec![0u8; 70_000];
+    view.copy_to_host(0, &mut got).unwrap();
+    assert!(got[..] == da[12_345..82_345], "{memory:?}: a view");
+    match view.device() {
+        Some(device) => {
+            assert_eq!(Some(device.ptr()), za.base().map(|b| b + 12_345));
+            let mut through_device = vec![0u8; 1000];
+            device.copy_to_host(69_000, &mut through_device).unwrap();
+            assert!(through_device[..] == da[81_345..82_345], "{memory:?}: through the device");
+        }
+        None => assert!(matches!(memory, Device::Host)),
+    }
+    assert!(view.copy_to_host(69_999, &mut [0u8; 2]).is_err());
+    let views = za.views(&[(0, 1), ((3 << 20) - 4096, 4096)]).unwrap();
+    let mut last = vec![0u8; 4096];
+    views[1].copy_to_host(0, &mut last).unwrap();
+    assert!(last[..] == da[(3 << 20) - 4096..]);
+    let mut read = vec![0u8; 100_000];
+    za.read(2 << 20, &mut read).unwrap();
+    assert!(read[..] == da[2 << 20..(2 << 20) + 100_000]);
+    assert!(za.view(3 << 20, 1).is_err(), "past the end");
     let stats = za.stats();
     assert_eq!(
         (stats.hits, stats.misses, stats.resident_bytes),

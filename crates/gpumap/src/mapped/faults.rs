@@ -44,6 +44,8 @@ pub(crate) enum Pins {
     Frames(Range<u64>),
     /// One slot holding the view's extent.
     Slot(SlotId),
+    /// Nothing in the cache: the view is the file's zero-copy registration.
+    ZeroCopy,
 }
 
 impl CacheShared {
@@ -367,9 +369,14 @@ impl CacheShared {
         extents: Range<u64>,
         write: bool,
     ) {
+        if matches!(pins, Pins::Nothing | Pins::ZeroCopy) {
+            // Nothing in the books: no lock, no wake-up (zero-copy views come and go by the
+            // million).
+            return;
+        }
         let mut state = self.state.lock();
         match pins {
-            Pins::Nothing => {}
+            Pins::Nothing | Pins::ZeroCopy => {}
             Pins::Frames(frames) => {
                 if write {
                     state.books.mark_dirty(entry.id, extents);

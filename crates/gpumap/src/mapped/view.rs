@@ -108,7 +108,9 @@ impl MapOptions {
     /// host's page cache, with no cache memory, no faults and no evictions — 6.6 M random 4 KiB
     /// rows/s against the cache's 1.8 M in one H100 run (docs/benchmarks.md). Opening reads and
     /// pins the whole file in host memory, within `max_pinned` bytes across the process (`None`:
-    /// half of physical memory). Views still go through the cache. A writable map refuses it.
+    /// half of physical memory). Views are the registered file itself (`View::device` points
+    /// into it: kernels read the page cache over the bus; nothing is pinned in the cache), and
+    /// `read` reads with `pread`. A writable map refuses it.
     pub fn zero_copy(&mut self, max_pinned: Option<u64>) -> &mut Self {
         self.zero_copy = Some(max_pinned);
         self
@@ -282,9 +284,13 @@ impl DeviceMappedFile {
     }
 
     /// The device address of the file's first byte; the file's byte `o` is at `base() + o`
-    /// while a view pins it. `None` on the host backend.
+    /// while a view pins it (on a zero-copy map: always, in the registered page cache). `None`
+    /// on the host backend.
     pub fn base(&self) -> Option<u64> {
-        self.shared().store.base(&self.entry().memory)
+        match &self.entry().zero_copy {
+            Some(file) => file.device_ptr(),
+            None => self.shared().store.base(&self.entry().memory),
+        }
     }
 
     /// The cache's frame size.
@@ -326,9 +332,13 @@ impl DeviceMappedFile {
     /// read into a slot (one extent of memory) unless the file is advised `Sequential`; a wider
     /// range is one contiguous piece of memory at `base() + offset`, its frames mapped as
     /// needed. A view starting where the previous one ended (or any view of a `Sequential`
-    /// file) reads the next window ahead in the background.
+    /// file) reads the next window ahead in the background. On a map opened with
+    /// [`MapOptions::zero_copy`] the view is the registered file itself: no cache memory.
     pub fn view(&self, offset: u64, len: u64) -> Result<View> {
         self.check(offset, len)?;
+        if self.entry().zero_copy.is_some() {
+            return Ok(View { map: self.clone(), offset, len, pins: Pins::ZeroCopy });
+        }
         let g = self.shared().geometry;
         let advice = self.entry().access.lock().advice;
         let extents = g.extents_covering(offset, len);
@@ -364,11 +374,13 @@ impl DeviceMappedFile {
         for &(offset, len) in ranges {
             self.check(offset, len)?;
         }
-        let batch: Vec<GatherRange<'_>> = ranges
-            .iter()
-            .map(|&(offset, len)| GatherRange { entry: self.entry(), offset, len })
-            .collect();
-        self.shared().gather(&batch, None)?;
+        if self.entry().zero_copy.is_none() {
+            let batch: Vec<GatherRange<'_>> = ranges
+                .iter()
+                .map(|&(offset, len)| GatherRange { entry: self.entry(), offset, len })
+                .collect();
+            self.shared().gather(&batch, None)?;
+        }
         ranges.iter().map(|&(offset, len)| self.view(offset, len)).collect()
     }
 
@@ -465,6 +477,9 @@ impl DeviceMappedFile {
     /// windows of at most half the budget.
     pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
         self.check(offset, dst.len() as u64)?;
+        if let Some(file) = &self.entry().zero_copy {
+            return file.read_at(offset, dst);
+        }
         let mut done = 0usize;
         while done < dst.len() {
             let at = offset + done as u64;
@@ -707,13 +722,18 @@ impl View {
         let offset = self.offset + at;
         match self.pins {
             Pins::Slot(slot) => Home::Slot(slot, offset % self.map.extent_size()),
-            Pins::Frames(_) | Pins::Nothing => Home::Frame(&self.map.entry().memory, offset),
+            Pins::Frames(_) | Pins::Nothing | Pins::ZeroCopy => {
+                Home::Frame(&self.map.entry().memory, offset)
+            }
         }
     }
 
     fn raw(&self) -> Option<RawRegion> {
         if self.len == 0 {
             return None;
+        }
+        if let (Pins::ZeroCopy, Some(file)) = (&self.pins, &self.map.entry().zero_copy) {
+            return file.region(self.offset, self.len as usize);
         }
         self.map.shared().store.region(self.home(0), self.len as usize)
     }
@@ -731,6 +751,18 @@ impl View {
 
     /// Copies `dst.len()` bytes from `at` (relative to the view) into `dst`.
     pub fn copy_to_host(&self, at: u64, dst: &mut [u8]) -> Result<()> {
+        if let (Pins::ZeroCopy, Some(file)) = (&self.pins, &self.map.entry().zero_copy) {
+            match at.checked_add(dst.len() as u64) {
+                Some(end) if end <= self.len => return file.read_at(self.offset + at, dst),
+                _ => {
+                    return Err(Error::OutOfRange {
+                        offset: at,
+                        len: dst.len() as u64,
+                        file_len: self.len,
+                    })
+                }
+            }
+        }
         self.pieces(at, dst.len() as u64, |home, range| {
             self.map.shared().store.copy_out(home, &mut dst[range])
         })

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::io::FileHandle;
-use crate::memory::cuda::{BatchCopier, CudaDevice, DeviceCopy};
+use crate::memory::cuda::{BatchCopier, CudaDevice, DeviceCopy, RawRegion};
 use crate::memory::{Device, DeviceViewMut};
 use crate::sys::registered_file::RegisteredFile;
 
@@ -184,6 +184,24 @@ impl ZeroCopyFile {
         let rows: Vec<(&ZeroCopyFile, u64, u64)> =
             rows.iter().map(|&(o, n)| (self, o, n)).collect();
         gather_rows(&rows, dst.into())
+    }
+}
+
+impl ZeroCopyFile {
+    /// `[offset, offset + len)` of the registered file as device memory (the caller checked
+    /// the bounds); `None` on host memory.
+    pub(crate) fn region(&self, offset: u64, len: usize) -> Option<RawRegion> {
+        let gpu = self.gpu.as_ref()?;
+        (len > 0).then(|| RawRegion {
+            ptr: gpu.file.device_ptr() + offset,
+            len,
+            ordinal: gpu.device.ordinal(),
+        })
+    }
+
+    /// Reads `dst.len()` bytes at `offset` with `pread` (the CPU never reads the mapping).
+    pub(crate) fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        read_row(&self.file, offset, dst)
     }
 }
 
