@@ -246,13 +246,8 @@ fn with_closed_stdout(args: &[&str], paths: &[&Path]) -> (Option<i32>, String) {
     // quick child writing everything into the pipe's buffer first (exit 0 on a busy machine).
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let child = gpumap()
-        .args(args)
-        .args(paths)
-        .stdout(writer)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child =
+        gpumap().args(args).args(paths).stdout(writer).stderr(Stdio::piped()).spawn().unwrap();
     let out = child.wait_with_output().unwrap();
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }

@@ -39,7 +39,8 @@ pub struct MapOptions {
     pub(crate) writable: bool,
     pub(crate) handle: Option<HandleOptions>,
     pub(crate) advice: Advice,
-    /// Gathers go through the zero-copy tier, within this pinned limit (`None`: the default).
+    /// Gathers and views go through the zero-copy tier, within this pinned limit (`None`: the
+    /// default).
     pub(crate) zero_copy: Option<Option<u64>>,
     cache: CacheOptions,
     budget: Option<u64>,
@@ -105,12 +106,12 @@ impl MapOptions {
     /// Serves this read-only file's gathers ([`DeviceMappedFile::gather`], `gather_rows`, and
     /// [`DeviceCache::gather`] calls whose ranges are all of such files) from the zero-copy tier
     /// ([`ZeroCopyFile`](super::ZeroCopyFile)): rows are read by the GPU in place from the
-    /// host's page cache, with no cache memory, no faults and no evictions — 6.6 M random 4 KiB
-    /// rows/s against the cache's 1.8 M in one H100 run (docs/benchmarks.md). Opening reads and
-    /// pins the whole file in host memory, within `max_pinned` bytes across the process (`None`:
-    /// half of physical memory). Views are the registered file itself (`View::device` points
-    /// into it: kernels read the page cache over the bus; nothing is pinned in the cache), and
-    /// `read` reads with `pread`. A writable map refuses it.
+    /// host's page cache, with no cache memory, no faults and no evictions: 6.2–6.6 M random
+    /// 4 KiB rows/s against the cache's 1.5–1.8 M in the same H100 runs (docs/benchmarks.md).
+    /// Opening reads and pins the whole file in host memory, within `max_pinned` bytes across
+    /// the process (`None`: half of physical memory). Views are the registered file itself
+    /// (`View::device` points into it: kernels read the page cache over the bus; nothing is
+    /// pinned in the cache), and `read` reads with `pread`. A writable map refuses it.
     pub fn zero_copy(&mut self, max_pinned: Option<u64>) -> &mut Self {
         self.zero_copy = Some(max_pinned);
         self

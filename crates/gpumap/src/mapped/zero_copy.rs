@@ -5,8 +5,10 @@
 //! flag): its pages are pinned, and kernels read them over PCIe. A gather of rows into a device
 //! buffer is then one kernel launch reading the rows where they lie; a kernel of the caller's can
 //! read the file at [`ZeroCopyFile::device_ptr`] too. Measured on the H100 test machine
-//! (2026-11-22, issue 8): a kernel gathering 4 KiB rows from a registered warm 4 GiB file ran
-//! at 5.31 M rows/s, and registering the 4 GiB took 0.42 s. The price: registration reads and
+//! (2026-11-22, docs/benchmarks.md runs 13–15, a warm 4 GiB file, 16 threads): 6.2–6.6 M random
+//! 4 KiB rows/s (the cache's own gathers 1.5–1.8 M, `FileHandle`'s batch reads 3.7–4.3 M in the
+//! same runs), 0.64–0.67 M rows of 64 KiB (the bus's rate); registering the 4 GiB took
+//! 0.23–0.36 s. The price: registration reads and
 //! pins the whole file in host memory, so it is for files that fit in RAM beside everything
 //! else, under the limit [`ZeroCopyOptions::max_pinned`] sets across the process.
 //!
