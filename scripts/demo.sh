@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 size=${1:-1GiB}
 file=${2:-${TMPDIR:-/tmp}/gpumap-demo.bin}
 cargo build --release --quiet --bin gpumap
-bin=target/release/gpumap
+bin=${CARGO_TARGET_DIR:-target}/release/gpumap
 "$bin" info
 "$bin" write "$file" --size "$size" --truncate
 "$bin" read "$file" --verify-pattern

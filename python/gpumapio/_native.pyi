@@ -232,7 +232,18 @@ class DeviceCache:
         frame_size: int | None = None,
         device: int | str | None = None,
     ) -> Self: ...
-    def open(self, path: _Path, *, writable: bool = False, advice: _Advice = "normal") -> MappedFile: ...
+    def open(
+        self,
+        path: _Path,
+        *,
+        writable: bool = False,
+        advice: _Advice = "normal",
+        zero_copy: bool = False,
+        max_pinned: int | None = None,
+    ) -> MappedFile:
+        """Opens ``path`` in this cache. ``zero_copy``: gathers and views read the read-only
+        file in place from the host's page cache (the whole file is read and pinned, within
+        ``max_pinned`` bytes across the process; default half of physical memory)."""
     def stats(self) -> dict[str, Any]: ...
     def flush(self) -> None: ...
     def sync(self) -> None: ...

@@ -120,20 +120,27 @@ impl DeviceCache {
         Ok(DeviceCache { inner })
     }
 
-    /// Opens `path` in this cache (read-only unless `writable`).
-    #[pyo3(signature = (path, *, writable = false, advice = "normal"))]
+    /// Opens `path` in this cache (read-only unless `writable`). `zero_copy`: gathers and views
+    /// read the file in place from the host's page cache (registered for the GPU; the whole
+    /// file is read and pinned, within `max_pinned` bytes across the process).
+    #[pyo3(signature = (path, *, writable = false, advice = "normal", zero_copy = false, max_pinned = None))]
     fn open(
         &self,
         py: Python<'_>,
         path: PathBuf,
         writable: bool,
         advice: &str,
+        zero_copy: bool,
+        max_pinned: Option<u64>,
     ) -> PyResult<MappedFile> {
         let advice = advice_arg(advice)?;
         let cache = self.inner.clone();
         let inner = nogil(py, move || {
             let mut o = gpumap::mapped::MapOptions::new();
             o.writable(writable).advice(advice);
+            if zero_copy {
+                o.zero_copy(max_pinned);
+            }
             cache.open_with(&path, &o)
         })?;
         Ok(MappedFile { inner })

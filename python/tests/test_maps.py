@@ -214,3 +214,42 @@ def test_gpu_gather_into_cupy_and_torch():
         tv = torch.from_dlpack(view)
         assert tv.data_ptr() == view.ptr
         assert tv.cpu().numpy().tobytes() == data[4096 * 3 : 4096 * 4].tobytes()
+
+
+def test_zero_copy_maps_gather_and_view_around_the_cache(table):
+    path, data = table
+    m = host_map(path, budget=2 * MIB, extent_size=4096, zero_copy=True)
+    offsets = [(i * 2_654_435_761) % (len(data) - 4096) for i in range(500)]
+    rows = gpumapio.gather(m, offsets, 4096)
+    assert isinstance(rows, np.ndarray)
+    for i, o in enumerate(offsets):
+        assert rows[i * 4096 : (i + 1) * 4096].tobytes() == data[o : o + 4096]
+    with m.view(5 * MIB + 1, 70_000) as v:
+        assert v.tobytes() == data[5 * MIB + 1 : 5 * MIB + 70_001]
+    assert m.read(len(data) - 10, 10) == data[-10:]
+    stats = m.stats()
+    assert stats["misses"] == 0 and stats["hits"] == 0 and stats["frames"] == 0, stats
+    with pytest.raises(ValueError, match="read-only"):
+        host_map(path, writable=True, zero_copy=True)
+
+
+def test_gpu_zero_copy_views_are_the_page_cache_in_place():
+    cupy = need_gpu("cupy")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/zc.bin"
+        data = np.random.default_rng(11).integers(0, 256, size=16 * MIB + 7, dtype="u1")
+        data.tofile(path)
+        m = gpumapio.map(path, budget=2 * MIB, frame_size=2 * MIB, extent_size=4096, zero_copy=True)
+        assert m.base is not None
+        view = m.view(9 * MIB + 3, MIB)
+        assert view.ptr == m.base + 9 * MIB + 3
+        arr = cupy.asarray(view)
+        assert arr.data.ptr == view.ptr, "exported in place"
+        np.testing.assert_array_equal(cupy.asnumpy(arr), data[9 * MIB + 3 : 10 * MIB + 3])
+        offsets = [(i * 2_654_435_761) % (16 * MIB - 4096) for i in range(3000)]
+        rows = cupy.asnumpy(gpumapio.gather(m, offsets, 4096))
+        for i, o in enumerate(offsets):
+            assert rows[i * 4096 : (i + 1) * 4096].tobytes() == data[o : o + 4096].tobytes()
+        assert m.stats()["misses"] == 0
