@@ -105,6 +105,7 @@ pub mod io;
 pub mod mapped;
 pub mod memory;
 pub mod pagecache;
+pub mod profiling;
 mod sys;
 
 pub use capabilities::Capabilities;

@@ -21,6 +21,16 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 // ---- every machine ------------------------------------------------------------------------
 
+/// NVTX ranges cost nothing unless asked for (`GPUMAP_NVTX=1`, or a profiler attached).
+#[test]
+fn nvtx_ranges_are_off_unless_asked() {
+    let asked = std::env::var("GPUMAP_NVTX").is_ok_and(|v| v == "1")
+        || std::env::var_os("NVTX_INJECTION64_PATH").is_some_and(|p| !p.is_empty());
+    if !asked {
+        assert_eq!(gpumap::profiling::nvtx_status(), Ok(false));
+    }
+}
+
 #[test]
 fn probe_explains_every_missing_capability() {
     let caps = Capabilities::probe();

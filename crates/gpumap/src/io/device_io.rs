@@ -435,6 +435,7 @@ fn mixed_batch() -> Error {
 impl Inner {
     /// File -> GPU memory: the cuFile path, or the pipelined bounce path.
     pub(crate) fn read_cuda(&self, dst: RawRegion, offset: u64) -> Result<usize> {
+        let _range = crate::profiling::Range::new(c"gpumap::read_device");
         self.check_read()?;
         checked_end(offset, dst.len as u64)?;
         match self.cufile_for(dst.len) {
@@ -454,6 +455,7 @@ impl Inner {
 
     /// GPU memory -> file.
     pub(crate) fn write_cuda(&self, src: RawRegion, offset: u64) -> Result<usize> {
+        let _range = crate::profiling::Range::new(c"gpumap::write_device");
         self.check_positional_write()?;
         checked_end(offset, src.len as u64)?;
         match self.cufile_for(src.len) {
@@ -469,6 +471,7 @@ impl Inner {
 
     /// A batch into GPU memory (see [`FileHandle::read_device_batch`]).
     pub(crate) fn read_cuda_batch(&self, reads: &[(RawRegion, u64)]) -> Result<Vec<usize>> {
+        let _range = crate::profiling::Range::new(c"gpumap::read_device_batch");
         if let (decision, Some(gds)) = self.decision() {
             if decision.path == IoPath::CuFile {
                 return self.read_batch_cufile(gds, reads);
@@ -633,6 +636,8 @@ impl Inner {
         file_offset: u64,
         plan: ReadPlan,
     ) -> Result<usize> {
+        // The pool thread's share of the transfer, on its own timeline.
+        let _range = crate::profiling::Range::new(c"gpumap::read_device");
         let (pool, stream) = self.staging(dst.ordinal)?;
         let chunk_size = pool.buffer_size();
         let mut in_flight: Option<InFlight<'static, BounceBuffer>> = None;
@@ -678,6 +683,8 @@ impl Inner {
         group: &[(RawRegion, u64)],
         counts: &mut [usize],
     ) -> Result<usize> {
+        // On the pool thread too: the copy kernel is launched here, and NVTX ranges are per thread.
+        let _range = crate::profiling::Range::new(c"gpumap::read_device_batch");
         let Some((first, _)) = group.first() else { return Ok(0) };
         let (pool, stream) = self.staging(first.ordinal)?;
         let mut buffer = pool.acquire()?;
@@ -743,6 +750,8 @@ impl Inner {
         len: usize,
         file_offset: u64,
     ) -> Result<usize> {
+        // The pool thread's share of the transfer, on its own timeline.
+        let _range = crate::profiling::Range::new(c"gpumap::write_device");
         let (pool, stream) = self.staging(src.ordinal)?;
         let chunk_size = pool.buffer_size();
         let start = |buffer: BounceBuffer, done: usize| -> Result<Chunk> {

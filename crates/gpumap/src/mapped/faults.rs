@@ -243,6 +243,7 @@ impl CacheShared {
     /// Reads claimed extents into their (pinned, mapped) frames, runs of adjacent extents in
     /// parallel on the file's pool.
     fn load_into_frames(&self, entry: &FileEntry, loads: &[u64]) -> Result<()> {
+        let _range = crate::profiling::Range::new(c"gpumap::cache::fault");
         if loads.is_empty() {
             return Ok(());
         }
@@ -691,6 +692,8 @@ impl CacheShared {
             let groups: Vec<&[Miss]> =
                 round.misses.chunks((GATHER_GROUP / extent).max(1)).collect();
             pool.run(groups, |group| {
+                // On the pool thread too: its launch is part of the gather's timeline.
+                let _range = crate::profiling::Range::new(c"gpumap::cache::gather");
                 CudaDevice::bind_to_thread(&device)?;
                 let mut buffer = bounce.acquire()?;
                 let base = buffer.as_ptr() as u64;

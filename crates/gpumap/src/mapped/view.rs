@@ -636,6 +636,7 @@ impl DeviceCache {
         dst: impl Into<DeviceViewMut<'a>>,
     ) -> Result<()> {
         let dst = dst.into();
+        let _range = crate::profiling::Range::new(c"gpumap::cache::gather");
         let mut total = 0u64;
         for r in ranges {
             if !Arc::ptr_eq(&r.map.inner.cache.shared, &self.shared) {

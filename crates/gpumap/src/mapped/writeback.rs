@@ -105,6 +105,7 @@ fn write_claimed(
     entry: &FileEntry,
     claimed: &[(u64, u32)],
 ) -> (Vec<(u64, u32)>, u64, Result<usize>, u64) {
+    let _range = crate::profiling::Range::new(c"gpumap::cache::write_back");
     let g = cache.geometry;
     let written = Mutex::new(Vec::with_capacity(claimed.len()));
     let bytes = Mutex::new(0u64);

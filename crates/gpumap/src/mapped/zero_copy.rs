@@ -213,6 +213,7 @@ pub(crate) fn gather_rows(
     rows: &[(&ZeroCopyFile, u64, u64)],
     mut dst: DeviceViewMut<'_>,
 ) -> Result<u64> {
+    let _range = crate::profiling::Range::new(c"gpumap::zero_copy::gather");
     let mut total = 0u64;
     for &(file, offset, len) in rows {
         match offset.checked_add(len) {

@@ -5,6 +5,7 @@
 pub mod cuda;
 pub mod cufile;
 pub(crate) mod host_memory;
+pub(crate) mod nvtx;
 pub mod pagecache;
 pub mod posix;
 pub(crate) mod registered_file;
