@@ -754,20 +754,20 @@ impl View {
     /// Copies `dst.len()` bytes from `at` (relative to the view) into `dst`.
     pub fn copy_to_host(&self, at: u64, dst: &mut [u8]) -> Result<()> {
         if let (Pins::ZeroCopy, Some(file)) = (&self.pins, &self.map.entry().zero_copy) {
-            match at.checked_add(dst.len() as u64) {
-                Some(end) if end <= self.len => return file.read_at(self.offset + at, dst),
-                _ => {
-                    return Err(Error::OutOfRange {
-                        offset: at,
-                        len: dst.len() as u64,
-                        file_len: self.len,
-                    })
-                }
-            }
+            self.check_within(at, dst.len() as u64)?;
+            return file.read_at(self.offset + at, dst);
         }
         self.pieces(at, dst.len() as u64, |home, range| {
             self.map.shared().store.copy_out(home, &mut dst[range])
         })
+    }
+
+    /// `OutOfRange` unless `[at, at + len)` lies within the view.
+    fn check_within(&self, at: u64, len: u64) -> Result<()> {
+        match at.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::OutOfRange { offset: at, len, file_len: self.len }),
+        }
     }
 
     /// Calls `f(home, range of the caller's buffer)` for each piece of `[at, at + len)` of the
@@ -778,10 +778,7 @@ impl View {
         len: u64,
         mut f: impl FnMut(Home<'_>, std::ops::Range<usize>) -> Result<()>,
     ) -> Result<()> {
-        match at.checked_add(len) {
-            Some(end) if end <= self.len => {}
-            _ => return Err(Error::OutOfRange { offset: at, len, file_len: self.len }),
-        }
+        self.check_within(at, len)?;
         let frame = self.map.frame_size();
         let mut done = 0u64;
         while done < len {

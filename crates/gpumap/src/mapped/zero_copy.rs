@@ -203,7 +203,7 @@ impl ZeroCopyFile {
 
     /// Reads `dst.len()` bytes at `offset` with `pread` (the CPU never reads the mapping).
     pub(crate) fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
-        read_row(&self.file, offset, dst)
+        self.file.read_exact(dst, offset)
     }
 }
 
@@ -267,21 +267,12 @@ pub(crate) fn gather_rows(
         DeviceViewMut::Host(bytes) => {
             let mut at = 0usize;
             for &(file, offset, len) in rows {
-                read_row(&file.file, offset, &mut bytes[at..at + len as usize])?;
+                file.file.read_exact(&mut bytes[at..at + len as usize], offset)?;
                 at += len as usize;
             }
         }
     }
     Ok(total)
-}
-
-/// One row read with `pread` into `dst`; a file that shrank is `UnexpectedEof`.
-fn read_row(file: &FileHandle, offset: u64, dst: &mut [u8]) -> Result<()> {
-    let got = file.read_at(dst, offset)?;
-    if got < dst.len() {
-        return Err(Error::UnexpectedEof { offset, wanted: dst.len() as u64, got: got as u64 });
-    }
-    Ok(())
 }
 
 impl Drop for ZeroCopyFile {
