@@ -147,10 +147,10 @@ pub fn target_main(
     let result = run(&options, &mut |record| {
         match serde_json::to_string(record) {
             Ok(line) => println!("{line}"),
-            Err(e) => eprintln!("cannot encode a result: {e}"),
+            Err(e) => tracing::error!("cannot encode a result: {e}"),
         }
         if let Err(e) = append_jsonl(&jsonl, record) {
-            eprintln!("cannot record a result: {}", gpumap::error::Report(&e));
+            tracing::error!("cannot record a result: {}", gpumap::error::Report(&e));
             failed = true;
         }
     });
