@@ -58,7 +58,9 @@ impl Hasher for IndexHasher {
     }
 }
 
-type HashMap<K, V> = StdHashMap<K, V, BuildHasherDefault<IndexHasher>>;
+/// A map keyed by the cache's own small integers, hashed by [`IndexHasher`].
+pub(crate) type IndexHashMap<K, V> = StdHashMap<K, V, BuildHasherDefault<IndexHasher>>;
+type HashMap<K, V> = IndexHashMap<K, V>;
 
 /// A file's number in its cache.
 pub(crate) type FileId = u32;

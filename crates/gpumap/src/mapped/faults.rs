@@ -18,13 +18,12 @@
 //! are read in first, then the waiting starts, so two requests can never wait for each other.
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::time::Instant;
 
 use parking_lot::MutexGuard;
 
-use super::books::{ExtentState, FileId, Location, SlotId, SlotState, Unit, Want};
+use super::books::{ExtentState, FileId, IndexHashMap, Location, SlotId, SlotState, Unit, Want};
 use super::cache::{CacheShared, FileEntry, Room, State};
 use super::store::Home;
 use crate::error::{Error, Result};
@@ -432,7 +431,16 @@ struct Miss {
     range: usize,
     e: u64,
     place: Place,
-    segments: Vec<usize>,
+    /// The first segment that wants it, and any others (rare: two rows of one extent), kept
+    /// apart so that a miss costs no allocation under the lock.
+    first_segment: usize,
+    more_segments: Vec<usize>,
+}
+
+impl Miss {
+    fn segments(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.first_segment).chain(self.more_segments.iter().copied())
+    }
 }
 
 /// What one round of a gather does.
@@ -485,6 +493,11 @@ impl CacheShared {
             let mut state = self.state.lock();
             for miss in &round.misses {
                 let ok = result.is_ok();
+                let entry = ranges[miss.range].entry;
+                if let Some(c) = state.books.counters_mut(entry.id) {
+                    c.fault_reads += 1;
+                    c.bytes_faulted += g.bytes_of(miss.e..miss.e + 1, entry.len).1;
+                }
                 match miss.place {
                     Place::Slot(slot) => state.books.finish_slot_load(slot, ok),
                     Place::Frame => {
@@ -524,7 +537,8 @@ impl CacheShared {
     ) -> Round {
         let g = self.geometry;
         let mut round = Round::default();
-        let mut claimed: HashMap<(FileId, u64), usize> = HashMap::new();
+        let mut claimed: IndexHashMap<(FileId, u64), usize> = IndexHashMap::default();
+        claimed.reserve(todo.len().min(limit));
         // Hits and misses per file, added to the books once at the end of the round.
         let mut tally: Vec<(FileId, u64, u64)> = Vec::new();
         let mut count =
@@ -548,7 +562,7 @@ impl CacheShared {
             }
             if let Some(&m) = claimed.get(&(file, seg.e)) {
                 // Read once for both: a hit for the second asker.
-                round.misses[m].segments.push(s);
+                round.misses[m].more_segments.push(s);
                 count(file, 1, 0);
                 i += 1;
                 continue;
@@ -576,7 +590,8 @@ impl CacheShared {
                         range: seg.range,
                         e: seg.e,
                         place: Place::Frame,
-                        segments: vec![s],
+                        first_segment: s,
+                        more_segments: Vec::new(),
                     });
                     count(file, 0, 1);
                 }
@@ -596,7 +611,8 @@ impl CacheShared {
                                 range: seg.range,
                                 e: seg.e,
                                 place: Place::Slot(slot),
-                                segments: vec![s],
+                                first_segment: s,
+                                more_segments: Vec::new(),
                             });
                             count(file, 0, 1);
                         }
@@ -650,14 +666,6 @@ impl CacheShared {
             _ => self.run_round_through_host(ranges, segments, round, dst),
         };
         self.add_fault_time(t);
-        let mut state = self.state.lock();
-        for miss in &round.misses {
-            let entry = ranges[miss.range].entry;
-            if let Some(c) = state.books.counters_mut(entry.id) {
-                c.fault_reads += 1;
-                c.bytes_faulted += self.geometry.bytes_of(miss.e..miss.e + 1, entry.len).1;
-            }
-        }
         result
     }
 
@@ -714,7 +722,7 @@ impl CacheShared {
                         Segment { range: miss.range, e: miss.e, at: 0, len: extent, dst: 0 };
                     pieces.push((at, address(&whole, miss.place)?, extent as u32));
                     if let Some(dst) = dst {
-                        for &s in &miss.segments {
+                        for s in miss.segments() {
                             let seg = &segments[s];
                             pieces.push((
                                 at + seg.at as usize,
@@ -775,10 +783,11 @@ impl CacheShared {
         }
         let Some(dst) = dst else { return Ok(()) };
         let mut bytes = Vec::new();
-        let all =
-            round.hits.iter().copied().chain(
-                round.misses.iter().flat_map(|m| m.segments.iter().map(move |&s| (s, m.place))),
-            );
+        let all = round
+            .hits
+            .iter()
+            .copied()
+            .chain(round.misses.iter().flat_map(|m| m.segments().map(move |s| (s, m.place))));
         for (s, place) in all {
             let seg = &segments[s];
             let home = self.home(ranges, seg, place);
