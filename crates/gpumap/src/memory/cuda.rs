@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
+use super::combining::Combiner;
 use crate::error::{Error, Result};
 use crate::sys::cuda as sys;
 
@@ -923,22 +924,9 @@ const DESCRIPTORS_PER_LAUNCH: usize = 1 << 16;
 pub(crate) struct BatchCopier {
     device: CudaDevice,
     kernel: std::result::Result<sys::CopyKernel, String>,
-    combining: Mutex<Combining>,
-    /// Signalled when a combined launch is done.
-    combined: parking_lot::Condvar,
+    /// Single small copies from many threads, launched together.
+    combining: Combiner<DeviceCopy>,
 }
-
-/// Copies threads asked for that no launch has taken yet (see [`BatchCopier::copy_combined`]).
-#[derive(Default)]
-struct Combining {
-    waiting: Vec<(DeviceCopy, Arc<Ticket>)>,
-    /// Whether a thread is running a launch now.
-    leading: bool,
-}
-
-/// One thread's share of a combined launch: its outcome, set once the launch is done (the
-/// leader sets it, then wakes everyone through [`BatchCopier::combined`]).
-type Ticket = OnceLock<std::result::Result<(), String>>;
 
 thread_local! {
     /// Each thread's pinned descriptor buffer per device, kept between batches.
@@ -966,8 +954,7 @@ impl BatchCopier {
         let copier = Arc::new(BatchCopier {
             device: device.clone(),
             kernel,
-            combining: Mutex::new(Combining::default()),
-            combined: parking_lot::Condvar::new(),
+            combining: Combiner::default(),
         });
         copiers.insert(device.ordinal(), Arc::clone(&copier));
         Ok(copier)
@@ -992,6 +979,15 @@ impl BatchCopier {
 
     /// [`copy`](Self::copy) on `stream`, after the work already queued there.
     fn copy_on(&self, stream: &Stream, copies: &[DeviceCopy]) -> Result<()> {
+        // Waited for even when queueing failed part way: what was queued still reads its
+        // sources, which the callers reuse once this returns.
+        let queued = self.enqueue_on(stream, copies);
+        let done = stream.synchronize();
+        queued.and(done)
+    }
+
+    /// Queues `copies` on `stream` without waiting for them.
+    fn enqueue_on(&self, stream: &Stream, copies: &[DeviceCopy]) -> Result<()> {
         let (small, large): (Vec<DeviceCopy>, Vec<DeviceCopy>) = match &self.kernel {
             Ok(_) => copies.iter().partition(|c| c.len < KERNEL_COPY_MAX),
             Err(_) => (Vec::new(), copies.to_vec()),
@@ -1004,7 +1000,7 @@ impl BatchCopier {
                 self.launch(kernel, stream, batch)?;
             }
         }
-        stream.synchronize()
+        Ok(())
     }
 
     /// Uploads `len` bytes of pinned host memory at `host` to the calling thread's device
@@ -1047,44 +1043,30 @@ impl BatchCopier {
         self.copy_on(&stream, &copies)
     }
 
-    /// One copy, launched together with the copies other threads ask for at the same time.
-    /// A thread whose copy is queued and finds no launch running leads: it takes every queued
-    /// copy (its own among them), launches them at once, publishes the outcome and returns;
-    /// copies queued meanwhile go with the next leader, one of their own threads. Sixteen
-    /// threads each placing one small piece then cost one or two launches instead of sixteen
-    /// serialised copies (about 8 µs each in the driver). Each leader runs exactly one launch,
-    /// so a steady stream of copies from others can never keep a thread here. Never waits for
-    /// the I/O pool.
+    /// One copy, launched together with the copies other threads ask for at the same time
+    /// (flat combining, see [`Combiner`]): sixteen threads each placing one small piece cost
+    /// one or two launches instead of sixteen serialised copies (about 8 µs each in the
+    /// driver). Never waits for the I/O pool.
     pub(crate) fn copy_combined(&self, copy: DeviceCopy) -> Result<()> {
-        let ticket = Arc::new(Ticket::new());
-        let mut combining = self.combining.lock();
-        combining.waiting.push((copy, Arc::clone(&ticket)));
-        loop {
-            if let Some(outcome) = ticket.get() {
-                return outcome.clone().map_err(|reason| {
-                    Error::InvalidArgument(format!("a batched copy failed: {reason}"))
-                });
-            }
-            if combining.leading {
-                // Another thread's launch is running; it may hold this copy, or the next
-                // leader will take it.
-                self.combined.wait(&mut combining);
-                continue;
-            }
-            // No launch running and this copy not done: it is still queued, so lead.
-            combining.leading = true;
-            let batch = std::mem::take(&mut combining.waiting);
-            drop(combining);
-            let copies: Vec<DeviceCopy> = batch.iter().map(|(c, _)| *c).collect();
-            let outcome = self.copy(&copies).map_err(|e| e.to_string());
-            for (_, t) in &batch {
-                // Only the leader that took a ticket sets it, so this cannot find it set.
-                let _ = t.set(outcome.clone());
-            }
-            combining = self.combining.lock();
-            combining.leading = false;
-            self.combined.notify_all();
-        }
+        self.combining
+            .submit(
+                copy,
+                |copies| {
+                    self.device.bind_to_thread().map_err(|e| e.to_string())?;
+                    let stream =
+                        Stream::for_current_thread(&self.device).map_err(|e| e.to_string())?;
+                    if let Err(e) = self.enqueue_on(&stream, &copies) {
+                        // What was queued still reads its sources: wait for it (see copy_on).
+                        let _ = stream.synchronize();
+                        return Err(e.to_string());
+                    }
+                    Ok(stream)
+                },
+                // The launch's descriptors and sources stay untouched until this returns: the
+                // descriptors are this thread's, each source is its waiting thread's.
+                |stream| stream.synchronize().map_err(|e| e.to_string()),
+            )
+            .map_err(|reason| Error::InvalidArgument(format!("a batched copy failed: {reason}")))
     }
 
     fn launch(

@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bounce;
+pub(crate) mod combining;
 pub mod cuda;
 pub mod host;
 
