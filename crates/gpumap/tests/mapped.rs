@@ -37,6 +37,7 @@ on_host_and_gpu!(
     sequential_walks_read_ahead,
     views_and_prefetch_in_batches,
     async_gathers_hand_the_buffer_back,
+    gathers_count_each_extent_once,
     bad_requests_are_typed_errors,
     a_terabyte_sparse_file_under_a_small_budget,
 );
@@ -591,6 +592,45 @@ fn a_file_that_shrinks_under_the_map_is_an_error_not_zeros(memory: Device) {
         Err(Error::UnexpectedEof { .. })
     ));
     m.read(0, &mut head).unwrap();
+}
+
+/// A gather's counters: rows sharing an extent cost one read (the others are hits); a second
+/// gather of resident rows reads nothing; the file's short last extent counts its real bytes.
+fn gathers_count_each_extent_once(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("counts");
+    let len = 3 * MIB + 1000;
+    let data = random_bytes(len as usize, 18);
+    fs::write(&path, &data).unwrap();
+    let m = map(&path, memory.clone(), 4 * MIB, 4096, false);
+    // Eight rows over five extents: two pairs share one, one row is the file's last 1000 bytes.
+    let rows: Vec<(u64, u64)> = vec![
+        (0, 100),
+        (200, 100),
+        (MIB, 4096),
+        (MIB + 8192, 50),
+        (MIB + 8192 + 60, 50),
+        (2 * MIB + 4096 * 3, 10),
+        (len - 1000, 1000),
+        (7, 3),
+    ];
+    let total: u64 = rows.iter().map(|r| r.1).sum();
+    let mut dst = DeviceBuffer::zeroed(&m.cache().device(), total as usize).unwrap();
+    m.gather(&rows, dst.view_mut()).unwrap();
+    let got = dst.to_vec().unwrap();
+    let mut at = 0;
+    for &(o, l) in &rows {
+        assert!(got[at..][..l as usize] == data[o as usize..][..l as usize], "{memory:?}: row {o}");
+        at += l as usize;
+    }
+    let stats = m.stats();
+    assert_eq!((stats.misses, stats.hits), (5, 3), "{memory:?}");
+    assert_eq!(stats.fault_reads, 5, "{memory:?}");
+    assert_eq!(stats.bytes_faulted, 4 * 4096 + 1000, "{memory:?}");
+    m.gather(&rows, dst.view_mut()).unwrap();
+    let again = m.stats();
+    assert_eq!((again.misses, again.hits), (5, 3 + 8), "{memory:?}: resident rows were read");
+    assert_eq!(again.fault_reads, 5, "{memory:?}");
 }
 
 fn bad_requests_are_typed_errors(memory: Device) {
