@@ -12,7 +12,7 @@ fn main() -> std::process::ExitCode {
     target_main(|options, emit| match CudaDevice::new(0) {
         Ok(device) => run_device(options, &device, emit),
         Err(e) => {
-            eprintln!("bench-device: no GPU, nothing measured ({e})");
+            tracing::warn!("bench-device: no GPU, nothing measured ({e})");
             Ok(())
         }
     })

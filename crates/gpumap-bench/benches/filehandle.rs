@@ -12,7 +12,7 @@ fn main() -> std::process::ExitCode {
     target_main(|options, emit| {
         let gpu = gpumap::Capabilities::probe().gpu_available();
         if gpu && std::env::var("GPUMAP_BENCH_HOST").is_err() {
-            eprintln!("bench-filehandle: a GPU is present, host-memory workloads skipped");
+            tracing::info!("bench-filehandle: a GPU is present, host-memory workloads skipped");
             return Ok(());
         }
         run_host(options, emit)

@@ -4,6 +4,10 @@
 //! Default: warnings and errors. `-v` adds info, `-vv` debug (with each event's module),
 //! `-vvv` trace; `--quiet` leaves errors only. `GPUMAP_LOG`, an `EnvFilter` directive such as
 //! `gpumap=debug` or `gpumap::io=trace,warn`, replaces all of that when set.
+//!
+//! The CLI's own messages to the person at the terminal — notes, and the error that ends a
+//! command — are events of target [`REPORT`], printed as they are: notes at `warn` (gone under
+//! `--quiet`), errors at `error` (always), whatever `GPUMAP_LOG` says.
 
 use std::fmt;
 
@@ -16,24 +20,39 @@ use tracing_subscriber::EnvFilter;
 /// The variable that takes a filter directive.
 pub const LOG_VAR: &str = "GPUMAP_LOG";
 
-/// Installs the subscriber. A `GPUMAP_LOG` that does not parse is an error naming it.
+/// The target of the CLI's messages to the user (see the module docs).
+pub const REPORT: &str = "gpumap::report";
+
+/// Installs the subscriber. A `GPUMAP_LOG` that does not parse is an error naming it; the
+/// default levels are installed then, so that the error itself is reported.
 pub fn install(verbose: u8, quiet: bool) -> gpumap::Result<()> {
-    let filter = match std::env::var(LOG_VAR) {
+    let (filter, result) = match std::env::var(LOG_VAR) {
         Ok(directives) if !directives.trim().is_empty() => {
-            EnvFilter::builder().parse(&directives).map_err(|e| gpumap::Error::InvalidConfig {
-                var: LOG_VAR.to_owned(),
-                value: directives.clone(),
-                reason: format!("not a tracing filter directive (e.g. gpumap=debug): {e}"),
-            })?
+            match EnvFilter::builder().parse(&directives) {
+                Ok(filter) => (filter, Ok(())),
+                Err(e) => (
+                    EnvFilter::new(default_level(verbose, quiet)),
+                    Err(gpumap::Error::InvalidConfig {
+                        var: LOG_VAR.to_owned(),
+                        value: directives.clone(),
+                        reason: format!("not a tracing filter directive (e.g. gpumap=debug): {e}"),
+                    }),
+                ),
+            }
         }
-        _ => EnvFilter::new(default_level(verbose, quiet)),
+        _ => (EnvFilter::new(default_level(verbose, quiet)), Ok(())),
+    };
+    let reports = if quiet { "error" } else { "warn" };
+    let filter = match format!("{REPORT}={reports}").parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
     };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .event_format(Plain { targets: verbose >= 2 || std::env::var_os(LOG_VAR).is_some() })
         .init();
-    Ok(())
+    result
 }
 
 fn default_level(verbose: u8, quiet: bool) -> &'static str {
@@ -46,7 +65,8 @@ fn default_level(verbose: u8, quiet: bool) -> &'static str {
     }
 }
 
-/// `gpumap: warning: MESSAGE`, with the event's module before the message at `-vv`.
+/// `gpumap: warning: MESSAGE`, with the event's module before the message at `-vv`; a
+/// [`REPORT`] event as it is.
 struct Plain {
     targets: bool,
 }
@@ -63,6 +83,10 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         let metadata = event.metadata();
+        if metadata.target() == REPORT {
+            ctx.field_format().format_fields(writer.by_ref(), event)?;
+            return writeln!(writer);
+        }
         let level = match *metadata.level() {
             Level::ERROR => "error",
             Level::WARN => "warning",

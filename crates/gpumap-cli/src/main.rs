@@ -93,7 +93,7 @@ fn run(command: &Command) -> CliResult {
 /// and gives its exit status.
 fn fail(e: &CliError, json: bool) -> ExitCode {
     if !e.is_reported() {
-        eprintln!("gpumap: {e}");
+        output::report_error(e);
         if json {
             // Standard output may be the closed pipe; then there is no one to tell.
             let _ = output::json(&schema::ErrorDocument::new(e));

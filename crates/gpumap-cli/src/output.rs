@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::Serialize;
 
 use crate::error::{CliError, CliResult};
+use crate::logging::REPORT;
 
 static QUIET: AtomicBool = AtomicBool::new(false);
 
@@ -50,11 +51,15 @@ pub fn json(document: &impl Serialize) -> CliResult {
     try_line(text)
 }
 
-/// A note for the person at the terminal, on standard error, unless `--quiet`.
+/// A note for the person at the terminal, on standard error, unless `--quiet` (the
+/// subscriber's filter drops it then).
 pub fn note(text: impl std::fmt::Display) {
-    if !quiet() {
-        eprintln!("gpumap: {text}");
-    }
+    tracing::warn!(target: REPORT, "gpumap: {text}");
+}
+
+/// The error that ends a command, on standard error, always.
+pub fn report_error(e: &CliError) {
+    tracing::error!(target: REPORT, "gpumap: {e}");
 }
 
 /// Ends the process for `e` where no caller can unwind: removes scratch files, reports
@@ -62,7 +67,7 @@ pub fn note(text: impl std::fmt::Display) {
 pub fn exit_on(e: CliError) -> ! {
     gpumap::io::scratch::remove_live();
     if !e.is_reported() {
-        eprintln!("gpumap: {e}");
+        report_error(&e);
     }
     std::process::exit(i32::from(e.exit_code()));
 }

@@ -419,7 +419,7 @@ fn fail(report: &mut Report, progress: &Progress, path: &Path, error: ErrorObjec
     } else {
         format!("gpumap pagecache: {shown}: {}", error.message)
     };
-    progress.suspend(|| eprintln!("{line}"));
+    progress.suspend(|| tracing::error!(target: crate::logging::REPORT, "{line}"));
     report.errors.push(ErrorReport { path: path.to_path_buf(), error });
 }
 
