@@ -39,6 +39,16 @@ pub fn checked_end(offset: u64, len: u64) -> Result<u64> {
     }
 }
 
+/// `Ok` when `[offset, offset + len)` lies within a file of `file_len` bytes;
+/// [`Error::OutOfRange`] past its end, [`Error::Overflow`] when the end is not a `u64`.
+pub(crate) fn check_range(offset: u64, len: u64, file_len: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= file_len => Ok(()),
+        Some(_) => Err(Error::OutOfRange { offset, len, file_len }),
+        None => Err(Error::Overflow { offset, len }),
+    }
+}
+
 /// One piece of a parallel transfer: `len` bytes at file offset `offset`, which land at
 /// `buf_offset` in the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +123,9 @@ mod tests {
         assert_eq!(align_up(4096, 4096), Some(4096));
         assert_eq!(align_up(u64::MAX, 4096), None);
         assert!(is_aligned(0, 4096) && is_aligned(8192, 4096) && !is_aligned(1, 4096));
+        assert!(check_range(0, 10, 10).is_ok() && check_range(10, 0, 10).is_ok());
+        assert!(matches!(check_range(5, 6, 10), Err(Error::OutOfRange { offset: 5, len: 6, .. })));
+        assert!(matches!(check_range(u64::MAX, 1, 10), Err(Error::Overflow { .. })));
         assert!(checked_end(u64::MAX, 1).is_err());
         assert!(checked_end(i64::MAX as u64, 1).is_err());
         assert_eq!(checked_end(1 << 40, 5).ok(), Some((1 << 40) + 5));

@@ -349,24 +349,24 @@ impl DeviceCache {
                 o
             }
         };
+        if options.zero_copy.is_some() && options.writable {
+            return Err(Error::InvalidArgument(format!(
+                "{}: the zero-copy tier serves read-only maps; this one is writable",
+                path.display()
+            )));
+        }
+        let file = handle_options.open(path, if options.writable { "r+" } else { "r" })?;
         let zero_copy = match options.zero_copy {
-            Some(_) if options.writable => {
-                return Err(Error::InvalidArgument(format!(
-                    "{}: the zero-copy tier serves read-only maps; this one is writable",
-                    path.display()
-                )))
-            }
             Some(max_pinned) => {
                 let mut zero_copy = super::ZeroCopyOptions::new();
                 zero_copy.device(self.device());
                 if let Some(bytes) = max_pinned {
                     zero_copy.max_pinned(bytes);
                 }
-                Some(zero_copy.open(path)?)
+                Some(super::ZeroCopyFile::with_handle(file.clone(), &zero_copy)?)
             }
             None => None,
         };
-        let file = handle_options.open(path, if options.writable { "r+" } else { "r" })?;
         let len = file.len()?;
         let memory = self.shared.store.open_file(len)?;
         let mut state = self.shared.state.lock();

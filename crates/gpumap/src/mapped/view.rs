@@ -327,11 +327,7 @@ impl DeviceMappedFile {
     }
 
     fn check(&self, offset: u64, len: u64) -> Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len() => Ok(()),
-            Some(_) => Err(Error::OutOfRange { offset, len, file_len: self.len() }),
-            None => Err(Error::Overflow { offset, len }),
-        }
+        crate::align::check_range(offset, len, self.len())
     }
 
     /// A read-only view of `[offset, offset + len)`, resident and pinned until dropped.
@@ -666,7 +662,8 @@ impl DeviceCache {
             .map(|r| Some((r.map.entry().zero_copy.as_ref()?, r.offset, r.len)))
             .collect();
         if let Some(rows) = zero_copy.filter(|rows| !rows.is_empty()) {
-            return super::zero_copy::gather_rows(&rows, dst).map(drop);
+            // Checked above: every range within its file, `dst` long enough.
+            return super::zero_copy::copy_rows(&rows, dst);
         }
         let batch: Vec<GatherRange<'_>> = ranges
             .iter()

@@ -117,8 +117,13 @@ impl ZeroCopyFile {
     /// page cache and pins it (about 0.1 s per GiB when warm). `Unavailable` where the device
     /// cannot read host memory registered read-only; `OutOfBudget` past the pinned limit.
     pub fn open_with(path: impl AsRef<Path>, options: &ZeroCopyOptions) -> Result<ZeroCopyFile> {
-        let path = path.as_ref().to_path_buf();
-        let file = FileHandle::open(&path, "r")?;
+        Self::with_handle(FileHandle::open(path, "r")?, options)
+    }
+
+    /// [`open_with`](Self::open_with) for a file already open (a map's own handle): mapped
+    /// from that open file, and read through it where rows go to host memory.
+    pub(crate) fn with_handle(file: FileHandle, options: &ZeroCopyOptions) -> Result<ZeroCopyFile> {
+        let path = file.path().to_path_buf();
         let len = file.len()?;
         let gpu = match &options.device {
             Device::Host => None,
@@ -137,12 +142,10 @@ impl ZeroCopyFile {
                     .max_pinned
                     .unwrap_or_else(|| crate::sys::host_memory::physical_memory() / 2);
                 let pinned = Pinned::take(len, limit)?;
-                let std_file =
-                    std::fs::File::open(&path).map_err(|e| Error::io("open", &path, None, e))?;
                 let len_usize =
                     usize::try_from(len).map_err(|_| Error::Overflow { offset: 0, len })?;
                 device.bind_to_thread()?;
-                let registered = RegisteredFile::new(&std_file, len_usize)?;
+                let registered = RegisteredFile::new(file.file(), len_usize)?;
                 pinned.keep();
                 let copier = BatchCopier::for_device(device)?;
                 Some(Registered { file: registered, device: device.clone(), copier })
@@ -183,9 +186,19 @@ impl ZeroCopyFile {
         rows: &[(u64, u64)],
         dst: impl Into<DeviceViewMut<'a>>,
     ) -> Result<u64> {
+        let dst = dst.into();
+        let mut total = 0u64;
+        for &(offset, len) in rows {
+            crate::align::check_range(offset, len, self.len)?;
+            total = total.checked_add(len).ok_or(Error::Overflow { offset: total, len })?;
+        }
+        if (dst.len() as u64) < total {
+            return Err(Error::BufferTooSmall { needed: total, available: dst.len() as u64 });
+        }
         let rows: Vec<(&ZeroCopyFile, u64, u64)> =
             rows.iter().map(|&(o, n)| (self, o, n)).collect();
-        gather_rows(&rows, dst.into())
+        copy_rows(&rows, dst)?;
+        Ok(total)
     }
 }
 
@@ -208,24 +221,13 @@ impl ZeroCopyFile {
 }
 
 /// Copies rows of zero-copy files (`(file, offset, len)`) packed into `dst` (see
-/// [`ZeroCopyFile::gather`]); on the GPU, every row of every file in one launch.
-pub(crate) fn gather_rows(
+/// [`ZeroCopyFile::gather`]); on the GPU, every row of every file in one launch. The caller
+/// checked that each row lies within its file and that `dst` holds them all.
+pub(crate) fn copy_rows(
     rows: &[(&ZeroCopyFile, u64, u64)],
     mut dst: DeviceViewMut<'_>,
-) -> Result<u64> {
+) -> Result<()> {
     let _range = crate::profiling::Range::new(c"gpumap::zero_copy::gather");
-    let mut total = 0u64;
-    for &(file, offset, len) in rows {
-        match offset.checked_add(len) {
-            Some(end) if end <= file.len => {}
-            Some(_) => return Err(Error::OutOfRange { offset, len, file_len: file.len }),
-            None => return Err(Error::Overflow { offset, len }),
-        }
-        total = total.checked_add(len).ok_or(Error::Overflow { offset: total, len })?;
-    }
-    if (dst.len() as u64) < total {
-        return Err(Error::BufferTooSmall { needed: total, available: dst.len() as u64 });
-    }
     match &mut dst {
         DeviceViewMut::Cuda(view) => {
             let mut copies = Vec::with_capacity(rows.len());
@@ -272,7 +274,7 @@ pub(crate) fn gather_rows(
             }
         }
     }
-    Ok(total)
+    Ok(())
 }
 
 impl Drop for ZeroCopyFile {
