@@ -24,6 +24,7 @@ use cudarc::driver::sys as cu;
 
 use crate::error::{Error, Result};
 use crate::sys::cuda::{RawEvent, RawStream};
+use crate::sys::dynlib;
 
 /// Environment variable naming the cuFile library to load instead of searching.
 pub(crate) const LIBRARY_ENV: &str = "GPUMAP_CUFILE_LIBRARY";
@@ -166,15 +167,13 @@ pub(crate) struct Library {
     pub(crate) name: String,
 }
 
-/// Resolves `name` from `lib` as a fn pointer of type `F`.
+/// Resolves `name` from the cuFile library (see [`dynlib::symbol`]).
 ///
 /// # Safety
 /// `F` must be the exact C signature of `name`.
 unsafe fn symbol<F: Copy>(lib: &'static libloading::Library, name: &str) -> Result<F, String> {
-    // SAFETY: the caller guarantees the signature; `lib` is leaked, so the pointer never dangles.
-    unsafe { lib.get::<F>(name.as_bytes()) }
-        .map(|s| *s)
-        .map_err(|e| format!("libcufile lacks {name}: {e}"))
+    // SAFETY: the caller guarantees the signature.
+    unsafe { dynlib::symbol(lib, "libcufile", name) }
 }
 
 fn load_library() -> Result<Library, String> {
@@ -183,30 +182,12 @@ fn load_library() -> Result<Library, String> {
         Some(p) => vec![p.to_string_lossy().into_owned()],
         None => LIBRARY_CANDIDATES.iter().map(|s| (*s).to_owned()).collect(),
     };
-    let mut errors = Vec::new();
-    let mut loaded = None;
-    for name in &candidates {
-        // SAFETY: loading libcufile runs its initialisers, which only set up its own state.
-        match unsafe { libloading::Library::new(name) } {
-            Ok(lib) => {
-                loaded = Some((name.clone(), lib));
-                break;
-            }
-            // libloading's Display says only "dlopen failed"; the dlerror text is its source.
-            Err(e) => errors.push(match std::error::Error::source(&e) {
-                Some(detail) => format!("{name}: {detail}"),
-                None => format!("{name}: {e}"),
-            }),
-        }
-    }
-    let Some((name, lib)) = loaded else {
-        return Err(match override_path {
+    // SAFETY: loading libcufile runs its initialisers, which only set up its own state.
+    let (name, lib) =
+        unsafe { dynlib::open_first(&candidates) }.map_err(|errors| match override_path {
             Some(_) => format!("libcufile not found ({LIBRARY_ENV}: {})", errors.join("; ")),
             None => format!("libcufile not found (searched: {})", candidates.join(", ")),
-        });
-    };
-    // Kept for the life of the process: fn pointers into it are cached in statics.
-    let lib: &'static libloading::Library = Box::leak(Box::new(lib));
+        })?;
     // SAFETY (all blocks below): each target type is the C signature from cufile.h, with
     // `CUfileError_t` declared as `FileStatus` (two ints) and enums passed as unsigned int.
     let api = Api {

@@ -4,6 +4,7 @@
 
 pub mod cuda;
 pub mod cufile;
+mod dynlib;
 pub(crate) mod host_memory;
 pub(crate) mod nvtx;
 pub mod pagecache;

@@ -10,6 +10,8 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::OnceLock;
 
+use super::dynlib;
+
 /// Library names tried in order.
 const CANDIDATES: [&str; 4] =
     ["libnvtx3interop.so.1", "libnvtx3interop.so", "libnvToolsExt.so.1", "libnvToolsExt.so"];
@@ -38,34 +40,15 @@ fn api() -> &'static Result<Option<Api>, String> {
 }
 
 fn load() -> Result<Api, String> {
-    let mut errors = Vec::new();
-    for name in CANDIDATES {
-        // SAFETY: loading the NVTX library runs its initialisers, which only set up its own
-        // state (it loads a profiler's injection library, if one is named, on first use).
-        match unsafe { libloading::Library::new(name) } {
-            Ok(lib) => {
-                // Kept for the life of the process: the fn pointers are cached in a static.
-                let lib: &'static libloading::Library = Box::leak(Box::new(lib));
-                // SAFETY: the C signatures from nvToolsExt.h:
-                // `int nvtxRangePushA(const char*)` and `int nvtxRangePop(void)`.
-                let push = unsafe {
-                    lib.get::<unsafe extern "C" fn(*const c_char) -> c_int>(b"nvtxRangePushA")
-                }
-                .map(|s| *s)
-                .map_err(|e| format!("{name} lacks nvtxRangePushA: {e}"))?;
-                // SAFETY: as above.
-                let pop = unsafe { lib.get::<unsafe extern "C" fn() -> c_int>(b"nvtxRangePop") }
-                    .map(|s| *s)
-                    .map_err(|e| format!("{name} lacks nvtxRangePop: {e}"))?;
-                return Ok(Api { push, pop });
-            }
-            Err(e) => errors.push(match std::error::Error::source(&e) {
-                Some(detail) => format!("{name}: {detail}"),
-                None => format!("{name}: {e}"),
-            }),
-        }
-    }
-    Err(format!("no NVTX library ({})", errors.join("; ")))
+    // SAFETY: loading the NVTX library runs its initialisers, which only set up its own state
+    // (it loads a profiler's injection library, if one is named, on first use).
+    let (name, lib) = unsafe { dynlib::open_first(&CANDIDATES) }
+        .map_err(|errors| format!("no NVTX library ({})", errors.join("; ")))?;
+    // SAFETY (both): the C signatures from nvToolsExt.h, `int nvtxRangePushA(const char*)` and
+    // `int nvtxRangePop(void)`.
+    let push = unsafe { dynlib::symbol(lib, &name, "nvtxRangePushA")? };
+    let pop = unsafe { dynlib::symbol(lib, &name, "nvtxRangePop")? };
+    Ok(Api { push, pop })
 }
 
 /// Whether ranges are being emitted; `Err` with the reason where they were asked for and the
