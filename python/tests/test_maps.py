@@ -27,6 +27,14 @@ def host_map(path, **kw):
     return gpumapio.map(path, device="host", frame_size=2 * MIB, **kw)
 
 
+def random_file(directory, name, size, seed):
+    """A file of ``size`` random bytes in ``directory``: its path and its bytes (a NumPy array)."""
+    data = np.random.default_rng(seed).integers(0, 256, size=size, dtype="u1")
+    path = directory / name
+    data.tofile(path)
+    return path, data
+
+
 def test_views_and_reads_match_the_file(table):
     path, data = table
     m = host_map(path, budget=4 * MIB, extent_size=4096)
@@ -159,61 +167,51 @@ def test_threads_gather_at_once_with_the_gil_released(table):
 # ---- on a GPU --------------------------------------------------------------------------------
 
 
-def test_gpu_views_export_without_a_copy_and_keep_their_pin():
+def test_gpu_views_export_without_a_copy_and_keep_their_pin(tmp_path):
     cupy = need_gpu("cupy")
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        path = f"{d}/gpu.bin"
-        data = np.random.default_rng(7).integers(0, 256, size=8 * MIB + 5, dtype="u1")
-        data.tofile(path)
-        # Four frames: the CuPy array pins two, the DLPack tensor one, reads use the last.
-        m = gpumapio.map(path, budget=8 * MIB, frame_size=2 * MIB, extent_size=4096)
-        assert m.base is not None
-        view = m.view(3 * MIB + 5, MIB)
-        assert view.ptr == m.base + 3 * MIB + 5
-        arr = cupy.asarray(view)
-        assert arr.dtype == cupy.uint8 and arr.size == MIB
-        assert arr.data.ptr == view.ptr, "a view is exported in place"
-        np.testing.assert_array_equal(cupy.asnumpy(arr), data[3 * MIB + 5 : 4 * MIB + 5])
-        # The array holds the view; the view holds the pin. Reading the rest of the file must
-        # evict around it, never under it.
-        del view
-        gc.collect()
-        m.read(0, 2 * MIB)
-        m.read(6 * MIB, 2 * MIB)
-        np.testing.assert_array_equal(cupy.asnumpy(arr), data[3 * MIB + 5 : 4 * MIB + 5])
-        # DLPack: the capsule owns a pin of its own.
-        dl = cupy.from_dlpack(m.view(100, 4096))
-        gc.collect()
-        m.read(6 * MIB, 2 * MIB)
-        np.testing.assert_array_equal(cupy.asnumpy(dl), data[100:4196])
-        assert m.view(0, 10).__dlpack_device__() == (2, 0)
+    path, data = random_file(tmp_path, "gpu.bin", 8 * MIB + 5, 7)
+    # Four frames: the CuPy array pins two, the DLPack tensor one, reads use the last.
+    m = gpumapio.map(path, budget=8 * MIB, frame_size=2 * MIB, extent_size=4096)
+    assert m.base is not None
+    view = m.view(3 * MIB + 5, MIB)
+    assert view.ptr == m.base + 3 * MIB + 5
+    arr = cupy.asarray(view)
+    assert arr.dtype == cupy.uint8 and arr.size == MIB
+    assert arr.data.ptr == view.ptr, "a view is exported in place"
+    np.testing.assert_array_equal(cupy.asnumpy(arr), data[3 * MIB + 5 : 4 * MIB + 5])
+    # The array holds the view; the view holds the pin. Reading the rest of the file must
+    # evict around it, never under it.
+    del view
+    gc.collect()
+    m.read(0, 2 * MIB)
+    m.read(6 * MIB, 2 * MIB)
+    np.testing.assert_array_equal(cupy.asnumpy(arr), data[3 * MIB + 5 : 4 * MIB + 5])
+    # DLPack: the capsule owns a pin of its own.
+    dl = cupy.from_dlpack(m.view(100, 4096))
+    gc.collect()
+    m.read(6 * MIB, 2 * MIB)
+    np.testing.assert_array_equal(cupy.asnumpy(dl), data[100:4196])
+    assert m.view(0, 10).__dlpack_device__() == (2, 0)
 
 
-def test_gpu_gather_into_cupy_and_torch():
+def test_gpu_gather_into_cupy_and_torch(tmp_path):
     cupy = need_gpu("cupy")
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        path = f"{d}/rows.bin"
-        data = np.random.default_rng(9).integers(0, 256, size=32 * MIB, dtype="u1")
-        data.tofile(path)
-        m = gpumapio.map(path, budget=2 * MIB, frame_size=2 * MIB, extent_size=4096, advice="random")
-        offsets = [(i * 2_654_435_761) % (32 * MIB - 4096) for i in range(2000)]
-        rows = gpumapio.gather(m, offsets, 4096)
-        assert isinstance(rows, cupy.ndarray)
-        host = cupy.asnumpy(rows)
-        for i, o in enumerate(offsets):
-            assert host[i * 4096 : (i + 1) * 4096].tobytes() == data[o : o + 4096].tobytes()
-        torch = need_gpu("torch")
-        t = gpumapio.gather(m, offsets[:64], 4096, output="torch")
-        assert t.is_cuda and t.dtype == torch.uint8
-        assert t.cpu().numpy().tobytes() == host[: 64 * 4096].tobytes()
-        view = m.view(4096 * 3, 4096)
-        tv = torch.from_dlpack(view)
-        assert tv.data_ptr() == view.ptr
-        assert tv.cpu().numpy().tobytes() == data[4096 * 3 : 4096 * 4].tobytes()
+    path, data = random_file(tmp_path, "rows.bin", 32 * MIB, 9)
+    m = gpumapio.map(path, budget=2 * MIB, frame_size=2 * MIB, extent_size=4096, advice="random")
+    offsets = [(i * 2_654_435_761) % (32 * MIB - 4096) for i in range(2000)]
+    rows = gpumapio.gather(m, offsets, 4096)
+    assert isinstance(rows, cupy.ndarray)
+    host = cupy.asnumpy(rows)
+    for i, o in enumerate(offsets):
+        assert host[i * 4096 : (i + 1) * 4096].tobytes() == data[o : o + 4096].tobytes()
+    torch = need_gpu("torch")
+    t = gpumapio.gather(m, offsets[:64], 4096, output="torch")
+    assert t.is_cuda and t.dtype == torch.uint8
+    assert t.cpu().numpy().tobytes() == host[: 64 * 4096].tobytes()
+    view = m.view(4096 * 3, 4096)
+    tv = torch.from_dlpack(view)
+    assert tv.data_ptr() == view.ptr
+    assert tv.cpu().numpy().tobytes() == data[4096 * 3 : 4096 * 4].tobytes()
 
 
 def test_zero_copy_maps_gather_and_view_around_the_cache(table):
@@ -233,23 +231,18 @@ def test_zero_copy_maps_gather_and_view_around_the_cache(table):
         host_map(path, writable=True, zero_copy=True)
 
 
-def test_gpu_zero_copy_views_are_the_page_cache_in_place():
+def test_gpu_zero_copy_views_are_the_page_cache_in_place(tmp_path):
     cupy = need_gpu("cupy")
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        path = f"{d}/zc.bin"
-        data = np.random.default_rng(11).integers(0, 256, size=16 * MIB + 7, dtype="u1")
-        data.tofile(path)
-        m = gpumapio.map(path, budget=2 * MIB, frame_size=2 * MIB, extent_size=4096, zero_copy=True)
-        assert m.base is not None
-        view = m.view(9 * MIB + 3, MIB)
-        assert view.ptr == m.base + 9 * MIB + 3
-        arr = cupy.asarray(view)
-        assert arr.data.ptr == view.ptr, "exported in place"
-        np.testing.assert_array_equal(cupy.asnumpy(arr), data[9 * MIB + 3 : 10 * MIB + 3])
-        offsets = [(i * 2_654_435_761) % (16 * MIB - 4096) for i in range(3000)]
-        rows = cupy.asnumpy(gpumapio.gather(m, offsets, 4096))
-        for i, o in enumerate(offsets):
-            assert rows[i * 4096 : (i + 1) * 4096].tobytes() == data[o : o + 4096].tobytes()
-        assert m.stats()["misses"] == 0
+    path, data = random_file(tmp_path, "zc.bin", 16 * MIB + 7, 11)
+    m = gpumapio.map(path, budget=2 * MIB, frame_size=2 * MIB, extent_size=4096, zero_copy=True)
+    assert m.base is not None
+    view = m.view(9 * MIB + 3, MIB)
+    assert view.ptr == m.base + 9 * MIB + 3
+    arr = cupy.asarray(view)
+    assert arr.data.ptr == view.ptr, "exported in place"
+    np.testing.assert_array_equal(cupy.asnumpy(arr), data[9 * MIB + 3 : 10 * MIB + 3])
+    offsets = [(i * 2_654_435_761) % (16 * MIB - 4096) for i in range(3000)]
+    rows = cupy.asnumpy(gpumapio.gather(m, offsets, 4096))
+    for i, o in enumerate(offsets):
+        assert rows[i * 4096 : (i + 1) * 4096].tobytes() == data[o : o + 4096].tobytes()
+    assert m.stats()["misses"] == 0
