@@ -271,6 +271,20 @@ impl Lru {
         self.len -= 1;
     }
 
+    /// Drops the oldest nodes, `nodes` (oldest first), whose next newer one is `rest`.
+    fn cut_oldest(&mut self, nodes: impl Iterator<Item = u32>, rest: u32) {
+        for node in nodes {
+            self.free.push(node);
+            self.len -= 1;
+        }
+        self.oldest = rest;
+        if rest == NIL {
+            self.newest = NIL;
+        } else {
+            self.nodes[rest as usize].1 = NIL;
+        }
+    }
+
     /// Units from the oldest to the newest.
     fn oldest_first(&self) -> impl Iterator<Item = Unit> + '_ {
         let mut at = self.oldest;
@@ -302,6 +316,9 @@ pub(crate) struct Books {
     /// any caller's help: a request that finds everything pinned waits for these, and fails at
     /// once when every pin is a caller's view.
     transient_pins: usize,
+    /// Kept between calls of [`evict_oldest_slots`](Self::evict_oldest_slots): no allocation
+    /// under the lock.
+    scratch: Vec<(u32, SlotId)>,
 }
 
 impl Books {
@@ -318,6 +335,7 @@ impl Books {
             free_slots: Vec::new(),
             lru: Lru::new(),
             transient_pins: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -1019,6 +1037,39 @@ impl Books {
         self.release_slot(id);
     }
 
+    /// Evicts up to `n` of the least recently used units while they are slots (clean, no one
+    /// pins them: that is what the LRU list holds of slots), oldest first; returns how many.
+    /// The batch form of [`victim`](Self::victim) and [`evict_slot`](Self::evict_slot) for a
+    /// gather's misses: the same victims in the same order, but each step done for all of them
+    /// before the next, so that their cache misses (the slot, its file's index, its list node)
+    /// overlap instead of following one another — under the lock, that is the row rate.
+    pub(crate) fn evict_oldest_slots(&mut self, n: usize) -> usize {
+        let mut victims = std::mem::take(&mut self.scratch);
+        victims.clear();
+        let mut at = self.lru.oldest;
+        while victims.len() < n && at != NIL {
+            let (unit, _, newer) = self.lru.nodes[at as usize];
+            let Unit::Slot(id) = unit else { break };
+            victims.push((at, id));
+            at = newer;
+        }
+        self.lru.cut_oldest(victims.iter().map(|&(node, _)| node), at);
+        for &(_, id) in &victims {
+            let owner = self.slot(id).owner;
+            if let Some(books) = self.files.get_mut(&owner.0) {
+                books.slots.remove(&owner.1);
+                books.counters.evictions += 1;
+            }
+        }
+        for &(_, id) in &victims {
+            self.slot_mut(id).lru = NIL;
+            self.free_slot(id);
+        }
+        let evicted = victims.len();
+        self.scratch = victims;
+        evicted
+    }
+
     /// Frees a slot no one pins: out of the LRU list, onto the free list.
     fn release_slot(&mut self, id: SlotId) {
         let slot = self.slot(id);
@@ -1375,6 +1426,7 @@ mod tests {
         Flush { file: u8 },
         Evict { want_frame: bool },
         DropFile { file: u8 },
+        Sweep { n: usize },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -1389,6 +1441,7 @@ mod tests {
             (0u8..3).prop_map(|file| Op::Flush { file }),
             any::<bool>().prop_map(|want_frame| Op::Evict { want_frame }),
             (0u8..3).prop_map(|file| Op::DropFile { file }),
+            (0usize..10).prop_map(|n| Op::Sweep { n }),
         ]
     }
 
@@ -1494,6 +1547,26 @@ mod tests {
                         b.finish_writeback(f, &d, &d);
                         b.remove_file(f);
                         files[file as usize] = b.add_file(24 * 4096);
+                    }
+                    Op::Sweep { n } => {
+                        // The victims one by one would be the oldest units while they are
+                        // slots; the sweep takes exactly those, and leaves the rest in order.
+                        let before: Vec<Unit> = b.lru.oldest_first().collect();
+                        let expected: Vec<(SlotId, (FileId, u64))> = before
+                            .iter()
+                            .take(n)
+                            .map_while(|u| match u {
+                                Unit::Slot(s) => Some((*s, b.slot_owner(*s))),
+                                Unit::Frame { .. } => None,
+                            })
+                            .collect();
+                        prop_assert_eq!(b.evict_oldest_slots(n), expected.len());
+                        for (s, (file, e)) in &expected {
+                            prop_assert_eq!(b.slot_state(*s), SlotState::Free);
+                            prop_assert_ne!(b.locate(*file, *e), Location::Slot(*s, SlotState::Clean));
+                        }
+                        let after: Vec<Unit> = b.lru.oldest_first().collect();
+                        prop_assert_eq!(&after[..], &before[expected.len()..]);
                     }
                 }
                 if let Err(e) = b.check() {

@@ -438,8 +438,34 @@ struct Miss {
 }
 
 impl Miss {
+    fn new(seg: Segment, first_segment: usize, place: Place) -> Miss {
+        Miss { range: seg.range, e: seg.e, place, first_segment, more_segments: Vec::new() }
+    }
+
     fn segments(&self) -> impl Iterator<Item = usize> + '_ {
         std::iter::once(self.first_segment).chain(self.more_segments.iter().copied())
+    }
+}
+
+/// Hits and misses per file, added to the books once at the end of a round.
+#[derive(Default)]
+struct Tally(Vec<(FileId, u64, u64)>);
+
+impl Tally {
+    fn add(&mut self, file: FileId, hits: u64, misses: u64) {
+        match self.0.iter_mut().find(|t| t.0 == file) {
+            Some(t) => {
+                t.1 += hits;
+                t.2 += misses;
+            }
+            None => self.0.push((file, hits, misses)),
+        }
+    }
+
+    fn apply(self, state: &mut MutexGuard<'_, State>) {
+        for (file, hits, misses) in self.0 {
+            count(state, file, hits, misses);
+        }
     }
 }
 
@@ -490,14 +516,28 @@ impl CacheShared {
             let progress = !round.hits.is_empty() || !round.misses.is_empty();
             drop(state);
             let result = self.run_round(ranges, &segments, &round, dst.as_mut());
+            // Reads and bytes per file, summed before the lock is taken.
+            let mut faulted: Vec<(FileId, u64, u64)> = Vec::new();
+            for miss in &round.misses {
+                let entry = ranges[miss.range].entry;
+                let bytes = g.bytes_of(miss.e..miss.e + 1, entry.len).1;
+                match faulted.iter_mut().find(|f| f.0 == entry.id) {
+                    Some(f) => {
+                        f.1 += 1;
+                        f.2 += bytes;
+                    }
+                    None => faulted.push((entry.id, 1, bytes)),
+                }
+            }
             let mut state = self.state.lock();
+            for (file, reads, bytes) in faulted {
+                if let Some(c) = state.books.counters_mut(file) {
+                    c.fault_reads += reads;
+                    c.bytes_faulted += bytes;
+                }
+            }
             for miss in &round.misses {
                 let ok = result.is_ok();
-                let entry = ranges[miss.range].entry;
-                if let Some(c) = state.books.counters_mut(entry.id) {
-                    c.fault_reads += 1;
-                    c.bytes_faulted += g.bytes_of(miss.e..miss.e + 1, entry.len).1;
-                }
                 match miss.place {
                     Place::Slot(slot) => state.books.finish_slot_load(slot, ok),
                     Place::Frame => {
@@ -525,8 +565,13 @@ impl CacheShared {
         Ok(())
     }
 
-    /// Decides what one round does, pinning what it uses: at most `limit` pins; extents others
+    /// Decides what one round does, pinning what it uses: at most `limit` rows; extents others
     /// are reading, and what does not fit, are deferred.
+    ///
+    /// Under the lock, a row costs the cache misses of the books it touches (its file's index,
+    /// a slot, a list node), not instructions; so the round goes in steps, each over all its
+    /// rows — where the extents are; pins and claims; room for the misses; their slots — and
+    /// the misses of one step's rows, independent of each other, overlap.
     fn plan_round(
         &self,
         state: &mut MutexGuard<'_, State>,
@@ -535,106 +580,117 @@ impl CacheShared {
         todo: &[usize],
         limit: usize,
     ) -> Round {
-        let g = self.geometry;
         let mut round = Round::default();
+        let rows = &todo[..todo.len().min(limit)];
+        round.deferred.extend_from_slice(&todo[rows.len()..]);
+        let file_of = |s: usize| ranges[segments[s].range].entry.id;
+        let located: Vec<Location> =
+            rows.iter().map(|&s| state.books.locate(file_of(s), segments[s].e)).collect();
+        // (file, extent) -> the miss (or, with `PENDING` set, the slot still wanted) of the
+        // round that reads it: a second row of the extent waits for that read, not its own.
+        const PENDING: usize = 1 << (usize::BITS - 1);
         let mut claimed: IndexHashMap<(FileId, u64), usize> = IndexHashMap::default();
-        claimed.reserve(todo.len().min(limit));
-        // Hits and misses per file, added to the books once at the end of the round.
-        let mut tally: Vec<(FileId, u64, u64)> = Vec::new();
-        let mut count =
-            |file: FileId, hits: u64, misses: u64| match tally.iter_mut().find(|t| t.0 == file) {
-                Some(t) => {
-                    t.1 += hits;
-                    t.2 += misses;
-                }
-                None => tally.push((file, hits, misses)),
-            };
-        let mut full = false;
-        let mut i = 0;
-        while i < todo.len() {
-            let s = todo[i];
+        claimed.reserve(rows.len());
+        let mut wanted: Vec<Miss> = Vec::new();
+        let mut tally = Tally::default();
+        for (&s, location) in rows.iter().zip(located) {
             let seg = segments[s];
-            let file = ranges[seg.range].entry.id;
-            if full || round.pins.len() >= limit {
-                round.deferred.push(s);
-                i += 1;
-                continue;
-            }
+            let file = file_of(s);
             if let Some(&m) = claimed.get(&(file, seg.e)) {
-                // Read once for both: a hit for the second asker.
-                round.misses[m].more_segments.push(s);
-                count(file, 1, 0);
-                i += 1;
+                match m & PENDING {
+                    0 => {
+                        round.misses[m].more_segments.push(s);
+                        tally.add(file, 1, 0);
+                    }
+                    _ => wanted[m & !PENDING].more_segments.push(s),
+                }
                 continue;
             }
-            let frame = Unit::Frame { file, index: g.frame_of(seg.e) };
-            match state.books.locate(file, seg.e) {
+            let frame = Unit::Frame { file, index: self.geometry.frame_of(seg.e) };
+            match location {
                 Location::Frame(ExtentState::Clean | ExtentState::Dirty) => {
                     state.books.pin(frame, true);
                     round.pins.push(frame);
                     round.hits.push((s, Place::Frame));
-                    count(file, 1, 0);
+                    tally.add(file, 1, 0);
                 }
                 Location::Slot(slot, SlotState::Clean) => {
                     state.books.pin(Unit::Slot(slot), true);
                     round.pins.push(Unit::Slot(slot));
                     round.hits.push((s, Place::Slot(slot)));
-                    count(file, 1, 0);
+                    tally.add(file, 1, 0);
                 }
                 Location::Frame(ExtentState::Absent) => {
                     state.books.pin(frame, true);
                     round.pins.push(frame);
                     state.books.claim_in_frames(file, seg.e..seg.e + 1);
                     claimed.insert((file, seg.e), round.misses.len());
-                    round.misses.push(Miss {
-                        range: seg.range,
-                        e: seg.e,
-                        place: Place::Frame,
-                        first_segment: s,
-                        more_segments: Vec::new(),
-                    });
-                    count(file, 0, 1);
+                    round.misses.push(Miss::new(seg, s, Place::Frame));
+                    tally.add(file, 0, 1);
                 }
                 Location::Frame(ExtentState::Loading) | Location::Slot(..) => {
                     round.deferred.push(s)
                 }
-                Location::Nowhere => match self.make_room(state, Want::Slot, true) {
+                Location::Nowhere => {
+                    claimed.insert((file, seg.e), PENDING | wanted.len());
+                    wanted.push(Miss::new(seg, s, Place::Frame));
+                }
+            }
+        }
+        self.take_slots(state, ranges, wanted, &mut round, &mut tally);
+        tally.apply(state);
+        round
+    }
+
+    /// Gives each of `wanted` (extents no one holds) a slot, in order, making room: free slots,
+    /// new slot frames while the budget has room, then the least recently used slots in one
+    /// sweep, and only then the general way (frames, write-backs, waiting), which may let go of
+    /// the lock — after which the rest is deferred to the next round, which looks again.
+    fn take_slots(
+        &self,
+        state: &mut MutexGuard<'_, State>,
+        ranges: &[GatherRange<'_>],
+        wanted: Vec<Miss>,
+        round: &mut Round,
+        tally: &mut Tally,
+    ) {
+        let mut swept = false;
+        let mut left = wanted.len();
+        let mut wanted = wanted.into_iter();
+        while let Some(mut miss) = wanted.next() {
+            let file = ranges[miss.range].entry.id;
+            let slot = loop {
+                if let Some(slot) = state.books.take_slot(file, miss.e) {
+                    break Some(slot);
+                }
+                if !state.books.has_room() && !swept {
+                    swept = true;
+                    if state.books.evict_oldest_slots(left) > 0 {
+                        continue;
+                    }
+                }
+                match self.make_room(state, Want::Slot, true) {
+                    Ok(Room::Ready) => continue,
+                    Ok(Room::Released | Room::Full) => break None,
                     Err(e) => {
                         round.error = Some(e);
-                        full = true;
+                        break None;
                     }
-                    Ok(Room::Ready) => match state.books.take_slot(file, seg.e) {
-                        Some(slot) => {
-                            round.pins.push(Unit::Slot(slot));
-                            claimed.insert((file, seg.e), round.misses.len());
-                            round.misses.push(Miss {
-                                range: seg.range,
-                                e: seg.e,
-                                place: Place::Slot(slot),
-                                first_segment: s,
-                                more_segments: Vec::new(),
-                            });
-                            count(file, 0, 1);
-                        }
-                        None => full = true,
-                    },
-                    // The lock was let go: look at this segment again.
-                    Ok(Room::Released) => continue,
-                    Ok(Room::Full) => full = true,
-                },
-            }
-            if full {
-                continue;
-            }
-            i += 1;
+                }
+            };
+            let Some(slot) = slot else {
+                round.deferred.extend(miss.segments());
+                for rest in wanted {
+                    round.deferred.extend(rest.segments());
+                }
+                return;
+            };
+            left -= 1;
+            round.pins.push(Unit::Slot(slot));
+            miss.place = Place::Slot(slot);
+            tally.add(file, miss.more_segments.len() as u64, 1);
+            round.misses.push(miss);
         }
-        for (file, hits, misses) in tally {
-            if let Some(c) = state.books.counters_mut(file) {
-                c.hits += hits;
-                c.misses += misses;
-            }
-        }
-        round
     }
 
     /// Where segment `seg` of a round is in memory.
