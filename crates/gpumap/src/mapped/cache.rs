@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -229,8 +230,13 @@ pub(crate) struct CacheShared {
     pub(crate) changed: Condvar,
     pub(crate) store: Store,
     pub(crate) geometry: Geometry,
-    pub(crate) times: Mutex<(f64, f64)>,
+    /// Nanoseconds spent mapping memory and reading missing extents, summed over threads:
+    /// counters, not a lock, since every fault adds to them.
+    pub(crate) map_nanos: AtomicU64,
+    pub(crate) fault_nanos: AtomicU64,
     pub(crate) pin_wait: Duration,
+    /// The budget in frames (the books' too; here to be read without the lock).
+    pub(crate) max_frames: usize,
 }
 
 /// One budget of device memory on one GPU (or host memory standing in), shared by every file
@@ -319,8 +325,10 @@ impl DeviceCache {
                 changed: Condvar::new(),
                 store: Store::new(&device, geometry, max_frames)?,
                 geometry,
-                times: Mutex::new((0.0, 0.0)),
+                map_nanos: AtomicU64::new(0),
+                fault_nanos: AtomicU64::new(0),
                 pin_wait: options.pin_wait,
+                max_frames,
             }),
         })
     }
@@ -414,7 +422,9 @@ impl DeviceCache {
             totals.slots += s.slots;
             let _ = file;
         }
-        let (map_seconds, fault_seconds) = *self.shared.times.lock();
+        let seconds = |nanos: &AtomicU64| nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let (map_seconds, fault_seconds) =
+            (seconds(&self.shared.map_nanos), seconds(&self.shared.fault_nanos));
         CacheStats {
             budget: books.max_frames() as u64 * g.frame,
             frame_size: g.frame,
@@ -497,15 +507,19 @@ pub(crate) enum Room {
     Full,
 }
 
+fn nanos_since(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
 impl CacheShared {
-    /// Adds `seconds` to the time spent mapping memory.
+    /// Adds the time since `since` to the time spent mapping memory.
     pub(crate) fn add_map_time(&self, since: Instant) {
-        self.times.lock().0 += since.elapsed().as_secs_f64();
+        self.map_nanos.fetch_add(nanos_since(since), Ordering::Relaxed);
     }
 
-    /// Adds `seconds` to the time spent reading missing extents.
+    /// Adds the time since `since` to the time spent reading missing extents.
     pub(crate) fn add_fault_time(&self, since: Instant) {
-        self.times.lock().1 += since.elapsed().as_secs_f64();
+        self.fault_nanos.fetch_add(nanos_since(since), Ordering::Relaxed);
     }
 
     /// One step towards room for `want`: a free slot or frame is ready, or a victim was given

@@ -403,7 +403,7 @@ impl DeviceMappedFile {
             return;
         }
         let g = self.shared().geometry;
-        let budget = self.shared().state.lock().books.max_frames() as u64 * g.frame;
+        let budget = self.shared().max_frames as u64 * g.frame;
         let depth = READ_AHEAD_BYTES
             .div_ceil(len)
             .clamp(2, 8)
@@ -516,7 +516,7 @@ impl DeviceMappedFile {
     /// one): it ends at a frame border, so it never needs more frames than that.
     fn window_at(&self, offset: u64) -> u64 {
         let g = self.shared().geometry;
-        let frames = (self.shared().state.lock().books.max_frames() as u64 / 2).max(1);
+        let frames = (self.shared().max_frames as u64 / 2).max(1);
         frames * g.frame - offset % g.frame
     }
 

@@ -145,7 +145,7 @@ impl ZeroCopyFile {
                 let len_usize =
                     usize::try_from(len).map_err(|_| Error::Overflow { offset: 0, len })?;
                 device.bind_to_thread()?;
-                let registered = RegisteredFile::new(file.file(), len_usize)?;
+                let registered = RegisteredFile::new(file.file(), &path, len_usize)?;
                 pinned.keep();
                 let copier = BatchCopier::for_device(device)?;
                 Some(Registered { file: registered, device: device.clone(), copier })

@@ -8,6 +8,7 @@
 //! to the file; a file cut while registered leaves the device reading the old pages.
 
 use std::fs::File;
+use std::path::Path;
 use std::ptr::NonNull;
 
 use memmap2::{Mmap, MmapOptions};
@@ -24,9 +25,11 @@ pub(crate) struct RegisteredFile {
 }
 
 impl RegisteredFile {
-    /// Maps `len` bytes of `file` and registers them; a current context is needed (the caller
-    /// binds one). An empty file maps and registers nothing.
-    pub(crate) fn new(file: &File, len: usize) -> Result<Self> {
+    /// Maps `len` bytes of `file` (at `path`, for errors) and registers them; a current context
+    /// is needed (the caller binds one). An empty file maps and registers nothing. A failed
+    /// `mmap` is an [`Error::Io`] with its errno (`EACCES` for a file not open for reading,
+    /// `ENOMEM` past the address-space limit).
+    pub(crate) fn new(file: &File, path: &Path, len: usize) -> Result<Self> {
         if len == 0 {
             return Ok(Self { registration: None, _map: None, len });
         }
@@ -34,7 +37,7 @@ impl RegisteredFile {
         // its bytes is created, so a concurrent change or cut of the file cannot break Rust's
         // rules; only the device reads it, through the pinned pages.
         let map = unsafe { MmapOptions::new().len(len).map(file) }
-            .map_err(|e| Error::InvalidArgument(format!("mapping the file: {e}")))?;
+            .map_err(|e| Error::io("mmap", path, None, e))?;
         let ptr = NonNull::new(map.as_ptr().cast_mut())
             .ok_or_else(|| Error::InvalidArgument("mmap returned a null pointer".to_owned()))?;
         // SAFETY: `map` is mapped and readable for `len` bytes, and this struct drops the
@@ -51,5 +54,24 @@ impl RegisteredFile {
     /// Bytes mapped.
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_mapping_is_an_io_error_with_its_errno_and_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("write-only");
+        std::fs::write(&path, [7u8; 4096]).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        // Fails in mmap, before any driver call: no GPU needed.
+        let Err(e) = RegisteredFile::new(&file, &path, 4096) else {
+            panic!("a write-only file was mapped for reading")
+        };
+        assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+        assert!(e.to_string().contains("write-only"), "{e}");
     }
 }
