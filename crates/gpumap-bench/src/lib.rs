@@ -495,6 +495,9 @@ pub fn run_device(
 ///   (`gpumap-cache-views-*`); extents of the block size, so a miss reads what it needs;
 /// - a sequential walk in 64 MiB windows with a budget of a quarter of the file
 ///   (`gpumap-cache-walk-b4`, `seq_read_warm`/`_cold`), read-ahead overlapping the windows;
+/// - the batch path in steady state (`gpumap-cache-batch-b64`, `rand_read_4k_warm_steady`):
+///   sixteen times `random_ops` rows of 4 KiB into one cache of 1/64 of the file, where the
+///   rows above (two calls a thread) mostly time a new cache's first use;
 /// - the zero-copy tier (`ZeroCopyFile`): registering the warm file (`gpumap-zerocopy`,
 ///   `register_warm`), then the random reads gathered in place from the page cache in batches
 ///   of 1024 from every thread (`gpumap-zerocopy-batch`, warm only: registering reads the file),
@@ -599,6 +602,27 @@ fn run_cache(
             file_len,
             secs,
         ));
+    }
+    // The batch path in steady state: sixteen times the rows into one cache, so that what a
+    // new cache does once (creating and mapping its frames) is a small part of the time.
+    if file_len >= 4096 {
+        let block = 4096u64;
+        let steady = random_offsets(file_len, block, options.random_ops * 16);
+        let (_cache, map) = open(file_len / 64, block)?;
+        let dsts = (0..threads)
+            .map(|_| Ok(Taken::new(CudaBuffer::alloc(device, 1024 * block as usize)?)))
+            .collect::<Result<Vec<_>>>()?;
+        warm_page_cache(&options.file)?;
+        let secs = in_threads(threads, steady.chunks(1024).collect(), |t, rows| {
+            let mut dst = dsts[t].take();
+            let result = map.gather_rows(rows, block, dst.view_mut());
+            dsts[t].put(dst);
+            result
+        })?;
+        let bytes = block * steady.len() as u64;
+        let record =
+            Record::new("gpumap-cache-batch-b64", "rand_read_4k_warm_steady", threads, bytes, secs);
+        emit(&record.with_ops(steady.len() as u64));
     }
     // The zero-copy tier: the warm file registered for the GPU, rows gathered in place.
     warm_page_cache(&options.file)?;
