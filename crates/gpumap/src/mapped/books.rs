@@ -156,6 +156,19 @@ pub(crate) struct FileCounters {
     pub(crate) write_errors: u64,
 }
 
+impl FileCounters {
+    /// Adds every counter of `delta`.
+    pub(crate) fn add(&mut self, delta: &FileCounters) {
+        self.hits += delta.hits;
+        self.misses += delta.misses;
+        self.fault_reads += delta.fault_reads;
+        self.bytes_faulted += delta.bytes_faulted;
+        self.evictions += delta.evictions;
+        self.bytes_written_back += delta.bytes_written_back;
+        self.write_errors += delta.write_errors;
+    }
+}
+
 const NIL: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Copy)]

@@ -23,7 +23,9 @@ use std::time::Instant;
 
 use parking_lot::MutexGuard;
 
-use super::books::{ExtentState, FileId, IndexHashMap, Location, SlotId, SlotState, Unit, Want};
+use super::books::{
+    ExtentState, FileCounters, FileId, IndexHashMap, Location, SlotId, SlotState, Unit, Want,
+};
 use super::cache::{CacheShared, FileEntry, Room, State};
 use super::store::Home;
 use crate::error::{Error, Result};
@@ -449,24 +451,35 @@ impl Miss {
     }
 }
 
-/// Hits and misses per file, added to the books once at the end of a round.
+/// What a round adds to each file's counters, summed per file (a gather's rows come from few
+/// files) and added to the books in one go.
 #[derive(Default)]
-struct Tally(Vec<(FileId, u64, u64)>);
+struct Tally(Vec<(FileId, FileCounters)>);
 
 impl Tally {
-    fn add(&mut self, file: FileId, hits: u64, misses: u64) {
-        match self.0.iter_mut().find(|t| t.0 == file) {
-            Some(t) => {
-                t.1 += hits;
-                t.2 += misses;
+    /// The counters to add to for `file`.
+    fn of(&mut self, file: FileId) -> &mut FileCounters {
+        let at = match self.0.iter().position(|t| t.0 == file) {
+            Some(at) => at,
+            None => {
+                self.0.push((file, FileCounters::default()));
+                self.0.len() - 1
             }
-            None => self.0.push((file, hits, misses)),
-        }
+        };
+        &mut self.0[at].1
+    }
+
+    fn add(&mut self, file: FileId, hits: u64, misses: u64) {
+        let c = self.of(file);
+        c.hits += hits;
+        c.misses += misses;
     }
 
     fn apply(self, state: &mut MutexGuard<'_, State>) {
-        for (file, hits, misses) in self.0 {
-            count(state, file, hits, misses);
+        for (file, delta) in self.0 {
+            if let Some(c) = state.books.counters_mut(file) {
+                c.add(&delta);
+            }
         }
     }
 }
@@ -516,25 +529,15 @@ impl CacheShared {
             drop(state);
             let result = self.run_round(ranges, &segments, &round, dst.as_mut());
             // Reads and bytes per file, summed before the lock is taken.
-            let mut faulted: Vec<(FileId, u64, u64)> = Vec::new();
+            let mut faulted = Tally::default();
             for miss in &round.misses {
                 let entry = ranges[miss.range].entry;
-                let bytes = g.bytes_of(miss.e..miss.e + 1, entry.len).1;
-                match faulted.iter_mut().find(|f| f.0 == entry.id) {
-                    Some(f) => {
-                        f.1 += 1;
-                        f.2 += bytes;
-                    }
-                    None => faulted.push((entry.id, 1, bytes)),
-                }
+                let c = faulted.of(entry.id);
+                c.fault_reads += 1;
+                c.bytes_faulted += g.bytes_of(miss.e..miss.e + 1, entry.len).1;
             }
             let mut state = self.state.lock();
-            for (file, reads, bytes) in faulted {
-                if let Some(c) = state.books.counters_mut(file) {
-                    c.fault_reads += reads;
-                    c.bytes_faulted += bytes;
-                }
-            }
+            faulted.apply(&mut state);
             for miss in &round.misses {
                 let ok = result.is_ok();
                 match miss.place {
