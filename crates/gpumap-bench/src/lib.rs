@@ -538,21 +538,13 @@ fn run_cache(
                 // Batches of 1024 ranges, the calls spread over the threads; one destination
                 // per thread, allocated before the clock starts.
                 let (_cache, map) = open(budget, block)?;
-                let dsts = (0..threads)
-                    .map(|_| Ok(Taken::new(CudaBuffer::alloc(device, 1024 * block as usize)?)))
-                    .collect::<Result<Vec<_>>>()?;
+                let dsts = row_buffers(device, threads, block)?;
                 if temperature == "cold" {
                     evict(&options.file)?;
                 } else {
                     warm_page_cache(&options.file)?;
                 }
-                let batches: Vec<&[u64]> = offsets.chunks(1024).collect();
-                let secs = in_threads(threads, batches, |t, rows| {
-                    let mut dst = dsts[t].take();
-                    let result = map.gather_rows(rows, block, dst.view_mut());
-                    dsts[t].put(dst);
-                    result
-                })?;
+                let secs = gather_in_batches(&map, &offsets, block, &dsts)?;
                 let record = Record::new(
                     &format!("gpumap-cache-batch-{suffix}"),
                     &workload,
@@ -609,16 +601,9 @@ fn run_cache(
         let block = 4096u64;
         let steady = random_offsets(file_len, block, options.random_ops * 16);
         let (_cache, map) = open(file_len / 64, block)?;
-        let dsts = (0..threads)
-            .map(|_| Ok(Taken::new(CudaBuffer::alloc(device, 1024 * block as usize)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let dsts = row_buffers(device, threads, block)?;
         warm_page_cache(&options.file)?;
-        let secs = in_threads(threads, steady.chunks(1024).collect(), |t, rows| {
-            let mut dst = dsts[t].take();
-            let result = map.gather_rows(rows, block, dst.view_mut());
-            dsts[t].put(dst);
-            result
-        })?;
+        let secs = gather_in_batches(&map, &steady, block, &dsts)?;
         let bytes = block * steady.len() as u64;
         let record =
             Record::new("gpumap-cache-batch-b64", "rand_read_4k_warm_steady", threads, bytes, secs);
@@ -633,9 +618,7 @@ fn run_cache(
         .open(&options.file)?;
     emit(&Record::new("gpumap-zerocopy", "register_warm", 1, file_len, t.elapsed().as_secs_f64()));
     for RandomWorkload { name, block, offsets, .. } in random_workloads(options, file_len) {
-        let dsts = (0..threads)
-            .map(|_| Ok(Taken::new(CudaBuffer::alloc(device, 1024 * block as usize)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let dsts = row_buffers(device, threads, block)?;
         let batches: Vec<Vec<(u64, u64)>> =
             offsets.chunks(1024).map(|c| c.iter().map(|&o| (o, block)).collect()).collect();
         let secs = in_threads(threads, batches.iter().collect(), |t, rows| {
@@ -691,6 +674,29 @@ fn run_cache(
     );
     emit(&record.with_ops(views));
     Ok(())
+}
+
+/// One destination of 1024 rows of `block` bytes per thread, allocated before a clock starts.
+fn row_buffers(device: &CudaDevice, threads: usize, block: u64) -> Result<Vec<Taken<CudaBuffer>>> {
+    (0..threads)
+        .map(|_| Ok(Taken::new(CudaBuffer::alloc(device, 1024 * block as usize)?)))
+        .collect()
+}
+
+/// Gathers the rows of `block` bytes at `offsets` through `map` in batches of 1024, the calls
+/// spread over one thread per destination of `dsts`; the seconds taken.
+fn gather_in_batches(
+    map: &DeviceMappedFile,
+    offsets: &[u64],
+    block: u64,
+    dsts: &[Taken<CudaBuffer>],
+) -> Result<f64> {
+    in_threads(dsts.len(), offsets.chunks(1024).collect(), |t, rows| {
+        let mut dst = dsts[t].take();
+        let result = map.gather_rows(rows, block, dst.view_mut());
+        dsts[t].put(dst);
+        result
+    })
 }
 
 /// Runs `work(thread, item)` on every item from `threads` threads (each taking the next item),
