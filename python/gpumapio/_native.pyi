@@ -231,7 +231,11 @@ class DeviceCache:
         extent_size: int = 65536,
         frame_size: int | None = None,
         device: int | str | None = None,
-    ) -> Self: ...
+        shards: int | None = None,
+    ) -> Self:
+        """``shards``: independent parts of the budget, each with its own lock and LRU list (a
+        power of two dividing the budget's frames, two frames or more each); default: one
+        under 8 frames, else up to 16."""
     def open(
         self,
         path: _Path,

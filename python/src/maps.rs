@@ -79,6 +79,7 @@ fn file_stats<'py>(py: Python<'py>, s: &FileStats) -> PyResult<Bound<'py, PyDict
 fn cache_stats<'py>(py: Python<'py>, s: &CacheStats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("budget", s.budget)?;
+    d.set_item("shards", s.shards)?;
     d.set_item("frame_size", s.frame_size)?;
     d.set_item("extent_size", s.extent_size)?;
     d.set_item("used_bytes", s.used_bytes)?;
@@ -100,13 +101,14 @@ pub struct DeviceCache {
 #[pymethods]
 impl DeviceCache {
     #[new]
-    #[pyo3(signature = (budget, *, extent_size = 65536, frame_size = None, device = None))]
+    #[pyo3(signature = (budget, *, extent_size = 65536, frame_size = None, device = None, shards = None))]
     fn new(
         py: Python<'_>,
         budget: u64,
         extent_size: u64,
         frame_size: Option<u64>,
         device: Option<Bound<'_, PyAny>>,
+        shards: Option<usize>,
     ) -> PyResult<Self> {
         let device = device_arg(device.as_ref())?;
         let inner = nogil(py, move || {
@@ -114,6 +116,9 @@ impl DeviceCache {
             o.budget(budget).extent_size(extent_size).memory(device);
             if let Some(frame) = frame_size {
                 o.frame_size(frame);
+            }
+            if let Some(shards) = shards {
+                o.shards(shards);
             }
             o.build()
         })?;

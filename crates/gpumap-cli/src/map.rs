@@ -36,6 +36,11 @@ pub struct MapArgs {
     /// Unit of memory (mapped, evicted, budgeted): a multiple of 2MiB up to 1GiB [default: 8MiB]
     #[arg(long, value_parser = size_arg)]
     frame: Option<u64>,
+    /// Independent parts of the budget, each with its own lock and LRU list: a power of two
+    /// dividing the budget's frames, two frames or more each [default: 1 under 8 frames, else
+    /// up to 16]
+    #[arg(long)]
+    shards: Option<usize>,
     /// Bytes per view when walking the files in order (at most half the budget).
     #[arg(long, default_value = "64MiB", value_parser = size_arg)]
     window: u64,
@@ -114,6 +119,9 @@ pub fn map(args: &MapArgs) -> CliResult {
     let (device, memory) = args.placement.memory()?;
     let mut options = CacheOptions::new();
     options.memory(device).budget(args.budget).extent_size(args.extent);
+    if let Some(shards) = args.shards {
+        options.shards(shards);
+    }
     if let Some(frame) = args.frame {
         options.frame_size(frame);
     }
@@ -311,7 +319,7 @@ fn print(report: &Report, json: bool) -> CliResult {
     }
     let c = &report.cache;
     output::try_line(format!(
-        "  cache: {} of {} bytes in use ({} B frames, {} B extents), {:.3} s mapping memory, {:.3} s faulting",
-        c.used_bytes, c.budget, c.frame_size, c.extent_size, c.map_seconds, c.fault_seconds
+        "  cache: {} of {} bytes in use ({} B frames, {} B extents, {} shards), {:.3} s mapping memory, {:.3} s faulting",
+        c.used_bytes, c.budget, c.frame_size, c.extent_size, c.shards, c.map_seconds, c.fault_seconds
     ))
 }

@@ -25,6 +25,7 @@ const FRAME: u64 = 2 * MIB;
 
 on_host_and_gpu!(
     sixteen_threads_three_files_one_cache,
+    sixteen_threads_three_files_four_shards,
     randomized_concurrent_views_writes_flushes_and_evictions,
 );
 
@@ -72,15 +73,27 @@ fn retry<T>(mut f: impl FnMut() -> gpumap::Result<T>) -> T {
 /// gathers of two read-only files, writes to each thread's own stripe of the third; the budget
 /// is never exceeded, checked after every operation, and every byte read matches.
 fn sixteen_threads_three_files_one_cache(memory: Device) {
+    sixteen_threads_three_files(memory, 6, 1);
+}
+
+/// The same with the budget in four shards of two frames: views wider than an extent cross
+/// shards, and each shard's share is crowded.
+fn sixteen_threads_three_files_four_shards(memory: Device) {
+    sixteen_threads_three_files(memory, 8, 4);
+}
+
+fn sixteen_threads_three_files(memory: Device, frames: u64, shards: usize) {
     let dir = scratch();
-    let budget = 6 * FRAME;
+    let budget = frames * FRAME;
     let cache = CacheOptions::new()
         .memory(memory.clone())
         .frame_size(FRAME)
         .budget(budget)
         .extent_size(4096)
+        .shards(shards)
         .build()
         .unwrap();
+    assert_eq!(cache.shards(), shards);
     let lens = [24 * MIB + 5, 17 * MIB];
     let mut datas = Vec::new();
     let mut maps = Vec::new();
@@ -172,12 +185,16 @@ fn sixteen_threads_three_files_one_cache(memory: Device) {
 /// Workers write their own stripes of one file through writable views — sometimes keeping a
 /// view alive while others flush — and read them back; a chaos thread flushes, flushes ranges,
 /// evicts, calls `evict()` and reads everywhere; budgets of two and three frames force
-/// evictions of dirty frames all the time. Pool sizes 1, 2, 3, 8 and 16. The file must equal
-/// the model at the end, and every read must match while running.
+/// evictions of dirty frames all the time. Pool sizes 1, 2, 3, 8 and 16; then pool sizes 3 and
+/// 16 with the budget in two shards of two frames. The file must equal the model at the end,
+/// and every read must match while running.
 fn randomized_concurrent_views_writes_flushes_and_evictions(memory: Device) {
     let time = stress_time();
     for threads in [1usize, 2, 3, 8, 16] {
-        run_randomized(memory.clone(), threads, time);
+        run_randomized(memory.clone(), threads, 1, time);
+    }
+    for threads in [3usize, 16] {
+        run_randomized(memory.clone(), threads, 2, time);
     }
 }
 
@@ -215,14 +232,14 @@ const PHASES: [&str; 11] = [
 
 /// A randomized run on a thread of its own under a watchdog: a run that does not end within its
 /// time plus 90 s fails with what every thread was doing, instead of hanging the test binary.
-fn run_randomized(memory: Device, threads: usize, time: Duration) {
+fn run_randomized(memory: Device, threads: usize, shards: usize, time: Duration) {
     let progress = Arc::new(Progress::default());
     let (done, finished) = std::sync::mpsc::channel();
-    let name = format!("{memory:?} pool {threads}");
+    let name = format!("{memory:?} pool {threads}, {shards} shards");
     {
         let progress = Arc::clone(&progress);
         std::thread::spawn(move || {
-            randomized_run(memory, threads, time, &progress);
+            randomized_run(memory, threads, shards, time, &progress);
             let _ = done.send(());
         });
     }
@@ -252,7 +269,13 @@ fn run_randomized(memory: Device, threads: usize, time: Duration) {
     }
 }
 
-fn randomized_run(memory: Device, threads: usize, time: Duration, progress: &Progress) {
+fn randomized_run(
+    memory: Device,
+    threads: usize,
+    shards: usize,
+    time: Duration,
+    progress: &Progress,
+) {
     let phase = |t: usize, p: u8| progress.phases[t].store(p, Ordering::Relaxed);
     let dir = scratch();
     let path = dir.path().join("chaos");
@@ -266,8 +289,9 @@ fn randomized_run(memory: Device, threads: usize, time: Duration, progress: &Pro
     let cache: DeviceCache = CacheOptions::new()
         .memory(memory.clone())
         .frame_size(FRAME)
-        .budget((2 + threads as u64 % 2) * FRAME)
+        .budget(if shards == 1 { 2 + threads as u64 % 2 } else { 2 * shards as u64 } * FRAME)
         .extent_size(4096)
+        .shards(shards)
         .build()
         .unwrap();
     let map =
@@ -365,7 +389,7 @@ fn randomized_run(memory: Device, threads: usize, time: Duration, progress: &Pro
         );
     }
     eprintln!(
-        "randomized {memory:?}, pool {threads}: {} operations in {:.2?} (asked for {time:?})",
+        "randomized {memory:?}, pool {threads}, {shards} shards: {} operations in {:.2?} (asked for {time:?})",
         ops.load(Ordering::Relaxed),
         started.elapsed()
     );

@@ -38,6 +38,7 @@ on_host_and_gpu!(
     views_and_prefetch_in_batches,
     async_gathers_hand_the_buffer_back,
     gathers_count_each_extent_once,
+    shards_split_the_budget_and_views_cross_them,
     bad_requests_are_typed_errors,
     a_terabyte_sparse_file_under_a_small_budget,
 );
@@ -63,13 +64,20 @@ fn map(path: &Path, memory: Device, budget: u64, extent: u64, writable: bool) ->
 }
 
 fn cache(memory: Device, budget: u64, extent: u64) -> DeviceCache {
-    CacheOptions::new()
+    sharded_cache(memory, budget, extent, 1)
+}
+
+fn sharded_cache(memory: Device, budget: u64, extent: u64, shards: usize) -> DeviceCache {
+    let c = CacheOptions::new()
         .memory(memory)
         .frame_size(FRAME)
         .budget(budget)
         .extent_size(extent)
+        .shards(shards)
         .build()
-        .unwrap()
+        .unwrap();
+    assert_eq!(c.shards(), shards);
+    c
 }
 
 fn writable() -> MapOptions {
@@ -285,10 +293,10 @@ fn op() -> impl Strategy<Value = Op> {
 /// Runs `ops` against three files in one cache and three byte vectors: every view and gather
 /// must match the vectors, memory in use never exceeds the budget, and after closing the files
 /// equal the vectors at their original lengths.
-fn check_three_files(memory: Device, frames: u64, extent: u64, ops: &[Op]) {
+fn check_three_files(memory: Device, (frames, shards): (u64, usize), extent: u64, ops: &[Op]) {
     let dir = scratch();
     let budget = frames * FRAME;
-    let c = cache(memory.clone(), budget, extent);
+    let c = sharded_cache(memory.clone(), budget, extent, shards);
     let mut models = Vec::new();
     let mut maps = Vec::new();
     for (i, &len) in FILE_LENS.iter().enumerate() {
@@ -379,29 +387,39 @@ fn check_three_files(memory: Device, frames: u64, extent: u64, ops: &[Op]) {
     }
 }
 
+/// Budgets in frames, and the shards they are split into: one to four frames in one shard
+/// (exact LRU across the cache), or shards of two and four frames — the files' seven frames
+/// then crowd each shard's share, and views wider than a frame cross shards.
+fn layout() -> impl Strategy<Value = (u64, usize)> {
+    prop_oneof![
+        2 => (1u64..5).prop_map(|frames| (frames, 1)),
+        1 => prop_oneof![Just((4, 2)), Just((8, 4)), Just((8, 2))],
+    ]
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(16))]
+    #![proptest_config(ProptestConfig::with_cases(24))]
     /// Budgets of one to four frames (up to 2048 slots of 4 KiB) force evictions across files,
     /// write-backs of dirty frames and slot frames given up for file frames.
     #[test]
     fn three_files_in_one_cache_match_their_models_on_host(
-        frames in 1u64..5,
+        layout in layout(),
         extent_shift in prop_oneof![Just(12u32), Just(14), Just(16)],
         ops in proptest::collection::vec(op(), 1..30),
     ) {
-        check_three_files(Device::Host, frames, 1 << extent_shift, &ops);
+        check_three_files(Device::Host, layout, 1 << extent_shift, &ops);
     }
 
     /// The same on the GPU.
     #[test]
     #[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
     fn three_files_in_one_cache_match_their_models_on_gpu(
-        frames in 1u64..5,
+        layout in layout(),
         extent_shift in prop_oneof![Just(12u32), Just(14), Just(16)],
         ops in proptest::collection::vec(op(), 1..30),
     ) {
         if let Some(device) = common::gpu() {
-            check_three_files(Device::Cuda(device), frames, 1 << extent_shift, &ops);
+            check_three_files(Device::Cuda(device), layout, 1 << extent_shift, &ops);
         }
     }
 }
@@ -631,6 +649,74 @@ fn gathers_count_each_extent_once(memory: Device) {
     let again = m.stats();
     assert_eq!((again.misses, again.hits), (5, 3 + 8), "{memory:?}: resident rows were read");
     assert_eq!(again.fault_reads, 5, "{memory:?}");
+}
+
+fn shards_split_the_budget_and_views_cross_them(memory: Device) {
+    let shards_for = |frames: u64, shards: Option<usize>| {
+        let mut options = CacheOptions::new();
+        options.memory(memory.clone()).frame_size(FRAME).budget(frames * FRAME);
+        if let Some(n) = shards {
+            options.shards(n);
+        }
+        options.build().map(|c| c.shards())
+    };
+    // By default: one shard under eight frames, else the most (up to 16) of at least two
+    // frames each that divide the budget.
+    for (frames, expected) in [(4, 1), (7, 1), (8, 4), (9, 1), (12, 4), (40, 8), (48, 16), (64, 16)]
+    {
+        assert_eq!(shards_for(frames, None).unwrap(), expected, "{memory:?}: {frames} frames");
+    }
+    assert_eq!(shards_for(8, Some(2)).unwrap(), 2);
+    assert_eq!(shards_for(2, Some(1)).unwrap(), 1);
+    for (frames, shards) in [(8, 3), (8, 8), (6, 4), (4, 0)] {
+        match shards_for(frames, Some(shards)) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("shards"), "{m}"),
+            other => panic!("{frames} frames in {shards} shards: {other:?}"),
+        }
+    }
+
+    let dir = scratch();
+    let path = dir.path().join("sharded");
+    let len = 20 * MIB + 333;
+    let data = random_bytes(len as usize, 77);
+    fs::write(&path, &data).unwrap();
+    let c = sharded_cache(memory.clone(), 8 * FRAME, 4096, 4);
+    let m = c.open(&path).unwrap();
+    // A view of the whole budget spans every shard, two frames in each.
+    let offset = FRAME / 2;
+    let whole = m.view(offset, 8 * FRAME - offset).unwrap();
+    let mut got = vec![0u8; (8 * FRAME - offset) as usize];
+    whole.copy_to_host(0, &mut got).unwrap();
+    assert!(got[..] == data[offset as usize..][..got.len()], "{memory:?}: whole-budget view");
+    drop(whole);
+    match m.view(0, 8 * FRAME + 1) {
+        Err(Error::OutOfBudget { requested, budget, .. }) => {
+            assert_eq!((requested, budget), (9 * FRAME, 8 * FRAME), "{memory:?}")
+        }
+        other => panic!("{memory:?}: a view wider than the budget: {other:?}"),
+    }
+    // Rows over the whole file, in every shard: counted once each, resident the second time
+    // (a slot frame in each shard holds them all, once the view's frames went).
+    m.evict().unwrap();
+    let rows: Vec<(u64, u64)> = (0..64).map(|i| (i * (len / 64) / 4096 * 4096, 4096)).collect();
+    let mut dst = DeviceBuffer::zeroed(&c.device(), 64 * 4096).unwrap();
+    let before = m.stats();
+    m.gather(&rows, dst.view_mut()).unwrap();
+    let got = dst.to_vec().unwrap();
+    for (i, &(o, l)) in rows.iter().enumerate() {
+        assert!(got[i * 4096..][..l as usize] == data[o as usize..][..l as usize], "row {o}");
+    }
+    let first = m.stats();
+    assert_eq!(first.hits + first.misses - before.hits - before.misses, 64, "{memory:?}");
+    m.gather(&rows, dst.view_mut()).unwrap();
+    let second = m.stats();
+    assert_eq!((second.misses, second.hits), (first.misses, first.hits + 64), "{memory:?}");
+    let stats = c.stats();
+    assert!(stats.used_bytes <= stats.budget, "{memory:?}: {stats:?}");
+    assert_eq!(stats.totals.len, len, "{memory:?}: the file's length counted once");
+    drop(m);
+    let after = c.stats();
+    assert_eq!((after.files, after.slots_in_use), (0, 0), "{memory:?}: {after:?}");
 }
 
 fn bad_requests_are_typed_errors(memory: Device) {

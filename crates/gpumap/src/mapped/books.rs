@@ -64,7 +64,9 @@ type HashMap<K, V> = IndexHashMap<K, V>;
 
 /// A file's number in its cache.
 pub(crate) type FileId = u32;
-/// A slot's number: its slot frame's position times the slots per frame, plus its index.
+/// A slot's number: its slot frame's position in the cache's slot arena times the slots per
+/// frame, plus its index (unique across the shards of a cache, whose books each own a stretch
+/// of the arena).
 pub(crate) type SlotId = u32;
 
 /// A unit of memory that can be pinned and evicted.
@@ -319,8 +321,9 @@ pub(crate) struct Books {
     max_frames: usize,
     frames_in_use: usize,
     files: HashMap<FileId, FileBooks>,
-    next_file: FileId,
-    /// By position in the slot arena; `None` where no frame is mapped.
+    /// The first position of the slot arena these books own (`slot_frames[0]`'s).
+    first_position: usize,
+    /// By position in the slot arena (from `first_position`); `None` where no frame is mapped.
     slot_frames: Vec<Option<SlotFrame>>,
     empty_slot_frames: usize,
     free_slots: Vec<SlotId>,
@@ -332,33 +335,46 @@ pub(crate) struct Books {
     /// Kept between calls of [`evict_oldest_slots`](Self::evict_oldest_slots): no allocation
     /// under the lock.
     scratch: Vec<(u32, SlotId)>,
+    /// The next id [`new_file`](Self::new_file) gives (tests number files themselves).
+    #[cfg(test)]
+    next_test_file: FileId,
 }
 
 impl Books {
-    /// Empty books for `geometry` and at most `max_frames` frames of memory.
+    /// Empty books for `geometry` and at most `max_frames` frames of memory, owning the slot
+    /// arena's positions from 0.
+    #[cfg(test)]
     pub(crate) fn new(geometry: Geometry, max_frames: usize) -> Books {
+        Books::with_arena(geometry, max_frames, 0)
+    }
+
+    /// Empty books for `geometry` and at most `max_frames` frames of memory, owning the slot
+    /// arena's positions `first_position..first_position + max_frames`.
+    pub(crate) fn with_arena(
+        geometry: Geometry,
+        max_frames: usize,
+        first_position: usize,
+    ) -> Books {
         Books {
             geometry,
             max_frames,
             frames_in_use: 0,
             files: HashMap::default(),
-            next_file: 0,
+            first_position,
             slot_frames: (0..max_frames).map(|_| None).collect(),
             empty_slot_frames: 0,
             free_slots: Vec::new(),
             lru: Lru::new(),
             transient_pins: 0,
             scratch: Vec::new(),
+            #[cfg(test)]
+            next_test_file: 0,
         }
     }
 
     #[cfg(test)]
     pub(crate) fn geometry(&self) -> Geometry {
         self.geometry
-    }
-
-    pub(crate) fn max_frames(&self) -> usize {
-        self.max_frames
     }
 
     /// Frames of memory in use (file frames and slot frames).
@@ -377,10 +393,8 @@ impl Books {
 
     // ---- files --------------------------------------------------------------------------
 
-    /// Registers a file of `len` bytes.
-    pub(crate) fn add_file(&mut self, len: u64) -> FileId {
-        let id = self.next_file;
-        self.next_file = self.next_file.wrapping_add(1);
+    /// Registers file `id` (numbered by the cache) of `len` bytes.
+    pub(crate) fn add_file(&mut self, id: FileId, len: u64) {
         self.files.insert(
             id,
             FileBooks {
@@ -390,6 +404,14 @@ impl Books {
                 counters: FileCounters::default(),
             },
         );
+    }
+
+    /// Registers a file of `len` bytes under a new id.
+    #[cfg(test)]
+    pub(crate) fn new_file(&mut self, len: u64) -> FileId {
+        let id = self.next_test_file;
+        self.next_test_file += 1;
+        self.add_file(id, len);
         id
     }
 
@@ -880,9 +902,10 @@ impl Books {
 
     // ---- slots --------------------------------------------------------------------------
 
+    /// Where slot `id` is in `slot_frames`: (local position, index in its frame).
     fn slot_place(&self, id: SlotId) -> (usize, usize) {
         let per = self.geometry.per_frame() as usize;
-        (id as usize / per, id as usize % per)
+        (id as usize / per - self.first_position, id as usize % per)
     }
 
     fn slot(&self, id: SlotId) -> Slot {
@@ -946,11 +969,12 @@ impl Books {
     /// arena, and returns the position (the caller checked [`has_room`](Self::has_room) and
     /// maps it). All its slots are free.
     pub(crate) fn add_slot_frame(&mut self) -> Option<usize> {
-        let position = self.slot_frames.iter().position(Option::is_none)?;
+        let local = self.slot_frames.iter().position(Option::is_none)?;
+        let position = self.first_position + local;
         let per = self.geometry.per_frame() as usize;
         let free =
             Slot { state: SlotState::Free, owner: (0, 0), pins: 0, lru: NIL, in_free_list: true };
-        self.slot_frames[position] =
+        self.slot_frames[local] =
             Some(SlotFrame { slots: vec![free; per].into_boxed_slice(), used: 0, busy: 0 });
         self.empty_slot_frames += 1;
         self.frames_in_use += 1;
@@ -964,7 +988,13 @@ impl Books {
     /// Records that the slot frame at `position`, none of whose slots anyone pins, is given up:
     /// its clean slots are evicted (the caller unmaps it).
     pub(crate) fn remove_slot_frame(&mut self, position: usize) {
-        let Some(frame) = self.slot_frames[position].take() else { return };
+        let Some(frame) = position
+            .checked_sub(self.first_position)
+            .and_then(|local| self.slot_frames.get_mut(local))
+            .and_then(Option::take)
+        else {
+            return;
+        };
         debug_assert_eq!(frame.busy, 0);
         for slot in frame.slots.iter() {
             if slot.state == SlotState::Clean {
@@ -1117,10 +1147,10 @@ impl Books {
     /// its slots is in use.
     pub(crate) fn victim(&self, want: Want) -> Victim {
         if want == Want::Frame && self.empty_slot_frames > 0 {
-            if let Some(position) =
+            if let Some(local) =
                 self.slot_frames.iter().position(|f| f.as_ref().is_some_and(|f| f.used == 0))
             {
-                return Victim::SlotFrame(position);
+                return Victim::SlotFrame(self.first_position + local);
             }
         }
         let (mut dirty, mut ahead) = (None, None);
@@ -1145,9 +1175,9 @@ impl Books {
                 Unit::Slot(id) => match want {
                     Want::Slot => return Victim::Slot(id),
                     Want::Frame => {
-                        let (position, _) = self.slot_place(id);
-                        if self.slot_frames[position].as_ref().is_some_and(|f| f.busy == 0) {
-                            return Victim::SlotFrame(position);
+                        let (local, _) = self.slot_place(id);
+                        if self.slot_frames[local].as_ref().is_some_and(|f| f.busy == 0) {
+                            return Victim::SlotFrame(self.first_position + local);
                         }
                     }
                 },
@@ -1212,7 +1242,7 @@ impl Books {
             }
             empty += usize::from(used == 0);
             for (i, s) in frame.slots.iter().enumerate() {
-                let id = (position * g.per_frame() as usize + i) as SlotId;
+                let id = ((self.first_position + position) * g.per_frame() as usize + i) as SlotId;
                 let listed = s.state == SlotState::Clean && s.pins == 0;
                 if listed != (s.lru != NIL) {
                     return Err(format!("slot {id} {s:?}: in the LRU list {}", s.lru != NIL));
@@ -1255,7 +1285,7 @@ mod tests {
     #[test]
     fn slots_fill_frames_and_evict_least_recent_first() {
         let mut b = Books::new(G, 2);
-        let f = b.add_file(1 << 20);
+        let f = b.new_file(1 << 20);
         assert!(b.has_room());
         b.add_slot_frame().unwrap();
         let mut slots = Vec::new();
@@ -1280,7 +1310,7 @@ mod tests {
     #[test]
     fn frames_take_over_extents_from_slots() {
         let mut b = Books::new(G, 2);
-        let f = b.add_file(1 << 20);
+        let f = b.new_file(1 << 20);
         b.add_slot_frame().unwrap();
         let s = b.take_slot(f, 1).unwrap();
         b.finish_slot_load(s, true);
@@ -1304,7 +1334,7 @@ mod tests {
     #[test]
     fn a_dirty_victim_is_closed_to_requests_until_it_goes() {
         let mut b = Books::new(G, 2);
-        let f = b.add_file(1 << 20);
+        let f = b.new_file(1 << 20);
         for index in 0..2 {
             b.add_frame(f, index, false);
             let e = index * 4;
@@ -1353,7 +1383,7 @@ mod tests {
     #[test]
     fn frames_read_ahead_go_after_every_other_clean_unit() {
         let mut b = Books::new(G, 3);
-        let f = b.add_file(1 << 20);
+        let f = b.new_file(1 << 20);
         for index in 0..3 {
             b.add_frame(f, index, true);
             let e = index * 4;
@@ -1389,7 +1419,7 @@ mod tests {
     #[test]
     fn writes_during_a_write_back_stay_dirty() {
         let mut b = Books::new(G, 1);
-        let f = b.add_file(1 << 20);
+        let f = b.new_file(1 << 20);
         b.add_frame(f, 0, false);
         let claimed = b.claim_in_frames(f, 0..2);
         b.finish_frame_loads(f, &claimed, true);
@@ -1417,7 +1447,7 @@ mod tests {
     #[test]
     fn a_frame_request_releases_a_whole_idle_slot_frame() {
         let mut b = Books::new(G, 1);
-        let f = b.add_file(1 << 20);
+        let f = b.new_file(1 << 20);
         b.add_slot_frame().unwrap();
         let s = b.take_slot(f, 7).unwrap();
         b.finish_slot_load(s, true);
@@ -1490,10 +1520,12 @@ mod tests {
         #[test]
         fn invariants_hold_under_random_requests(
             frames in 1usize..5,
+            first_position in 0usize..3,
             ops in proptest::collection::vec(op(), 1..120),
         ) {
-            let mut b = Books::new(G, frames);
-            let mut files: Vec<FileId> = (0..3).map(|_| b.add_file(24 * 4096)).collect();
+            // Books of a shard own a stretch of the slot arena that may not start at 0.
+            let mut b = Books::with_arena(G, frames, first_position);
+            let mut files: Vec<FileId> = (0..3).map(|_| b.new_file(24 * 4096)).collect();
             for op in ops {
                 match op {
                     Op::Slot { file, e, ok } => {
@@ -1559,7 +1591,7 @@ mod tests {
                         let (d, _) = b.claim_writeback(f, 0..24);
                         b.finish_writeback(f, &d, &d);
                         b.remove_file(f);
-                        files[file as usize] = b.add_file(24 * 4096);
+                        files[file as usize] = b.new_file(24 * 4096);
                     }
                     Op::Sweep { n } => {
                         // The victims one by one would be the oldest units while they are

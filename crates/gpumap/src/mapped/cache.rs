@@ -4,13 +4,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use super::books::{Books, FileCounters, FileId, Unit, Victim, Want};
+use super::books::{Books, FileCounters, FileId, SlotId, Unit, Victim, Want};
 use super::geometry::Geometry;
 use super::store::{FileMemory, Store};
 use super::view::{Advice, DeviceMappedFile, MapOptions};
@@ -47,6 +47,7 @@ pub struct CacheOptions {
     frame_size: Option<u64>,
     memory: Option<Device>,
     pin_wait: Duration,
+    shards: Option<usize>,
 }
 
 impl Default for CacheOptions {
@@ -57,6 +58,7 @@ impl Default for CacheOptions {
             frame_size: None,
             memory: None,
             pin_wait: DEFAULT_PIN_WAIT,
+            shards: None,
         }
     }
 }
@@ -106,6 +108,19 @@ impl CacheOptions {
         self
     }
 
+    /// How many independent parts (each with its own lock, share of the budget and LRU list)
+    /// the cache's books are split into: a power of two dividing the budget's frames, with at
+    /// least two frames each. Frame `i` of a file belongs to part `(i + f) mod shards` for a
+    /// per-file `f`, so consecutive frames (a walk, a wide view) spread over all parts, and so
+    /// do random rows. Default: one part while the budget is under 8 frames (exact LRU across
+    /// the whole cache), else as many as fit the rule, up to 16 — one lock measured as the
+    /// limit of gathers from 16 threads (see docs/architecture.md). Eviction is then
+    /// least-recently-used within each part, as Linux's is within each memory node.
+    pub fn shards(&mut self, shards: usize) -> &mut Self {
+        self.shards = Some(shards);
+        self
+    }
+
     /// Builds the cache.
     pub fn build(&self) -> Result<DeviceCache> {
         DeviceCache::with_options(self)
@@ -148,6 +163,8 @@ pub struct FileStats {
 pub struct CacheStats {
     /// The budget, in bytes (whole frames).
     pub budget: u64,
+    /// Independent parts the budget is split into ([`CacheOptions::shards`]).
+    pub shards: u64,
     /// The frame size.
     pub frame_size: u64,
     /// The extent (and slot) size.
@@ -217,17 +234,28 @@ pub(crate) struct AccessState {
     pub(crate) ahead_until: u64,
 }
 
-/// The state behind one lock: the books, and the files they name.
+/// The state behind one lock: the books of a shard, and the files they name (every shard
+/// names every open file).
 pub(crate) struct State {
     pub(crate) books: Books,
     pub(crate) files: HashMap<FileId, Arc<FileEntry>>,
 }
 
+/// One independent part of a cache: its books under their own lock, with a share of the
+/// budget, its own stretch of the slot arena and its own LRU list. An extent and its frame are
+/// always in the same shard (the shard of the frame), so everything the books decide about one
+/// extent — where it is, one home, moves between slot and frame — stays inside one shard.
+pub(crate) struct Shard {
+    pub(crate) state: Mutex<State>,
+    /// Signalled when loads finish and pins go in this shard.
+    pub(crate) changed: Condvar,
+}
+
 /// A cache's shared innards.
 pub(crate) struct CacheShared {
-    pub(crate) state: Mutex<State>,
-    /// Signalled when loads finish and pins go.
-    pub(crate) changed: Condvar,
+    pub(crate) shards: Box<[Shard]>,
+    /// The id of the next file opened.
+    next_file: AtomicU32,
     pub(crate) store: Store,
     pub(crate) geometry: Geometry,
     /// Nanoseconds spent mapping memory and reading missing extents, summed over threads:
@@ -315,14 +343,36 @@ impl DeviceCache {
             )));
         }
         let max_frames = (options.budget / frame) as usize;
+        let shards = match options.shards {
+            None => default_shards(max_frames),
+            Some(n)
+                if n.is_power_of_two() && max_frames.is_multiple_of(n) && max_frames / n >= 2 =>
+            {
+                n
+            }
+            Some(1) => 1,
+            Some(n) => {
+                return Err(Error::InvalidArgument(format!(
+                    "{n} shards for a budget of {max_frames} frames: expected 1, or a power of \
+                     two dividing the frames with at least two frames each"
+                )))
+            }
+        };
         let geometry = Geometry { extent, frame };
-        Ok(DeviceCache {
-            shared: Arc::new(CacheShared {
+        let per_shard = max_frames / shards;
+        let shards = (0..shards)
+            .map(|i| Shard {
                 state: Mutex::new(State {
-                    books: Books::new(geometry, max_frames),
+                    books: Books::with_arena(geometry, per_shard, i * per_shard),
                     files: HashMap::new(),
                 }),
                 changed: Condvar::new(),
+            })
+            .collect();
+        Ok(DeviceCache {
+            shared: Arc::new(CacheShared {
+                shards,
+                next_file: AtomicU32::new(0),
                 store: Store::new(&device, geometry, max_frames)?,
                 geometry,
                 map_nanos: AtomicU64::new(0),
@@ -377,8 +427,7 @@ impl DeviceCache {
         };
         let len = file.len()?;
         let memory = self.shared.store.open_file(len)?;
-        let mut state = self.shared.state.lock();
-        let id = state.books.add_file(len);
+        let id = self.shared.next_file.fetch_add(1, Ordering::Relaxed);
         let entry = Arc::new(FileEntry {
             id,
             path: path.to_path_buf(),
@@ -390,8 +439,11 @@ impl DeviceCache {
             access: Mutex::new(AccessState { advice: options.advice, ..AccessState::default() }),
             zero_copy,
         });
-        state.files.insert(id, Arc::clone(&entry));
-        drop(state);
+        for shard in self.shared.shards.iter() {
+            let mut state = shard.state.lock();
+            state.books.add_file(id, len);
+            state.files.insert(id, Arc::clone(&entry));
+        }
         Ok(DeviceMappedFile::new(self.clone(), entry))
     }
 
@@ -402,40 +454,43 @@ impl DeviceCache {
 
     /// What the cache holds and has done, over the files open now.
     pub fn stats(&self) -> CacheStats {
-        let state = self.shared.state.lock();
-        let books = &state.books;
         let g = self.shared.geometry;
         let mut totals = FileStats::default();
-        for (id, file) in books.files() {
-            let s = file_stats(books, id);
-            totals.len += s.len;
-            totals.hits += s.hits;
-            totals.misses += s.misses;
-            totals.fault_reads += s.fault_reads;
-            totals.bytes_faulted += s.bytes_faulted;
-            totals.evictions += s.evictions;
-            totals.bytes_written_back += s.bytes_written_back;
-            totals.write_errors += s.write_errors;
-            totals.resident_bytes += s.resident_bytes;
-            totals.dirty_bytes += s.dirty_bytes;
-            totals.frames += s.frames;
-            totals.slots += s.slots;
-            let _ = file;
+        let (mut frames_in_use, mut slots_in_use, mut files) = (0, 0, 0);
+        // Shard by shard, one lock at a time: a sum of moments close together, not one moment.
+        for shard in self.shared.shards.iter() {
+            let state = shard.state.lock();
+            let books = &state.books;
+            for (id, _) in books.files() {
+                let s = file_stats(books, id);
+                totals.add(&s);
+            }
+            frames_in_use += books.frames_in_use();
+            slots_in_use += books.slots_in_use();
+            files = books.files().count();
         }
+        // Each file's length was added once per shard.
+        totals.len /= self.shared.shards.len() as u64;
         let seconds = |nanos: &AtomicU64| nanos.load(Ordering::Relaxed) as f64 / 1e9;
         let (map_seconds, fault_seconds) =
             (seconds(&self.shared.map_nanos), seconds(&self.shared.fault_nanos));
         CacheStats {
-            budget: books.max_frames() as u64 * g.frame,
+            budget: self.shared.max_frames as u64 * g.frame,
+            shards: self.shared.shards.len() as u64,
             frame_size: g.frame,
             extent_size: g.extent,
-            used_bytes: books.frames_in_use() as u64 * g.frame,
-            slots_in_use: books.slots_in_use() as u64,
-            files: books.files().count() as u64,
+            used_bytes: frames_in_use as u64 * g.frame,
+            slots_in_use: slots_in_use as u64,
+            files: files as u64,
             totals,
             map_seconds,
             fault_seconds,
         }
+    }
+
+    /// How many independent parts the cache's books are in ([`CacheOptions::shards`]).
+    pub fn shards(&self) -> usize {
+        self.shared.shards.len()
     }
 
     /// Writes back every dirty extent of every file (see [`DeviceMappedFile::flush`]); the
@@ -456,7 +511,7 @@ impl DeviceCache {
     /// Runs `f` on every open file; the first error is returned after all ran.
     fn each_file(&self, f: impl Fn(&FileEntry) -> Result<()>) -> Result<()> {
         let entries: Vec<Arc<FileEntry>> =
-            self.shared.state.lock().files.values().cloned().collect();
+            self.shared.shards[0].state.lock().files.values().cloned().collect();
         let mut first = None;
         for entry in entries {
             if let Err(e) = f(&entry) {
@@ -467,7 +522,49 @@ impl DeviceCache {
     }
 }
 
-/// One file's stats from the books.
+/// The default number of shards for a budget of `max_frames` frames (see
+/// [`CacheOptions::shards`]).
+fn default_shards(max_frames: usize) -> usize {
+    if max_frames < 8 {
+        return 1;
+    }
+    let mut shards = 16;
+    while shards > 1 && (!max_frames.is_multiple_of(shards) || max_frames / shards < 2) {
+        shards /= 2;
+    }
+    shards
+}
+
+impl FileStats {
+    /// Adds `other`'s counts (a file's stats from another shard, or another file's).
+    fn add(&mut self, other: &FileStats) {
+        self.len += other.len;
+        self.hits += other.hits;
+        self.misses += other.misses;
+        self.fault_reads += other.fault_reads;
+        self.bytes_faulted += other.bytes_faulted;
+        self.evictions += other.evictions;
+        self.bytes_written_back += other.bytes_written_back;
+        self.write_errors += other.write_errors;
+        self.resident_bytes += other.resident_bytes;
+        self.dirty_bytes += other.dirty_bytes;
+        self.frames += other.frames;
+        self.slots += other.slots;
+    }
+}
+
+/// One file's stats, summed over the shards (their length counted once).
+pub(crate) fn file_stats_all(shared: &CacheShared, id: FileId) -> FileStats {
+    let mut total = FileStats::default();
+    for shard in shared.shards.iter() {
+        let s = file_stats(&shard.state.lock().books, id);
+        total.add(&s);
+        total.len = s.len;
+    }
+    total
+}
+
+/// One file's stats from the books of one shard.
 pub(crate) fn file_stats(books: &Books, id: FileId) -> FileStats {
     let Some(file) = books.file(id) else { return FileStats::default() };
     let FileCounters {
@@ -512,6 +609,37 @@ fn nanos_since(since: Instant) -> u64 {
 }
 
 impl CacheShared {
+    /// The shard of frame `index` of `file` (and of every extent in it): consecutive frames go
+    /// round the shards, each file starting at a different one.
+    pub(crate) fn shard_of(&self, file: FileId, index: u64) -> usize {
+        let n = self.shards.len() as u64;
+        (index.wrapping_add(u64::from(file).wrapping_mul(7)) % n) as usize
+    }
+
+    /// The shard whose books hold slot `slot` (each owns a stretch of the slot arena).
+    pub(crate) fn shard_of_slot(&self, slot: SlotId) -> usize {
+        let position = slot as usize / self.geometry.per_frame() as usize;
+        (position / (self.max_frames / self.shards.len())).min(self.shards.len() - 1)
+    }
+
+    /// The shards holding frames `frames` of `file`, each with those frames, in the order of
+    /// their first frame.
+    pub(crate) fn shards_of_frames(
+        &self,
+        file: FileId,
+        frames: std::ops::Range<u64>,
+    ) -> Vec<(usize, Vec<u64>)> {
+        let mut parts: Vec<(usize, Vec<u64>)> = Vec::new();
+        for index in frames {
+            let shard = self.shard_of(file, index);
+            match parts.iter_mut().find(|p| p.0 == shard) {
+                Some(part) => part.1.push(index),
+                None => parts.push((shard, vec![index])),
+            }
+        }
+        parts
+    }
+
     /// Adds the time since `since` to the time spent mapping memory.
     pub(crate) fn add_map_time(&self, since: Instant) {
         self.map_nanos.fetch_add(nanos_since(since), Ordering::Relaxed);
@@ -528,6 +656,7 @@ impl CacheShared {
     /// write-back that may need the pool) a dirty victim counts as nothing to give up.
     pub(crate) fn make_room(
         &self,
+        shard: &Shard,
         state: &mut MutexGuard<'_, State>,
         want: Want,
         write_back: bool,
@@ -595,7 +724,7 @@ impl CacheShared {
                     } else {
                         Ok(())
                     };
-                    self.changed.notify_all();
+                    shard.changed.notify_all();
                     result?;
                     unmapped?;
                     return Ok(Room::Released);
@@ -611,29 +740,31 @@ impl CacheShared {
     /// bounded by the cache's `pin_wait`, after which the request is `OutOfBudget`.
     pub(crate) fn wait_or_full(
         &self,
+        shard: &Shard,
         state: &mut MutexGuard<'_, State>,
         requested: u64,
         since: Instant,
     ) -> Result<()> {
         if state.books.transient_pins() > 0 {
-            self.changed.wait(state);
+            shard.changed.wait(state);
             return Ok(());
         }
         let deadline = since + self.pin_wait;
         if Instant::now() < deadline {
-            self.changed.wait_until(state, deadline);
+            shard.changed.wait_until(state, deadline);
             return Ok(());
         }
-        Err(self.out_of_budget(&state.books, requested))
+        Err(self.out_of_budget(requested))
     }
 
-    /// `OutOfBudget` for a request of `requested` bytes, with the budget and what is in use.
-    pub(crate) fn out_of_budget(&self, books: &Books, requested: u64) -> Error {
+    /// `OutOfBudget` for a request of `requested` bytes, with the budget and the memory mapped
+    /// now.
+    pub(crate) fn out_of_budget(&self, requested: u64) -> Error {
         let frame = self.geometry.frame;
         Error::OutOfBudget {
             requested,
-            budget: books.max_frames() as u64 * frame,
-            in_use: books.frames_in_use() as u64 * frame,
+            budget: self.max_frames as u64 * frame,
+            in_use: self.store.frames_mapped() as u64 * frame,
         }
     }
 }

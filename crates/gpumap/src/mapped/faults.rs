@@ -26,7 +26,7 @@ use parking_lot::MutexGuard;
 use super::books::{
     ExtentState, FileCounters, FileId, IndexHashMap, Location, SlotId, SlotState, Unit, Want,
 };
-use super::cache::{CacheShared, FileEntry, Room, State};
+use super::cache::{CacheShared, FileEntry, Room, Shard, State};
 use super::store::Home;
 use crate::error::{Error, Result};
 use crate::memory::bounce::BouncePool;
@@ -35,6 +35,17 @@ use crate::memory::DeviceViewMut;
 
 /// Staging buffer of a gather group: misses are read into one pinned buffer this large.
 const GATHER_GROUP: usize = 4 << 20;
+
+/// Whether a request may wait for room or for a frame being evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Yes (holding nothing else).
+    Yes,
+    /// No: it fails with `OutOfBudget` (a read-ahead on a pool thread).
+    No,
+    /// No: it says so, and its caller lets go of what it holds elsewhere before it waits.
+    Report,
+}
 
 /// Where a view's bytes are pinned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,58 +88,93 @@ impl CacheShared {
         let frames = g.frames_covering(offset, len);
         let extents = g.extents_covering(offset, len);
         let requested = (frames.end - frames.start) * g.frame;
-        let mut state = self.state.lock();
-        if (frames.end - frames.start) as usize > state.books.max_frames() {
-            return Err(self.out_of_budget(&state.books, requested));
+        if (frames.end - frames.start) as usize > self.max_frames {
+            return Err(self.out_of_budget(requested));
         }
-        self.map_and_pin(&mut state, entry, frames.clone(), requested, transient, wait)?;
-        let unpin_all = |state: &mut MutexGuard<'_, State>| {
-            for index in frames.clone() {
-                state.books.unpin(Unit::Frame { file: entry.id, index }, transient);
-            }
-            self.changed.notify_all();
+        // Consecutive frames go round the shards, so a view within the budget has at most a
+        // shard's share of frames in any one shard.
+        let parts = self.shards_of_frames(entry.id, frames.clone());
+        self.pin_parts(entry, &parts, requested, transient, wait)?;
+        let unpin_all = || self.unpin_parts(entry, &parts, &vec![true; parts.len()], transient);
+        // The view's extents in each of a part's frames.
+        let within = |indices: &[u64]| -> Vec<Range<u64>> {
+            let per = g.per_frame();
+            indices
+                .iter()
+                .map(|&i| (i * per).max(extents.start)..((i + 1) * per).min(extents.end))
+                .collect()
         };
         let mut counted = false;
         // Frames this prefetch read extents into.
         let mut read_in = Vec::new();
         loop {
-            let moves = state.books.claim_moves(entry.id, extents.clone());
-            let loads = state.books.claim_in_frames(entry.id, extents.clone());
-            if !counted {
-                let counters = state.books.counters_mut(entry.id);
-                if let Some(c) = counters {
-                    c.misses += loads.len() as u64;
-                    c.hits += (extents.end - extents.start) - loads.len() as u64;
+            // Claims in every shard first (claiming never waits), then one read of them all.
+            let mut claims: Vec<Claimed> = Vec::new();
+            // A part with extents others are reading, and nothing to claim.
+            let mut busy = None;
+            for (k, (shard, indices)) in parts.iter().enumerate() {
+                let mut state = self.shards[*shard].state.lock();
+                let (moves, loads) = claim_in(&mut state, entry, &within(indices));
+                if !counted {
+                    let wanted: u64 = within(indices).iter().map(|r| r.end - r.start).sum();
+                    if let Some(c) = state.books.counters_mut(entry.id) {
+                        c.misses += loads.len() as u64;
+                        c.hits += wanted - loads.len() as u64;
+                    }
                 }
-                counted = true;
-            }
-            if moves.is_empty() && loads.is_empty() {
-                if !wait || !state.books.any_loading(entry.id, extents.clone()) {
-                    break;
+                if !moves.is_empty() || !loads.is_empty() {
+                    claims.push((*shard, moves, loads));
+                } else if busy.is_none() && any_loading(&state, entry, &within(indices)) {
+                    busy = Some(k);
                 }
-                self.changed.wait(&mut state);
-                continue;
             }
+            counted = true;
+            if claims.is_empty() {
+                // Nothing left to read here. Where others are reading, wait — holding only
+                // pins, which loads never wait for — in a hold of the lock that finds the part
+                // still busy with nothing to claim: a part found idle with nothing to claim is
+                // resident, and stays so while pinned.
+                let Some(k) = busy.filter(|_| wait) else { break };
+                let (shard, indices) = &parts[k];
+                let sh = &self.shards[*shard];
+                let mut state = sh.state.lock();
+                let (moves, loads) = claim_in(&mut state, entry, &within(indices));
+                if moves.is_empty() && loads.is_empty() {
+                    if any_loading(&state, entry, &within(indices)) {
+                        sh.changed.wait(&mut state);
+                    }
+                    continue;
+                }
+                claims.push((*shard, moves, loads));
+            }
+            let moves: Vec<(u64, SlotId)> =
+                claims.iter().flat_map(|c| c.1.iter().copied()).collect();
+            let mut loads: Vec<u64> = claims.iter().flat_map(|c| c.2.iter().copied()).collect();
+            loads.sort_unstable();
             if prefetch {
                 read_in.extend(loads.iter().map(|&e| g.frame_of(e)));
             }
-            let result = MutexGuard::unlocked(&mut state, || {
-                let moved = self.move_to_frames(entry, &moves);
-                let loaded = self.load_into_frames(entry, &loads);
-                (moved, loaded)
-            });
-            for ((e, slot), ok) in moves.iter().zip(&result.0) {
-                state.books.moved_to_frame(entry.id, *e, *ok);
-                state.books.unpin(Unit::Slot(*slot), true);
+            let moved = self.move_to_frames(entry, &moves);
+            let loaded = self.load_into_frames(entry, &loads);
+            let mut moved_at = 0;
+            for (shard, shard_moves, shard_loads) in &claims {
+                let sh = &self.shards[*shard];
+                let mut state = sh.state.lock();
+                for ((e, slot), ok) in shard_moves.iter().zip(&moved[moved_at..]) {
+                    state.books.moved_to_frame(entry.id, *e, *ok);
+                    state.books.unpin(Unit::Slot(*slot), true);
+                }
+                moved_at += shard_moves.len();
+                state.books.finish_frame_loads(entry.id, shard_loads, loaded.is_ok());
+                drop(state);
+                sh.changed.notify_all();
             }
-            state.books.finish_frame_loads(entry.id, &loads, result.1.is_ok());
-            self.changed.notify_all();
-            if let Err(e) = result.1 {
-                unpin_all(&mut state);
+            if let Err(e) = loaded {
+                unpin_all();
                 return Err(e);
             }
-            if let Some(e) = result.0.iter().position(|ok| !ok) {
-                unpin_all(&mut state);
+            if let Some(e) = moved.iter().position(|ok| !ok) {
+                unpin_all();
                 return Err(Error::InvalidArgument(format!(
                     "moving extent {} of {} from its slot failed",
                     moves[e].0,
@@ -137,35 +183,132 @@ impl CacheShared {
             }
         }
         if prefetch {
+            read_in.sort_unstable();
             read_in.dedup();
-            state.books.mark_read_ahead(entry.id, &read_in);
-            unpin_all(&mut state);
+            for (shard, indices) in &parts {
+                let sh = &self.shards[*shard];
+                let mut state = sh.state.lock();
+                let mine: Vec<u64> =
+                    read_in.iter().copied().filter(|i| indices.contains(i)).collect();
+                state.books.mark_read_ahead(entry.id, &mine);
+                for &index in indices {
+                    state.books.unpin(Unit::Frame { file: entry.id, index }, transient);
+                }
+                drop(state);
+                sh.changed.notify_all();
+            }
             return Ok(Pins::Nothing);
         }
         if write {
-            state.books.mark_dirty(entry.id, extents);
-            state.books.add_writers(entry.id, frames.clone(), 1);
+            for (shard, indices) in &parts {
+                let mut state = self.shards[*shard].state.lock();
+                for (&index, r) in indices.iter().zip(within(indices)) {
+                    state.books.mark_dirty(entry.id, r);
+                    state.books.add_writers(entry.id, index..index + 1, 1);
+                }
+            }
         }
         Ok(Pins::Frames(frames))
     }
 
-    /// Pins every frame of `frames`, mapping the missing ones after making room for them. On
-    /// failure nothing stays pinned.
-    fn map_and_pin(
+    /// Pins every frame of `parts` (frames by shard), mapping the missing ones after making
+    /// room for them. It never waits holding pins in another shard (two requests could each
+    /// hold what the other waits for): when one shard must wait, everything is let go, that
+    /// shard is waited for alone, and the others are pinned again. On failure nothing stays
+    /// pinned.
+    fn pin_parts(
         &self,
-        state: &mut MutexGuard<'_, State>,
         entry: &FileEntry,
-        frames: Range<u64>,
+        parts: &[(usize, Vec<u64>)],
         requested: u64,
         transient: bool,
         wait: bool,
     ) -> Result<()> {
         let since = Instant::now();
+        if let [(shard, frames)] = parts {
+            let sh = &self.shards[*shard];
+            let mut state = sh.state.lock();
+            let mode = if wait { Wait::Yes } else { Wait::No };
+            self.map_and_pin(sh, &mut state, entry, frames, requested, transient, mode, since)?;
+            return Ok(());
+        }
+        let mut pinned = vec![false; parts.len()];
+        'again: loop {
+            for (k, (shard, frames)) in parts.iter().enumerate() {
+                if pinned[k] {
+                    continue;
+                }
+                let sh = &self.shards[*shard];
+                let mut state = sh.state.lock();
+                // A read-ahead never waits, nor writes a victim back (it runs on the pool).
+                let mode = if wait { Wait::Report } else { Wait::No };
+                let tried = self
+                    .map_and_pin(sh, &mut state, entry, frames, requested, transient, mode, since);
+                drop(state);
+                match tried {
+                    Ok(true) => pinned[k] = true,
+                    Ok(false) => {
+                        self.unpin_parts(entry, parts, &pinned, transient);
+                        pinned.fill(false);
+                        let mut state = sh.state.lock();
+                        let mode = Wait::Yes;
+                        self.map_and_pin(
+                            sh, &mut state, entry, frames, requested, transient, mode, since,
+                        )?;
+                        pinned[k] = true;
+                        continue 'again;
+                    }
+                    Err(e) => {
+                        self.unpin_parts(entry, parts, &pinned, transient);
+                        return Err(e);
+                    }
+                }
+            }
+            return Ok(());
+        }
+    }
+
+    /// Unpins the frames of the parts marked in `pinned`.
+    fn unpin_parts(
+        &self,
+        entry: &FileEntry,
+        parts: &[(usize, Vec<u64>)],
+        pinned: &[bool],
+        transient: bool,
+    ) {
+        for ((shard, frames), _) in parts.iter().zip(pinned).filter(|(_, &p)| p) {
+            let sh = &self.shards[*shard];
+            let mut state = sh.state.lock();
+            for &index in frames {
+                state.books.unpin(Unit::Frame { file: entry.id, index }, transient);
+            }
+            drop(state);
+            sh.changed.notify_all();
+        }
+    }
+
+    /// Pins every frame of `frames` (all in `shard`), mapping the missing ones after making
+    /// room for them. When it would have to wait (for room, or for a frame being evicted):
+    /// with `Wait::Yes` it lets its pins go and waits; with `Wait::No` it fails with
+    /// `OutOfBudget`; with `Wait::Report` it lets its pins go and returns `false`. On failure
+    /// nothing stays pinned.
+    #[allow(clippy::too_many_arguments)]
+    fn map_and_pin(
+        &self,
+        shard: &Shard,
+        state: &mut MutexGuard<'_, State>,
+        entry: &FileEntry,
+        frames: &[u64],
+        requested: u64,
+        transient: bool,
+        mode: Wait,
+        since: Instant,
+    ) -> Result<bool> {
         'again: loop {
             let mut pinned = Vec::new();
             let mut missing = Vec::new();
             let mut evicting = false;
-            for index in frames.clone() {
+            for &index in frames {
                 if state.books.is_evicting(entry.id, index) {
                     evicting = true;
                 } else if state.books.is_mapped(entry.id, index) {
@@ -179,20 +322,22 @@ impl CacheShared {
                 for &index in pinned {
                     state.books.unpin(Unit::Frame { file: entry.id, index }, transient);
                 }
-                self.changed.notify_all();
+                shard.changed.notify_all();
             };
             if evicting {
                 // Its bytes are going out so that its memory can go; it is read in again
                 // afterwards. A write-back, so the wait is short.
                 release(state, &pinned);
-                if !wait {
-                    return Err(self.out_of_budget(&state.books, requested));
+                match mode {
+                    Wait::No => return Err(self.out_of_budget(requested)),
+                    Wait::Report => return Ok(false),
+                    Wait::Yes => {}
                 }
-                self.changed.wait(state);
+                shard.changed.wait(state);
                 continue 'again;
             }
             for index in missing {
-                match self.make_room(state, Want::Frame, wait) {
+                match self.make_room(shard, state, Want::Frame, mode != Wait::No) {
                     Ok(Room::Ready) => {}
                     Ok(Room::Released) => {
                         release(state, &pinned);
@@ -200,10 +345,12 @@ impl CacheShared {
                     }
                     Ok(Room::Full) => {
                         release(state, &pinned);
-                        if !wait {
-                            return Err(self.out_of_budget(&state.books, requested));
+                        match mode {
+                            Wait::No => return Err(self.out_of_budget(requested)),
+                            Wait::Report => return Ok(false),
+                            Wait::Yes => {}
                         }
-                        self.wait_or_full(state, requested, since)?;
+                        self.wait_or_full(shard, state, requested, since)?;
                         continue 'again;
                     }
                     Err(e) => {
@@ -221,7 +368,7 @@ impl CacheShared {
                 state.books.add_frame(entry.id, index, transient);
                 pinned.push(index);
             }
-            return Ok(());
+            return Ok(true);
         }
     }
 
@@ -268,7 +415,8 @@ impl CacheShared {
             Ok(got)
         });
         self.add_fault_time(t);
-        let mut state = self.state.lock();
+        // A file's counters are summed over the shards: any shard will do.
+        let mut state = self.shards[self.shard_of(entry.id, g.frame_of(loads[0]))].state.lock();
         if let Some(c) = state.books.counters_mut(entry.id) {
             c.fault_reads += runs.len() as u64;
             c.bytes_faulted += runs.iter().map(|r| r.1).sum::<u64>();
@@ -284,7 +432,8 @@ impl CacheShared {
         let index = g.frame_of(e);
         let frame = Unit::Frame { file: entry.id, index };
         let since = Instant::now();
-        let mut state = self.state.lock();
+        let shard = &self.shards[self.shard_of(entry.id, index)];
+        let mut state = shard.state.lock();
         loop {
             match state.books.locate(entry.id, e) {
                 Location::Frame(ExtentState::Clean | ExtentState::Dirty) => {
@@ -303,7 +452,7 @@ impl CacheShared {
                     let claimed = state.books.claim_in_frames(entry.id, e..e + 1);
                     if claimed.is_empty() {
                         state.books.unpin(frame, false);
-                        self.changed.wait(&mut state);
+                        shard.changed.wait(&mut state);
                         continue;
                     }
                     count(&mut state, entry.id, 0, 1);
@@ -313,18 +462,18 @@ impl CacheShared {
                     if result.is_err() {
                         state.books.unpin(frame, false);
                     }
-                    self.changed.notify_all();
+                    shard.changed.notify_all();
                     return result.map(|()| Pins::Frames(index..index + 1));
                 }
                 Location::Frame(ExtentState::Loading) | Location::Slot(..) => {
-                    self.changed.wait(&mut state);
+                    shard.changed.wait(&mut state);
                 }
                 Location::Nowhere => {
-                    match self.make_room(&mut state, Want::Slot, true)? {
+                    match self.make_room(shard, &mut state, Want::Slot, true)? {
                         Room::Ready => {}
                         Room::Released => continue,
                         Room::Full => {
-                            self.wait_or_full(&mut state, g.extent, since)?;
+                            self.wait_or_full(shard, &mut state, g.extent, since)?;
                             continue;
                         }
                     }
@@ -357,7 +506,7 @@ impl CacheShared {
                         state.books.pin(Unit::Slot(slot), false);
                     }
                     state.books.unpin(Unit::Slot(slot), true);
-                    self.changed.notify_all();
+                    shard.changed.notify_all();
                     return result.map(|()| Pins::Slot(slot));
                 }
             }
@@ -378,23 +527,57 @@ impl CacheShared {
             // million).
             return;
         }
-        let mut state = self.state.lock();
         match pins {
             Pins::Nothing | Pins::ZeroCopy => {}
             Pins::Frames(frames) => {
-                if write {
-                    state.books.mark_dirty(entry.id, extents);
-                    state.books.add_writers(entry.id, frames.clone(), -1);
-                }
-                for index in frames.clone() {
-                    state.books.unpin(Unit::Frame { file: entry.id, index }, false);
+                let per = self.geometry.per_frame();
+                for (shard, indices) in self.shards_of_frames(entry.id, frames.clone()) {
+                    let sh = &self.shards[shard];
+                    let mut state = sh.state.lock();
+                    for index in indices {
+                        if write {
+                            let r = (index * per).max(extents.start)
+                                ..((index + 1) * per).min(extents.end);
+                            state.books.mark_dirty(entry.id, r);
+                            state.books.add_writers(entry.id, index..index + 1, -1);
+                        }
+                        state.books.unpin(Unit::Frame { file: entry.id, index }, false);
+                    }
+                    drop(state);
+                    sh.changed.notify_all();
                 }
             }
-            Pins::Slot(slot) => state.books.unpin(Unit::Slot(*slot), false),
+            Pins::Slot(slot) => {
+                let sh = &self.shards[self.shard_of_slot(*slot)];
+                sh.state.lock().books.unpin(Unit::Slot(*slot), false);
+                sh.changed.notify_all();
+            }
         }
-        drop(state);
-        self.changed.notify_all();
     }
+}
+
+/// What a contiguous view claimed in one shard: (shard, extents to move in from slots, extents
+/// to read).
+type Claimed = (usize, Vec<(u64, SlotId)>, Vec<u64>);
+
+/// Claims, in `ranges` of `entry`'s extents (in one shard's pinned frames), those held by clean
+/// slots, for moving into their frames, and the absent ones, for reading.
+fn claim_in(
+    state: &mut MutexGuard<'_, State>,
+    entry: &FileEntry,
+    ranges: &[Range<u64>],
+) -> (Vec<(u64, SlotId)>, Vec<u64>) {
+    let (mut moves, mut loads) = (Vec::new(), Vec::new());
+    for r in ranges {
+        moves.extend(state.books.claim_moves(entry.id, r.clone()));
+        loads.extend(state.books.claim_in_frames(entry.id, r.clone()));
+    }
+    (moves, loads)
+}
+
+/// Whether others are reading any extent of `ranges` of `entry`.
+fn any_loading(state: &MutexGuard<'_, State>, entry: &FileEntry, ranges: &[Range<u64>]) -> bool {
+    ranges.iter().any(|r| state.books.any_loading(entry.id, r.clone()))
 }
 
 /// Adds `hits` and `misses` to a file's counters.
@@ -484,12 +667,20 @@ impl Tally {
     }
 }
 
+/// The part of a round one shard planned: its misses and pins.
+struct Part {
+    shard: usize,
+    misses: Range<usize>,
+    pins: Range<usize>,
+}
+
 /// What one round of a gather does.
 #[derive(Default)]
 struct Round {
     hits: Vec<(usize, Place)>,
     misses: Vec<Miss>,
     pins: Vec<Unit>,
+    parts: Vec<Part>,
     deferred: Vec<usize>,
     /// Making room failed (a dirty victim's write-back): returned once the round's pins went.
     error: Option<Error>,
@@ -518,51 +709,91 @@ impl CacheShared {
                 offset = next;
             }
         }
-        let capacity = self.max_frames * g.per_frame() as usize;
+        // A round pins at most a quarter of each shard's extents.
+        let n = self.shards.len();
+        let capacity = self.max_frames / n * g.per_frame() as usize;
         let limit = (capacity / 4).max(1);
         let mut todo: Vec<usize> = (0..segments.len()).collect();
+        let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); n];
         let mut since = Instant::now();
         while !todo.is_empty() {
-            let mut state = self.state.lock();
-            let round = self.plan_round(&mut state, ranges, &segments, &todo, limit);
-            let progress = !round.hits.is_empty() || !round.misses.is_empty();
-            drop(state);
-            let result = self.run_round(ranges, &segments, &round, dst.as_mut());
-            // Reads and bytes per file, summed before the lock is taken.
-            let mut faulted = Tally::default();
-            for miss in &round.misses {
-                let entry = ranges[miss.range].entry;
-                let c = faulted.of(entry.id);
-                c.fault_reads += 1;
-                c.bytes_faulted += g.bytes_of(miss.e..miss.e + 1, entry.len).1;
-            }
-            let mut state = self.state.lock();
-            faulted.apply(&mut state);
-            for miss in &round.misses {
-                let ok = result.is_ok();
-                match miss.place {
-                    Place::Slot(slot) => state.books.finish_slot_load(slot, ok),
-                    Place::Frame => {
-                        state.books.finish_frame_loads(ranges[miss.range].entry.id, &[miss.e], ok)
-                    }
+            let mut round = Round::default();
+            if n == 1 {
+                by_shard[0] = todo;
+            } else {
+                for rows in &mut by_shard {
+                    rows.clear();
+                }
+                for s in todo {
+                    let seg = &segments[s];
+                    let shard = self.shard_of(ranges[seg.range].entry.id, g.frame_of(seg.e));
+                    by_shard[shard].push(s);
                 }
             }
-            for unit in &round.pins {
-                state.books.unpin(*unit, true);
+            for (shard, rows) in by_shard.iter().enumerate() {
+                if rows.is_empty() {
+                    continue;
+                }
+                let sh = &self.shards[shard];
+                let (misses, pins) = (round.misses.len(), round.pins.len());
+                let mut state = sh.state.lock();
+                self.plan_round(sh, &mut state, ranges, &segments, rows, limit, &mut round);
+                drop(state);
+                round.parts.push(Part {
+                    shard,
+                    misses: misses..round.misses.len(),
+                    pins: pins..round.pins.len(),
+                });
             }
-            self.changed.notify_all();
+            let progress = !round.hits.is_empty() || !round.misses.is_empty();
+            let result = self.run_round(ranges, &segments, &round, dst.as_mut());
+            for part in &round.parts {
+                // Reads and bytes per file, summed before the lock is taken.
+                let mut faulted = Tally::default();
+                for miss in &round.misses[part.misses.clone()] {
+                    let entry = ranges[miss.range].entry;
+                    let c = faulted.of(entry.id);
+                    c.fault_reads += 1;
+                    c.bytes_faulted += g.bytes_of(miss.e..miss.e + 1, entry.len).1;
+                }
+                let sh = &self.shards[part.shard];
+                let mut state = sh.state.lock();
+                faulted.apply(&mut state);
+                for miss in &round.misses[part.misses.clone()] {
+                    let ok = result.is_ok();
+                    match miss.place {
+                        Place::Slot(slot) => state.books.finish_slot_load(slot, ok),
+                        Place::Frame => state.books.finish_frame_loads(
+                            ranges[miss.range].entry.id,
+                            &[miss.e],
+                            ok,
+                        ),
+                    }
+                }
+                for unit in &round.pins[part.pins.clone()] {
+                    state.books.unpin(*unit, true);
+                }
+                drop(state);
+                sh.changed.notify_all();
+            }
             result?;
             if let Some(e) = round.error {
                 return Err(e);
             }
             if progress {
                 since = Instant::now();
-            } else if !round.deferred.is_empty() {
+            } else if let Some(&s) = round.deferred.first() {
                 // Nothing could be pinned: others' reads and gathers hold the memory (they
                 // end), or views do (waited for, up to the cache's pin wait).
-                self.wait_or_full(&mut state, g.extent, since)?;
+                let seg = &segments[s];
+                let sh = &self.shards[self.shard_of(ranges[seg.range].entry.id, g.frame_of(seg.e))];
+                let mut state = sh.state.lock();
+                self.wait_or_full(sh, &mut state, g.extent, since)?;
             }
             todo = round.deferred;
+            if n == 1 {
+                by_shard[0] = Vec::new();
+            }
         }
         Ok(())
     }
@@ -574,15 +805,17 @@ impl CacheShared {
     /// a slot, a list node), not instructions; so the round goes in steps, each over all its
     /// rows — where the extents are; pins and claims; room for the misses; their slots — and
     /// the misses of one step's rows, independent of each other, overlap.
+    #[allow(clippy::too_many_arguments)]
     fn plan_round(
         &self,
+        shard: &Shard,
         state: &mut MutexGuard<'_, State>,
         ranges: &[GatherRange<'_>],
         segments: &[Segment],
         todo: &[usize],
         limit: usize,
-    ) -> Round {
-        let mut round = Round::default();
+        round: &mut Round,
+    ) {
         let rows = &todo[..todo.len().min(limit)];
         round.deferred.extend_from_slice(&todo[rows.len()..]);
         let file_of = |s: usize| ranges[segments[s].range].entry.id;
@@ -639,9 +872,8 @@ impl CacheShared {
                 }
             }
         }
-        self.take_slots(state, ranges, wanted, &mut round, &mut tally);
+        self.take_slots(shard, state, ranges, wanted, round, &mut tally);
         tally.apply(state);
-        round
     }
 
     /// Gives each of `wanted` (extents no one holds) a slot, in order, making room: free slots,
@@ -650,6 +882,7 @@ impl CacheShared {
     /// the lock — after which the rest is deferred to the next round, which looks again.
     fn take_slots(
         &self,
+        shard: &Shard,
         state: &mut MutexGuard<'_, State>,
         ranges: &[GatherRange<'_>],
         wanted: Vec<Miss>,
@@ -671,7 +904,7 @@ impl CacheShared {
                         continue;
                     }
                 }
-                match self.make_room(state, Want::Slot, true) {
+                match self.make_room(shard, state, Want::Slot, true) {
                     Ok(Room::Ready) => continue,
                     Ok(Room::Released | Room::Full) => break None,
                     Err(e) => {

@@ -12,6 +12,7 @@
 use std::cell::RefCell;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -60,12 +61,14 @@ pub(crate) struct CudaStore {
     slot_arena: VaRange,
     slot_frames: Mutex<Vec<Option<PhysFrame>>>,
     copier: Arc<BatchCopier>,
+    mapped: AtomicUsize,
 }
 
 pub(crate) struct HostStore {
     geometry: Geometry,
     spare: Mutex<Vec<Arc<LockedChunk>>>,
     slot_frames: Mutex<Vec<Option<Arc<LockedChunk>>>>,
+    mapped: AtomicUsize,
 }
 
 impl Store {
@@ -88,12 +91,14 @@ impl Store {
                     )?,
                     slot_frames: Mutex::new((0..max_frames).map(|_| None).collect()),
                     copier: BatchCopier::for_device(device)?,
+                    mapped: AtomicUsize::new(0),
                 })
             }
             Device::Host => Store::Host(HostStore {
                 geometry,
                 spare: Mutex::new(Vec::new()),
                 slot_frames: Mutex::new((0..max_frames).map(|_| None).collect()),
+                mapped: AtomicUsize::new(0),
             }),
         })
     }
@@ -103,6 +108,18 @@ impl Store {
         match self {
             Store::Cuda(s) => Device::Cuda(s.device.clone()),
             Store::Host(_) => Device::Host,
+        }
+    }
+
+    /// Frames mapped now (file frames and slot frames), over every shard of the cache.
+    pub(crate) fn frames_mapped(&self) -> usize {
+        self.mapped().load(Ordering::Relaxed)
+    }
+
+    fn mapped(&self) -> &AtomicUsize {
+        match self {
+            Store::Cuda(s) => &s.mapped,
+            Store::Host(s) => &s.mapped,
         }
     }
 
@@ -157,11 +174,13 @@ impl Store {
                     return Err(e);
                 }
                 frames.lock().insert(index, phys);
+                self.mapped().fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
             (Store::Host(s), FileMemory::Host { frames }) => {
                 let chunk = s.take()?;
                 frames.lock().insert(index, chunk);
+                self.mapped().fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
             _ => Err(mismatch()),
@@ -180,11 +199,13 @@ impl Store {
                     return Err(e);
                 }
                 s.spare.lock().push(phys);
+                self.mapped().fetch_sub(1, Ordering::Relaxed);
                 Ok(())
             }
             (Store::Host(s), FileMemory::Host { frames }) => {
                 if let Some(chunk) = frames.lock().remove(&index) {
                     s.spare.lock().push(chunk);
+                    self.mapped().fetch_sub(1, Ordering::Relaxed);
                 }
                 Ok(())
             }
@@ -215,11 +236,13 @@ impl Store {
                     return Err(e);
                 }
                 s.slot_frames.lock()[position] = Some(phys);
+                self.mapped().fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
             Store::Host(s) => {
                 let chunk = s.take()?;
                 s.slot_frames.lock()[position] = Some(chunk);
+                self.mapped().fetch_add(1, Ordering::Relaxed);
                 Ok(())
             }
         }
@@ -237,11 +260,13 @@ impl Store {
                     return Err(e);
                 }
                 s.spare.lock().push(phys);
+                self.mapped().fetch_sub(1, Ordering::Relaxed);
                 Ok(())
             }
             Store::Host(s) => {
                 if let Some(chunk) = s.slot_frames.lock()[position].take() {
                     s.spare.lock().push(chunk);
+                    self.mapped().fetch_sub(1, Ordering::Relaxed);
                 }
                 Ok(())
             }

@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::cache::{file_stats, CacheOptions, DeviceCache, FileEntry, FileStats, DEFAULT_FRAME};
+use super::cache::{
+    file_stats_all, CacheOptions, DeviceCache, FileEntry, FileStats, DEFAULT_FRAME,
+};
 use super::faults::{GatherRange, Pins};
 use super::store::Home;
 use super::writeback::{self, write_back};
@@ -166,13 +168,21 @@ impl Drop for MapInner {
                 );
             }
         }
-        let mut state = shared.state.lock();
-        state.books.remove_file(self.entry.id);
-        state.files.remove(&self.entry.id);
-        // Unmapped before the lock goes, so that memory in use never exceeds the budget.
+        for shard in shared.shards.iter() {
+            let mut state = shard.state.lock();
+            let frames = state.books.remove_file(self.entry.id);
+            state.files.remove(&self.entry.id);
+            // Unmapped before the lock goes, so that memory in use never exceeds the budget.
+            for index in frames {
+                if let Err(e) = shared.store.unmap_frame(&self.entry.memory, index) {
+                    tracing::warn!("unmapping frame {index} of a closing file failed: {e}");
+                }
+            }
+            drop(state);
+            shard.changed.notify_all();
+        }
+        // Anything the books no longer named (none expected).
         shared.store.release_file(&self.entry.memory);
-        drop(state);
-        shared.changed.notify_all();
     }
 }
 
@@ -318,7 +328,7 @@ impl DeviceMappedFile {
 
     /// What this file has done so far.
     pub fn stats(&self) -> FileStats {
-        file_stats(&self.shared().state.lock().books, self.entry().id)
+        file_stats_all(self.shared(), self.entry().id)
     }
 
     /// `[offset, offset + len)` of this file, for [`DeviceCache::gather`].
@@ -605,20 +615,22 @@ impl DeviceMappedFile {
             write_back(shared, self.entry(), extents.clone())?;
         }
         let frames = g.frames_covering(offset, len);
-        let mut state = shared.state.lock();
-        for index in state.books.idle_frames(self.entry().id) {
-            if frames.contains(&index) {
-                shared.store.unmap_frame(&self.entry().memory, index)?;
-                state.books.remove_frame(self.entry().id, index);
+        for shard in shared.shards.iter() {
+            let mut state = shard.state.lock();
+            for index in state.books.idle_frames(self.entry().id) {
+                if frames.contains(&index) {
+                    shared.store.unmap_frame(&self.entry().memory, index)?;
+                    state.books.remove_frame(self.entry().id, index);
+                }
             }
-        }
-        for slot in state.books.idle_slots(self.entry().id) {
-            if extents.contains(&state.books.slot_owner(slot).1) {
-                state.books.evict_slot(slot);
+            for slot in state.books.idle_slots(self.entry().id) {
+                if extents.contains(&state.books.slot_owner(slot).1) {
+                    state.books.evict_slot(slot);
+                }
             }
+            drop(state);
+            shard.changed.notify_all();
         }
-        drop(state);
-        shared.changed.notify_all();
         Ok(())
     }
 }

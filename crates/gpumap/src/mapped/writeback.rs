@@ -16,11 +16,12 @@ use std::ops::Range;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::books::Unit;
-use super::cache::{CacheShared, FileEntry, StickyError};
+use super::cache::{CacheShared, FileEntry, Shard, StickyError};
 use super::store::Home;
 use crate::error::{Error, Result};
 
-/// Writes the dirty extents of `entry` among `extents` back to its file (see the module docs).
+/// Writes the dirty extents of `entry` among `extents` back to its file (see the module docs),
+/// shard by shard; every shard is tried, and the first failure returned.
 ///
 /// Extents another write-back is writing are waited for and then written again if still dirty
 /// (that one may carry older bytes): when this returns `Ok`, the file holds everything written
@@ -30,14 +31,85 @@ pub(crate) fn write_back(
     entry: &FileEntry,
     extents: Range<u64>,
 ) -> Result<()> {
-    let mut state = cache.state.lock();
+    if extents.is_empty() {
+        return Ok(());
+    }
+    let mut failed = None;
+    for shard in shards_covering(cache, entry, extents.clone()) {
+        if let Err(failure) = write_back_in(cache, &cache.shards[shard], entry, extents.clone()) {
+            failed.get_or_insert(failure);
+        }
+    }
+    let Some(failure) = failed else { return Ok(()) };
+    let dirty_bytes = dirty_bytes(cache, entry, extents);
+    let e = match failure {
+        Failure::Write(e) => {
+            Error::WriteBack { path: entry.path.clone(), dirty_bytes, source: Box::new(e) }
+        }
+        Failure::Shrank { limit } => Error::FileShrank {
+            path: entry.path.clone(),
+            len: limit,
+            mapped_len: entry.len,
+            dirty_bytes,
+        },
+    };
+    *entry.sticky.lock() = Some(StickyError::from_error(&e));
+    Err(e)
+}
+
+/// Why a shard's write-back did not write everything.
+enum Failure {
+    /// A write failed.
+    Write(Error),
+    /// The file is shorter than the map now, up to `limit`: bytes past it stay dirty.
+    Shrank { limit: u64 },
+}
+
+/// The shards holding the frames of `extents` of `entry`, in order.
+fn shards_covering(cache: &CacheShared, entry: &FileEntry, extents: Range<u64>) -> Vec<usize> {
+    let g = cache.geometry;
+    let n = cache.shards.len();
+    let frames = g.frame_of(extents.start)..g.frame_of(extents.end - 1) + 1;
+    if frames.end - frames.start >= n as u64 {
+        return (0..n).collect();
+    }
+    cache.shards_of_frames(entry.id, frames).into_iter().map(|(shard, _)| shard).collect()
+}
+
+/// The bytes of `entry` among `extents` that are dirty now, over every shard.
+fn dirty_bytes(cache: &CacheShared, entry: &FileEntry, extents: Range<u64>) -> u64 {
+    let g = cache.geometry;
+    cache
+        .shards
+        .iter()
+        .map(|shard| {
+            shard
+                .state
+                .lock()
+                .books
+                .dirty_in(entry.id, extents.clone())
+                .iter()
+                .map(|&(e, _)| g.bytes_of(e..e + 1, entry.len).1)
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+/// [`write_back`] of the extents whose frames are in `shard`.
+fn write_back_in(
+    cache: &CacheShared,
+    shard: &Shard,
+    entry: &FileEntry,
+    extents: Range<u64>,
+) -> std::result::Result<(), Failure> {
+    let mut state = shard.state.lock();
     loop {
         let (mine, busy) = state.books.claim_writeback(entry.id, extents.clone());
         if mine.is_empty() {
             if !busy {
                 return Ok(());
             }
-            cache.changed.wait(&mut state);
+            shard.changed.wait(&mut state);
             continue;
         }
         let frames = frames_of(cache, &mine);
@@ -55,34 +127,12 @@ pub(crate) fn write_back(
             c.bytes_written_back += bytes;
             c.write_errors += u64::from(result.is_err());
         }
-        cache.changed.notify_all();
-        let g = cache.geometry;
-        let left = || -> u64 {
-            state
-                .books
-                .dirty_in(entry.id, extents.clone())
-                .iter()
-                .map(|&(e, _)| g.bytes_of(e..e + 1, entry.len).1)
-                .sum()
-        };
+        shard.changed.notify_all();
         if let Err(e) = result {
-            let dirty_bytes = left();
-            *entry.sticky.lock() = Some(StickyError::from_error(&e));
-            return Err(Error::WriteBack {
-                path: entry.path.clone(),
-                dirty_bytes,
-                source: Box::new(e),
-            });
+            return Err(Failure::Write(e));
         }
         if limit < entry.len && written.len() < mine.len() {
-            let e = Error::FileShrank {
-                path: entry.path.clone(),
-                len: limit,
-                mapped_len: entry.len,
-                dirty_bytes: left(),
-            };
-            *entry.sticky.lock() = Some(StickyError::from_error(&e));
-            return Err(e);
+            return Err(Failure::Shrank { limit });
         }
         if !busy {
             return Ok(());
@@ -146,15 +196,7 @@ fn write_claimed(
 /// The error a file's earlier failed write-back left, if any (see the module docs).
 pub(crate) fn sticky_error(cache: &CacheShared, entry: &FileEntry) -> Option<Error> {
     let sticky = entry.sticky.lock().clone()?;
-    let g = cache.geometry;
-    let dirty: u64 = cache
-        .state
-        .lock()
-        .books
-        .dirty_in(entry.id, 0..g.extents(entry.len))
-        .iter()
-        .map(|&(e, _)| g.bytes_of(e..e + 1, entry.len).1)
-        .sum();
+    let dirty = dirty_bytes(cache, entry, 0..cache.geometry.extents(entry.len));
     Some(sticky.to_error(&entry.path, dirty))
 }
 
