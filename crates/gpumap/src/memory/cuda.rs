@@ -16,7 +16,6 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use super::combining::Combiner;
 use crate::error::{Error, Result};
 use crate::sys::cuda as sys;
 
@@ -924,8 +923,6 @@ const DESCRIPTORS_PER_LAUNCH: usize = 1 << 16;
 pub(crate) struct BatchCopier {
     device: CudaDevice,
     kernel: std::result::Result<sys::CopyKernel, String>,
-    /// Single small copies from many threads, launched together.
-    combining: Combiner<DeviceCopy>,
 }
 
 thread_local! {
@@ -951,11 +948,7 @@ impl BatchCopier {
                 device.ordinal()
             );
         }
-        let copier = Arc::new(BatchCopier {
-            device: device.clone(),
-            kernel,
-            combining: Combiner::default(),
-        });
+        let copier = Arc::new(BatchCopier { device: device.clone(), kernel });
         copiers.insert(device.ordinal(), Arc::clone(&copier));
         Ok(copier)
     }
@@ -1041,32 +1034,6 @@ impl BatchCopier {
             .collect();
         // On the same stream, so the kernel starts after the upload; `copy_on` waits for both.
         self.copy_on(&stream, &copies)
-    }
-
-    /// One copy, launched together with the copies other threads ask for at the same time
-    /// (flat combining, see [`Combiner`]): sixteen threads each placing one small piece cost
-    /// one or two launches instead of sixteen serialised copies (about 8 µs each in the
-    /// driver). Never waits for the I/O pool.
-    pub(crate) fn copy_combined(&self, copy: DeviceCopy) -> Result<()> {
-        self.combining
-            .submit(
-                copy,
-                |copies| {
-                    self.device.bind_to_thread().map_err(|e| e.to_string())?;
-                    let stream =
-                        Stream::for_current_thread(&self.device).map_err(|e| e.to_string())?;
-                    if let Err(e) = self.enqueue_on(&stream, &copies) {
-                        // What was queued still reads its sources: wait for it (see copy_on).
-                        let _ = stream.synchronize();
-                        return Err(e.to_string());
-                    }
-                    Ok(stream)
-                },
-                // The launch's descriptors and sources stay untouched until this returns: the
-                // descriptors are this thread's, each source is its waiting thread's.
-                |stream| stream.synchronize().map_err(|e| e.to_string()),
-            )
-            .map_err(|reason| Error::InvalidArgument(format!("a batched copy failed: {reason}")))
     }
 
     fn launch(

@@ -21,7 +21,6 @@
 #![forbid(unsafe_code)]
 
 pub mod bounce;
-pub(crate) mod combining;
 pub mod cuda;
 pub mod host;
 
