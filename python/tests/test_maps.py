@@ -90,6 +90,18 @@ def test_files_share_one_cache(tmp_path, table):
     assert "host memory" in repr(cache) and cache.device == "host memory"
 
 
+def test_a_cache_in_shards(tmp_path, table):
+    path, data = table
+    cache = gpumapio.DeviceCache(8 * MIB, extent_size=4096, frame_size=2 * MIB, device="host", shards=2)
+    m = cache.open(path)
+    out = np.zeros(300, dtype=np.uint8)
+    m.gather([0, 2 * MIB + 5, len(data) - 100], 100, out)
+    assert out.tobytes() == data[:100] + data[2 * MIB + 5 : 2 * MIB + 105] + data[-100:]
+    assert cache.stats()["shards"] == 2
+    with pytest.raises(ValueError, match="3 shards"):
+        gpumapio.DeviceCache(8 * MIB, frame_size=2 * MIB, device="host", shards=3)
+
+
 def test_writes_are_written_back(tmp_path, rng):
     data = bytearray(rng.integers(0, 256, size=5 * MIB, dtype="u1").tobytes())
     path = tmp_path / "rw.bin"

@@ -220,6 +220,17 @@ fn map_reads_at_random_from_threads_in_batches_and_views() {
         assert_eq!(seen, 700, "every 4 KiB read is one extent, a hit or a miss: {out}");
         assert!(files.iter().all(|f| f["stats"]["frames"] == 0), "random reads use slots: {out}");
     }
+    // Two shards of the budget, from 16 threads: every read verified, the split reported.
+    let (code, out, err) = run(gpumap()
+        .args([
+            "map", "--random", "2000", "--block", "4KiB", "--extent", "4KiB", "--budget", "8MiB",
+        ])
+        .args(["--frame", "2MiB", "--shards", "2", "--threads", "16", "--verify-pattern", "--json"])
+        .arg(&a)
+        .arg(&b));
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["cache"]["shards"], 2, "{out}");
     let (code, out, _) =
         run(gpumap().args(["map", "--random", "10", "--advise", "willneed"]).arg(&a));
     assert_eq!(code, 0, "{out}");
@@ -234,6 +245,8 @@ fn map_rejects_bad_sizes_before_allocating() {
     for (args, wanted) in [
         (vec!["--extent", "3KiB"], "extent size 3072"),
         (vec!["--budget", "1MiB"], "less than one frame of 8388608 bytes"),
+        (vec!["--budget", "64MiB", "--shards", "3"], "3 shards for a budget of 8 frames"),
+        (vec!["--budget", "64MiB", "--shards", "8"], "8 shards for a budget of 8 frames"),
         (vec!["--frame", "1TiB"], "frame size 1099511627776"),
         (vec!["--budget", "100000TiB"], "exceeds"),
         (vec!["--random", "18446744073709551615"], "--random 18446744073709551615"),
