@@ -19,11 +19,20 @@
 //! and a 1 GiB budget would hold 512 useful extents. So frames can also be cut into *slots* of
 //! one extent, holding extents of any file wherever they fall: a 1 GiB budget holds 262,144
 //! random 4 KiB extents. Single-extent views and gathers use slots; wider views, writes and
-//! sequential walks use file frames. Both come out of one budget and one LRU list.
+//! sequential walks use file frames. Both come out of one budget.
+//!
+//! # Shards
+//!
+//! The books are split into independent *shards* ([`CacheOptions::shards`]), each with its own
+//! lock, share of the budget and LRU list; frame *i* of a file and everything in it belong to
+//! one shard, consecutive frames to consecutive shards. One lock measured as the limit of 16
+//! threads (H100: 2.2 M gathered 4 KiB rows/s, 0.22 M single views/s); in four shards the same
+//! threads gathered 4.0–4.2 M rows/s and took 0.59–0.60 M single views/s. Eviction is then
+//! least-recently-used within each shard.
 //!
 //! # Layout
 //!
-//! `cache` (the cache and its stats), `books` (the residency books: states, pins, LRU, no I/O),
+//! `cache` (the cache, its shards and its stats), `books` (the residency books: states, pins, LRU, no I/O),
 //! `geometry` (extent and frame arithmetic), `store` (GPU or host memory: mapping and moving
 //! bytes), `faults` (views, gathers and prefetches bringing extents in), `writeback` (dirty
 //! extents out, sticky errors), `view` (files, views, advice), `zero_copy` (warm read-only files
