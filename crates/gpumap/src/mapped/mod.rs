@@ -32,11 +32,12 @@
 //!
 //! # Layout
 //!
-//! `cache` (the cache, its shards and its stats), `books` (the residency books: states, pins, LRU, no I/O),
-//! `geometry` (extent and frame arithmetic), `store` (GPU or host memory: mapping and moving
-//! bytes), `faults` (views, gathers and prefetches bringing extents in), `writeback` (dirty
-//! extents out, sticky errors), `view` (files, views, advice), `zero_copy` (warm read-only files
-//! read by the GPU in place from the page cache, with no device memory: [`ZeroCopyFile`]).
+//! `cache` (the cache, its shards and its stats), `books` (a shard's residency books: states,
+//! pins, LRU, no I/O), `geometry` (extent and frame arithmetic), `store` (GPU or host memory:
+//! mapping and moving bytes), `faults` (views, gathers and prefetches bringing extents in),
+//! `writeback` (dirty extents out, sticky errors), `view` (files, views, advice), `zero_copy`
+//! (warm read-only files read by the GPU in place from the page cache, with no device memory:
+//! [`ZeroCopyFile`]).
 #![forbid(unsafe_code)]
 
 mod books;
