@@ -30,6 +30,7 @@ on_host_and_gpu!(
     random_single_extent_views_use_slots_not_frames,
     budget_is_kept_and_pinned_views_are_never_evicted,
     a_view_waits_for_another_threads_view_to_unpin,
+    a_view_waiting_in_one_shard_holds_nothing_in_another,
     dirty_frames_are_written_back_before_eviction_and_on_drop,
     dropping_a_file_gives_its_memory_back_to_the_cache,
     a_file_that_shrinks_under_the_map_is_an_error_not_zeros,
@@ -546,6 +547,37 @@ fn a_view_waits_for_another_threads_view_to_unpin(memory: Device) {
         std::thread::sleep(std::time::Duration::from_millis(200));
         drop(held);
         assert_eq!(waiter.join().unwrap().unwrap(), 100_000, "{memory:?}");
+    });
+}
+
+/// Two shards of two frames (even frames in one, odd in the other). Shard 0 is full of pinned
+/// frames; a view over frames 5 and 6 pins 5 in shard 1, finds no room in shard 0, and must
+/// let go of frame 5 while it waits: a third view needing both of shard 1's frames then gets
+/// them (were frame 5 still pinned, it would fail after the pin wait), and the waiter gets its
+/// view once shard 0's pins go.
+fn a_view_waiting_in_one_shard_holds_nothing_in_another(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("shards-wait");
+    let data = random_bytes((16 * MIB) as usize, 19);
+    fs::write(&path, &data).unwrap();
+    let c = sharded_cache(memory.clone(), 4 * FRAME, 65536, 2);
+    let m = c.open(&path).unwrap();
+    let held = [m.view(0, 100_000).unwrap(), m.view(2 * FRAME, 100_000).unwrap()];
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let v = m.view(5 * FRAME + 7, FRAME)?;
+            let mut got = vec![0u8; FRAME as usize];
+            v.copy_to_host(0, &mut got)?;
+            Ok::<_, Error>(got)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        // Frames 1 and 3 (shard 1) around frame 2 (shard 0, mapped and pinned already).
+        let third = m.view(FRAME, 3 * FRAME).map(|v| v.len());
+        assert_eq!(third.unwrap(), 3 * FRAME, "{memory:?}: shard 1 was held by a waiting view");
+        assert!(!waiter.is_finished(), "{memory:?}: shard 0 is still full");
+        drop(held);
+        let got = waiter.join().unwrap().unwrap();
+        assert!(got[..] == data[(5 * FRAME + 7) as usize..][..FRAME as usize], "{memory:?}");
     });
 }
 
