@@ -458,19 +458,20 @@ impl DeviceCache {
         let mut totals = FileStats::default();
         let (mut frames_in_use, mut slots_in_use, mut files) = (0, 0, 0);
         // Shard by shard, one lock at a time: a sum of moments close together, not one moment.
-        for shard in self.shared.shards.iter() {
+        for (i, shard) in self.shared.shards.iter().enumerate() {
             let state = shard.state.lock();
             let books = &state.books;
-            for (id, _) in books.files() {
-                let s = file_stats(books, id);
-                totals.add(&s);
+            for (id, file) in books.files() {
+                totals.add(&file_stats(books, id));
+                if i == 0 {
+                    // Every shard knows every file: its length is counted in one.
+                    totals.len += file.len;
+                }
             }
             frames_in_use += books.frames_in_use();
             slots_in_use += books.slots_in_use();
             files = books.files().count();
         }
-        // Each file's length was added once per shard.
-        totals.len /= self.shared.shards.len() as u64;
         let seconds = |nanos: &AtomicU64| nanos.load(Ordering::Relaxed) as f64 / 1e9;
         let (map_seconds, fault_seconds) =
             (seconds(&self.shared.map_nanos), seconds(&self.shared.fault_nanos));
@@ -536,9 +537,9 @@ fn default_shards(max_frames: usize) -> usize {
 }
 
 impl FileStats {
-    /// Adds `other`'s counts (a file's stats from another shard, or another file's).
+    /// Adds `other`'s counts (a file's stats from another shard, or another file's); the
+    /// length is not a count and is left alone.
     fn add(&mut self, other: &FileStats) {
-        self.len += other.len;
         self.hits += other.hits;
         self.misses += other.misses;
         self.fault_reads += other.fault_reads;
@@ -614,6 +615,11 @@ impl CacheShared {
     pub(crate) fn shard_of(&self, file: FileId, index: u64) -> usize {
         let n = self.shards.len() as u64;
         (index.wrapping_add(u64::from(file).wrapping_mul(7)) % n) as usize
+    }
+
+    /// The shard of extent `e` of `file`: its frame's.
+    pub(crate) fn shard_of_extent(&self, file: FileId, e: u64) -> usize {
+        self.shard_of(file, self.geometry.frame_of(e))
     }
 
     /// The shard whose books hold slot `slot` (each owns a stretch of the slot arena).

@@ -96,14 +96,11 @@ impl CacheShared {
         let parts = self.shards_of_frames(entry.id, frames.clone());
         self.pin_parts(entry, &parts, requested, transient, wait)?;
         let unpin_all = || self.unpin_parts(entry, &parts, &vec![true; parts.len()], transient);
-        // The view's extents in each of a part's frames.
-        let within = |indices: &[u64]| -> Vec<Range<u64>> {
-            let per = g.per_frame();
-            indices
-                .iter()
-                .map(|&i| (i * per).max(extents.start)..((i + 1) * per).min(extents.end))
-                .collect()
-        };
+        // The view's extents in each frame of each part.
+        let within: Vec<Vec<Range<u64>>> = parts
+            .iter()
+            .map(|(_, indices)| indices.iter().map(|&i| g.extents_in_frame(i, &extents)).collect())
+            .collect();
         let mut counted = false;
         // Frames this prefetch read extents into.
         let mut read_in = Vec::new();
@@ -112,11 +109,11 @@ impl CacheShared {
             let mut claims: Vec<Claimed> = Vec::new();
             // A part with extents others are reading, and nothing to claim.
             let mut busy = None;
-            for (k, (shard, indices)) in parts.iter().enumerate() {
+            for (k, (shard, _)) in parts.iter().enumerate() {
                 let mut state = self.shards[*shard].state.lock();
-                let (moves, loads) = claim_in(&mut state, entry, &within(indices));
+                let (moves, loads) = claim_in(&mut state, entry, &within[k]);
                 if !counted {
-                    let wanted: u64 = within(indices).iter().map(|r| r.end - r.start).sum();
+                    let wanted: u64 = within[k].iter().map(|r| r.end - r.start).sum();
                     if let Some(c) = state.books.counters_mut(entry.id) {
                         c.misses += loads.len() as u64;
                         c.hits += wanted - loads.len() as u64;
@@ -124,7 +121,7 @@ impl CacheShared {
                 }
                 if !moves.is_empty() || !loads.is_empty() {
                     claims.push((*shard, moves, loads));
-                } else if busy.is_none() && any_loading(&state, entry, &within(indices)) {
+                } else if busy.is_none() && any_loading(&state, entry, &within[k]) {
                     busy = Some(k);
                 }
             }
@@ -135,17 +132,17 @@ impl CacheShared {
                 // still busy with nothing to claim: a part found idle with nothing to claim is
                 // resident, and stays so while pinned.
                 let Some(k) = busy.filter(|_| wait) else { break };
-                let (shard, indices) = &parts[k];
-                let sh = &self.shards[*shard];
+                let shard = parts[k].0;
+                let sh = &self.shards[shard];
                 let mut state = sh.state.lock();
-                let (moves, loads) = claim_in(&mut state, entry, &within(indices));
+                let (moves, loads) = claim_in(&mut state, entry, &within[k]);
                 if moves.is_empty() && loads.is_empty() {
-                    if any_loading(&state, entry, &within(indices)) {
+                    if any_loading(&state, entry, &within[k]) {
                         sh.changed.wait(&mut state);
                     }
                     continue;
                 }
-                claims.push((*shard, moves, loads));
+                claims.push((shard, moves, loads));
             }
             let moves: Vec<(u64, SlotId)> =
                 claims.iter().flat_map(|c| c.1.iter().copied()).collect();
@@ -200,9 +197,9 @@ impl CacheShared {
             return Ok(Pins::Nothing);
         }
         if write {
-            for (shard, indices) in &parts {
+            for ((shard, indices), ranges) in parts.iter().zip(&within) {
                 let mut state = self.shards[*shard].state.lock();
-                for (&index, r) in indices.iter().zip(within(indices)) {
+                for (&index, r) in indices.iter().zip(ranges.iter().cloned()) {
                     state.books.mark_dirty(entry.id, r);
                     state.books.add_writers(entry.id, index..index + 1, 1);
                 }
@@ -225,13 +222,6 @@ impl CacheShared {
         wait: bool,
     ) -> Result<()> {
         let since = Instant::now();
-        if let [(shard, frames)] = parts {
-            let sh = &self.shards[*shard];
-            let mut state = sh.state.lock();
-            let mode = if wait { Wait::Yes } else { Wait::No };
-            self.map_and_pin(sh, &mut state, entry, frames, requested, transient, mode, since)?;
-            return Ok(());
-        }
         let mut pinned = vec![false; parts.len()];
         'again: loop {
             for (k, (shard, frames)) in parts.iter().enumerate() {
@@ -416,7 +406,7 @@ impl CacheShared {
         });
         self.add_fault_time(t);
         // A file's counters are summed over the shards: any shard will do.
-        let mut state = self.shards[self.shard_of(entry.id, g.frame_of(loads[0]))].state.lock();
+        let mut state = self.shards[self.shard_of_extent(entry.id, loads[0])].state.lock();
         if let Some(c) = state.books.counters_mut(entry.id) {
             c.fault_reads += runs.len() as u64;
             c.bytes_faulted += runs.iter().map(|r| r.1).sum::<u64>();
@@ -530,14 +520,12 @@ impl CacheShared {
         match pins {
             Pins::Nothing | Pins::ZeroCopy => {}
             Pins::Frames(frames) => {
-                let per = self.geometry.per_frame();
                 for (shard, indices) in self.shards_of_frames(entry.id, frames.clone()) {
                     let sh = &self.shards[shard];
                     let mut state = sh.state.lock();
                     for index in indices {
                         if write {
-                            let r = (index * per).max(extents.start)
-                                ..((index + 1) * per).min(extents.end);
+                            let r = self.geometry.extents_in_frame(index, &extents);
                             state.books.mark_dirty(entry.id, r);
                             state.books.add_writers(entry.id, index..index + 1, -1);
                         }
@@ -718,17 +706,12 @@ impl CacheShared {
         let mut since = Instant::now();
         while !todo.is_empty() {
             let mut round = Round::default();
-            if n == 1 {
-                by_shard[0] = todo;
-            } else {
-                for rows in &mut by_shard {
-                    rows.clear();
-                }
-                for s in todo {
-                    let seg = &segments[s];
-                    let shard = self.shard_of(ranges[seg.range].entry.id, g.frame_of(seg.e));
-                    by_shard[shard].push(s);
-                }
+            for rows in &mut by_shard {
+                rows.clear();
+            }
+            for s in todo {
+                let seg = &segments[s];
+                by_shard[self.shard_of_extent(ranges[seg.range].entry.id, seg.e)].push(s);
             }
             for (shard, rows) in by_shard.iter().enumerate() {
                 if rows.is_empty() {
@@ -786,14 +769,11 @@ impl CacheShared {
                 // Nothing could be pinned: others' reads and gathers hold the memory (they
                 // end), or views do (waited for, up to the cache's pin wait).
                 let seg = &segments[s];
-                let sh = &self.shards[self.shard_of(ranges[seg.range].entry.id, g.frame_of(seg.e))];
+                let sh = &self.shards[self.shard_of_extent(ranges[seg.range].entry.id, seg.e)];
                 let mut state = sh.state.lock();
                 self.wait_or_full(sh, &mut state, g.extent, since)?;
             }
             todo = round.deferred;
-            if n == 1 {
-                by_shard[0] = Vec::new();
-            }
         }
         Ok(())
     }

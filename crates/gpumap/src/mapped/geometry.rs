@@ -28,6 +28,13 @@ impl Geometry {
         (e % self.per_frame()) as usize
     }
 
+    /// The extents of `extents` that lie in frame `index` (empty when none do).
+    pub(crate) fn extents_in_frame(&self, index: u64, extents: &Range<u64>) -> Range<u64> {
+        let per = self.per_frame();
+        let start = (index * per).max(extents.start);
+        start..((index + 1) * per).min(extents.end).max(start)
+    }
+
     /// Extents needed to cover `len` bytes.
     pub(crate) fn extents(&self, len: u64) -> u64 {
         len.div_ceil(self.extent)
@@ -111,6 +118,20 @@ mod tests {
     }
 
     proptest! {
+        /// A range's extents in each frame it touches, frame after frame, are the range again.
+        #[test]
+        fn extents_in_frames_partition_a_range(start in 0u64..5000, n in 0u64..3000) {
+            let extents = start..start + n;
+            let mut joined = Vec::new();
+            for index in 0..(start + n) / G.per_frame() + 2 {
+                let r = G.extents_in_frame(index, &extents);
+                prop_assert!(r.is_empty() || G.frame_of(r.start) == index);
+                prop_assert!(r.is_empty() || G.frame_of(r.end - 1) == index);
+                joined.extend(r);
+            }
+            prop_assert_eq!(joined, extents.collect::<Vec<u64>>());
+        }
+
         /// Runs cover exactly the bytes of the extents given, in order, each run one stretch of
         /// consecutive extents (and inside one frame when asked).
         #[test]
