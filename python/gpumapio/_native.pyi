@@ -244,10 +244,12 @@ class DeviceCache:
         advice: _Advice = "normal",
         zero_copy: bool = False,
         max_pinned: int | None = None,
+        read_ahead: int | None = None,
     ) -> MappedFile:
         """Opens ``path`` in this cache. ``zero_copy``: gathers and views read the read-only
         file in place from the host's page cache (the whole file is read and pinned, within
-        ``max_pinned`` bytes across the process; default half of physical memory)."""
+        ``max_pinned`` bytes across the process; default half of physical memory).
+        ``read_ahead``: bytes a walk reads ahead (default 512 MiB; 0: none)."""
     def stats(self) -> dict[str, Any]: ...
     def flush(self) -> None: ...
     def sync(self) -> None: ...

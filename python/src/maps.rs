@@ -127,8 +127,10 @@ impl DeviceCache {
 
     /// Opens `path` in this cache (read-only unless `writable`). `zero_copy`: gathers and views
     /// read the file in place from the host's page cache (registered for the GPU; the whole
-    /// file is read and pinned, within `max_pinned` bytes across the process).
-    #[pyo3(signature = (path, *, writable = false, advice = "normal", zero_copy = false, max_pinned = None))]
+    /// file is read and pinned, within `max_pinned` bytes across the process). `read_ahead`:
+    /// bytes a walk reads ahead (default 512 MiB; 0: none).
+    #[pyo3(signature = (path, *, writable = false, advice = "normal", zero_copy = false, max_pinned = None, read_ahead = None))]
+    #[allow(clippy::too_many_arguments)]
     fn open(
         &self,
         py: Python<'_>,
@@ -137,6 +139,7 @@ impl DeviceCache {
         advice: &str,
         zero_copy: bool,
         max_pinned: Option<u64>,
+        read_ahead: Option<u64>,
     ) -> PyResult<MappedFile> {
         let advice = advice_arg(advice)?;
         let cache = self.inner.clone();
@@ -145,6 +148,9 @@ impl DeviceCache {
             o.writable(writable).advice(advice);
             if zero_copy {
                 o.zero_copy(max_pinned);
+            }
+            if let Some(bytes) = read_ahead {
+                o.read_ahead(bytes);
             }
             cache.open_with(&path, &o)
         })?;

@@ -102,6 +102,19 @@ def test_a_cache_in_shards(tmp_path, table):
         gpumapio.DeviceCache(8 * MIB, frame_size=2 * MIB, device="host", shards=3)
 
 
+def test_read_ahead_can_be_turned_off(table):
+    path, data = table
+    cache = gpumapio.DeviceCache(8 * MIB, frame_size=2 * MIB, device="host")
+    m = cache.open(path, read_ahead=0)
+    window = 2 * MIB
+    for offset in range(0, len(data) - window, window):
+        with m.view(offset, window) as v:
+            assert v.tobytes() == data[offset : offset + window]
+    stats = m.stats()
+    # Every window read when asked for: nothing was there before it.
+    assert stats["hits"] == 0 and stats["bytes_faulted"] == 12 * window, stats
+
+
 def test_writes_are_written_back(tmp_path, rng):
     data = bytearray(rng.integers(0, 256, size=5 * MIB, dtype="u1").tobytes())
     path = tmp_path / "rw.bin"

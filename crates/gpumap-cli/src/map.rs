@@ -9,7 +9,7 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use gpumap::mapped::{Advice, CacheOptions, CacheStats, DeviceMappedFile, FileStats};
+use gpumap::mapped::{Advice, CacheOptions, CacheStats, DeviceMappedFile, FileStats, MapOptions};
 use gpumap::memory::DeviceBuffer;
 
 use crate::error::{CliError, CliResult};
@@ -33,7 +33,8 @@ pub struct MapArgs {
     /// frame size. Random reads of small records want 4KiB.
     #[arg(long, default_value = "64KiB", value_parser = size_arg)]
     extent: u64,
-    /// Unit of memory (mapped, evicted, budgeted): a multiple of 2MiB up to 1GiB [default: 8MiB]
+    /// Unit of memory (mapped, evicted, budgeted): a multiple of 2MiB up to 1GiB [default: a
+    /// thirty-second of the budget as a power of two, 8MiB to 64MiB]
     #[arg(long, value_parser = size_arg)]
     frame: Option<u64>,
     /// Independent parts of the budget, each with its own lock and LRU list: a power of two
@@ -44,6 +45,10 @@ pub struct MapArgs {
     /// Bytes per view when walking the files in order (at most half the budget).
     #[arg(long, default_value = "64MiB", value_parser = size_arg)]
     window: u64,
+    /// How far ahead of a walk to read (0: no read-ahead); up to 16 windows, as the budget
+    /// allows [default: 512MiB, gpumap::mapped::DEFAULT_READ_AHEAD]
+    #[arg(long, value_parser = size_arg)]
+    read_ahead: Option<u64>,
     /// Instead of walking in order, read this many ranges at random aligned offsets, spread
     /// over the files by size.
     #[arg(long)]
@@ -126,7 +131,15 @@ pub fn map(args: &MapArgs) -> CliResult {
         options.frame_size(frame);
     }
     let cache = options.build()?;
-    let maps = args.files.iter().map(|f| cache.open(f)).collect::<gpumap::Result<Vec<_>>>()?;
+    let mut map_options = MapOptions::new();
+    if let Some(bytes) = args.read_ahead {
+        map_options.read_ahead(bytes);
+    }
+    let maps = args
+        .files
+        .iter()
+        .map(|f| cache.open_with(f, &map_options))
+        .collect::<gpumap::Result<Vec<_>>>()?;
     for m in &maps {
         m.advise(0, m.len(), args.advise.advice())?;
     }

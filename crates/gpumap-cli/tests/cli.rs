@@ -188,6 +188,17 @@ fn map_walks_files_in_one_cache_under_a_budget() {
     assert_eq!(report["cache"]["budget"], 8 << 20);
     assert!(report["cache"]["used_bytes"].as_u64().unwrap() <= 8 << 20);
     assert!(report["files"][0]["stats"]["evictions"].as_u64().unwrap() > 0, "{out}");
+    // Without read-ahead every window is read when it is asked for; with the default budget
+    // (1 GiB) the frames are 32 MiB.
+    let (code, out, err) = run(gpumap()
+        .args(["map", "--read-ahead", "0", "--window", "2MiB", "--verify-pattern", "--json"])
+        .arg(&a));
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["verified"], true);
+    assert_eq!(report["files"][0]["stats"]["bytes_faulted"], 12 << 20, "{out}");
+    assert_eq!(report["files"][0]["stats"]["hits"], 0, "nothing was read ahead: {out}");
+    assert_eq!(report["cache"]["frame_size"], 32 << 20, "{out}");
 }
 
 #[test]
@@ -248,6 +259,7 @@ fn map_rejects_bad_sizes_before_allocating() {
         (vec!["--budget", "64MiB", "--shards", "3"], "3 shards for a budget of 8 frames"),
         (vec!["--budget", "64MiB", "--shards", "8"], "8 shards for a budget of 8 frames"),
         (vec!["--frame", "1TiB"], "frame size 1099511627776"),
+        (vec!["--read-ahead", "lots"], "--read-ahead"),
         (vec!["--budget", "100000TiB"], "exceeds"),
         (vec!["--random", "18446744073709551615"], "--random 18446744073709551615"),
         (vec!["--random", "5", "--block", "2MiB"], "--block 2097152"),

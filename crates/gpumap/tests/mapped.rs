@@ -9,6 +9,7 @@ mod common;
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use common::random_bytes;
 use gpumap::mapped::{Advice, CacheOptions, DeviceCache, DeviceMappedFile, MapOptions};
@@ -849,6 +850,17 @@ fn sequential_walks_read_ahead(memory: Device) {
         "{memory:?}: each byte read once: {stats:?}"
     );
     assert!(stats.hits > 0, "{memory:?}: read-ahead had nothing ready: {stats:?}");
+    // A second pass reads ahead too: its first view starts reading the windows after it,
+    // which the first pass evicted (the budget holds half the file).
+    let before = m.stats().misses;
+    drop(m.view(0, window).unwrap());
+    let after_first = m.stats().misses;
+    assert!(after_first > before, "{memory:?}: window 0 was resident after the first pass");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while m.stats().misses == after_first {
+        assert!(Instant::now() < deadline, "{memory:?}: no read-ahead in the second pass");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 fn views_and_prefetch_in_batches(memory: Device) {

@@ -43,7 +43,7 @@ impl FileHandle {
     pub fn read_device<'a>(&self, dst: impl Into<DeviceViewMut<'a>>, offset: u64) -> Result<usize> {
         match dst.into() {
             DeviceViewMut::Host(bytes) => self.read(bytes, offset),
-            DeviceViewMut::Cuda(view) => self.inner.read_cuda(view.raw, offset),
+            DeviceViewMut::Cuda(view) => self.inner.read_cuda(view.raw, offset, 0),
         }
     }
 
@@ -159,16 +159,25 @@ impl FileHandle {
                 // Each read again on its own, so each future gets its own answer.
                 Err(_) => {
                     for read in group {
-                        (read.finish)(inner.read_cuda(read.dst, read.offset));
+                        (read.finish)(inner.read_cuda(read.dst, read.offset, 0));
                     }
                 }
             }
         }
     }
 
-    /// File -> GPU memory the crate keeps live for the call (a pinned map range).
-    pub(crate) fn read_cuda_raw(&self, dst: RawRegion, offset: u64) -> Result<usize> {
-        self.inner.read_cuda(dst, offset)
+    /// File -> GPU memory the crate keeps live for the call (a pinned map range), in tasks of
+    /// at least `min_task` bytes on the POSIX path (0: as `read_device` splits it). A larger
+    /// least task suits reads that run many at once (a cache's read-ahead): concurrency comes
+    /// from the other reads, and each task's deeper pipeline is worth more than spreading one
+    /// read over every thread.
+    pub(crate) fn read_cuda_raw_in_tasks(
+        &self,
+        dst: RawRegion,
+        offset: u64,
+        min_task: u64,
+    ) -> Result<usize> {
+        self.inner.read_cuda(dst, offset, min_task)
     }
 
     /// GPU memory the crate keeps live for the call -> file.
@@ -288,7 +297,7 @@ impl FileHandle {
             StreamState::Done(if write {
                 inner.write_cuda(region, offset)?
             } else {
-                inner.read_cuda(region, offset)?
+                inner.read_cuda(region, offset, 0)?
             })
         };
         Ok(StreamTransfer { state, _memory: PhantomData })
@@ -434,14 +443,15 @@ fn mixed_batch() -> Error {
 
 impl Inner {
     /// File -> GPU memory: the cuFile path, or the pipelined bounce path.
-    pub(crate) fn read_cuda(&self, dst: RawRegion, offset: u64) -> Result<usize> {
+    pub(crate) fn read_cuda(&self, dst: RawRegion, offset: u64, min_task: u64) -> Result<usize> {
         let _range = crate::profiling::Range::new(c"gpumap::read_device");
         self.check_read()?;
         checked_end(offset, dst.len as u64)?;
         match self.cufile_for(dst.len) {
             Some(gds) => self.run_cufile(gds, dst, offset, true),
             None => {
-                let tasks = split_tasks(offset, dst.len as u64, self.span_size(dst.len));
+                let span = self.span_size(dst.len).max(min_task);
+                let tasks = split_tasks(offset, dst.len as u64, span);
                 let plan = self.read_plan(offset, dst.len as u64);
                 let counts = self.pool.run_each(tasks.clone(), |t| {
                     self.read_span(dst, t.buf_offset as usize, t.len as usize, t.offset, plan)
@@ -489,7 +499,7 @@ impl Inner {
         self.pool.run(items, |(group, out)| {
             if let [(dst, offset)] = group {
                 if dst.len > self.bounce_buffer_size as usize {
-                    out[0] = self.read_cuda(*dst, *offset)?;
+                    out[0] = self.read_cuda(*dst, *offset, 0)?;
                     return Ok(out[0]);
                 }
             }
@@ -548,6 +558,21 @@ const SCATTER_MIN_RUNS: usize = 2;
 
 /// Bounce-buffer chunks per task on the POSIX device path (see `Inner::span_size`).
 const PIPELINE_CHUNKS: u64 = 16;
+
+/// A task of the POSIX device read path is read in at least this many chunks, so that reading
+/// one overlaps the copy of the one before, down to chunks of [`PIPELINE_MIN_CHUNK`].
+const PIPELINE_MIN_STEPS: usize = 4;
+
+/// The smallest chunk a task is cut into for pipelining.
+const PIPELINE_MIN_CHUNK: usize = 1 << 20;
+
+/// The chunk a task of `len` bytes reads at a time through bounce buffers of `buffer` bytes:
+/// the whole buffer, unless that leaves fewer than [`PIPELINE_MIN_STEPS`] chunks — a 4 MiB task
+/// in one 4 MiB chunk reads, then waits for its copy, and its thread never overlaps the two.
+fn pipeline_chunk(len: usize, buffer: usize) -> usize {
+    let even = len.div_ceil(PIPELINE_MIN_STEPS).next_multiple_of(PAGE_SIZE as usize);
+    even.clamp(PIPELINE_MIN_CHUNK.min(buffer), buffer)
+}
 
 /// A chunk on its way from device to file: the download in flight, and where it goes.
 struct Chunk {
@@ -639,7 +664,7 @@ impl Inner {
         // The pool thread's share of the transfer, on its own timeline.
         let _range = crate::profiling::Range::new(c"gpumap::read_device");
         let (pool, stream) = self.staging(dst.ordinal)?;
-        let chunk_size = pool.buffer_size();
+        let chunk_size = pipeline_chunk(len, pool.buffer_size());
         let mut in_flight: Option<InFlight<'static, BounceBuffer>> = None;
         let mut done = 0usize;
         while done < len {
@@ -792,5 +817,31 @@ impl Inner {
             }
         }
         Ok(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn pipeline_chunks_fit_the_buffer_and_overlap_where_they_can(
+            len in 1usize..(256 << 20),
+            buffer_pages in 1usize..4096,
+        ) {
+            let buffer = buffer_pages * PAGE_SIZE as usize;
+            let chunk = pipeline_chunk(len, buffer);
+            prop_assert!(chunk <= buffer && chunk.is_multiple_of(PAGE_SIZE as usize));
+            prop_assert!(chunk >= PIPELINE_MIN_CHUNK.min(buffer));
+            // Enough chunks to overlap reading with copying, unless that would take them below
+            // the floor; whole buffers where those already give enough.
+            let floor = PIPELINE_MIN_CHUNK.min(buffer);
+            prop_assert!(chunk == buffer || chunk == floor || len.div_ceil(chunk) >= PIPELINE_MIN_STEPS);
+            if len >= PIPELINE_MIN_STEPS * buffer {
+                prop_assert_eq!(chunk, buffer);
+            }
+        }
     }
 }

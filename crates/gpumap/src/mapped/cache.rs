@@ -20,11 +20,28 @@ use crate::io::{FileHandle, HandleOptions};
 use crate::memory::cuda::VaRange;
 use crate::memory::Device;
 
-/// Default frame size: mapping a frame costs about 35 µs whatever its size (H100, 2026-11-21:
-/// 2048 frames of 2 MiB took 70 ms to map and unmap per 4 GiB, a third of a whole-file fault at
-/// 24.5 GB/s; 32 MiB frames faulted at 33-37 GB/s, where a plain read into the same range ran at
-/// 44). 8 MiB frames cut the calls fourfold and keep eviction reasonably fine-grained.
+/// The smallest default frame: mapping a frame costs about 35 µs whatever its size (H100,
+/// 2026-11-21: 2048 frames of 2 MiB took 70 ms to map and unmap per 4 GiB, a third of a
+/// whole-file fault at 24.5 GB/s). 8 MiB frames cut the calls fourfold and keep eviction
+/// reasonably fine-grained for small budgets.
 pub(crate) const DEFAULT_FRAME: u64 = 8 << 20;
+
+/// The largest default frame.
+const MAX_DEFAULT_FRAME: u64 = 64 << 20;
+
+/// The default frame size aims at this many frames per budget.
+const FRAMES_PER_BUDGET: u64 = 32;
+
+/// The default frame for `budget`: a thirty-second of it as a power of two, from 8 to 64 MiB.
+/// Each frame costs about 45 µs of driver calls (map, set access, unmap: H100, 2026-11-22,
+/// the same for 2, 8 and 64 MiB frames), so a walk under 1 GiB in 64 MiB windows ran at
+/// 29–31 GB/s with 8 MiB frames and 42–43 GB/s with 32 or 64 MiB ones (FileHandle 48–50 in the
+/// same runs); 32 frames still leave 16 shards two frames each.
+pub(crate) fn default_frame(budget: u64, granularity: u64) -> u64 {
+    let share = budget / FRAMES_PER_BUDGET;
+    let power = if share == 0 { 0 } else { 1u64 << share.ilog2() };
+    power.clamp(DEFAULT_FRAME, MAX_DEFAULT_FRAME).next_multiple_of(granularity.max(1))
+}
 
 /// Default extent: 64 KiB reads are efficient for clustered access; random access to small
 /// records wants 4 KiB ([`CacheOptions::extent_size`]).
@@ -37,7 +54,7 @@ const DEFAULT_PIN_WAIT: Duration = Duration::from_secs(2);
 const MAX_FRAME: u64 = 1 << 30;
 
 /// Allocation granularity of the host backend: the GPUs', so that both keep the same books.
-const HOST_GRANULARITY: u64 = 2 << 20;
+pub(crate) const HOST_GRANULARITY: u64 = 2 << 20;
 
 /// Options of a [`DeviceCache`] (builder, like `memmap2::MmapOptions`).
 #[derive(Debug, Clone)]
@@ -64,7 +81,8 @@ impl Default for CacheOptions {
 }
 
 impl CacheOptions {
-    /// 1 GiB budget, 64 KiB extents, 8 MiB frames, GPU 0 where there is one.
+    /// 1 GiB budget, 64 KiB extents, frames by budget (32 MiB for 1 GiB), GPU 0 where there is
+    /// one.
     pub fn new() -> CacheOptions {
         CacheOptions::default()
     }
@@ -85,12 +103,19 @@ impl CacheOptions {
     }
 
     /// The unit in which memory is mapped, evicted and counted against the budget: a multiple
-    /// of the GPU's allocation granularity (2 MiB) up to 1 GiB; default 8 MiB. Larger frames
-    /// mean fewer driver calls per byte (mapping one costs about 35 µs, whatever its size) and
-    /// coarser eviction of file ranges.
+    /// of the GPU's allocation granularity (2 MiB) up to 1 GiB; default a thirty-second of the
+    /// budget as a power of two, from 8 MiB to 64 MiB (8 MiB up to a 256 MiB budget, 32 MiB for
+    /// 1 GiB). Larger frames mean fewer driver calls per byte (mapping, setting access and
+    /// unmapping one costs about 45 µs, whatever its size), and coarser eviction of file ranges:
+    /// a view of a few bytes past the slots' single extents holds a whole frame.
     pub fn frame_size(&mut self, bytes: u64) -> &mut Self {
         self.frame_size = Some(bytes);
         self
+    }
+
+    /// The frame size set, if one was.
+    pub(crate) fn frame(&self) -> Option<u64> {
+        self.frame_size
     }
 
     /// Where the memory is (default: [`Device::auto`]).
@@ -220,6 +245,8 @@ pub(crate) struct FileEntry {
     pub(crate) memory: FileMemory,
     pub(crate) sticky: Mutex<Option<StickyError>>,
     pub(crate) access: Mutex<AccessState>,
+    /// Bytes a walk reads ahead ([`MapOptions::read_ahead`]).
+    pub(crate) read_ahead: u64,
     /// The file registered for the GPU to read in place ([`MapOptions::zero_copy`]).
     pub(crate) zero_copy: Option<super::ZeroCopyFile>,
 }
@@ -315,7 +342,7 @@ impl DeviceCache {
             Device::Cuda(d) => (VaRange::granularity(d)? as u64, d.total_memory() as u64),
             Device::Host => (HOST_GRANULARITY, crate::sys::host_memory::physical_memory()),
         };
-        let frame = options.frame_size.unwrap_or(DEFAULT_FRAME.next_multiple_of(granularity));
+        let frame = options.frame_size.unwrap_or(default_frame(options.budget, granularity));
         if frame == 0 || !frame.is_multiple_of(granularity) || frame > MAX_FRAME {
             return Err(Error::InvalidArgument(format!(
                 "frame size {frame}: expected a multiple of the allocation granularity \
@@ -437,6 +464,7 @@ impl DeviceCache {
             memory,
             sticky: Mutex::new(None),
             access: Mutex::new(AccessState { advice: options.advice, ..AccessState::default() }),
+            read_ahead: options.read_ahead.unwrap_or(super::view::DEFAULT_READ_AHEAD),
             zero_copy,
         });
         for shard in self.shared.shards.iter() {
@@ -772,5 +800,34 @@ impl CacheShared {
             budget: self.max_frames as u64 * frame,
             in_use: self.store.frames_mapped() as u64 * frame,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_frames_grow_with_the_budget_from_8_to_64_mib() {
+        const MIB: u64 = 1 << 20;
+        let g = HOST_GRANULARITY;
+        for (budget, frame) in [
+            (0, 8),
+            (MIB, 8),
+            (64 * MIB, 8),
+            (256 * MIB, 8),
+            (511 * MIB, 8),
+            (512 * MIB, 16),
+            (1000 * MIB, 16),
+            (1024 * MIB, 32),
+            (1536 * MIB, 32),
+            (2048 * MIB, 64),
+            (80 << 30, 64),
+            (u64::MAX, 64),
+        ] {
+            assert_eq!(default_frame(budget, g), frame * MIB, "budget {budget}");
+        }
+        // A granularity the frame is not a multiple of rounds it up.
+        assert_eq!(default_frame(1 << 30, 24 * MIB), 48 * MIB);
     }
 }

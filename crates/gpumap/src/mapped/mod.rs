@@ -50,5 +50,5 @@ mod writeback;
 mod zero_copy;
 
 pub use cache::{CacheOptions, CacheStats, DeviceCache, FileStats};
-pub use view::{Advice, DeviceMappedFile, MapOptions, MapRange, View, ViewMut};
+pub use view::{Advice, DeviceMappedFile, MapOptions, MapRange, View, ViewMut, DEFAULT_READ_AHEAD};
 pub use zero_copy::{ZeroCopyFile, ZeroCopyOptions};

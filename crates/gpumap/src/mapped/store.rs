@@ -308,6 +308,8 @@ impl Store {
 
     /// Reads `len` bytes of `file` at `offset` into `home`, then zeroes what the file did not
     /// fill up to `fill` bytes (the tail of a file's last extent). Returns the count read.
+    /// `min_task`: the least a task of a large load on the GPU moves (see
+    /// `FileHandle::read_cuda_raw_in_tasks`); 0 spreads it over the whole pool.
     pub(crate) fn load(
         &self,
         home: Home<'_>,
@@ -315,6 +317,7 @@ impl Store {
         offset: u64,
         len: usize,
         fill: usize,
+        min_task: u64,
     ) -> Result<usize> {
         match self {
             Store::Cuda(s) => {
@@ -322,7 +325,8 @@ impl Store {
                 if region.len <= SMALL_LOAD {
                     return s.load_small(region, file, offset, len);
                 }
-                let got = file.read_cuda_raw(RawRegion { len, ..region }, offset)?;
+                let got =
+                    file.read_cuda_raw_in_tasks(RawRegion { len, ..region }, offset, min_task)?;
                 if got < region.len {
                     region.sub(got, region.len - got)?.fill(0)?;
                 }

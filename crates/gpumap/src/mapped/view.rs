@@ -5,7 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::cache::{
-    file_stats_all, CacheOptions, DeviceCache, FileEntry, FileStats, DEFAULT_FRAME,
+    default_frame, file_stats_all, CacheOptions, DeviceCache, FileEntry, FileStats,
+    HOST_GRANULARITY,
 };
 use super::faults::{GatherRange, Pins};
 use super::store::Home;
@@ -15,12 +16,17 @@ use crate::io::{HandleOptions, IoFuture};
 use crate::memory::cuda::{CudaView, CudaViewMut, RawRegion};
 use crate::memory::{Device, DeviceViewMut, OwnedDeviceMemory};
 
-/// How far a walk reads ahead. A 64 MiB window is sixteen 4 MiB reads, one per pool thread, and
-/// each waits for its copy, so a window or two in flight leave much of the pool idle. On the
-/// H100 (2026-11-22): reading two windows ahead, once the current one was in, the pool's threads
-/// sat idle 60 % of a walk and the bench's walk ran at 20.6–28.2 GB/s (runs 12–15); reading
-/// 256 MiB ahead, from the moment a window is asked for, 32.8 GB/s (run 16).
-const READ_AHEAD_BYTES: u64 = 256 << 20;
+/// How far a walk reads ahead by default ([`MapOptions::read_ahead`]). A window read alone
+/// leaves much of the pool idle between its tasks; windows read ahead run several at once. On
+/// the H100 (2026-11-22): reading two windows ahead, once the current one was in, the pool's
+/// threads sat idle 60 % of a walk and the bench's walk ran at 20.6–28.2 GB/s (runs 12–15);
+/// 256 MiB ahead, from the moment a window is asked for, 32.8 GB/s (run 16); with read-ahead
+/// in 16 MiB tasks and 32 or 64 MiB frames, 256 MiB ahead 37–41 GB/s and 512 MiB ahead
+/// 42–44 GB/s (one run, FileHandle 48–50).
+pub const DEFAULT_READ_AHEAD: u64 = 512 << 20;
+
+/// The most windows one view reads ahead (so one view starts a bounded number of pool jobs).
+const MAX_WINDOWS_AHEAD: u64 = 16;
 
 /// How a file will be accessed, as `madvise` advice tells the kernel about an `mmap`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,13 +57,15 @@ pub struct MapOptions {
     /// Gathers and views go through the zero-copy tier, within this pinned limit (`None`: the
     /// default).
     pub(crate) zero_copy: Option<Option<u64>>,
+    /// Bytes a walk reads ahead (`None`: [`DEFAULT_READ_AHEAD`]).
+    pub(crate) read_ahead: Option<u64>,
     cache: CacheOptions,
     budget: Option<u64>,
 }
 
 impl MapOptions {
-    /// Read-only, a budget of the whole file up to 4 GiB, 8 MiB frames, 64 KiB extents, GPU 0
-    /// where there is one.
+    /// Read-only, a budget of the whole file up to 4 GiB, frames by budget (see
+    /// [`CacheOptions::frame_size`]), 64 KiB extents, GPU 0 where there is one.
     pub fn new() -> MapOptions {
         MapOptions::default()
     }
@@ -112,6 +120,16 @@ impl MapOptions {
         self
     }
 
+    /// How far ahead of a walk to read, in bytes (default [`DEFAULT_READ_AHEAD`], 256 MiB; 0 turns
+    /// read-ahead off): a view that continues a walk (or any wide view of a `Sequential` file)
+    /// starts reading the next windows of its size on the pool, from 2 up to 16 of them, as
+    /// far as the budget holds them beside the current one. Deeper read-ahead keeps more of
+    /// the pool busy at once; each window in flight holds its frames of the budget.
+    pub fn read_ahead(&mut self, bytes: u64) -> &mut Self {
+        self.read_ahead = Some(bytes);
+        self
+    }
+
     /// Serves this read-only file's gathers ([`DeviceMappedFile::gather`], `gather_rows`, and
     /// [`DeviceCache::gather`] calls whose ranges are all of such files) from the zero-copy tier
     /// ([`ZeroCopyFile`](super::ZeroCopyFile)): rows are read by the GPU in place from the
@@ -141,7 +159,18 @@ impl MapOptions {
                         source: e,
                     })?
                     .len();
-                len.clamp(1, 4 << 30).next_multiple_of(DEFAULT_FRAME)
+                // Whole frames of the size this budget gets by default, so that the file fits.
+                let len = len.clamp(1, 4 << 30);
+                let frame = match self.cache.frame() {
+                    Some(frame) => frame,
+                    None => {
+                        let frame = default_frame(len, HOST_GRANULARITY);
+                        cache.frame_size(frame);
+                        frame
+                    }
+                };
+                // (A zero frame is the build's error to report, with its value.)
+                len.checked_next_multiple_of(frame.max(1)).unwrap_or(len)
             }
         };
         cache.budget(budget).build()?.open_with(path, self)
@@ -406,22 +435,28 @@ impl DeviceMappedFile {
     }
 
     /// Starts reading the windows after `[offset, offset + len)` when the access is a walk, as
-    /// the walk asks for this one: [`READ_AHEAD_BYTES`] ahead (two to eight windows), as far as
-    /// the budget holds them beside this one.
+    /// the walk asks for this one: the file's read-ahead bytes ahead (two to
+    /// [`MAX_WINDOWS_AHEAD`] windows; none when it is 0), as far as the budget holds them
+    /// beside this one.
     fn read_ahead(&self, offset: u64, len: u64, advice: Advice) {
         if advice == Advice::Random || len == 0 {
             return;
         }
         let g = self.shared().geometry;
         let budget = self.shared().max_frames as u64 * g.frame;
-        let depth = READ_AHEAD_BYTES
-            .div_ceil(len)
-            .clamp(2, 8)
+        let bytes = self.entry().read_ahead;
+        let depth = if bytes == 0 { 0 } else { bytes.div_ceil(len).clamp(2, MAX_WINDOWS_AHEAD) }
             .min((budget / len.next_multiple_of(g.frame)).saturating_sub(1));
         let end = offset + len;
         let windows: Vec<(u64, u64)> = {
             let mut access = self.entry().access.lock();
-            let walking = advice == Advice::Sequential || access.last_end == Some(offset);
+            let continuing = access.last_end == Some(offset);
+            if !continuing {
+                // A walk starting again (the next pass over the file) or jumping: what earlier
+                // read-ahead reached says nothing about what is resident now.
+                access.ahead_until = 0;
+            }
+            let walking = advice == Advice::Sequential || continuing;
             access.last_end = Some(end);
             if !walking || depth == 0 {
                 return;
