@@ -235,7 +235,11 @@ class DeviceCache:
     ) -> Self:
         """``shards``: independent parts of the budget, each with its own lock and LRU list (a
         power of two dividing the budget's frames, two frames or more each); default: one
-        under 8 frames, else up to 16."""
+        under 8 frames, else up to 16. ``frame_size``: default :meth:`default_frame_size`."""
+    @staticmethod
+    def default_frame_size(budget: int) -> int:
+        """The frame size a cache of ``budget`` bytes gets by default: a thirty-second of the
+        budget as a power of two, from 8 MiB to 64 MiB."""
     def open(
         self,
         path: _Path,

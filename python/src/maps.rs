@@ -125,6 +125,13 @@ impl DeviceCache {
         Ok(DeviceCache { inner })
     }
 
+    /// The frame size a cache of `budget` bytes gets when `frame_size` is not given: a
+    /// thirty-second of the budget as a power of two, from 8 MiB to 64 MiB.
+    #[staticmethod]
+    fn default_frame_size(budget: u64) -> u64 {
+        gpumap::mapped::CacheOptions::default_frame_size(budget)
+    }
+
     /// Opens `path` in this cache (read-only unless `writable`). `zero_copy`: gathers and views
     /// read the file in place from the host's page cache (registered for the GPU; the whole
     /// file is read and pinned, within `max_pinned` bytes across the process). `read_ahead`:

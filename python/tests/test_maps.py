@@ -115,6 +115,20 @@ def test_read_ahead_can_be_turned_off(table):
     assert stats["hits"] == 0 and stats["bytes_faulted"] == 12 * window, stats
 
 
+def test_default_frames_grow_with_the_budget_and_a_map_fits_its_file(tmp_path):
+    assert gpumapio.DeviceCache.default_frame_size(64 * MIB) == 8 * MIB
+    assert gpumapio.DeviceCache.default_frame_size(1 << 30) == 32 * MIB
+    assert gpumapio.DeviceCache.default_frame_size(1 << 40) == 64 * MIB
+    # A sparse file of 1 GiB + 1 byte: its own cache holds all of it in whole 32 MiB frames.
+    path = tmp_path / "sparse.bin"
+    with open(path, "wb") as f:
+        f.truncate((1 << 30) + 1)
+    with gpumapio.map(path, device="host") as m:
+        stats = m.cache.stats()
+        assert stats["budget"] >= (1 << 30) + 1 and stats["frame_size"] == 32 * MIB, stats
+        assert m.read((1 << 30) - 4, 5) == bytes(5)
+
+
 def test_writes_are_written_back(tmp_path, rng):
     data = bytearray(rng.integers(0, 256, size=5 * MIB, dtype="u1").tobytes())
     path = tmp_path / "rw.bin"

@@ -852,12 +852,15 @@ fn sequential_walks_read_ahead(memory: Device) {
     assert!(stats.hits > 0, "{memory:?}: read-ahead had nothing ready: {stats:?}");
     // A second pass reads ahead too: its first view starts reading the windows after it,
     // which the first pass evicted (the budget holds half the file).
+    // (Read-ahead starts before the view waits for its own window, and on a machine with
+    // cores to spare may be done by the time the view returns.)
     let before = m.stats().misses;
     drop(m.view(0, window).unwrap());
-    let after_first = m.stats().misses;
-    assert!(after_first > before, "{memory:?}: window 0 was resident after the first pass");
+    let window_extents = window / 65536;
+    let own = m.stats().misses - before;
+    assert!(own >= window_extents, "{memory:?}: window 0 was resident after the first pass");
     let deadline = Instant::now() + Duration::from_secs(20);
-    while m.stats().misses == after_first {
+    while m.stats().misses - before == window_extents {
         assert!(Instant::now() < deadline, "{memory:?}: no read-ahead in the second pass");
         std::thread::sleep(Duration::from_millis(5));
     }

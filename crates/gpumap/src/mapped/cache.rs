@@ -35,7 +35,7 @@ const FRAMES_PER_BUDGET: u64 = 32;
 /// The default frame for `budget`: a thirty-second of it as a power of two, from 8 to 64 MiB.
 /// Each frame costs about 45 µs of driver calls (map, set access, unmap: H100, 2026-11-22,
 /// the same for 2, 8 and 64 MiB frames), so a walk under 1 GiB in 64 MiB windows ran at
-/// 29–31 GB/s with 8 MiB frames and 42–43 GB/s with 32 or 64 MiB ones (FileHandle 48–50 in the
+/// 27–31 GB/s with 8 MiB frames and 42–44 GB/s with 32 or 64 MiB ones (FileHandle 48–50 in the
 /// same runs); 32 frames still leave 16 shards two frames each.
 pub(crate) fn default_frame(budget: u64, granularity: u64) -> u64 {
     let share = budget / FRAMES_PER_BUDGET;
@@ -54,7 +54,7 @@ const DEFAULT_PIN_WAIT: Duration = Duration::from_secs(2);
 const MAX_FRAME: u64 = 1 << 30;
 
 /// Allocation granularity of the host backend: the GPUs', so that both keep the same books.
-pub(crate) const HOST_GRANULARITY: u64 = 2 << 20;
+const HOST_GRANULARITY: u64 = 2 << 20;
 
 /// Options of a [`DeviceCache`] (builder, like `memmap2::MmapOptions`).
 #[derive(Debug, Clone)]
@@ -111,6 +111,13 @@ impl CacheOptions {
     pub fn frame_size(&mut self, bytes: u64) -> &mut Self {
         self.frame_size = Some(bytes);
         self
+    }
+
+    /// The frame size a cache of `budget` bytes gets when none is set, on a device whose
+    /// allocation granularity is 2 MiB (every current NVIDIA GPU, and the host backend): a
+    /// thirty-second of the budget as a power of two, from 8 MiB to 64 MiB.
+    pub fn default_frame_size(budget: u64) -> u64 {
+        default_frame(budget, HOST_GRANULARITY)
     }
 
     /// The frame size set, if one was.

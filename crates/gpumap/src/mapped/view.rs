@@ -4,10 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::cache::{
-    default_frame, file_stats_all, CacheOptions, DeviceCache, FileEntry, FileStats,
-    HOST_GRANULARITY,
-};
+use super::cache::{file_stats_all, CacheOptions, DeviceCache, FileEntry, FileStats};
 use super::faults::{GatherRange, Pins};
 use super::store::Home;
 use super::writeback::{self, write_back};
@@ -120,7 +117,7 @@ impl MapOptions {
         self
     }
 
-    /// How far ahead of a walk to read, in bytes (default [`DEFAULT_READ_AHEAD`], 256 MiB; 0 turns
+    /// How far ahead of a walk to read, in bytes (default [`DEFAULT_READ_AHEAD`], 512 MiB; 0 turns
     /// read-ahead off): a view that continues a walk (or any wide view of a `Sequential` file)
     /// starts reading the next windows of its size on the pool, from 2 up to 16 of them, as
     /// far as the budget holds them beside the current one. Deeper read-ahead keeps more of
@@ -164,7 +161,7 @@ impl MapOptions {
                 let frame = match self.cache.frame() {
                     Some(frame) => frame,
                     None => {
-                        let frame = default_frame(len, HOST_GRANULARITY);
+                        let frame = CacheOptions::default_frame_size(len);
                         cache.frame_size(frame);
                         frame
                     }
