@@ -40,6 +40,7 @@ on_host_and_gpu!(
     views_and_prefetch_in_batches,
     async_gathers_hand_the_buffer_back,
     gathers_count_each_extent_once,
+    read_only_gathers_read_through_a_full_budget,
     shards_split_the_budget_and_views_cross_them,
     bad_requests_are_typed_errors,
     a_terabyte_sparse_file_under_a_small_budget,
@@ -682,6 +683,52 @@ fn gathers_count_each_extent_once(memory: Device) {
     let again = m.stats();
     assert_eq!((again.misses, again.hits), (5, 3 + 8), "{memory:?}: resident rows were read");
     assert_eq!(again.fault_reads, 5, "{memory:?}");
+}
+
+fn read_only_gathers_read_through_a_full_budget(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("through");
+    let data = random_bytes((8 * MIB) as usize, 19);
+    fs::write(&path, &data).unwrap();
+    let c = CacheOptions::new()
+        .memory(memory.clone())
+        .frame_size(FRAME)
+        .budget(2 * FRAME)
+        .extent_size(4096)
+        .pin_wait(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let read_only = c.open(&path).unwrap();
+    let writable = c.open_with(&path, MapOptions::new().writable(true)).unwrap();
+    // Two views pin the whole budget; the rows lie elsewhere, two extents each.
+    let held = (read_only.view(0, FRAME).unwrap(), read_only.view(FRAME, FRAME).unwrap());
+    let rows: Vec<(u64, u64)> =
+        (0..100u64).map(|i| (4 * MIB + (i * 37 * 4096) % (4 * MIB - 8192) + i, 5000)).collect();
+    let mut dst = DeviceBuffer::zeroed(&c.device(), 100 * 5000).unwrap();
+    let check = |dst: &DeviceBuffer, what: &str| {
+        let got = dst.to_vec().unwrap();
+        for (k, &(o, l)) in rows.iter().enumerate() {
+            let want = &data[o as usize..][..l as usize];
+            assert!(&got[k * 5000..][..5000] == want, "{memory:?}: {what}: row {o}");
+        }
+    };
+    // A read-only file's rows are read straight into the buffer: no room, no wait, no error.
+    read_only.gather(&rows, dst.view_mut()).unwrap();
+    check(&dst, "read through");
+    let stats = read_only.stats();
+    assert_eq!((stats.frames, stats.slots), (2, 0), "{memory:?}: nothing cached: {stats:?}");
+    assert!(stats.misses >= 100, "{memory:?}: {stats:?}");
+    // A writable file's extents need a home (a write may follow): it waits, then fails.
+    match writable.gather(&rows, dst.view_mut()) {
+        Err(Error::OutOfBudget { .. }) => {}
+        other => panic!("{memory:?}: expected OutOfBudget for a writable map, got {other:?}"),
+    }
+    // With room again, the same rows are cached.
+    drop(held);
+    dst.fill(0).unwrap();
+    read_only.gather(&rows, dst.view_mut()).unwrap();
+    check(&dst, "cached");
+    assert!(read_only.stats().slots > 0, "{memory:?}: {:?}", read_only.stats());
 }
 
 fn shards_split_the_budget_and_views_cross_them(memory: Device) {

@@ -12,7 +12,8 @@
 //!   most a quarter of the budget: resident extents are copied from their homes; missing ones
 //!   are read into pinned buffers (one per group of up to 4 MiB, on the pool) and placed into
 //!   their slots and the caller's buffer by one kernel launch per group. Extents others are
-//!   reading are left to the next round.
+//!   reading are left to the next round; extents of read-only files for which the budget has
+//!   no room at all are read straight into the caller's buffer and not cached.
 //!
 //! No lock is held across I/O, and no one waits for anything while holding a claim: claims
 //! are read in first, then the waiting starts, so two requests can never wait for each other.
@@ -612,6 +613,9 @@ struct Segment {
 enum Place {
     Frame,
     Slot(SlotId),
+    /// Nowhere in the cache: read straight into the caller's buffer (a read-only file's
+    /// extent for which the budget had no room).
+    Through,
 }
 
 /// An extent a round reads in, and the segments that want it.
@@ -683,6 +687,8 @@ struct Round {
     pins: Vec<Unit>,
     parts: Vec<Part>,
     deferred: Vec<usize>,
+    /// Read-only files' extents that find no room are read through ([`Place::Through`]).
+    through: bool,
     /// Making room failed (a dirty victim's write-back): returned once the round's pins went.
     error: Option<Error>,
 }
@@ -710,6 +716,10 @@ impl CacheShared {
                 offset = next;
             }
         }
+        // Extents of read-only files for which the budget has no room are read straight into
+        // `dst` rather than waited for: nothing can make them differ from the file, and under
+        // a budget full of others' pins waiting only adds rounds.
+        let through = dst.is_some();
         // A round pins at most a quarter of each shard's extents.
         let n = self.shards.len();
         let capacity = self.max_frames / n * g.per_frame() as usize;
@@ -718,7 +728,7 @@ impl CacheShared {
         let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); n];
         let mut since = Instant::now();
         while !todo.is_empty() {
-            let mut round = Round::default();
+            let mut round = Round { through, ..Round::default() };
             for rows in &mut by_shard {
                 rows.clear();
             }
@@ -764,6 +774,7 @@ impl CacheShared {
                             &[miss.e],
                             ok,
                         ),
+                        Place::Through => {}
                     }
                 }
                 for unit in &round.pins[part.pins.clone()] {
@@ -792,7 +803,8 @@ impl CacheShared {
     }
 
     /// Decides what one round does, pinning what it uses: at most `limit` rows; extents others
-    /// are reading, and what does not fit, are deferred.
+    /// are reading, and what does not fit, are deferred — or, in a round that reads through,
+    /// read-only files' extents that find no room are read through (see [`Place::Through`]).
     ///
     /// Under the lock, a row costs the cache misses of the books it touches (its file's index,
     /// a slot, a list node), not instructions; so the round goes in steps, each over all its
@@ -871,8 +883,10 @@ impl CacheShared {
 
     /// Gives each of `wanted` (extents no one holds) a slot, in order, making room: free slots,
     /// new slot frames while the budget has room, then the least recently used slots in one
-    /// sweep, and only then the general way (frames, write-backs, waiting), which may let go of
-    /// the lock — after which the rest is deferred to the next round, which looks again.
+    /// sweep, and only then the general way (frames, write-backs), which may let go of the
+    /// lock — after which the rest is deferred to the next round, which looks again. Where no
+    /// room can be made, the rest is deferred too, or in a round that reads through, read
+    /// through if its file is read-only.
     fn take_slots(
         &self,
         shard: &Shard,
@@ -883,6 +897,7 @@ impl CacheShared {
         tally: &mut Tally,
     ) {
         let mut swept = false;
+        let mut full = false;
         let mut left = wanted.len();
         let mut wanted = wanted.into_iter();
         while let Some(mut miss) = wanted.next() {
@@ -899,7 +914,11 @@ impl CacheShared {
                 }
                 match self.make_room(shard, state, Want::Slot, true) {
                     Ok(Room::Ready) => continue,
-                    Ok(Room::Released | Room::Full) => break None,
+                    Ok(Room::Released) => break None,
+                    Ok(Room::Full) => {
+                        full = true;
+                        break None;
+                    }
                     Err(e) => {
                         round.error = Some(e);
                         break None;
@@ -907,9 +926,15 @@ impl CacheShared {
                 }
             };
             let Some(slot) = slot else {
-                round.deferred.extend(miss.segments());
-                for rest in wanted {
-                    round.deferred.extend(rest.segments());
+                for mut miss in std::iter::once(miss).chain(wanted) {
+                    let file = ranges[miss.range].entry;
+                    if full && round.through && !file.writable {
+                        miss.place = Place::Through;
+                        tally.add(file.id, miss.more_segments.len() as u64, 1);
+                        round.misses.push(miss);
+                    } else {
+                        round.deferred.extend(miss.segments());
+                    }
                 }
                 return;
             };
@@ -921,13 +946,20 @@ impl CacheShared {
         }
     }
 
-    /// Where segment `seg` of a round is in memory.
-    fn home<'a>(&self, ranges: &[GatherRange<'a>], seg: &Segment, place: Place) -> Home<'a> {
+    /// Where segment `seg` of a round is in memory (`None`: read through, nowhere).
+    fn home<'a>(
+        &self,
+        ranges: &[GatherRange<'a>],
+        seg: &Segment,
+        place: Place,
+    ) -> Option<Home<'a>> {
         match place {
-            Place::Frame => {
-                Home::Frame(&ranges[seg.range].entry.memory, seg.e * self.geometry.extent + seg.at)
-            }
-            Place::Slot(slot) => Home::Slot(slot, seg.at),
+            Place::Frame => Some(Home::Frame(
+                &ranges[seg.range].entry.memory,
+                seg.e * self.geometry.extent + seg.at,
+            )),
+            Place::Slot(slot) => Some(Home::Slot(slot, seg.at)),
+            Place::Through => None,
         }
     }
 
@@ -967,12 +999,10 @@ impl CacheShared {
         let extent = g.extent as usize;
         let copier = self.store.copier().ok_or_else(|| Error::InvalidArgument("no GPU".into()))?;
         let address = |seg: &Segment, place: Place| -> Result<u64> {
-            let home = self.home(ranges, seg, place);
-            Ok(self
-                .store
-                .region(home, seg.len)
-                .ok_or_else(|| Error::InvalidArgument("no address".into()))?
-                .ptr)
+            self.home(ranges, seg, place)
+                .and_then(|home| self.store.region(home, seg.len))
+                .map(|region| region.ptr)
+                .ok_or_else(|| Error::InvalidArgument("no address".into()))
         };
         if let Some(first) = round.misses.first() {
             let pool = ranges[first.range].entry.file.pool();
@@ -1002,9 +1032,11 @@ impl CacheShared {
                     }
                     piece[got..].fill(0);
                     let at = k * extent;
-                    let whole =
-                        Segment { range: miss.range, e: miss.e, at: 0, len: extent, dst: 0 };
-                    pieces.push((at, address(&whole, miss.place)?, extent as u32));
+                    if !matches!(miss.place, Place::Through) {
+                        let whole =
+                            Segment { range: miss.range, e: miss.e, at: 0, len: extent, dst: 0 };
+                        pieces.push((at, address(&whole, miss.place)?, extent as u32));
+                    }
                     if let Some(dst) = dst {
                         for s in miss.segments() {
                             let seg = &segments[s];
@@ -1041,7 +1073,8 @@ impl CacheShared {
     }
 
     /// The host path (a host-memory cache, or a host buffer to gather into): misses read into
-    /// their homes in parallel, then every segment copied out.
+    /// their homes in parallel (those read through into buffers of their own), then every
+    /// segment copied out.
     fn run_round_through_host(
         &self,
         ranges: &[GatherRange<'_>],
@@ -1050,21 +1083,28 @@ impl CacheShared {
         dst: Option<&mut DeviceViewMut<'_>>,
     ) -> Result<()> {
         let g = self.geometry;
+        let extent = g.extent as usize;
+        // One buffer per miss read through (empty for the others), filled on the pool.
+        let through: Vec<parking_lot::Mutex<Vec<u8>>> = round
+            .misses
+            .iter()
+            .map(|m| {
+                let len = if matches!(m.place, Place::Through) { extent } else { 0 };
+                parking_lot::Mutex::new(vec![0u8; len])
+            })
+            .collect();
         if let Some(first) = round.misses.first() {
             let pool = ranges[first.range].entry.file.pool();
-            pool.run(round.misses.iter().collect(), |miss| {
+            pool.run(round.misses.iter().zip(&through).collect(), |(miss, bytes)| {
                 let entry = ranges[miss.range].entry;
                 let (offset, len) = g.bytes_of(miss.e..miss.e + 1, entry.len);
                 let whole = Segment { range: miss.range, e: miss.e, at: 0, len: 0, dst: 0 };
-                let home = self.home(ranges, &whole, miss.place);
-                let got = self.store.load(
-                    home,
-                    &entry.file,
-                    offset,
-                    len as usize,
-                    g.extent as usize,
-                    0,
-                )?;
+                let got = match self.home(ranges, &whole, miss.place) {
+                    Some(home) => {
+                        self.store.load(home, &entry.file, offset, len as usize, extent, 0)?
+                    }
+                    None => entry.file.read_at(&mut bytes.lock()[..len as usize], offset)?,
+                };
                 if (got as u64) < len {
                     return Err(Error::UnexpectedEof { offset, wanted: len, got: got as u64 });
                 }
@@ -1073,23 +1113,31 @@ impl CacheShared {
         }
         let Some(dst) = dst else { return Ok(()) };
         let mut bytes = Vec::new();
-        let all = round
-            .hits
+        let hits = round.hits.iter().map(|&(s, place)| (s, place, None));
+        let misses = round
+            .misses
             .iter()
-            .copied()
-            .chain(round.misses.iter().flat_map(|m| m.segments().map(move |s| (s, m.place))));
-        for (s, place) in all {
+            .zip(&through)
+            .flat_map(|(m, read)| m.segments().map(move |s| (s, m.place, Some(read))));
+        for (s, place, read) in hits.chain(misses) {
             let seg = &segments[s];
-            let home = self.home(ranges, seg, place);
-            match dst {
-                DeviceViewMut::Host(out) => {
-                    self.store.copy_out(home, &mut out[seg.dst..seg.dst + seg.len])?
-                }
-                DeviceViewMut::Cuda(view) => {
+            let out = match dst {
+                DeviceViewMut::Host(out) => &mut out[seg.dst..seg.dst + seg.len],
+                DeviceViewMut::Cuda(_) => {
                     bytes.resize(seg.len, 0);
-                    self.store.copy_out(home, &mut bytes)?;
-                    view.copy_from_host(seg.dst, &bytes)?;
+                    &mut bytes[..]
                 }
+            };
+            match (self.home(ranges, seg, place), read) {
+                (Some(home), _) => self.store.copy_out(home, out)?,
+                (None, Some(read)) => {
+                    let at = seg.at as usize;
+                    out.copy_from_slice(&read.lock()[at..at + seg.len]);
+                }
+                (None, None) => return Err(Error::InvalidArgument("a hit with no home".into())),
+            }
+            if let DeviceViewMut::Cuda(view) = dst {
+                view.copy_from_host(seg.dst, &bytes)?;
             }
         }
         Ok(())
