@@ -43,7 +43,7 @@ impl FileHandle {
     pub fn read_device<'a>(&self, dst: impl Into<DeviceViewMut<'a>>, offset: u64) -> Result<usize> {
         match dst.into() {
             DeviceViewMut::Host(bytes) => self.read(bytes, offset),
-            DeviceViewMut::Cuda(view) => self.inner.read_cuda(view.raw, offset, 0),
+            DeviceViewMut::Cuda(view) => self.inner.read_cuda(view.raw, offset),
         }
     }
 
@@ -159,7 +159,7 @@ impl FileHandle {
                 // Each read again on its own, so each future gets its own answer.
                 Err(_) => {
                     for read in group {
-                        (read.finish)(inner.read_cuda(read.dst, read.offset, 0));
+                        (read.finish)(inner.read_cuda(read.dst, read.offset));
                     }
                 }
             }
@@ -177,7 +177,7 @@ impl FileHandle {
         offset: u64,
         min_task: u64,
     ) -> Result<usize> {
-        self.inner.read_cuda(dst, offset, min_task)
+        self.inner.read_cuda_in_tasks(dst, offset, min_task)
     }
 
     /// GPU memory the crate keeps live for the call -> file.
@@ -297,7 +297,7 @@ impl FileHandle {
             StreamState::Done(if write {
                 inner.write_cuda(region, offset)?
             } else {
-                inner.read_cuda(region, offset, 0)?
+                inner.read_cuda(region, offset)?
             })
         };
         Ok(StreamTransfer { state, _memory: PhantomData })
@@ -443,7 +443,18 @@ fn mixed_batch() -> Error {
 
 impl Inner {
     /// File -> GPU memory: the cuFile path, or the pipelined bounce path.
-    pub(crate) fn read_cuda(&self, dst: RawRegion, offset: u64, min_task: u64) -> Result<usize> {
+    pub(crate) fn read_cuda(&self, dst: RawRegion, offset: u64) -> Result<usize> {
+        self.read_cuda_in_tasks(dst, offset, 0)
+    }
+
+    /// [`read_cuda`](Self::read_cuda), in tasks of at least `min_task` bytes on the bounce
+    /// path (see `FileHandle::read_cuda_raw_in_tasks`).
+    pub(crate) fn read_cuda_in_tasks(
+        &self,
+        dst: RawRegion,
+        offset: u64,
+        min_task: u64,
+    ) -> Result<usize> {
         let _range = crate::profiling::Range::new(c"gpumap::read_device");
         self.check_read()?;
         checked_end(offset, dst.len as u64)?;
@@ -499,7 +510,7 @@ impl Inner {
         self.pool.run(items, |(group, out)| {
             if let [(dst, offset)] = group {
                 if dst.len > self.bounce_buffer_size as usize {
-                    out[0] = self.read_cuda(*dst, *offset, 0)?;
+                    out[0] = self.read_cuda(*dst, *offset)?;
                     return Ok(out[0]);
                 }
             }
