@@ -265,6 +265,23 @@ class DeviceCache:
 class MappedFile:
     """A file mapped into GPU memory: views, gathers, write-back."""
 
+    @staticmethod
+    def open(
+        path: _Path,
+        *,
+        budget: int | None = None,
+        writable: bool = False,
+        extent_size: int = 65536,
+        frame_size: int | None = None,
+        device: int | str | None = None,
+        advice: _Advice = "normal",
+        zero_copy: bool = False,
+        max_pinned: int | None = None,
+        read_ahead: int | None = None,
+    ) -> MappedFile:
+        """Maps ``path`` in a cache of its own of ``budget`` bytes (default: the file's size, up
+        to 4 GiB, in whole frames of the size that budget gets) — :func:`gpumapio.map` without
+        ``cache``."""
     def __len__(self) -> int: ...
     @property
     def nbytes(self) -> int: ...

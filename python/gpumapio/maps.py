@@ -58,12 +58,18 @@ def map(  # noqa: A001 - the name users reach for, as mmap.mmap / np.memmap
     walk reads ahead (default 512 MiB; 0: none).
     """
     if cache is None:
-        if budget is None:
-            size = min(max(os.path.getsize(path), 1), 4 << 30)
-            # Whole frames of the size this budget gets by default, so that the file fits.
-            frame_size = frame_size or DeviceCache.default_frame_size(size)
-            budget = -(-size // frame_size) * frame_size
-        cache = DeviceCache(budget, extent_size=extent_size, frame_size=frame_size, device=device)
+        return MappedFile.open(
+            os.fspath(path),
+            budget=budget,
+            writable=writable,
+            extent_size=extent_size,
+            frame_size=frame_size,
+            device=device,
+            advice=advice,
+            zero_copy=zero_copy,
+            max_pinned=max_pinned,
+            read_ahead=read_ahead,
+        )
     return cache.open(
         os.fspath(path),
         writable=writable,

@@ -240,6 +240,47 @@ impl Pending for Prefetch {
 
 #[pymethods]
 impl MappedFile {
+    /// Maps `path` in a cache of its own (`gpumapio.map` without a cache): `budget` bytes,
+    /// by default the file's size up to 4 GiB in whole frames of the size that budget gets —
+    /// the library's `MapOptions::open`, so Python and Rust size the cache alike.
+    #[staticmethod]
+    #[pyo3(signature = (path, *, budget = None, writable = false, extent_size = 65536, frame_size = None, device = None, advice = "normal", zero_copy = false, max_pinned = None, read_ahead = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        budget: Option<u64>,
+        writable: bool,
+        extent_size: u64,
+        frame_size: Option<u64>,
+        device: Option<Bound<'_, PyAny>>,
+        advice: &str,
+        zero_copy: bool,
+        max_pinned: Option<u64>,
+        read_ahead: Option<u64>,
+    ) -> PyResult<MappedFile> {
+        let device = device_arg(device.as_ref())?;
+        let advice = advice_arg(advice)?;
+        let inner = nogil(py, move || {
+            let mut o = gpumap::mapped::MapOptions::new();
+            o.writable(writable).advice(advice).extent_size(extent_size).memory(device);
+            if let Some(budget) = budget {
+                o.budget(budget);
+            }
+            if let Some(frame) = frame_size {
+                o.frame_size(frame);
+            }
+            if zero_copy {
+                o.zero_copy(max_pinned);
+            }
+            if let Some(bytes) = read_ahead {
+                o.read_ahead(bytes);
+            }
+            o.open(&path)
+        })?;
+        Ok(MappedFile { inner })
+    }
+
     fn __len__(&self) -> usize {
         self.inner.len() as usize
     }

@@ -127,6 +127,15 @@ def test_default_frames_grow_with_the_budget_and_a_map_fits_its_file(tmp_path):
         stats = m.cache.stats()
         assert stats["budget"] >= (1 << 30) + 1 and stats["frame_size"] == 32 * MIB, stats
         assert m.read((1 << 30) - 4, 5) == bytes(5)
+    # MappedFile.open sizes its own cache the same way (the library's MapOptions), in frames of
+    # the size given, or of the budget given.
+    with gpumapio.MappedFile.open(path, device="host", frame_size=16 * MIB) as m:
+        stats = m.cache.stats()
+        assert stats["budget"] == (1 << 30) + 16 * MIB and stats["frame_size"] == 16 * MIB, stats
+    with gpumapio.MappedFile.open(path, device="host", budget=64 * MIB) as m:
+        stats = m.cache.stats()
+        assert stats["budget"] == 64 * MIB and stats["frame_size"] == 8 * MIB, stats
+        assert m.read(1 << 30, 1) == bytes(1)
 
 
 def test_writes_are_written_back(tmp_path, rng):
