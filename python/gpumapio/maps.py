@@ -18,8 +18,9 @@ give their bytes with ``tobytes()``.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from gpumapio._device import Output, empty_bytes, gpu_count
@@ -57,20 +58,15 @@ def map(  # noqa: A001 - the name users reach for, as mmap.mmap / np.memmap
     file in host memory (within ``max_pinned`` bytes across the process). ``read_ahead``: bytes a
     walk reads ahead (default 512 MiB; 0: none).
     """
-    if cache is None:
-        return MappedFile.open(
-            os.fspath(path),
-            budget=budget,
-            writable=writable,
-            extent_size=extent_size,
-            frame_size=frame_size,
-            device=device,
-            advice=advice,
-            zero_copy=zero_copy,
-            max_pinned=max_pinned,
-            read_ahead=read_ahead,
-        )
-    return cache.open(
+    # Without a cache, a cache of its own, sized by the library (MapOptions::open).
+    open_in: Callable[..., MappedFile] = cache.open if cache is not None else functools.partial(
+        MappedFile.open,
+        budget=budget,
+        extent_size=extent_size,
+        frame_size=frame_size,
+        device=device,
+    )
+    return open_in(
         os.fspath(path),
         writable=writable,
         advice=advice,
