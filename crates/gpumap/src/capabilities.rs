@@ -170,6 +170,14 @@ fn probe_run_udev() -> Probe<()> {
     }
 }
 
+/// Whether the nvidia-fs kernel module — what GPUDirect Storage's DMA goes through — is
+/// loaded: it creates `/proc/driver/nvidia-fs` and `/sys/module/nvidia_fs`. A file check, so
+/// that deciding against cuFile does not cost opening its driver.
+pub(crate) fn nvidia_fs_loaded() -> bool {
+    std::path::Path::new("/proc/driver/nvidia-fs/version").exists()
+        || std::path::Path::new("/sys/module/nvidia_fs").exists()
+}
+
 fn probe_wsl() -> bool {
     std::fs::read_to_string("/proc/version")
         .map(|v| v.to_ascii_lowercase().contains("microsoft") || v.contains("WSL"))

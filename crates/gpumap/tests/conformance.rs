@@ -250,6 +250,13 @@ fn compat_modes_tell_the_truth() {
     let decision = auto.compat_decision();
     assert!(!decision.reason.is_empty());
     eprintln!("auto chose {:?}: {}", decision.path, decision.reason);
+    // Without nvidia-fs (CI, and the GPU test machine), Auto decides without loading cuFile.
+    let nvidia_fs = std::path::Path::new("/proc/driver/nvidia-fs/version").exists()
+        || std::path::Path::new("/sys/module/nvidia_fs").exists();
+    if !nvidia_fs {
+        assert_eq!(decision.path, IoPath::Posix);
+        assert!(decision.reason.contains("cuFile is not loaded"), "{}", decision.reason);
+    }
     // Off: cuFile, or an error that carries the reason.
     match (caps.cufile_usable(), o.compat_mode(CompatMode::Off).open(&path, "r")) {
         (Ok(()), Ok(fh)) => assert_eq!(fh.compat_decision().path, IoPath::CuFile),

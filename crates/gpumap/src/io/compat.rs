@@ -11,7 +11,9 @@
 //! `pread` into its own bounce buffers — one 4 MiB-ish transfer at a time per call, with no
 //! overlap of disk and PCIe. gpumap's POSIX path does the same work pipelined, so `Auto` picks
 //! it there; `Off` still forces cuFile (to test the cuFile path, or on a system whose DMA
-//! support cuFile reports in a way gpumap does not recognise).
+//! support cuFile reports in a way gpumap does not recognise). Where the nvidia-fs module is
+//! not loaded at all, `Auto` decides without opening cuFile's driver (half a second of a
+//! process's first transfer).
 #![forbid(unsafe_code)]
 
 use std::fs::File;
@@ -65,6 +67,17 @@ pub(crate) fn decide(
     };
     if mode == CompatMode::On {
         return posix("compat mode is on: the POSIX path is used and cuFile is not loaded".into());
+    }
+    // `Auto` picks cuFile only for GPUDirect Storage, which needs nvidia-fs: without the module
+    // the answer is known before cuFile's driver is opened, which took 0.45–0.52 s of a
+    // process's first transfer on the H100 test machine (2026-11-22; no nvidia-fs there).
+    if mode == CompatMode::Auto && !crate::capabilities::nvidia_fs_loaded() {
+        return posix(
+            "nvidia-fs is not loaded, so cuFile could only run its own unpipelined POSIX \
+             compatibility path; gpumap's pipelined POSIX path is used and cuFile is not loaded \
+             (GPUMAP_COMPAT_MODE=off forces cuFile)"
+                .into(),
+        );
     }
     if let Err(reason) = Capabilities::probe().cufile_usable() {
         return refuse(reason);
