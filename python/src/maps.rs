@@ -44,6 +44,25 @@ fn device_arg(device: Option<&Bound<'_, PyAny>>) -> PyResult<Device> {
     }
 }
 
+/// What both ways of opening a map take (`DeviceCache.open`, `MappedFile.open`).
+fn map_options(
+    writable: bool,
+    advice: &str,
+    zero_copy: bool,
+    max_pinned: Option<u64>,
+    read_ahead: Option<u64>,
+) -> PyResult<gpumap::mapped::MapOptions> {
+    let mut o = gpumap::mapped::MapOptions::new();
+    o.writable(writable).advice(advice_arg(advice)?);
+    if zero_copy {
+        o.zero_copy(max_pinned);
+    }
+    if let Some(bytes) = read_ahead {
+        o.read_ahead(bytes);
+    }
+    Ok(o)
+}
+
 fn advice_arg(advice: &str) -> PyResult<Advice> {
     Ok(match advice {
         "normal" => Advice::Normal,
@@ -148,19 +167,9 @@ impl DeviceCache {
         max_pinned: Option<u64>,
         read_ahead: Option<u64>,
     ) -> PyResult<MappedFile> {
-        let advice = advice_arg(advice)?;
+        let o = map_options(writable, advice, zero_copy, max_pinned, read_ahead)?;
         let cache = self.inner.clone();
-        let inner = nogil(py, move || {
-            let mut o = gpumap::mapped::MapOptions::new();
-            o.writable(writable).advice(advice);
-            if zero_copy {
-                o.zero_copy(max_pinned);
-            }
-            if let Some(bytes) = read_ahead {
-                o.read_ahead(bytes);
-            }
-            cache.open_with(&path, &o)
-        })?;
+        let inner = nogil(py, move || cache.open_with(&path, &o))?;
         Ok(MappedFile { inner })
     }
 
@@ -259,25 +268,15 @@ impl MappedFile {
         max_pinned: Option<u64>,
         read_ahead: Option<u64>,
     ) -> PyResult<MappedFile> {
-        let device = device_arg(device.as_ref())?;
-        let advice = advice_arg(advice)?;
-        let inner = nogil(py, move || {
-            let mut o = gpumap::mapped::MapOptions::new();
-            o.writable(writable).advice(advice).extent_size(extent_size).memory(device);
-            if let Some(budget) = budget {
-                o.budget(budget);
-            }
-            if let Some(frame) = frame_size {
-                o.frame_size(frame);
-            }
-            if zero_copy {
-                o.zero_copy(max_pinned);
-            }
-            if let Some(bytes) = read_ahead {
-                o.read_ahead(bytes);
-            }
-            o.open(&path)
-        })?;
+        let mut o = map_options(writable, advice, zero_copy, max_pinned, read_ahead)?;
+        o.extent_size(extent_size).memory(device_arg(device.as_ref())?);
+        if let Some(budget) = budget {
+            o.budget(budget);
+        }
+        if let Some(frame) = frame_size {
+            o.frame_size(frame);
+        }
+        let inner = nogil(py, move || o.open(&path))?;
         Ok(MappedFile { inner })
     }
 

@@ -699,7 +699,7 @@ fn read_only_gathers_read_through_a_full_budget(memory: Device) {
         .build()
         .unwrap();
     let read_only = c.open(&path).unwrap();
-    let writable = c.open_with(&path, MapOptions::new().writable(true)).unwrap();
+    let writable = c.open_with(&path, &writable()).unwrap();
     // Two views pin the whole budget; the rows lie elsewhere, two extents each.
     let held = (read_only.view(0, FRAME).unwrap(), read_only.view(FRAME, FRAME).unwrap());
     let rows: Vec<(u64, u64)> =
