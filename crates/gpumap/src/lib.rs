@@ -73,9 +73,9 @@
 //! view, and after its dirty extents were written back. Missing extents of a gather are read
 //! into pinned buffers and placed by one kernel launch per group (one `cuMemcpyHtoDAsync` per
 //! piece measured 0.38 M pieces/s; a packed copy and a kernel 10.8–12.7 M/s). A walk through
-//! a file reads 512 MiB ahead in 16 MiB tasks, several windows at once: 42.7–44.9 GB/s on the
-//! H100 in repeated passes under a quarter of a 4 GiB file's size, 89–96 % of a plain
-//! whole-file read in the same runs.
+//! a file reads 512 MiB ahead in 16 MiB pieces, each read by one pool thread: 47.8–48.7 GB/s
+//! on the H100 in repeated passes under a quarter of a 4 GiB file's size, 94.5–96.7 % of a
+//! plain whole-file read in the same runs.
 //!
 //! **Residency.** The page cache holds file pages in 4 KiB units; [`pagecache::residency`]
 //! reports how many of a range are cached (and, via `cachestat(2)` on Linux ≥ 6.5, how many are

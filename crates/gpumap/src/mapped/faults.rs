@@ -37,13 +37,56 @@ use crate::memory::DeviceViewMut;
 /// Staging buffer of a gather group: misses are read into one pinned buffer this large.
 const GATHER_GROUP: usize = 4 << 20;
 
-/// The least a task of a read-ahead load moves (on the GPU's POSIX path). A load alone is
-/// spread over the whole pool, 4 MiB a task for a 64 MiB window; read-ahead runs several
-/// windows at once, and there fewer, longer tasks pipeline better: on the H100 (2026-11-22,
-/// 4 GiB warm, 16 threads), 64 MiB reads eight at a time ran at 36.5 GB/s in 4 MiB tasks and
-/// 47.0 in 16 MiB ones (a whole-file read: 48–50), and a walk reading 512 MiB ahead went from
-/// 35 to 42–43 GB/s.
-const READ_AHEAD_TASK: u64 = 16 << 20;
+/// The least a task of a prefetch's load moves (on the GPU's POSIX path). A load alone is
+/// spread over the whole pool, 4 MiB a task for a 64 MiB window; prefetches run several ranges
+/// at once, and there fewer, longer tasks pipeline better: on the H100 (2026-11-22, 4 GiB warm,
+/// 16 threads), 64 MiB reads eight at a time ran at 36.5 GB/s in 4 MiB tasks and 47.0 in
+/// 16 MiB ones (a whole-file read: 48–50). Read-ahead goes further: each of its pool jobs is
+/// one task ([`PinFor::ReadAhead`]).
+const PREFETCH_TASK: u64 = 16 << 20;
+
+/// What a contiguous pin of a file's frames is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PinFor {
+    /// A read view: resident and pinned until the view goes; its load spread over the pool.
+    Read,
+    /// A writable view: also marks the extents dirty and counts a live writer.
+    Write,
+    /// [`DeviceMappedFile::prefetch`](super::DeviceMappedFile::prefetch), on a thread of its
+    /// own: resident, not kept pinned, read in tasks of at least [`PREFETCH_TASK`].
+    Prefetch,
+    /// A piece of a walk's read-ahead, as one job on the file's pool: resident, not kept
+    /// pinned, never waiting for others (they may need the pool), and read as one task on the
+    /// job's own thread. Split further, its tasks would go to threads busy with the other
+    /// pieces, and the piece would finish only when the last of them did — a walk reading
+    /// ahead in 64 MiB windows of 16 MiB tasks ran at 83–91 % of FileHandle's whole-file
+    /// read, in 16 MiB pieces of one task each at 94–98 % (H100, 2026-11-22).
+    ReadAhead,
+}
+
+impl PinFor {
+    fn writes(self) -> bool {
+        self == PinFor::Write
+    }
+
+    /// Whether the pins go before the request returns (the frames are only made resident).
+    fn transient(self) -> bool {
+        matches!(self, PinFor::Prefetch | PinFor::ReadAhead)
+    }
+
+    fn waits(self) -> bool {
+        self != PinFor::ReadAhead
+    }
+
+    /// The least a task of the request's load moves (`u64::MAX`: each run in one task).
+    fn min_task(self) -> u64 {
+        match self {
+            PinFor::Read | PinFor::Write => 0,
+            PinFor::Prefetch => PREFETCH_TASK,
+            PinFor::ReadAhead => u64::MAX,
+        }
+    }
+}
 
 /// Whether a request may wait for room or for a frame being evicted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,25 +114,22 @@ pub(crate) enum Pins {
 
 impl CacheShared {
     /// Pins the file frames under `[offset, offset + len)` of `entry`, with every extent in
-    /// them resident; `write`: also marks them dirty and counts a live writer. Without `wait`
-    /// (a read-ahead on a pool thread) it never blocks on others: extents they are reading are
-    /// left to them, and a full budget is `OutOfBudget` at once.
+    /// them resident, for `purpose` (see [`PinFor`]). A read-ahead never blocks on others:
+    /// extents they are reading are left to them, and a full budget is `OutOfBudget` at once.
     ///
-    /// `prefetch`: the frames are made resident but not kept: their pins go before this
-    /// returns (`Pins::Nothing`), in the same hold of the lock that finished the loads. The
-    /// frames then enter the LRU list in the order they were read, not whenever a busy thread
-    /// comes back to unpin them — a late unpin would make a frame long used look newer than
-    /// one read ahead and not yet used, which the next read-ahead would then evict.
+    /// A prefetch or read-ahead makes the frames resident but does not keep them: their pins
+    /// go before this returns (`Pins::Nothing`), in the same hold of the lock that finished the
+    /// loads. The frames then enter the LRU list in the order they were read, not whenever a
+    /// busy thread comes back to unpin them — a late unpin would make a frame long used look
+    /// newer than one read ahead and not yet used, which the next read-ahead would then evict.
     pub(crate) fn pin_frames(
         &self,
         entry: &FileEntry,
         offset: u64,
         len: u64,
-        write: bool,
-        prefetch: bool,
-        wait: bool,
+        purpose: PinFor,
     ) -> Result<Pins> {
-        let transient = prefetch;
+        let (transient, wait) = (purpose.transient(), purpose.waits());
         if len == 0 {
             return Ok(Pins::Nothing);
         }
@@ -157,11 +197,11 @@ impl CacheShared {
                 claims.iter().flat_map(|c| c.1.iter().copied()).collect();
             let mut loads: Vec<u64> = claims.iter().flat_map(|c| c.2.iter().copied()).collect();
             loads.sort_unstable();
-            if prefetch {
+            if transient {
                 read_in.extend(loads.iter().map(|&e| g.frame_of(e)));
             }
             let moved = self.move_to_frames(entry, &moves);
-            let loaded = self.load_into_frames(entry, &loads, prefetch);
+            let loaded = self.load_into_frames(entry, &loads, purpose.min_task());
             let mut moved_at = 0;
             for (shard, shard_moves, shard_loads) in &claims {
                 let sh = &self.shards[*shard];
@@ -188,7 +228,7 @@ impl CacheShared {
                 )));
             }
         }
-        if prefetch {
+        if transient {
             read_in.sort_unstable();
             read_in.dedup();
             for (shard, indices) in &parts {
@@ -205,7 +245,7 @@ impl CacheShared {
             }
             return Ok(Pins::Nothing);
         }
-        if write {
+        if purpose.writes() {
             for ((shard, indices), ranges) in parts.iter().zip(&within) {
                 let mut state = self.shards[*shard].state.lock();
                 for (&index, r) in indices.iter().zip(ranges.iter().cloned()) {
@@ -388,10 +428,9 @@ impl CacheShared {
     }
 
     /// Reads claimed extents into their (pinned, mapped) frames, runs of adjacent extents in
-    /// parallel on the file's pool. `ahead`: the load is a read-ahead, one of several running
-    /// at once, and reads in tasks of [`READ_AHEAD_TASK`].
-    fn load_into_frames(&self, entry: &FileEntry, loads: &[u64], ahead: bool) -> Result<()> {
-        let min_task = if ahead { READ_AHEAD_TASK } else { 0 };
+    /// parallel on the file's pool, in tasks of at least `min_task` bytes (see
+    /// [`PinFor::min_task`]).
+    fn load_into_frames(&self, entry: &FileEntry, loads: &[u64], min_task: u64) -> Result<()> {
         let _range = crate::profiling::Range::new(c"gpumap::cache::fault");
         if loads.is_empty() {
             return Ok(());
@@ -459,7 +498,7 @@ impl CacheShared {
                     }
                     count(&mut state, entry.id, 0, 1);
                     let result = MutexGuard::unlocked(&mut state, || {
-                        self.load_into_frames(entry, &claimed, false)
+                        self.load_into_frames(entry, &claimed, 0)
                     });
                     state.books.finish_frame_loads(entry.id, &claimed, result.is_ok());
                     if result.is_err() {
