@@ -133,8 +133,9 @@ impl MapOptions {
     /// How far ahead of a walk to read, in bytes (default [`DEFAULT_READ_AHEAD`], 512 MiB; 0 turns
     /// read-ahead off): a view that continues a walk (or any wide view of a `Sequential` file)
     /// starts reading the next windows of its size on the pool, from 2 up to 16 of them, as
-    /// far as the budget holds them beside the current one. Deeper read-ahead keeps more of
-    /// the pool busy at once; each window in flight holds its frames of the budget.
+    /// far as the budget holds them beside the current one, in pieces of 16 MiB (at most a
+    /// window) that pool threads each read whole. Deeper read-ahead keeps more of the pool busy
+    /// at once; each piece in flight holds its frames of the budget.
     pub fn read_ahead(&mut self, bytes: u64) -> &mut Self {
         self.read_ahead = Some(bytes);
         self
