@@ -172,8 +172,9 @@ fn probe_run_udev() -> Probe<()> {
 
 /// Whether the nvidia-fs kernel module — what GPUDirect Storage's DMA goes through — is
 /// loaded: it creates `/proc/driver/nvidia-fs` and `/sys/module/nvidia_fs`. A file check, so
-/// that deciding against cuFile does not cost opening its driver.
-pub(crate) fn nvidia_fs_loaded() -> bool {
+/// that deciding against cuFile does not cost opening its driver. Without it, compat mode
+/// `Auto` chooses the POSIX path without loading cuFile.
+pub fn nvidia_fs_loaded() -> bool {
     std::path::Path::new("/proc/driver/nvidia-fs/version").exists()
         || std::path::Path::new("/sys/module/nvidia_fs").exists()
 }

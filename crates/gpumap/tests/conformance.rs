@@ -251,9 +251,7 @@ fn compat_modes_tell_the_truth() {
     assert!(!decision.reason.is_empty());
     eprintln!("auto chose {:?}: {}", decision.path, decision.reason);
     // Without nvidia-fs (CI, and the GPU test machine), Auto decides without loading cuFile.
-    let nvidia_fs = std::path::Path::new("/proc/driver/nvidia-fs/version").exists()
-        || std::path::Path::new("/sys/module/nvidia_fs").exists();
-    if !nvidia_fs {
+    if !gpumap::capabilities::nvidia_fs_loaded() {
         assert_eq!(decision.path, IoPath::Posix);
         assert!(decision.reason.contains("cuFile is not loaded"), "{}", decision.reason);
     }
