@@ -68,6 +68,7 @@ pub fn to_py(py: Python<'_>, e: &Error) -> PyErr {
         Error::UnexpectedEof { .. } => PyEOFError::new_err(message),
         Error::AccessMode { .. } => unsupported_operation(py, message),
         Error::OutOfRange { .. }
+        | Error::OutOfView { .. }
         | Error::Overflow { .. }
         | Error::Unaligned { .. }
         | Error::BufferTooSmall { .. }

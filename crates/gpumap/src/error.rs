@@ -49,6 +49,20 @@ pub enum Error {
         file_len: u64,
     },
 
+    /// A range does not lie inside the view it is relative to (a [`View`](crate::mapped::View)
+    /// of a mapped file).
+    #[error("range {offset}..{} is outside the view of {view_len} bytes (file bytes {view_offset}..{})", offset.saturating_add(*len), view_offset.saturating_add(*view_len))]
+    OutOfView {
+        /// Start of the requested range, relative to the view.
+        offset: u64,
+        /// Length of the requested range.
+        len: u64,
+        /// Where the view starts in its file.
+        view_offset: u64,
+        /// Length of the view.
+        view_len: u64,
+    },
+
     /// `offset + len` does not fit in 64 bits (or in the platform's `off_t`).
     #[error("offset {offset} + length {len} overflows")]
     Overflow {
@@ -69,15 +83,19 @@ pub enum Error {
         alignment: u64,
     },
 
-    /// The file ended before a read that asked for an exact length was complete.
-    #[error("file ended at {}: wanted {wanted} bytes at offset {offset}, got {got}", offset + got)]
+    /// The file ended before a read that needed the whole range was complete: the range lies
+    /// (partly) past the end, or another process cut the file under a map.
+    #[error("{} is {file_len} bytes long; bytes {offset}..{} were asked for", Named(path.as_deref()), offset.saturating_add(*wanted))]
     UnexpectedEof {
+        /// The file, where known.
+        path: Option<PathBuf>,
         /// Where the read started.
         offset: u64,
         /// How many bytes were asked for.
         wanted: u64,
-        /// How many bytes the file had.
-        got: u64,
+        /// The file's length when the read came up short (its `fstat`; where that failed, the
+        /// end of what the read got).
+        file_len: u64,
     },
 
     /// A buffer is too small for the transfer asked of it.
@@ -154,8 +172,10 @@ pub enum Error {
         offset: Option<u64>,
     },
 
-    /// Device memory for a mapping or cache would exceed its budget.
-    #[error("{requested} bytes of device memory requested, {in_use} of the {budget}-byte budget in use and none can be evicted")]
+    /// Device memory for a mapping or cache would exceed its budget: the request alone is larger
+    /// than the budget, or the rest of the budget is pinned (by views, or by other requests
+    /// for longer than the cache waits).
+    #[error("{}", BudgetMessage { requested: *requested, budget: *budget, in_use: *in_use })]
     OutOfBudget {
         /// Bytes asked for.
         requested: u64,
@@ -229,6 +249,7 @@ impl Error {
         match self {
             Error::Io { .. } => "io",
             Error::OutOfRange { .. } => "out_of_range",
+            Error::OutOfView { .. } => "out_of_view",
             Error::Overflow { .. } => "overflow",
             Error::Unaligned { .. } => "unaligned",
             Error::UnexpectedEof { .. } => "unexpected_eof",
@@ -264,6 +285,7 @@ impl Error {
             Error::Io { source, .. } => source.kind(),
             Error::UnexpectedEof { .. } => io::ErrorKind::UnexpectedEof,
             Error::OutOfRange { .. }
+            | Error::OutOfView { .. }
             | Error::Overflow { .. }
             | Error::Unaligned { .. }
             | Error::BufferTooSmall { .. }
@@ -278,6 +300,90 @@ impl Error {
             Error::WriteBack { source, .. } => source.kind(),
             Error::FileShrank { .. } => io::ErrorKind::UnexpectedEof,
             _ => io::ErrorKind::Other,
+        }
+    }
+
+    /// The same error again, for reporting it once more (a map's sticky write-back error):
+    /// the same variant and values; an OS error keeps its errno, any other I/O error its kind
+    /// and message.
+    pub(crate) fn duplicate(&self) -> Error {
+        fn io_again(e: &io::Error) -> io::Error {
+            match e.raw_os_error() {
+                Some(errno) => io::Error::from_raw_os_error(errno),
+                None => io::Error::new(e.kind(), e.to_string()),
+            }
+        }
+        match self {
+            Error::Io { op, path, offset, source } => {
+                Error::Io { op, path: path.clone(), offset: *offset, source: io_again(source) }
+            }
+            Error::OutOfRange { offset, len, file_len } => {
+                Error::OutOfRange { offset: *offset, len: *len, file_len: *file_len }
+            }
+            Error::OutOfView { offset, len, view_offset, view_len } => Error::OutOfView {
+                offset: *offset,
+                len: *len,
+                view_offset: *view_offset,
+                view_len: *view_len,
+            },
+            Error::Overflow { offset, len } => Error::Overflow { offset: *offset, len: *len },
+            Error::Unaligned { what, value, alignment } => {
+                Error::Unaligned { what, value: *value, alignment: *alignment }
+            }
+            Error::UnexpectedEof { path, offset, wanted, file_len } => Error::UnexpectedEof {
+                path: path.clone(),
+                offset: *offset,
+                wanted: *wanted,
+                file_len: *file_len,
+            },
+            Error::BufferTooSmall { needed, available } => {
+                Error::BufferTooSmall { needed: *needed, available: *available }
+            }
+            Error::InvalidFlags(flags) => Error::InvalidFlags(flags.clone()),
+            Error::AccessMode { path, mode, op } => {
+                Error::AccessMode { path: path.clone(), mode: mode.clone(), op }
+            }
+            Error::InvalidConfig { var, value, reason } => Error::InvalidConfig {
+                var: var.clone(),
+                value: value.clone(),
+                reason: reason.clone(),
+            },
+            Error::InvalidArgument(what) => Error::InvalidArgument(what.clone()),
+            Error::Unavailable { what, reason } => {
+                Error::Unavailable { what, reason: reason.clone() }
+            }
+            Error::Cuda { op, code, name } => Error::Cuda { op, code: *code, name: name.clone() },
+            Error::CuFile { op, code, name, path, offset } => Error::CuFile {
+                op,
+                code: *code,
+                name: name.clone(),
+                path: path.clone(),
+                offset: *offset,
+            },
+            Error::OutOfBudget { requested, budget, in_use } => {
+                Error::OutOfBudget { requested: *requested, budget: *budget, in_use: *in_use }
+            }
+            Error::WriteBack { path, dirty_bytes, source } => Error::WriteBack {
+                path: path.clone(),
+                dirty_bytes: *dirty_bytes,
+                source: Box::new(source.duplicate()),
+            },
+            Error::FileShrank { path, len, mapped_len, dirty_bytes } => Error::FileShrank {
+                path: path.clone(),
+                len: *len,
+                mapped_len: *mapped_len,
+                dirty_bytes: *dirty_bytes,
+            },
+            Error::TaskPanicked(message) => Error::TaskPanicked(message.clone()),
+            Error::NotRegularFile { path, what } => {
+                Error::NotRegularFile { path: path.clone(), what }
+            }
+            Error::ResourceLimit { resource, requested, available, hint } => Error::ResourceLimit {
+                resource,
+                requested: *requested,
+                available: *available,
+                hint,
+            },
         }
     }
 
@@ -340,6 +446,33 @@ impl fmt::Display for Named<'_> {
         match self.0 {
             Some(p) => write!(f, "{}", p.display()),
             None => f.write_str("the file"),
+        }
+    }
+}
+
+/// The message of [`Error::OutOfBudget`]: a request larger than the whole budget says so, since
+/// no eviction could ever make room for it.
+struct BudgetMessage {
+    requested: u64,
+    budget: u64,
+    in_use: u64,
+}
+
+impl fmt::Display for BudgetMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let BudgetMessage { requested, budget, in_use } = *self;
+        if requested > budget {
+            write!(
+                f,
+                "{requested} bytes of device memory requested: the request alone exceeds the \
+                 {budget}-byte budget"
+            )
+        } else {
+            write!(
+                f,
+                "{requested} bytes of device memory requested, {in_use} of the {budget}-byte \
+                 budget in use and none can be evicted"
+            )
         }
     }
 }
@@ -422,7 +555,32 @@ mod tests {
         let e = Error::OutOfRange { offset: 10, len: 20, file_len: 15 };
         assert_eq!(e.to_string(), "range 10..30 is outside the file of 15 bytes");
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
-        let e = Error::UnexpectedEof { offset: 100, wanted: 50, got: 20 };
-        assert_eq!(e.to_string(), "file ended at 120: wanted 50 bytes at offset 100, got 20");
+        let e = Error::UnexpectedEof {
+            path: Some("/d/x".into()),
+            offset: 8 << 20,
+            wanted: 4096,
+            file_len: 1 << 20,
+        };
+        assert_eq!(
+            e.to_string(),
+            "/d/x is 1048576 bytes long; bytes 8388608..8392704 were asked for"
+        );
+        let e = Error::OutOfView { offset: 40, len: 20, view_offset: 4096, view_len: 50 };
+        assert_eq!(
+            e.to_string(),
+            "range 40..60 is outside the view of 50 bytes (file bytes 4096..4146)"
+        );
+    }
+
+    #[test]
+    fn a_request_larger_than_the_budget_says_so() {
+        let e = Error::OutOfBudget { requested: 3 << 20, budget: 2 << 20, in_use: 0 };
+        assert_eq!(
+            e.to_string(),
+            "3145728 bytes of device memory requested: the request alone exceeds the \
+             2097152-byte budget"
+        );
+        let e = Error::OutOfBudget { requested: 1 << 20, budget: 2 << 20, in_use: 2 << 20 };
+        assert!(e.to_string().ends_with("in use and none can be evicted"), "{e}");
     }
 }

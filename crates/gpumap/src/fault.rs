@@ -4,8 +4,8 @@
 //! Every `pwrite` gpumap issues (host and device paths, flushes and write-backs) asks the
 //! armed fault first: writes to a path containing [`WriteFault::path_contains`] succeed until
 //! [`WriteFault::after_bytes`] bytes went through (the write that crosses it is cut short at a
-//! page multiple), then fail with [`WriteFault::errno`] — `EIO`, `ENOSPC`, ... — until disarmed or
-//! `times` failures were reported.
+//! page multiple), then fail with [`WriteFault::errno`] — `EIO`, `ENOSPC`, ..., or write nothing
+//! (errno 0) — until disarmed or `times` failures were reported.
 //!
 //! ```
 //! # #[cfg(feature = "fault-injection")] {
@@ -24,7 +24,8 @@ use std::path::Path;
 pub struct WriteFault {
     /// Only writes to paths containing this string fail.
     pub path_contains: String,
-    /// The error to report (`libc::EIO`, `libc::ENOSPC`, ...).
+    /// The error to report (`libc::EIO`, `libc::ENOSPC`, ...); 0: the write returns 0 bytes
+    /// instead of an error (a zero-byte write, which carries no errno).
     pub errno: i32,
     /// Bytes that may still be written before writes start failing.
     pub after_bytes: u64,
@@ -87,6 +88,9 @@ pub(crate) fn before_write(path: &Path, len: usize) -> std::io::Result<usize> {
     if fault.times != 0 && *failures >= fault.times {
         *slot = None;
         armed::ARMED.store(false, Ordering::SeqCst);
+    }
+    if errno == 0 {
+        return Ok(0);
     }
     Err(std::io::Error::from_raw_os_error(errno))
 }

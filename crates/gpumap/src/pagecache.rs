@@ -264,6 +264,12 @@ fn open(target: Target<'_>) -> Result<Opened> {
     })?;
     let kind = meta.file_type();
     let size = if kind.is_file() {
+        // A /proc or /sys file's size says nothing about its content, and it has no pages in
+        // the cache: refused, as `read` and `map` refuse it, rather than reported empty.
+        let named = path.clone().unwrap_or_else(|| PathBuf::from("the file"));
+        if let Some(what) = crate::sys::posix::pseudo_file_system(&file, &named)? {
+            return Err(Error::NotRegularFile { path, what });
+        }
         meta.len()
     } else if kind.is_block_device() {
         // fstat reports 0 for block devices; their size is where a seek to the end lands.

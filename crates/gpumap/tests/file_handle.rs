@@ -121,7 +121,7 @@ fn short_reads_at_end_of_file() {
     assert_eq!(fh.read(&mut buf, 50_000).unwrap(), 0);
     assert_eq!(fh.read_at(&mut buf, 9_999).unwrap(), 1);
     match fh.read_exact(&mut buf, 5_000) {
-        Err(Error::UnexpectedEof { offset: 5_000, wanted: 20_000, got: 5_000 }) => {}
+        Err(Error::UnexpectedEof { offset: 5_000, wanted: 20_000, file_len: 10_000, .. }) => {}
         other => panic!("expected UnexpectedEof, got {other:?}"),
     }
 }

@@ -32,6 +32,7 @@ on_host_and_gpu!(
     budget_is_kept_and_pinned_views_are_never_evicted,
     a_view_waits_for_another_threads_view_to_unpin,
     a_view_waiting_in_one_shard_holds_nothing_in_another,
+    shards_share_one_budget,
     dirty_frames_are_written_back_before_eviction_and_on_drop,
     dropping_a_file_gives_its_memory_back_to_the_cache,
     a_file_that_shrinks_under_the_map_is_an_error_not_zeros,
@@ -552,11 +553,12 @@ fn a_view_waits_for_another_threads_view_to_unpin(memory: Device) {
     });
 }
 
-/// Two shards of two frames (even frames in one, odd in the other). Shard 0 is full of pinned
-/// frames; a view over frames 5 and 6 pins 5 in shard 1, finds no room in shard 0, and must
-/// let go of frame 5 while it waits: a third view needing both of shard 1's frames then gets
-/// them (were frame 5 still pinned, it would fail after the pin wait), and the waiter gets its
-/// view once shard 0's pins go.
+/// Two shards sharing a budget of four frames (even frames in one shard, odd in the other).
+/// Views pin frames 0 and 1, one in each shard; a view over frames 5 to 7 needs three more,
+/// which the budget cannot give until those pins go, so it waits — holding nothing while it
+/// waits: a third view over frames 3 and 4 (one in each shard) gets them meanwhile (were the
+/// waiter's frames still pinned, it would fail after the pin wait), and the waiter gets its
+/// view once the first two views go.
 fn a_view_waiting_in_one_shard_holds_nothing_in_another(memory: Device) {
     let dir = scratch();
     let path = dir.path().join("shards-wait");
@@ -564,23 +566,58 @@ fn a_view_waiting_in_one_shard_holds_nothing_in_another(memory: Device) {
     fs::write(&path, &data).unwrap();
     let c = sharded_cache(memory.clone(), 4 * FRAME, 65536, 2);
     let m = c.open(&path).unwrap();
-    let held = [m.view(0, 100_000).unwrap(), m.view(2 * FRAME, 100_000).unwrap()];
+    let held = [m.view(0, 100_000).unwrap(), m.view(FRAME, 100_000).unwrap()];
     std::thread::scope(|s| {
         let waiter = s.spawn(|| {
-            let v = m.view(5 * FRAME + 7, FRAME)?;
-            let mut got = vec![0u8; FRAME as usize];
+            let v = m.view(5 * FRAME + 7, 2 * FRAME)?;
+            let mut got = vec![0u8; 2 * FRAME as usize];
             v.copy_to_host(0, &mut got)?;
             Ok::<_, Error>(got)
         });
         std::thread::sleep(std::time::Duration::from_millis(200));
-        // Frames 1 and 3 (shard 1) around frame 2 (shard 0, mapped and pinned already).
-        let third = m.view(FRAME, 3 * FRAME).map(|v| v.len());
-        assert_eq!(third.unwrap(), 3 * FRAME, "{memory:?}: shard 1 was held by a waiting view");
-        assert!(!waiter.is_finished(), "{memory:?}: shard 0 is still full");
+        let third = m.view(3 * FRAME, 2 * FRAME).map(|v| v.len());
+        assert_eq!(third.unwrap(), 2 * FRAME, "{memory:?}: the budget was held by a waiting view");
+        assert!(!waiter.is_finished(), "{memory:?}: two frames are still pinned");
         drop(held);
         let got = waiter.join().unwrap().unwrap();
-        assert!(got[..] == data[(5 * FRAME + 7) as usize..][..FRAME as usize], "{memory:?}");
+        assert!(got[..] == data[(5 * FRAME + 7) as usize..][..2 * FRAME as usize], "{memory:?}");
     });
+    assert!(c.stats().used_bytes <= 4 * FRAME);
+}
+
+/// The budget is the cache's, not a share per shard: views pinning every frame one shard may
+/// hold by its share leave the other shards' frames usable by that shard's requests (with fixed
+/// shares, the request waited for the pins and failed with `OutOfBudget`).
+fn shards_share_one_budget(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("shared-budget");
+    let data = random_bytes((16 * MIB) as usize, 23);
+    fs::write(&path, &data).unwrap();
+    let c = CacheOptions::new()
+        .memory(memory.clone())
+        .frame_size(FRAME)
+        .budget(4 * FRAME)
+        .extent_size(65536)
+        .shards(2)
+        .pin_wait(Duration::ZERO)
+        .build()
+        .unwrap();
+    let m = c.open(&path).unwrap();
+    // Frames 0 and 2 are shard 0's; its share of two frames is pinned.
+    let held = [m.view(0, 100_000).unwrap(), m.view(2 * FRAME, 100_000).unwrap()];
+    // Frame 4 is shard 0's too: it must come from the rest of the budget.
+    let v = m.view(4 * FRAME + 5, 100_000).unwrap();
+    let mut got = vec![0u8; 100_000];
+    v.copy_to_host(0, &mut got).unwrap();
+    assert!(got[..] == data[(4 * FRAME + 5) as usize..][..100_000], "{memory:?}");
+    // And frame 6 (shard 0) by evicting what shard 1 holds idle, when the budget is full.
+    let w = m.view(FRAME, 100_000).map(|w| w.len()).unwrap();
+    assert_eq!(w, 100_000);
+    let x = m.view(6 * FRAME, 100_000).unwrap();
+    x.copy_to_host(0, &mut got).unwrap();
+    assert!(got[..] == data[(6 * FRAME) as usize..][..100_000], "{memory:?}");
+    drop((held, v, x));
+    assert!(c.stats().used_bytes <= 4 * FRAME);
 }
 
 fn dirty_frames_are_written_back_before_eviction_and_on_drop(memory: Device) {
@@ -808,7 +845,10 @@ fn bad_requests_are_typed_errors(memory: Device) {
     assert!(matches!(m.view(u64::MAX, 2), Err(Error::Overflow { .. })));
     let view = m.view(100, 50).unwrap();
     let mut too_much = vec![0u8; 51];
-    assert!(matches!(view.copy_to_host(0, &mut too_much), Err(Error::OutOfRange { .. })));
+    assert!(matches!(
+        view.copy_to_host(0, &mut too_much),
+        Err(Error::OutOfView { offset: 0, len: 51, view_offset: 100, view_len: 50 })
+    ));
     assert_eq!(view.device().is_some(), matches!(memory, Device::Cuda(_)));
     assert_eq!(m.base().is_some(), matches!(memory, Device::Cuda(_)));
     assert!(m.view(10_000, 0).unwrap().is_empty());

@@ -27,6 +27,7 @@ on_host_and_gpu!(
     eio_during_a_flush_keeps_bytes_dirty_until_a_sync_writes_them,
     a_failed_write_back_before_eviction_is_returned_and_loses_nothing,
     dropping_a_map_whose_flush_fails_keeps_the_file_intact_where_written,
+    a_zero_byte_write_sticks_with_its_kind_and_the_current_dirty_count,
     enospc_on_a_full_file_system,
 );
 
@@ -121,6 +122,41 @@ fn dropping_a_map_whose_flush_fails_keeps_the_file_intact_where_written(memory: 
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
     disarm();
     assert!(fs::read(&path).unwrap() == model, "{memory:?}");
+}
+
+/// A write that returns 0 bytes carries no errno: the sticky error was rebuilt as "invalid
+/// argument" with the dirty count of the first failure. Every later flush must report the same
+/// kind (`WriteZero`) with the bytes dirty now.
+fn a_zero_byte_write_sticks_with_its_kind_and_the_current_dirty_count(memory: Device) {
+    let _one = ONE_AT_A_TIME.lock();
+    let dir = scratch();
+    let path = dir.path().join("zero-write");
+    let mut model = random_bytes((4 * MIB) as usize, 8);
+    fs::write(&path, &model).unwrap();
+    let m = open(&path, &memory, 4 * MIB);
+    let patch = random_bytes(40_000, 9);
+    m.write(0, &patch).unwrap();
+    model[..40_000].copy_from_slice(&patch);
+    arm_write_fault(fault(&path, 0, 0));
+    let first = m.flush().unwrap_err();
+    assert_eq!(first.kind(), std::io::ErrorKind::WriteZero, "{memory:?}: {first}");
+    let Error::WriteBack { dirty_bytes, .. } = first else { panic!("{first:?}") };
+    assert_eq!(dirty_bytes, 40_960, "{memory:?}");
+    disarm();
+    // More dirty bytes since: the sticky error counts them, and keeps its kind.
+    let more = random_bytes(4096, 10);
+    m.write(2 * MIB, &more).unwrap();
+    model[2 * MIB as usize..][..4096].copy_from_slice(&more);
+    m.flush_range(0, MIB).unwrap_err();
+    let again = m.flush().unwrap_err();
+    assert_eq!(again.kind(), std::io::ErrorKind::WriteZero, "{memory:?}: {again}");
+    let text = gpumap::error::Report(&again).to_string();
+    assert!(!text.contains("invalid argument"), "{memory:?}: {text}");
+    // Both flushes wrote everything: nothing is dirty now, and the count says so.
+    assert!(matches!(again, Error::WriteBack { dirty_bytes: 0, .. }), "{memory:?}: {again:?}");
+    m.sync().unwrap();
+    m.close().unwrap();
+    assert!(fs::read(&path).unwrap() == model, "{memory:?}: the file differs");
 }
 
 /// A tmpfs of `size` bytes mounted for the test, unmounted when dropped.

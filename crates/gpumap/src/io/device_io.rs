@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crate::align::{align_up, checked_end, split_tasks, PAGE_SIZE};
 use crate::error::{Error, Result};
 use crate::io::compat::IoPath;
-use crate::io::file_handle::{expect_len, FileHandle, Inner, ReadPlan};
+use crate::io::file_handle::{FileHandle, Inner, ReadPlan};
 use crate::io::gds::{AsyncIo, CuFileHandle, RawBatchRead, RegisteredBuffer};
 use crate::io::pool::{delivered_prefix, IoFuture};
 use crate::memory::bounce::{BounceBuffer, BouncePool};
@@ -55,9 +55,9 @@ impl FileHandle {
         offset: u64,
     ) -> Result<()> {
         let dst = dst.into();
-        let wanted = dst.len();
+        let wanted = dst.len() as u64;
         let got = self.read_device(dst, offset)?;
-        expect_len(offset, wanted, got)
+        self.expect_len(offset, wanted, got as u64)
     }
 
     /// Writes all of `src` — device memory, or host memory standing in for it — at `offset`,

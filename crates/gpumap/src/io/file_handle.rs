@@ -334,6 +334,38 @@ impl FileHandle {
         posix::file_len(&self.inner.file, &self.inner.path)
     }
 
+    /// `Ok` when a read of `wanted` bytes at `offset` got them all, else
+    /// [`Error::UnexpectedEof`] naming the range and the file's length now: where the file
+    /// really ends, which a short count alone does not say (a read past the end gets 0).
+    pub(crate) fn expect_len(&self, offset: u64, wanted: u64, got: u64) -> Result<()> {
+        if got >= wanted {
+            return Ok(());
+        }
+        Err(self.eof_error(offset, wanted, got))
+    }
+
+    /// [`Error::UnexpectedEof`] for a read of `wanted` bytes at `offset` that got `got`, with
+    /// the file's length now (where `fstat` fails, the end of what the read got).
+    pub(crate) fn eof_error(&self, offset: u64, wanted: u64, got: u64) -> Error {
+        let file_len = self.len().unwrap_or(offset.saturating_add(got));
+        Error::UnexpectedEof { path: Some(self.inner.path.clone()), offset, wanted, file_len }
+    }
+
+    /// `Ok` when every `(offset, len)` of `ranges` lies within the file as long as it is now
+    /// (one `fstat`), else [`Error::UnexpectedEof`] for the first that does not: the check a
+    /// map makes before serving bytes it holds, so that a file cut under it reads as cut
+    /// whatever the map still holds.
+    pub(crate) fn expect_ranges(&self, ranges: impl IntoIterator<Item = (u64, u64)>) -> Result<()> {
+        let len = self.len()?;
+        for (offset, wanted) in ranges {
+            if offset.saturating_add(wanted) > len {
+                let path = Some(self.inner.path.clone());
+                return Err(Error::UnexpectedEof { path, offset, wanted, file_len: len });
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the file is empty.
     pub fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
@@ -373,7 +405,7 @@ impl FileHandle {
     /// [`Error::UnexpectedEof`] saying how many the file had.
     pub fn read_exact(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let got = self.read(buf, offset)?;
-        expect_len(offset, buf.len(), got)
+        self.expect_len(offset, buf.len() as u64, got as u64)
     }
 
     /// Writes all of `buf` at `offset`, in parallel; returns `buf.len()`.
@@ -523,15 +555,6 @@ pub(super) enum ReadPlan {
 
 /// Reads shorter than this never ask the page cache what it holds (see [`DirectRead::Uncached`]).
 const UNCACHED_CHECK_MIN: u64 = 1 << 20;
-
-/// `Ok` when a read got all it wanted, else [`Error::UnexpectedEof`] with the counts.
-pub(super) fn expect_len(offset: u64, wanted: usize, got: usize) -> Result<()> {
-    if got == wanted {
-        Ok(())
-    } else {
-        Err(Error::UnexpectedEof { offset, wanted: wanted as u64, got: got as u64 })
-    }
-}
 
 impl Inner {
     pub(super) fn decision(&self) -> &(CompatDecision, Option<CuFileHandle>) {

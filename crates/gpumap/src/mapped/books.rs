@@ -25,6 +25,8 @@
 use std::collections::HashMap as StdHashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use super::geometry::Geometry;
 
@@ -173,6 +175,51 @@ impl FileCounters {
 
 const NIL: u32 = u32::MAX;
 
+/// The frames of memory a cache may use, shared by the books of all its shards: any shard maps
+/// a frame while the cache as a whole is under its budget, and evicts its own units when it is
+/// not. Fixed shares per shard made a shard whose share views pinned wait — into
+/// `OutOfBudget` after the pin wait — while others had room (issue 20's stress pathology).
+#[derive(Debug)]
+pub(crate) struct FrameBudget {
+    max: usize,
+    used: AtomicUsize,
+}
+
+impl FrameBudget {
+    /// A budget of `max` frames, none in use.
+    pub(crate) fn new(max: usize) -> Arc<FrameBudget> {
+        Arc::new(FrameBudget { max, used: AtomicUsize::new(0) })
+    }
+
+    /// Frames in the budget.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Frames in use (or taken and about to be), over every shard.
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Whether a frame is free now (a hint: [`try_take`](Self::try_take) decides).
+    pub(crate) fn has_room(&self) -> bool {
+        self.used() < self.max
+    }
+
+    /// Takes a frame of the budget, if one is free: the caller maps it and records it
+    /// ([`Books::add_frame`], [`Books::add_slot_frame`]), or gives it back.
+    pub(crate) fn try_take(&self) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| (n < self.max).then_some(n + 1))
+            .is_ok()
+    }
+
+    /// Gives a frame back.
+    pub(crate) fn give_back(&self) {
+        let _ = self.used.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Extent {
     state: ExtentState,
@@ -318,10 +365,13 @@ impl Lru {
 #[derive(Debug)]
 pub(crate) struct Books {
     geometry: Geometry,
-    max_frames: usize,
+    /// The cache's budget, shared with the other shards' books.
+    budget: Arc<FrameBudget>,
+    /// Frames these books hold (file frames and slot frames).
     frames_in_use: usize,
     files: HashMap<FileId, FileBooks>,
-    /// The first position of the slot arena these books own (`slot_frames[0]`'s).
+    /// The first position of the slot arena these books own (`slot_frames[0]`'s): a stretch
+    /// as long as the whole budget, since one shard may hold all of it.
     first_position: usize,
     /// By position in the slot arena (from `first_position`); `None` where no frame is mapped.
     slot_frames: Vec<Option<SlotFrame>>,
@@ -341,27 +391,28 @@ pub(crate) struct Books {
 }
 
 impl Books {
-    /// Empty books for `geometry` and at most `max_frames` frames of memory, owning the slot
-    /// arena's positions from 0.
+    /// Empty books for `geometry` with a budget of their own of `max_frames` frames, owning the
+    /// slot arena's positions from 0.
     #[cfg(test)]
     pub(crate) fn new(geometry: Geometry, max_frames: usize) -> Books {
-        Books::with_arena(geometry, max_frames, 0)
+        Books::with_arena(geometry, FrameBudget::new(max_frames), 0)
     }
 
-    /// Empty books for `geometry` and at most `max_frames` frames of memory, owning the slot
-    /// arena's positions `first_position..first_position + max_frames`.
+    /// Empty books for `geometry` drawing on `budget` (shared with other shards' books), owning
+    /// the slot arena's positions `first_position..first_position + budget.max()`.
     pub(crate) fn with_arena(
         geometry: Geometry,
-        max_frames: usize,
+        budget: Arc<FrameBudget>,
         first_position: usize,
     ) -> Books {
+        let positions = budget.max();
         Books {
             geometry,
-            max_frames,
+            budget,
             frames_in_use: 0,
             files: HashMap::default(),
             first_position,
-            slot_frames: (0..max_frames).map(|_| None).collect(),
+            slot_frames: (0..positions).map(|_| None).collect(),
             empty_slot_frames: 0,
             free_slots: Vec::new(),
             lru: Lru::new(),
@@ -377,14 +428,20 @@ impl Books {
         self.geometry
     }
 
-    /// Frames of memory in use (file frames and slot frames).
+    /// Frames of memory these books hold (file frames and slot frames).
+    #[cfg(test)]
     pub(crate) fn frames_in_use(&self) -> usize {
         self.frames_in_use
     }
 
-    /// Whether another frame fits in the budget.
+    /// Whether another frame fits in the cache's budget (a hint; see [`FrameBudget`]).
     pub(crate) fn has_room(&self) -> bool {
-        self.frames_in_use < self.max_frames
+        self.budget.has_room()
+    }
+
+    /// The cache's budget, which these books share with the other shards'.
+    pub(crate) fn budget(&self) -> &FrameBudget {
+        &self.budget
     }
 
     pub(crate) fn transient_pins(&self) -> usize {
@@ -425,6 +482,7 @@ impl Books {
                 self.lru.remove(frame.lru);
             }
             self.frames_in_use -= 1;
+            self.budget.give_back();
             frames.push(index);
         }
         for (_, slot) in books.slots {
@@ -637,10 +695,13 @@ impl Books {
     // ---- file frames --------------------------------------------------------------------
 
     /// Records that frame `index` of `file` was mapped (all its extents absent), pinned once by
-    /// the caller. The caller checked [`has_room`](Self::has_room).
+    /// the caller, who took a frame of the budget for it ([`FrameBudget::try_take`]).
     pub(crate) fn add_frame(&mut self, file: FileId, index: u64, transient: bool) {
         let per = self.geometry.per_frame() as usize;
-        let Some(books) = self.files.get_mut(&file) else { return };
+        let Some(books) = self.files.get_mut(&file) else {
+            self.budget.give_back();
+            return;
+        };
         let extents = vec![Extent { state: ExtentState::Absent, version: 0, writing: false }; per];
         books.frames.insert(
             index,
@@ -674,6 +735,7 @@ impl Books {
         }
         books.counters.evictions += 1;
         self.frames_in_use -= 1;
+        self.budget.give_back();
     }
 
     /// Claims the absent extents among `extents` (their frames mapped, no slot holding them)
@@ -965,11 +1027,15 @@ impl Books {
         self.slot(id).state
     }
 
-    /// Records that a frame of memory was mapped as slots at a free position of the slot
-    /// arena, and returns the position (the caller checked [`has_room`](Self::has_room) and
-    /// maps it). All its slots are free.
+    /// Records a frame of memory, which the caller took from the budget
+    /// ([`FrameBudget::try_take`]), as slots at a free position of the slot arena, and returns
+    /// the position for the caller to map (all its slots free). `None`, with the frame given
+    /// back, when every position is in use.
     pub(crate) fn add_slot_frame(&mut self) -> Option<usize> {
-        let local = self.slot_frames.iter().position(Option::is_none)?;
+        let Some(local) = self.slot_frames.iter().position(Option::is_none) else {
+            self.budget.give_back();
+            return None;
+        };
         let position = self.first_position + local;
         let per = self.geometry.per_frame() as usize;
         let free =
@@ -1011,6 +1077,7 @@ impl Books {
             self.empty_slot_frames -= 1;
         }
         self.frames_in_use -= 1;
+        self.budget.give_back();
         // Free-list entries of the position are skipped when popped (the frame is gone).
     }
 
@@ -1194,10 +1261,16 @@ impl Books {
         let g = self.geometry;
         let slot_frames = self.slot_frames.iter().flatten().count();
         let file_frames: usize = self.files.values().map(|f| f.frames.len()).sum();
-        if self.frames_in_use != slot_frames + file_frames || self.frames_in_use > self.max_frames {
+        if self.frames_in_use != slot_frames + file_frames
+            || self.frames_in_use > self.budget.used()
+            || self.budget.used() > self.budget.max()
+        {
             return Err(format!(
-                "frames in use {} != {file_frames} file + {slot_frames} slot frames, budget {}",
-                self.frames_in_use, self.max_frames
+                "frames in use {} != {file_frames} file + {slot_frames} slot frames, budget {} \
+                 of which {} used",
+                self.frames_in_use,
+                self.budget.max(),
+                self.budget.used()
             ));
         }
         let mut in_lru = 0;
@@ -1278,6 +1351,20 @@ impl Books {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Takes a frame of the budget and records it as slots, as the cache does.
+    fn slot_frame(b: &mut Books) -> Option<usize> {
+        if !b.budget().try_take() {
+            return None;
+        }
+        b.add_slot_frame()
+    }
+
+    /// Takes a frame of the budget and records it as frame `index` of `file`, as the cache does.
+    fn file_frame(b: &mut Books, file: FileId, index: u64, transient: bool) {
+        assert!(b.budget().try_take(), "no room for frame {index} of file {file}");
+        b.add_frame(file, index, transient);
+    }
     use proptest::prelude::*;
 
     const G: Geometry = Geometry { extent: 4096, frame: 4 * 4096 };
@@ -1287,7 +1374,7 @@ mod tests {
         let mut b = Books::new(G, 2);
         let f = b.new_file(1 << 20);
         assert!(b.has_room());
-        b.add_slot_frame().unwrap();
+        slot_frame(&mut b).unwrap();
         let mut slots = Vec::new();
         for e in 0..4 {
             let s = b.take_slot(f, e).unwrap();
@@ -1311,11 +1398,11 @@ mod tests {
     fn frames_take_over_extents_from_slots() {
         let mut b = Books::new(G, 2);
         let f = b.new_file(1 << 20);
-        b.add_slot_frame().unwrap();
+        slot_frame(&mut b).unwrap();
         let s = b.take_slot(f, 1).unwrap();
         b.finish_slot_load(s, true);
         // A reader still pins the slot when the file frame arrives.
-        b.add_frame(f, 0, true);
+        file_frame(&mut b, f, 0, true);
         assert_eq!(b.locate(f, 1), Location::Slot(s, SlotState::Clean), "until it is moved");
         assert_eq!(b.claim_moves(f, 0..4), vec![(1, s)]);
         assert_eq!(b.locate(f, 1), Location::Frame(ExtentState::Loading));
@@ -1336,7 +1423,7 @@ mod tests {
         let mut b = Books::new(G, 2);
         let f = b.new_file(1 << 20);
         for index in 0..2 {
-            b.add_frame(f, index, false);
+            file_frame(&mut b, f, index, false);
             let e = index * 4;
             let claimed = b.claim_in_frames(f, e..e + 4);
             b.finish_frame_loads(f, &claimed, true);
@@ -1385,7 +1472,7 @@ mod tests {
         let mut b = Books::new(G, 3);
         let f = b.new_file(1 << 20);
         for index in 0..3 {
-            b.add_frame(f, index, true);
+            file_frame(&mut b, f, index, true);
             let e = index * 4;
             let claimed = b.claim_in_frames(f, e..e + 4);
             b.finish_frame_loads(f, &claimed, true);
@@ -1420,7 +1507,7 @@ mod tests {
     fn writes_during_a_write_back_stay_dirty() {
         let mut b = Books::new(G, 1);
         let f = b.new_file(1 << 20);
-        b.add_frame(f, 0, false);
+        file_frame(&mut b, f, 0, false);
         let claimed = b.claim_in_frames(f, 0..2);
         b.finish_frame_loads(f, &claimed, true);
         // A writable view lives over the frame while a flush runs.
@@ -1448,7 +1535,7 @@ mod tests {
     fn a_frame_request_releases_a_whole_idle_slot_frame() {
         let mut b = Books::new(G, 1);
         let f = b.new_file(1 << 20);
-        b.add_slot_frame().unwrap();
+        slot_frame(&mut b).unwrap();
         let s = b.take_slot(f, 7).unwrap();
         b.finish_slot_load(s, true);
         assert!(!b.has_room());
@@ -1496,7 +1583,7 @@ mod tests {
             }
             if b.has_room() {
                 if want == Want::Slot {
-                    b.add_slot_frame();
+                    slot_frame(b);
                 }
                 return true;
             }
@@ -1524,7 +1611,7 @@ mod tests {
             ops in proptest::collection::vec(op(), 1..120),
         ) {
             // Books of a shard own a stretch of the slot arena that may not start at 0.
-            let mut b = Books::with_arena(G, frames, first_position);
+            let mut b = Books::with_arena(G, FrameBudget::new(frames), first_position);
             let mut files: Vec<FileId> = (0..3).map(|_| b.new_file(24 * 4096)).collect();
             for op in ops {
                 match op {
@@ -1550,7 +1637,7 @@ mod tests {
                             if !make_room(&mut b, Want::Frame) {
                                 continue;
                             }
-                            b.add_frame(f, index, false);
+                            file_frame(&mut b, f, index, false);
                         }
                         let per = b.geometry().per_frame();
                         let range = index * per..(index + 1) * per;

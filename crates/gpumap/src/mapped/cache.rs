@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use super::books::{Books, FileCounters, FileId, SlotId, Unit, Victim, Want};
+use super::books::{Books, FileCounters, FileId, FrameBudget, SlotId, Unit, Victim, Want};
 use super::geometry::Geometry;
 use super::store::{FileMemory, Store};
 use super::view::{Advice, DeviceMappedFile, MapOptions};
@@ -49,6 +49,10 @@ pub(crate) const DEFAULT_EXTENT: u64 = 64 << 10;
 
 /// How long a request waits for views to unpin memory, by default.
 const DEFAULT_PIN_WAIT: Duration = Duration::from_secs(2);
+
+/// How often a request waiting for room in a cache of several shards looks again (room another
+/// shard makes wakes no one here).
+const SHARED_BUDGET_POLL: Duration = Duration::from_millis(1);
 
 /// The largest frame accepted: beyond it eviction is too coarse to be useful.
 const MAX_FRAME: u64 = 1 << 30;
@@ -140,14 +144,15 @@ impl CacheOptions {
         self
     }
 
-    /// How many independent parts (each with its own lock, share of the budget and LRU list)
-    /// the cache's books are split into: a power of two dividing the budget's frames, with at
-    /// least two frames each. Frame `i` of a file belongs to part `(i + f) mod shards` for a
+    /// How many independent parts (each with its own lock and LRU list, all drawing on the one
+    /// budget) the cache's books are split into: a power of two dividing the budget's frames,
+    /// with at least two frames each. Frame `i` of a file belongs to part `(i + f) mod shards` for a
     /// per-file `f`, so consecutive frames (a walk, a wide view) spread over all parts, and so
     /// do random rows. Default: one part while the budget is under 8 frames (exact LRU across
     /// the whole cache), else as many as fit the rule, up to 16 — one lock measured as the
     /// limit of gathers from 16 threads (see docs/architecture.md). Eviction is then
-    /// least-recently-used within each part, as Linux's is within each memory node.
+    /// least-recently-used within each part, as Linux's is within each memory node; a part
+    /// with nothing left to evict takes what another holds idle.
     pub fn shards(&mut self, shards: usize) -> &mut Self {
         self.shards = Some(shards);
         self
@@ -215,33 +220,6 @@ pub struct CacheStats {
     pub fault_seconds: f64,
 }
 
-/// A write-back failure remembered for its file until a `sync` writes every byte.
-#[derive(Debug, Clone)]
-pub(crate) struct StickyError {
-    pub(crate) errno: Option<i32>,
-    pub(crate) message: String,
-}
-
-impl StickyError {
-    pub(crate) fn from_error(e: &Error) -> StickyError {
-        StickyError { errno: e.raw_os_error(), message: e.to_string() }
-    }
-
-    /// The error again, as an `Error` (the OS error rebuilt from its errno where there was one).
-    pub(crate) fn to_error(&self, path: &Path, dirty_bytes: u64) -> Error {
-        let source = match self.errno {
-            Some(errno) => Error::Io {
-                op: "write-back",
-                path: Some(path.to_path_buf()),
-                offset: None,
-                source: std::io::Error::from_raw_os_error(errno),
-            },
-            None => Error::InvalidArgument(self.message.clone()),
-        };
-        Error::WriteBack { path: path.to_path_buf(), dirty_bytes, source: Box::new(source) }
-    }
-}
-
 /// What the cache keeps of one open file: what eviction needs to write it back and unmap it.
 pub(crate) struct FileEntry {
     pub(crate) id: FileId,
@@ -250,7 +228,7 @@ pub(crate) struct FileEntry {
     pub(crate) writable: bool,
     pub(crate) len: u64,
     pub(crate) memory: FileMemory,
-    pub(crate) sticky: Mutex<Option<StickyError>>,
+    pub(crate) sticky: Mutex<Option<super::writeback::StickyError>>,
     pub(crate) access: Mutex<AccessState>,
     /// Bytes a walk reads ahead ([`MapOptions::read_ahead`]).
     pub(crate) read_ahead: u64,
@@ -275,8 +253,8 @@ pub(crate) struct State {
     pub(crate) files: HashMap<FileId, Arc<FileEntry>>,
 }
 
-/// One independent part of a cache: its books under their own lock, with a share of the
-/// budget, its own stretch of the slot arena and its own LRU list. An extent and its frame are
+/// One independent part of a cache: its books under their own lock, drawing on the cache's one
+/// budget, with its own stretch of the slot arena and its own LRU list. An extent and its frame are
 /// always in the same shard (the shard of the frame), so everything the books decide about one
 /// extent — where it is, one home, moves between slot and frame — stays inside one shard.
 pub(crate) struct Shard {
@@ -393,11 +371,21 @@ impl DeviceCache {
             }
         };
         let geometry = Geometry { extent, frame };
-        let per_shard = max_frames / shards;
+        // Each shard's books own a stretch of the slot arena as long as the whole budget (one
+        // shard may come to hold all of it); slot ids must fit in 32 bits.
+        let positions = max_frames.saturating_mul(shards);
+        if (positions as u64).saturating_mul(geometry.per_frame()) > u64::from(SlotId::MAX) {
+            return Err(Error::InvalidArgument(format!(
+                "a budget of {max_frames} frames of {} extents in {shards} shards: more than \
+                 2^32 slots (use larger extents, or fewer shards)",
+                geometry.per_frame()
+            )));
+        }
+        let budget = FrameBudget::new(max_frames);
         let shards = (0..shards)
             .map(|i| Shard {
                 state: Mutex::new(State {
-                    books: Books::with_arena(geometry, per_shard, i * per_shard),
+                    books: Books::with_arena(geometry, Arc::clone(&budget), i * max_frames),
                     files: HashMap::new(),
                 }),
                 changed: Condvar::new(),
@@ -407,7 +395,7 @@ impl DeviceCache {
             shared: Arc::new(CacheShared {
                 shards,
                 next_file: AtomicU32::new(0),
-                store: Store::new(&device, geometry, max_frames)?,
+                store: Store::new(&device, geometry, positions)?,
                 geometry,
                 map_nanos: AtomicU64::new(0),
                 fault_nanos: AtomicU64::new(0),
@@ -491,7 +479,7 @@ impl DeviceCache {
     pub fn stats(&self) -> CacheStats {
         let g = self.shared.geometry;
         let mut totals = FileStats::default();
-        let (mut frames_in_use, mut slots_in_use, mut files) = (0, 0, 0);
+        let (mut slots_in_use, mut files, mut frames_taken) = (0, 0, 0);
         // Shard by shard, one lock at a time: a sum of moments close together, not one moment.
         for (i, shard) in self.shared.shards.iter().enumerate() {
             let state = shard.state.lock();
@@ -503,7 +491,9 @@ impl DeviceCache {
                     totals.len += file.len;
                 }
             }
-            frames_in_use += books.frames_in_use();
+            // The budget's own count: a sum over shards read one after another could count a
+            // frame twice as it moves from one shard to another.
+            frames_taken = books.budget().used();
             slots_in_use += books.slots_in_use();
             files = books.files().count();
         }
@@ -515,7 +505,7 @@ impl DeviceCache {
             shards: self.shared.shards.len() as u64,
             frame_size: g.frame,
             extent_size: g.extent,
-            used_bytes: frames_in_use as u64 * g.frame,
+            used_bytes: frames_taken as u64 * g.frame,
             slots_in_use: slots_in_use as u64,
             files: files as u64,
             totals,
@@ -630,6 +620,16 @@ pub(crate) fn file_stats(books: &Books, id: FileId) -> FileStats {
     }
 }
 
+/// What giving up a victim did.
+enum GaveUp {
+    /// A unit went (a frame back to the budget, or a slot free).
+    Unit,
+    /// The lock was let go to write a dirty frame back.
+    Released,
+    /// Nothing can go.
+    Nothing,
+}
+
 /// What one step of making room did.
 pub(crate) enum Room {
     /// There is room for what was wanted.
@@ -657,10 +657,11 @@ impl CacheShared {
         self.shard_of(file, self.geometry.frame_of(e))
     }
 
-    /// The shard whose books hold slot `slot` (each owns a stretch of the slot arena).
+    /// The shard whose books hold slot `slot` (each owns a stretch of the slot arena as long
+    /// as the budget).
     pub(crate) fn shard_of_slot(&self, slot: SlotId) -> usize {
         let position = slot as usize / self.geometry.per_frame() as usize;
-        (position / (self.max_frames / self.shards.len())).min(self.shards.len() - 1)
+        (position / self.max_frames).min(self.shards.len() - 1)
     }
 
     /// The shards holding frames `frames` of `file`, each with those frames, in the order of
@@ -691,9 +692,11 @@ impl CacheShared {
         self.fault_nanos.fetch_add(nanos_since(since), Ordering::Relaxed);
     }
 
-    /// One step towards room for `want`: a free slot or frame is ready, or a victim was given
-    /// up (evicted, unmapped, or written back with the lock let go), or nothing can go.
-    /// Without `write_back` (read-ahead on a pool thread, which must never wait for a
+    /// One step towards room for `want`: a free slot is ready, or a frame of the budget has
+    /// been taken for the caller (`Room::Ready` for `Want::Frame`: the caller maps it and
+    /// records it with `Books::add_frame`, or gives it back), or a victim was given up (in
+    /// this shard, or — where this shard has nothing left to give — in another), or nothing can
+    /// go. Without `write_back` (read-ahead on a pool thread, which must never wait for a
     /// write-back that may need the pool) a dirty victim counts as nothing to give up.
     pub(crate) fn make_room(
         &self,
@@ -705,7 +708,7 @@ impl CacheShared {
         loop {
             match want {
                 Want::Slot if state.books.has_free_slot() => return Ok(Room::Ready),
-                Want::Slot if state.books.has_room() => {
+                Want::Slot if state.books.budget().try_take() => {
                     let t = Instant::now();
                     let Some(position) = state.books.add_slot_frame() else {
                         return Ok(Room::Full);
@@ -718,60 +721,103 @@ impl CacheShared {
                     }
                     return Ok(Room::Ready);
                 }
-                Want::Frame if state.books.has_room() => return Ok(Room::Ready),
+                Want::Frame if state.books.budget().try_take() => return Ok(Room::Ready),
                 _ => {}
             }
-            match state.books.victim(want) {
-                Victim::CleanFrame { file, index } => {
-                    let entry = state.files.get(&file).cloned();
-                    let t = Instant::now();
-                    if let Some(entry) = entry {
-                        self.store.unmap_frame(&entry.memory, index)?;
-                    }
-                    self.add_map_time(t);
-                    state.books.remove_frame(file, index);
+            match self.give_up_one(shard, state, want, write_back)? {
+                GaveUp::Unit => continue,
+                GaveUp::Released => return Ok(Room::Released),
+                GaveUp::Nothing if self.shards.len() > 1 => {
+                    // The budget is the cache's: a frame another shard holds idle will do.
+                    let elsewhere =
+                        MutexGuard::unlocked(state, || self.give_up_elsewhere(shard, write_back))?;
+                    return Ok(if elsewhere { Room::Released } else { Room::Full });
                 }
-                Victim::Slot(slot) => state.books.evict_slot(slot),
-                Victim::SlotFrame(position) => {
-                    let t = Instant::now();
-                    self.store.unmap_slot_frame(position)?;
-                    self.add_map_time(t);
-                    state.books.remove_slot_frame(position);
-                }
-                Victim::DirtyFrame { .. } if !write_back => return Ok(Room::Full),
-                Victim::DirtyFrame { file, index } => {
-                    let Some(entry) = state.files.get(&file).cloned() else {
-                        return Ok(Room::Full);
-                    };
-                    // Pinned while its bytes go out, so no one else evicts it meanwhile, and
-                    // closed to new requests, so that it is clean when they are out and goes
-                    // at once: room made here is not lost to a writer that dirtied it again.
-                    state.books.pin(Unit::Frame { file, index }, true);
-                    state.books.begin_eviction(file, index);
-                    let per = self.geometry.per_frame();
-                    let extents = index * per..(index + 1) * per;
-                    let result = MutexGuard::unlocked(state, || {
-                        super::writeback::write_back(self, &entry, extents)
-                    });
-                    let free = state.books.end_eviction(file, index, result.is_ok());
-                    let unmapped = if free {
-                        let t = Instant::now();
-                        let unmapped = self.store.unmap_frame(&entry.memory, index);
-                        self.add_map_time(t);
-                        if unmapped.is_ok() {
-                            state.books.remove_frame(file, index);
-                        }
-                        unmapped
-                    } else {
-                        Ok(())
-                    };
-                    shard.changed.notify_all();
-                    result?;
-                    unmapped?;
-                    return Ok(Room::Released);
-                }
-                Victim::None => return Ok(Room::Full),
+                GaveUp::Nothing => return Ok(Room::Full),
             }
+        }
+    }
+
+    /// Gives up one frame's worth of another shard than `me` (one lock at a time; the caller
+    /// holds none): whether one went back to the budget (or was written back, after which the
+    /// caller looks again).
+    fn give_up_elsewhere(&self, me: &Shard, write_back: bool) -> Result<bool> {
+        for other in self.shards.iter().filter(|s| !std::ptr::eq(*s, me)) {
+            let mut state = other.state.lock();
+            let gave = self.give_up_one(other, &mut state, Want::Frame, write_back);
+            drop(state);
+            other.changed.notify_all();
+            match gave? {
+                GaveUp::Unit | GaveUp::Released => return Ok(true),
+                GaveUp::Nothing => {}
+            }
+        }
+        Ok(false)
+    }
+
+    /// Gives up this shard's victim for `want`, if it has one (see `Books::victim`).
+    fn give_up_one(
+        &self,
+        shard: &Shard,
+        state: &mut MutexGuard<'_, State>,
+        want: Want,
+        write_back: bool,
+    ) -> Result<GaveUp> {
+        match state.books.victim(want) {
+            Victim::CleanFrame { file, index } => {
+                let entry = state.files.get(&file).cloned();
+                let t = Instant::now();
+                if let Some(entry) = entry {
+                    self.store.unmap_frame(&entry.memory, index)?;
+                }
+                self.add_map_time(t);
+                state.books.remove_frame(file, index);
+                Ok(GaveUp::Unit)
+            }
+            Victim::Slot(slot) => {
+                state.books.evict_slot(slot);
+                Ok(GaveUp::Unit)
+            }
+            Victim::SlotFrame(position) => {
+                let t = Instant::now();
+                self.store.unmap_slot_frame(position)?;
+                self.add_map_time(t);
+                state.books.remove_slot_frame(position);
+                Ok(GaveUp::Unit)
+            }
+            Victim::DirtyFrame { .. } if !write_back => Ok(GaveUp::Nothing),
+            Victim::DirtyFrame { file, index } => {
+                let Some(entry) = state.files.get(&file).cloned() else {
+                    return Ok(GaveUp::Nothing);
+                };
+                // Pinned while its bytes go out, so no one else evicts it meanwhile, and
+                // closed to new requests, so that it is clean when they are out and goes
+                // at once: room made here is not lost to a writer that dirtied it again.
+                state.books.pin(Unit::Frame { file, index }, true);
+                state.books.begin_eviction(file, index);
+                let per = self.geometry.per_frame();
+                let extents = index * per..(index + 1) * per;
+                let result = MutexGuard::unlocked(state, || {
+                    super::writeback::write_back(self, &entry, extents)
+                });
+                let free = state.books.end_eviction(file, index, result.is_ok());
+                let unmapped = if free {
+                    let t = Instant::now();
+                    let unmapped = self.store.unmap_frame(&entry.memory, index);
+                    self.add_map_time(t);
+                    if unmapped.is_ok() {
+                        state.books.remove_frame(file, index);
+                    }
+                    unmapped
+                } else {
+                    Ok(())
+                };
+                shard.changed.notify_all();
+                result?;
+                unmapped?;
+                Ok(GaveUp::Released)
+            }
+            Victim::None => Ok(GaveUp::Nothing),
         }
     }
 
@@ -786,13 +832,19 @@ impl CacheShared {
         requested: u64,
         since: Instant,
     ) -> Result<()> {
+        // With the budget shared by shards, room may come from another shard, whose changes
+        // this shard's condition variable does not hear of: look again every millisecond.
+        let poll = (self.shards.len() > 1).then(|| Instant::now() + SHARED_BUDGET_POLL);
         if state.books.transient_pins() > 0 {
-            shard.changed.wait(state);
+            match poll {
+                Some(at) => drop(shard.changed.wait_until(state, at)),
+                None => shard.changed.wait(state),
+            }
             return Ok(());
         }
         let deadline = since + self.pin_wait;
         if Instant::now() < deadline {
-            shard.changed.wait_until(state, deadline);
+            shard.changed.wait_until(state, poll.map_or(deadline, |at| at.min(deadline)));
             return Ok(());
         }
         Err(self.out_of_budget(requested))

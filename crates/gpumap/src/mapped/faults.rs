@@ -397,10 +397,12 @@ impl CacheShared {
                         return Err(e);
                     }
                 }
+                // A frame of the budget is ours now: recorded once mapped, else given back.
                 let t = Instant::now();
                 let mapped = self.store.map_frame(&entry.memory, index);
                 self.add_map_time(t);
                 if let Err(e) = mapped {
+                    state.books.budget().give_back();
                     release(state, &pinned);
                     return Err(e);
                 }
@@ -451,7 +453,7 @@ impl CacheShared {
             )?;
             if (got as u64) < len {
                 // The file shrank under the map: what it no longer has is an error, not zeros.
-                return Err(Error::UnexpectedEof { offset, wanted: len, got: got as u64 });
+                return Err(entry.file.eof_error(offset, len, got as u64));
             }
             Ok(got)
         });
@@ -537,7 +539,7 @@ impl CacheShared {
                         loaded
                     });
                     let result = result.and_then(|got| match got as u64 {
-                        got if got < len => Err(Error::UnexpectedEof { offset, wanted: len, got }),
+                        got if got < len => Err(entry.file.eof_error(offset, len, got)),
                         _ => Ok(()),
                     });
                     if let Some(c) = state.books.counters_mut(entry.id) {
@@ -1067,7 +1069,7 @@ impl CacheShared {
                     let piece = &mut buffer[k * extent..(k + 1) * extent];
                     let got = entry.file.read_at(&mut piece[..len as usize], offset)?;
                     if (got as u64) < len {
-                        return Err(Error::UnexpectedEof { offset, wanted: len, got: got as u64 });
+                        return Err(entry.file.eof_error(offset, len, got as u64));
                     }
                     piece[got..].fill(0);
                     let at = k * extent;
@@ -1145,7 +1147,7 @@ impl CacheShared {
                     None => entry.file.read_at(&mut bytes.lock()[..len as usize], offset)?,
                 };
                 if (got as u64) < len {
-                    return Err(Error::UnexpectedEof { offset, wanted: len, got: got as u64 });
+                    return Err(entry.file.eof_error(offset, len, got as u64));
                 }
                 Ok(got)
             })?;

@@ -24,11 +24,12 @@
 //! # Shards
 //!
 //! The books are split into independent *shards* ([`CacheOptions::shards`]), each with its own
-//! lock, share of the budget and LRU list; frame *i* of a file and everything in it belong to
+//! lock and LRU list, all drawing on one budget; frame *i* of a file and everything in it belong to
 //! one shard, consecutive frames to consecutive shards. One lock measured as the limit of 16
 //! threads (H100: 2.2 M gathered 4 KiB rows/s, 0.22 M single views/s); in four shards the same
 //! threads gathered 4.0–4.2 M rows/s and took 0.59–0.60 M single views/s. Eviction is then
-//! least-recently-used within each shard.
+//! least-recently-used within each shard, and a shard with nothing left to evict takes what
+//! another holds idle.
 //!
 //! # Layout
 //!

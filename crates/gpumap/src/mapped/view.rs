@@ -539,6 +539,7 @@ impl DeviceMappedFile {
     /// windows of at most half the budget.
     pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
         self.check(offset, dst.len() as u64)?;
+        self.entry().file.expect_ranges([(offset, dst.len() as u64)])?;
         if let Some(file) = &self.entry().zero_copy {
             return file.read_at(offset, dst);
         }
@@ -700,18 +701,7 @@ impl DeviceCache {
     ) -> Result<()> {
         let dst = dst.into();
         let _range = crate::profiling::Range::new(c"gpumap::cache::gather");
-        let mut total = 0u64;
-        for r in ranges {
-            if !Arc::ptr_eq(&r.map.inner.cache.shared, &self.shared) {
-                return Err(Error::InvalidArgument(format!(
-                    "{} is open in another cache",
-                    r.map.path().display()
-                )));
-            }
-            r.map.check(r.offset, r.len)?;
-            total =
-                total.checked_add(r.len).ok_or(Error::Overflow { offset: total, len: r.len })?;
-        }
+        let total = self.check_ranges(ranges)?;
         if (dst.len() as u64) < total {
             return Err(Error::BufferTooSmall { needed: total, available: dst.len() as u64 });
         }
@@ -733,15 +723,49 @@ impl DeviceCache {
     /// Views of many ranges of files in this cache: the missing extents of all of them are
     /// read together first (as [`gather`](Self::gather) does), then each view is taken.
     pub fn views(&self, ranges: &[MapRange<'_>]) -> Result<Vec<View>> {
-        for r in ranges {
-            r.map.check(r.offset, r.len)?;
-        }
+        self.check_ranges(ranges)?;
         let batch: Vec<GatherRange<'_>> = ranges
             .iter()
             .map(|r| GatherRange { entry: r.map.entry(), offset: r.offset, len: r.len })
             .collect();
         self.shared.gather(&batch, None)?;
         ranges.iter().map(|r| r.map.view(r.offset, r.len)).collect()
+    }
+}
+
+impl DeviceCache {
+    /// Checks that every range is of a file open in this cache, and within it; returns their
+    /// total length. A map of another cache must never reach these books: file ids are
+    /// numbered per cache, so its extents would be filed under another file of this one (whose
+    /// reads would then return them, and whose write-back would write them into that file).
+    fn check_ranges(&self, ranges: &[MapRange<'_>]) -> Result<u64> {
+        let mut total = 0u64;
+        // (file, the furthest end asked of it): each file's length is checked once.
+        let mut ends: Vec<(&DeviceMappedFile, u64, u64)> = Vec::new();
+        for r in ranges {
+            if !Arc::ptr_eq(&r.map.inner.cache.shared, &self.shared) {
+                return Err(Error::InvalidArgument(format!(
+                    "{} is open in another cache",
+                    r.map.path().display()
+                )));
+            }
+            r.map.check(r.offset, r.len)?;
+            total =
+                total.checked_add(r.len).ok_or(Error::Overflow { offset: total, len: r.len })?;
+            let end = r.offset + r.len;
+            match ends.iter_mut().find(|(map, ..)| Arc::ptr_eq(&map.inner, &r.map.inner)) {
+                Some(furthest) if furthest.1 + furthest.2 < end => {
+                    *furthest = (r.map, r.offset, r.len)
+                }
+                Some(_) => {}
+                None => ends.push((r.map, r.offset, r.len)),
+            }
+        }
+        // A file cut under its map reads as cut, whatever the cache still holds of it.
+        for (map, offset, len) in ends {
+            map.entry().file.expect_ranges([(offset, len)])?;
+        }
+        Ok(total)
     }
 }
 
@@ -826,11 +850,16 @@ impl View {
         })
     }
 
-    /// `OutOfRange` unless `[at, at + len)` lies within the view.
+    /// `OutOfView` unless `[at, at + len)` lies within the view.
     fn check_within(&self, at: u64, len: u64) -> Result<()> {
         match at.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
-            _ => Err(Error::OutOfRange { offset: at, len, file_len: self.len }),
+            _ => Err(Error::OutOfView {
+                offset: at,
+                len,
+                view_offset: self.offset,
+                view_len: self.len,
+            }),
         }
     }
 

@@ -16,7 +16,7 @@ use std::ops::Range;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::books::Unit;
-use super::cache::{CacheShared, FileEntry, Shard, StickyError};
+use super::cache::{CacheShared, FileEntry, Shard};
 use super::store::Home;
 use crate::error::{Error, Result};
 
@@ -193,11 +193,47 @@ fn write_claimed(
     (written.into_inner(), bytes.into_inner(), result, limit)
 }
 
+/// A write-back failure remembered for its file until a `sync` writes every byte: its cause,
+/// so that every later flush reports an error of the same kind (and errno), with the dirty
+/// bytes counted anew each time.
+pub(crate) struct StickyError {
+    /// What failed: the source of a `WriteBack`, a `FileShrank`, or a failed `fdatasync`.
+    cause: Error,
+}
+
+impl StickyError {
+    pub(crate) fn from_error(e: &Error) -> StickyError {
+        let cause = match e {
+            Error::WriteBack { source, .. } => source.duplicate(),
+            other => other.duplicate(),
+        };
+        StickyError { cause }
+    }
+
+    /// The error again, with `dirty_bytes` as they are now.
+    fn to_error(&self, path: &std::path::Path, dirty_bytes: u64) -> Error {
+        match &self.cause {
+            Error::FileShrank { path, len, mapped_len, .. } => Error::FileShrank {
+                path: path.clone(),
+                len: *len,
+                mapped_len: *mapped_len,
+                dirty_bytes,
+            },
+            cause => Error::WriteBack {
+                path: path.to_path_buf(),
+                dirty_bytes,
+                source: Box::new(cause.duplicate()),
+            },
+        }
+    }
+}
+
 /// The error a file's earlier failed write-back left, if any (see the module docs).
 pub(crate) fn sticky_error(cache: &CacheShared, entry: &FileEntry) -> Option<Error> {
-    let sticky = entry.sticky.lock().clone()?;
+    entry.sticky.lock().as_ref()?;
+    // Counted before the sticky error is locked again: no lock of the books inside it.
     let dirty = dirty_bytes(cache, entry, 0..cache.geometry.extents(entry.len));
-    Some(sticky.to_error(&entry.path, dirty))
+    entry.sticky.lock().as_ref().map(|sticky| sticky.to_error(&entry.path, dirty))
 }
 
 /// A flush of `extents`: their write-back, then the file's sticky error if an earlier

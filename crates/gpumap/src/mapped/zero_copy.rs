@@ -195,6 +195,9 @@ impl ZeroCopyFile {
         if (dst.len() as u64) < total {
             return Err(Error::BufferTooSmall { needed: total, available: dst.len() as u64 });
         }
+        // The registered pages outlive a cut of the file (they stay pinned): a file cut under
+        // the map reads as cut, as on every tier, not as the bytes it had. One `fstat`.
+        self.file.expect_ranges(rows.iter().copied())?;
         let rows: Vec<(&ZeroCopyFile, u64, u64)> =
             rows.iter().map(|&(o, n)| (self, o, n)).collect();
         copy_rows(&rows, dst)?;
@@ -222,7 +225,8 @@ impl ZeroCopyFile {
 
 /// Copies rows of zero-copy files (`(file, offset, len)`) packed into `dst` (see
 /// [`ZeroCopyFile::gather`]); on the GPU, every row of every file in one launch. The caller
-/// checked that each row lies within its file and that `dst` holds them all.
+/// checked that each row lies within its file (as long as it is now) and that `dst` holds them
+/// all.
 pub(crate) fn copy_rows(
     rows: &[(&ZeroCopyFile, u64, u64)],
     mut dst: DeviceViewMut<'_>,
