@@ -205,6 +205,14 @@ fn random_workloads(options: &BenchOptions, file_len: u64) -> Vec<RandomWorkload
 /// The file's length, also as a buffer size.
 fn file_size(path: &Path) -> Result<(u64, usize)> {
     let len = std::fs::metadata(path).map_err(|e| io_error("stat", Some(path), e))?.len();
+    if len == 0 {
+        // Every workload reads the file: an empty one would report 0 GB/s for each.
+        return Err(Error::InvalidArgument(format!(
+            "{} is empty: the workloads read it (make one with `gpumap write {} --size 1GiB`)",
+            path.display(),
+            path.display()
+        )));
+    }
     let size = usize::try_from(len).map_err(|_| {
         Error::InvalidArgument(format!("file of {len} bytes does not fit in memory"))
     })?;

@@ -36,6 +36,13 @@ pub enum CliError {
     },
     /// Standard output was closed by its reader.
     ClosedPipe,
+    /// The library failed, and the command knows what the person can do about it.
+    Hinted {
+        /// What failed.
+        error: gpumap::Error,
+        /// What to do instead.
+        hint: String,
+    },
 }
 
 pub type CliResult<T = ()> = Result<T, CliError>;
@@ -44,7 +51,7 @@ impl CliError {
     /// The process exit status.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Gpumap(_) | CliError::PathsFailed { .. } => 1,
+            CliError::Gpumap(_) | CliError::Hinted { .. } | CliError::PathsFailed { .. } => 1,
             CliError::Usage(_) => EXIT_USAGE,
             CliError::DataDiffer { .. } => EXIT_DATA_DIFFER,
             CliError::ClosedPipe => EXIT_CLOSED_PIPE,
@@ -54,7 +61,7 @@ impl CliError {
     /// The stable name scripts see as `error.kind`.
     pub fn kind(&self) -> &'static str {
         match self {
-            CliError::Gpumap(e) => e.code(),
+            CliError::Gpumap(e) | CliError::Hinted { error: e, .. } => e.code(),
             CliError::DataDiffer { .. } => "data_differ",
             CliError::Usage(_) => "usage",
             CliError::PathsFailed { .. } => "paths_failed",
@@ -65,7 +72,7 @@ impl CliError {
     /// The OS error number, where the failure was a system call's.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            CliError::Gpumap(e) => e.raw_os_error(),
+            CliError::Gpumap(e) | CliError::Hinted { error: e, .. } => e.raw_os_error(),
             CliError::ClosedPipe => Some(libc::EPIPE),
             _ => None,
         }
@@ -81,6 +88,7 @@ impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CliError::Gpumap(e) => write!(f, "{}", Report(e)),
+            CliError::Hinted { error, hint } => write!(f, "{}; {hint}", Report(error)),
             CliError::DataDiffer { offset, memory, reference } => {
                 write!(f, "data differ at offset {offset}: {memory} against {reference}")
             }

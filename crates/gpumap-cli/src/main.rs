@@ -55,6 +55,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    output::detect_closed_standard_output();
     let matches = match Cli::command().try_get_matches() {
         Ok(matches) => matches,
         Err(e) => return refused_command_line(e),

@@ -11,6 +11,32 @@ use crate::logging::REPORT;
 
 static QUIET: AtomicBool = AtomicBool::new(false);
 
+/// Whether standard output was closed when the command started (`gpumap read f >&-`).
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Finds out whether standard output was closed when the process started
+/// (`gpumap read f >&-`). Rust's runtime puts `/dev/null` on a closed standard descriptor before `main` (so no
+/// file the command opens can take its number), and the report then went there with exit
+/// status 0. The runtime opens it read-write; a shell's `>/dev/null` opens it write-only. So a
+/// standard output that is `/dev/null` open read-write was closed, and printing the report is
+/// an error instead.
+pub fn detect_closed_standard_output() {
+    STDOUT_CLOSED.store(stdout_was_closed().unwrap_or(false), Ordering::Relaxed);
+}
+
+fn stdout_was_closed() -> Option<bool> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let target = std::fs::metadata("/proc/self/fd/1").ok()?;
+    let null = std::fs::metadata("/dev/null").ok()?;
+    if !target.file_type().is_char_device() || target.rdev() != null.rdev() {
+        return Some(false);
+    }
+    let info = std::fs::read_to_string("/proc/self/fdinfo/1").ok()?;
+    let flags = info.lines().find_map(|l| l.strip_prefix("flags:"))?.trim();
+    let flags = u32::from_str_radix(flags, 8).ok()?;
+    Some(flags & libc::O_ACCMODE as u32 == libc::O_RDWR as u32)
+}
+
 /// Sets `--quiet`: no notes or progress on standard error.
 pub fn set_quiet(quiet: bool) {
     QUIET.store(quiet, Ordering::Relaxed);
@@ -30,6 +56,14 @@ pub fn try_line(text: impl std::fmt::Display) -> CliResult {
 /// Runs `print` on locked standard output and flushes it; a closed pipe is
 /// [`CliError::ClosedPipe`].
 pub fn print_with(print: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> CliResult {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return Err(CliError::Gpumap(gpumap::Error::Io {
+            op: "write to standard output (it was closed when the command started)",
+            path: None,
+            offset: None,
+            source: std::io::Error::from_raw_os_error(libc::EBADF),
+        }));
+    }
     let mut out = std::io::stdout().lock();
     match print(&mut out).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),

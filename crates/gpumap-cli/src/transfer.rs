@@ -99,6 +99,16 @@ impl MemoryArgs {
     }
 }
 
+/// Keeps `pool` until the process ends. Its threads would otherwise end as the command returns,
+/// tearing down their CUDA streams and events while the process exits and the driver shuts
+/// down beside them ("cuEventDestroy failed" at the end of `gpumap write` on the H100).
+fn keep_until_exit(pool: &Arc<IoPool>) {
+    static POOLS: std::sync::Mutex<Vec<Arc<IoPool>>> = std::sync::Mutex::new(Vec::new());
+    if let Ok(mut pools) = POOLS.lock() {
+        pools.push(Arc::clone(pool));
+    }
+}
+
 impl TransferOptions {
     /// The handle options these flags give on top of the environment's.
     fn handle_options(&self) -> Result<(gpumap::io::HandleOptions, Arc<IoPool>)> {
@@ -108,6 +118,7 @@ impl TransferOptions {
             tracing::warn!("--threads {n}: {warning}");
         }
         let pool = Arc::new(IoPool::new(threads)?);
+        keep_until_exit(&pool);
         let mut options = FileHandle::options()?;
         options.pool(pool.clone());
         if let Some(t) = self.task_size {
@@ -284,6 +295,16 @@ fn progress_piece(handle: &FileHandle, threads: usize, bar: &ProgressBar, total:
     transfer_piece(handle.task_size(), threads)
 }
 
+/// `human` for sizes of whole binary units, else bytes in decimal units (`68.7 GB`).
+fn human_or_bytes(bytes: u64) -> String {
+    let text = human(bytes);
+    if text.ends_with(" B") && bytes >= 1_000_000 {
+        format!("{:.1} GB", bytes as f64 / 1e9)
+    } else {
+        text
+    }
+}
+
 /// Sixteen tasks a thread, at least 256 MiB: large enough that threads do not wait on each
 /// other at the end of a piece.
 fn transfer_piece(task_size: u64, threads: usize) -> usize {
@@ -350,7 +371,16 @@ pub fn read(args: &ReadArgs) -> CliResult {
     let bar = progress_bar(len, args.options.json, "read");
     let piece = progress_piece(&handle, pool.nthreads(), &bar, size);
     let mut runs = Vec::with_capacity(args.repeat as usize);
-    let mut buf = DeviceBuffer::alloc(&device, size)?;
+    let mut buf = DeviceBuffer::alloc(&device, size).map_err(|error| CliError::Hinted {
+        hint: format!(
+            "reading {} whole needs {} of {} at once: read part of it with --offset and --len \
+             (or in several such pieces)",
+            args.file.display(),
+            human_or_bytes(len),
+            memory.describe()
+        ),
+        error,
+    })?;
     // Decided (and cuFile opened, in auto mode) before the clock starts: opening is not part
     // of the transfer.
     let transfer_path = TransferPath::of(&handle, &device);
@@ -471,25 +501,18 @@ pub fn write(args: &WriteArgs) -> CliResult {
     let mut pattern_buf = if device.is_host() { None } else { Some(HostBuffer::new(piece)?) };
     let direct_writes = args.options.direct_writes()?;
 
-    let existed = std::fs::symlink_metadata(&args.file).is_ok();
+    let existing = std::fs::symlink_metadata(&args.file).ok();
+    check_space(args, existing.as_ref())?;
+    let existed = existing.is_some();
     let flags = if args.truncate || !existed { "w" } else { "r+" };
+    // A file this command creates is removed unless the write completes: on an error, and on
+    // Ctrl-C (or SIGTERM, SIGHUP), which would otherwise leave it half-written.
+    let created = (!existed).then(|| gpumap::io::ScratchFile::claim(&args.file));
     let handle = handle_options.open(&args.file, flags)?;
-    let written = write_pattern(args, &handle, &device, &mut staged, pattern_buf.as_mut(), piece);
-    let seconds = match written {
-        Ok(seconds) => seconds,
-        Err(e) => {
-            if !existed {
-                drop(handle);
-                if let Err(rm) = std::fs::remove_file(&args.file) {
-                    tracing::warn!(
-                        "cannot remove {} after the failed write: {rm}",
-                        args.file.display()
-                    );
-                }
-            }
-            return Err(e);
-        }
-    };
+    let seconds = write_pattern(args, &handle, &device, &mut staged, pattern_buf.as_mut(), piece)?;
+    if let Some(created) = created {
+        created.keep();
+    }
     let transfer_path = TransferPath::of(&handle, &device);
     Report {
         schema: SCHEMA,
@@ -510,6 +533,37 @@ pub fn write(args: &WriteArgs) -> CliResult {
         durable: Some(args.sync),
     }
     .print(args.options.json)
+}
+
+/// Refuses a write the file system has no room for, before anything is created or cut: the
+/// bytes it would add (`--size` for a new or truncated file; what extends past the end of an
+/// existing one) against `statvfs`'s space available to unprivileged users.
+fn check_space(args: &WriteArgs, existing: Option<&std::fs::Metadata>) -> CliResult {
+    let end = args.offset + args.size;
+    let (needed, on) = match existing {
+        Some(m) if !args.truncate => {
+            (end.saturating_sub(m.len()).min(args.size), args.file.clone())
+        }
+        Some(_) => (args.size, args.file.clone()),
+        None => {
+            let dir = match args.file.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            (args.size, dir)
+        }
+    };
+    let available = gpumap::io::available_space(&on)?;
+    if needed > available {
+        return Err(Error::ResourceLimit {
+            resource: "the free space of the file system",
+            requested: needed,
+            available,
+            hint: "write less (--size), or free space first",
+        }
+        .into());
+    }
+    Ok(())
 }
 
 /// Generates and writes `args.size` bytes of the pattern, `piece` at a time through `staged`

@@ -174,3 +174,143 @@ fn lock_beyond_rlimit_memlock_is_refused_naming_it() {
 fn running_as_root() -> bool {
     std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0
 }
+
+/// Issue 20, round two: a report written to a closed standard output was lost with exit
+/// status 0 (Rust's runtime puts /dev/null there before `main`). A user's own `>/dev/null`
+/// stays a success.
+#[test]
+fn a_closed_standard_output_is_an_error_not_a_lost_report() {
+    let dir = scratch();
+    let file = dir.path().join("data");
+    let data: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&file, &data).unwrap();
+    for args in [&["read", "--host"][..], &["read", "--host", "--json"][..]] {
+        let (code, _, err) = run_bounded(
+            Command::new("sh")
+                .args(["-c", r#"exec "$0" "$@" >&-"#])
+                .arg(common::gpumap_bin())
+                .args(args)
+                .arg(&file),
+        );
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(err.contains("standard output"), "{args:?}: {err}");
+    }
+    assert!(std::fs::read(&file).unwrap() == data);
+    let (code, _, err) = run_bounded(
+        Command::new("sh")
+            .args(["-c", r#"exec "$0" "$@" >/dev/null"#])
+            .arg(common::gpumap_bin())
+            .args(["read", "--host"])
+            .arg(&file),
+    );
+    assert_eq!(code, 0, "a redirection to /dev/null is the user's choice: {err}");
+    // A write with standard output closed still writes its file, then says the report is lost.
+    let out = dir.path().join("written");
+    let (code, _, err) = run_bounded(
+        Command::new("sh")
+            .args(["-c", r#"exec "$0" "$@" >&-"#])
+            .arg(common::gpumap_bin())
+            .args(["write", "--host", "--size", "1M"])
+            .arg(&out),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 1 << 20);
+}
+
+/// `pagecache` on a /proc file was a 0-byte success, where `read` and `map` refuse it.
+#[test]
+fn pagecache_refuses_procfs_files_as_read_does() {
+    let (code, out, err) = run_bounded(gpumap().args(["pagecache", "--json", "/proc/cpuinfo"]));
+    assert_eq!(code, 1, "{out} {err}");
+    assert!(err.contains("procfs") && err.contains("not a regular file"), "{err}");
+}
+
+/// `bench` of an empty file printed 0.00 GB/s for every workload and exited 0.
+#[test]
+fn bench_refuses_an_empty_file() {
+    let dir = scratch();
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    let (code, out, err) = run_bounded(gpumap().args(["bench", "--host", "--quick"]).arg(&empty));
+    assert_eq!(code, 1, "{out} {err}");
+    assert!(err.contains("is empty"), "{err}");
+    assert!(!out.contains("0.00"), "{out}");
+}
+
+/// `write --size` far past the free space streamed until the disk was full; it is refused
+/// before the file is created.
+#[test]
+fn write_refuses_a_size_past_the_free_space_before_creating_anything() {
+    let dir = scratch();
+    let new = dir.path().join("huge");
+    let (code, out, err) =
+        run_bounded(gpumap().args(["write", "--host", "--size", "1PiB", "--json"]).arg(&new));
+    assert_eq!(code, 1, "{out} {err}");
+    assert_eq!(json(&out)["error"]["kind"], "resource_limit", "{out}");
+    assert!(err.contains("free space"), "{err}");
+    assert!(!new.exists(), "the refused write created {}", new.display());
+    // An existing file is checked for what the write adds past its end only.
+    let old = dir.path().join("old");
+    std::fs::write(&old, vec![7u8; 1 << 20]).unwrap();
+    let (code, _, err) = run_bounded(gpumap().args(["write", "--host", "--size", "1M"]).arg(&old));
+    assert_eq!(code, 0, "{err}");
+}
+
+/// Ctrl-C during `write` of a new file left the partial file behind; like a failed write, it
+/// is removed, and the process ends by the signal as it would have.
+#[test]
+fn an_interrupted_write_of_a_new_file_leaves_nothing_behind() {
+    let dir = scratch();
+    let new = dir.path().join("interrupted");
+    // Large enough to be still running when the signal comes, small enough to fit.
+    let free = gpumap::io::available_space(dir.path()).unwrap();
+    let size = (free / 2).min(16 << 30);
+    if size < (1 << 30) {
+        eprintln!(
+            "SKIP an_interrupted_write_of_a_new_file_leaves_nothing_behind: {free} bytes free"
+        );
+        return;
+    }
+    let mut child = gpumap()
+        .args(["write", "--host", "--threads", "1", "--size"])
+        .arg(size.to_string())
+        .arg(&new)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::metadata(&new).map_or(0, |m| m.len()) == 0 {
+        assert!(Instant::now() < deadline, "the write never started");
+        assert!(child.try_wait().unwrap().is_none(), "the write ended before the signal");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: kill(2) on a child this test spawned and has not reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    assert!(!new.exists(), "the interrupted write left {} behind", new.display());
+}
+
+/// Reading a whole 64 GiB (sparse) file failed with "mmap anonymous buffer failed", with no
+/// word of reading a part instead.
+#[test]
+fn a_read_too_large_for_memory_says_how_to_read_less() {
+    let overcommit = std::fs::read_to_string("/proc/sys/vm/overcommit_memory").unwrap_or_default();
+    if overcommit.trim() == "1" {
+        eprintln!("SKIP a_read_too_large_for_memory_says_how_to_read_less: overcommit is on");
+        return;
+    }
+    let dir = scratch();
+    let sparse = dir.path().join("sparse");
+    let file = std::fs::File::create(&sparse).unwrap();
+    if file.set_len(1 << 40).is_err() {
+        eprintln!("SKIP a_read_too_large_for_memory_says_how_to_read_less: no 1 TiB sparse file");
+        return;
+    }
+    let (code, out, err) = run_bounded(gpumap().args(["read", "--host", "--json"]).arg(&sparse));
+    assert_eq!(code, 1, "{out} {err}");
+    assert!(err.contains("--offset") && err.contains("--len"), "{err}");
+    assert!(err.contains("1 TiB"), "{err}");
+}

@@ -44,17 +44,23 @@ pub struct ScratchFile {
     path: PathBuf,
 }
 
+/// Installs the handlers that remove live scratch files on `SIGINT`, `SIGTERM` and `SIGHUP`
+/// (once per process).
+fn install_handlers() {
+    static HANDLERS: Once = Once::new();
+    HANDLERS.call_once(|| {
+        let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+        if let Err(e) = crate::sys::signals::on_termination(&signals, remove_live) {
+            tracing::warn!("scratch files will stay behind if the process is interrupted: {e}");
+        }
+    });
+}
+
 impl ScratchFile {
     /// Creates the scratch file in the directory of `beside` (which need not exist).
     pub fn beside(beside: &Path) -> Result<ScratchFile> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        static HANDLERS: Once = Once::new();
-        HANDLERS.call_once(|| {
-            let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
-            if let Err(e) = crate::sys::signals::on_termination(&signals, remove_live) {
-                tracing::warn!("scratch files will stay behind if the process is interrupted: {e}");
-            }
-        });
+        install_handlers();
         let dir = match beside.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
@@ -80,6 +86,23 @@ impl ScratchFile {
                 }
             }
         }
+    }
+
+    /// Claims `path`, a file the caller is about to create and fill (`gpumap write` of a new
+    /// file): until [`keep`](Self::keep) says it is complete, it is removed as a scratch file
+    /// is — when dropped (an error return, a panic) and when `SIGINT`, `SIGTERM` or `SIGHUP`
+    /// ends the process — so that no half-written file stays behind. Registered before the
+    /// caller creates the file, so no signal can come between. The caller must create it new:
+    /// a file that existed is never the caller's to remove.
+    pub fn claim(path: &Path) -> ScratchFile {
+        install_handlers();
+        LIVE.lock().push(path.to_path_buf());
+        ScratchFile { path: path.to_path_buf() }
+    }
+
+    /// The file is complete: it stays, and nothing removes it any more.
+    pub fn keep(self) {
+        self.forget();
     }
 
     /// The file's path.

@@ -27,6 +27,8 @@ use crate::error::{Error, Result};
 type Status = c_int;
 
 const CUDA_SUCCESS: Status = 0;
+const CUDA_ERROR_DEINITIALIZED: Status = 4;
+const CUDA_ERROR_CONTEXT_IS_DESTROYED: Status = 709;
 const CUDA_ERROR_NOT_READY: Status = 600;
 /// `CU_MEMORYTYPE_*` values as returned by `CU_POINTER_ATTRIBUTE_MEMORY_TYPE`.
 pub(crate) const MEMORYTYPE_HOST: u32 = 1;
@@ -271,10 +273,26 @@ fn name_with(api: &Api, code: Status) -> String {
     // SAFETY: `name` is a valid out-pointer; an unknown code yields an error and leaves it null.
     let rc = unsafe { (api.cuGetErrorName)(code, &mut name) };
     if rc != CUDA_SUCCESS || name.is_null() {
-        return "unknown".to_owned();
+        // A driver shutting down answers no name: the number still says which.
+        return match code {
+            CUDA_ERROR_DEINITIALIZED => "CUDA_ERROR_DEINITIALIZED".to_owned(),
+            CUDA_ERROR_CONTEXT_IS_DESTROYED => "CUDA_ERROR_CONTEXT_IS_DESTROYED".to_owned(),
+            _ => "unknown".to_owned(),
+        };
     }
     // SAFETY: the driver returns a pointer to a static NUL-terminated string.
     unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
+}
+
+/// Logs a failed release (a destroy or free in a `Drop`). One the driver refused because it is
+/// shutting down, or because the context went first — threads of a pool ending while the
+/// process exits — is only a debug note: the driver frees everything with itself.
+fn release_failed(api: &Api, op: &str, rc: Status) {
+    if matches!(rc, CUDA_ERROR_DEINITIALIZED | CUDA_ERROR_CONTEXT_IS_DESTROYED) {
+        tracing::debug!("{op} after the driver or context went: {} ({rc})", name_with(api, rc));
+    } else {
+        tracing::warn!("{op} failed: {} ({rc})", name_with(api, rc));
+    }
 }
 
 /// The symbolic name of a `CUresult` (`CUDA_ERROR_OUT_OF_MEMORY`), or `"unknown"`.
@@ -385,7 +403,7 @@ impl Drop for PrimaryContext {
             // SAFETY: balances the retain in `PrimaryContext::retain`.
             let rc = unsafe { (api.cuDevicePrimaryCtxRelease_v2)(self.dev) };
             if rc != CUDA_SUCCESS {
-                tracing::warn!("cuDevicePrimaryCtxRelease failed: {}", name_with(api, rc));
+                release_failed(api, "cuDevicePrimaryCtxRelease", rc);
             }
         }
     }
@@ -452,12 +470,12 @@ impl Drop for DeviceAlloc {
             // SAFETY: takes no arguments; a context is current (bound above).
             let rc = unsafe { (api.cuCtxSynchronize)() };
             if rc != CUDA_SUCCESS {
-                tracing::warn!("cuCtxSynchronize before cuMemFree failed: {}", name_with(api, rc));
+                release_failed(api, "cuCtxSynchronize before cuMemFree", rc);
             }
             // SAFETY: `ptr` came from cuMemAlloc and is freed exactly once, here.
             let rc = unsafe { (api.cuMemFree_v2)(self.ptr) };
             if rc != CUDA_SUCCESS {
-                tracing::warn!("cuMemFree({:#x}) failed: {}", self.ptr, name_with(api, rc));
+                release_failed(api, &format!("cuMemFree({:#x})", self.ptr), rc);
             }
         }
     }
@@ -593,7 +611,7 @@ impl Drop for PinnedHost {
             // SAFETY: `base` came from cuMemHostAlloc and is freed exactly once, here.
             let rc = unsafe { (api.cuMemFreeHost)(self.base.as_ptr().cast()) };
             if rc != CUDA_SUCCESS {
-                tracing::warn!("cuMemFreeHost failed: {}", name_with(api, rc));
+                release_failed(api, "cuMemFreeHost", rc);
             }
         }
     }
@@ -734,7 +752,7 @@ impl Drop for RawStream {
             // SAFETY: destroyed exactly once; the driver lets queued work finish first.
             let rc = unsafe { (api.cuStreamDestroy_v2)(self.stream) };
             if rc != CUDA_SUCCESS {
-                tracing::warn!("cuStreamDestroy failed: {}", name_with(api, rc));
+                release_failed(api, "cuStreamDestroy", rc);
             }
         }
     }
@@ -791,7 +809,7 @@ impl Drop for RawEvent {
             // SAFETY: destroyed exactly once.
             let rc = unsafe { (api.cuEventDestroy_v2)(self.event) };
             if rc != CUDA_SUCCESS {
-                tracing::warn!("cuEventDestroy failed: {}", name_with(api, rc));
+                release_failed(api, "cuEventDestroy", rc);
             }
         }
     }
@@ -1027,7 +1045,7 @@ impl Drop for AddressReservation {
             // SAFETY: freed exactly once; the owner unmapped every frame before dropping it.
             let rc = unsafe { (api.cuMemAddressFree)(self.base, self.len) };
             if rc != CUDA_SUCCESS {
-                tracing::warn!("cuMemAddressFree failed: {}", name_with(api, rc));
+                release_failed(api, "cuMemAddressFree", rc);
             }
         }
     }
@@ -1057,7 +1075,7 @@ impl Drop for PhysicalFrame {
             // SAFETY: released exactly once.
             let rc = unsafe { (api.cuMemRelease)(self.handle) };
             if rc != CUDA_SUCCESS {
-                tracing::warn!("cuMemRelease failed: {}", name_with(api, rc));
+                release_failed(api, "cuMemRelease", rc);
             }
         }
     }

@@ -129,6 +129,27 @@ pub fn set_len(file: &File, path: &Path, len: u64) -> Result<()> {
     file.set_len(len).map_err(|e| Error::io("ftruncate", path, Some(len), e))
 }
 
+/// Bytes an unprivileged process may still write to the file system holding `path`:
+/// `statvfs(2)`'s `f_bavail × f_frsize`.
+#[doc(alias = "statvfs")]
+pub fn available_bytes(path: &Path) -> Result<u64> {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+        Error::io("statvfs", path, None, io::Error::from_raw_os_error(libc::EINVAL))
+    })?;
+    let mut stat = MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c_path` is a NUL-terminated string that lives across the call; `stat` is
+    // writable memory of the size and layout of `struct statvfs`, filled on success.
+    let status = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
+    if status != 0 {
+        return Err(Error::io("statvfs", path, None, io::Error::last_os_error()));
+    }
+    // SAFETY: statvfs returned 0, so it initialised the whole struct.
+    let stat = unsafe { stat.assume_init() };
+    // `fsblkcnt_t` and `c_ulong` are 32 bits on some targets.
+    #[allow(clippy::useless_conversion)]
+    Ok(u64::from(stat.f_bavail).saturating_mul(u64::from(stat.f_frsize)))
+}
+
 /// Pseudo file systems, by `statfs` magic number (`<linux/magic.h>`): their files report a size
 /// (usually 0 or 4096) that says nothing of what a read returns.
 const PSEUDO_FILE_SYSTEMS: [(u32, &str); 8] = [
