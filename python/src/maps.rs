@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use gpumap::io::IoFuture;
 use gpumap::mapped::{
     Advice, CacheOptions, CacheStats, DeviceCache as Cache, DeviceMappedFile, FileStats,
-    View as ReadView, ViewMut,
+    View as ReadView, ViewMut, ZeroCopy,
 };
 use gpumap::memory::Device;
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyValueError};
@@ -55,7 +55,7 @@ fn map_options(
     let mut o = gpumap::mapped::MapOptions::new();
     o.writable(writable).advice(advice_arg(advice)?);
     if zero_copy {
-        o.zero_copy(max_pinned);
+        o.zero_copy(max_pinned.map_or(ZeroCopy::On, ZeroCopy::Within));
     }
     if let Some(bytes) = read_ahead {
         o.read_ahead(bytes);
@@ -170,7 +170,7 @@ impl DeviceCache {
         let o = map_options(writable, advice, zero_copy, max_pinned, read_ahead)?;
         let cache = self.inner.clone();
         let inner = nogil(py, move || cache.open_with(&path, &o))?;
-        Ok(MappedFile { inner })
+        Ok(MappedFile { inner, cache: self.inner.clone() })
     }
 
     /// `{"budget", "used_bytes", "slots_in_use", "files", "totals": {...}, ...}`.
@@ -231,6 +231,8 @@ impl DeviceCache {
 #[pyclass(module = "gpumapio", name = "MappedFile", frozen)]
 pub struct MappedFile {
     inner: DeviceMappedFile,
+    /// The cache the file is in (a cache of its own for `MappedFile.open`).
+    cache: Cache,
 }
 
 /// A prefetch in flight, for `IOFuture`.
@@ -251,7 +253,7 @@ impl Pending for Prefetch {
 impl MappedFile {
     /// Maps `path` in a cache of its own (`gpumapio.map` without a cache): `budget` bytes,
     /// by default the file's size up to 4 GiB in whole frames of the size that budget gets —
-    /// the library's `MapOptions::open`, so Python and Rust size the cache alike.
+    /// the library's `CacheOptions::for_file`, so Python and Rust size the cache alike.
     #[staticmethod]
     #[pyo3(signature = (path, *, budget = None, writable = false, extent_size = 65536, frame_size = None, device = None, advice = "normal", zero_copy = false, max_pinned = None, read_ahead = None))]
     #[allow(clippy::too_many_arguments)]
@@ -268,16 +270,32 @@ impl MappedFile {
         max_pinned: Option<u64>,
         read_ahead: Option<u64>,
     ) -> PyResult<MappedFile> {
-        let mut o = map_options(writable, advice, zero_copy, max_pinned, read_ahead)?;
-        o.extent_size(extent_size).memory(device_arg(device.as_ref())?);
-        if let Some(budget) = budget {
-            o.budget(budget);
-        }
-        if let Some(frame) = frame_size {
-            o.frame_size(frame);
-        }
-        let inner = nogil(py, move || o.open(&path))?;
-        Ok(MappedFile { inner })
+        let o = map_options(writable, advice, zero_copy, max_pinned, read_ahead)?;
+        let device = device_arg(device.as_ref())?;
+        let (inner, cache) = nogil(py, move || {
+            let mut c = match budget {
+                Some(budget) => {
+                    let mut c = CacheOptions::new();
+                    c.budget(budget);
+                    c
+                }
+                None => CacheOptions::for_file(std::fs::metadata(&path).map(|m| m.len()).map_err(
+                    |e| gpumap::Error::Io {
+                        op: "stat",
+                        path: Some(path.clone()),
+                        offset: None,
+                        source: e,
+                    },
+                )?),
+            };
+            c.extent_size(extent_size).memory(device);
+            if let Some(frame) = frame_size {
+                c.frame_size(frame);
+            }
+            let cache = c.build()?;
+            Ok((cache.open_with(&path, &o)?, cache))
+        })?;
+        Ok(MappedFile { inner, cache })
     }
 
     fn __len__(&self) -> usize {
@@ -312,7 +330,7 @@ impl MappedFile {
     /// The cache the file is in.
     #[getter]
     fn cache(&self) -> DeviceCache {
-        DeviceCache { inner: self.inner.cache().clone() }
+        DeviceCache { inner: self.cache.clone() }
     }
 
     /// A view of `[offset, offset + length)`, resident and pinned until released; `writable`

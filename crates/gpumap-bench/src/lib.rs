@@ -19,7 +19,9 @@ use serde::Serialize;
 use gpumap::config::{CompatMode, DirectRead};
 use gpumap::error::{Error, Result};
 use gpumap::io::{DeviceRead, FileHandle, IoPool, ScratchFile};
-use gpumap::mapped::{CacheOptions, DeviceCache, DeviceMappedFile, MapOptions, ZeroCopyOptions};
+use gpumap::mapped::{
+    CacheOptions, DeviceCache, DeviceMappedFile, MapOptions, ZeroCopy, ZeroCopyOptions,
+};
 use gpumap::memory::cuda::{CudaBuffer, CudaDevice, PinnedBuffer, Stream};
 use gpumap::memory::{Device, DeviceViewMut, HostBuffer};
 
@@ -683,7 +685,7 @@ fn run_cache(
     let cache = CacheOptions::new().memory(Device::Cuda(device.clone())).build()?;
     let map = cache.open_with(
         &options.file,
-        MapOptions::new().handle_options(handle()?).zero_copy(Some(u64::MAX)),
+        MapOptions::new().handle_options(handle()?).zero_copy(ZeroCopy::Within(u64::MAX)),
     )?;
     for RandomWorkload { name, block, offsets, .. } in random_workloads(options, file_len) {
         let secs =

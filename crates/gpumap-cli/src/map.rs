@@ -9,7 +9,9 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use gpumap::mapped::{Advice, CacheOptions, CacheStats, DeviceMappedFile, FileStats, MapOptions};
+use gpumap::mapped::{
+    Advice, CacheOptions, CacheStats, DeviceCache, DeviceMappedFile, FileStats, MapOptions,
+};
 use gpumap::memory::DeviceBuffer;
 
 use crate::error::{CliError, CliResult};
@@ -146,7 +148,7 @@ pub fn map(args: &MapArgs) -> CliResult {
     let start = Instant::now();
     let (views, bytes) = match args.random {
         None => walk(args, &maps)?,
-        Some(count) => random(args, &maps, count)?,
+        Some(count) => random(args, &cache, &maps, count)?,
     };
     let seconds = start.elapsed().as_secs_f64();
     let report = Report {
@@ -174,7 +176,7 @@ pub fn map(args: &MapArgs) -> CliResult {
 fn walk(args: &MapArgs, maps: &[DeviceMappedFile]) -> CliResult<(u64, u64)> {
     let Some(first) = maps.first() else { return Ok((0, 0)) };
     let frame = first.frame_size();
-    let budget_frames = (first.cache().stats().budget / frame).max(1);
+    let budget_frames = (first.cache_stats().budget / frame).max(1);
     // Whole frames, at most half the budget, so read-ahead has room beside the current window.
     let window = (args.window / frame).clamp(1, (budget_frames / 2).max(1)) * frame;
     let (mut views, mut bytes) = (0u64, 0u64);
@@ -198,7 +200,12 @@ fn walk(args: &MapArgs, maps: &[DeviceMappedFile]) -> CliResult<(u64, u64)> {
 
 /// `count` random ranges of `--block` bytes over the files, from `--threads` threads, `--batch`
 /// per call.
-fn random(args: &MapArgs, maps: &[DeviceMappedFile], count: u64) -> CliResult<(u64, u64)> {
+fn random(
+    args: &MapArgs,
+    cache: &DeviceCache,
+    maps: &[DeviceMappedFile],
+    count: u64,
+) -> CliResult<(u64, u64)> {
     if count > MAX_VIEWS {
         return Err(CliError::Usage(format!("--random {count}: at most {MAX_VIEWS}")));
     }
@@ -217,7 +224,7 @@ fn random(args: &MapArgs, maps: &[DeviceMappedFile], count: u64) -> CliResult<(u
     let blocks: Vec<u64> = maps.iter().map(|m| m.len() / block).collect();
     let total_blocks: u64 = blocks.iter().sum();
     let next = AtomicU64::new(0);
-    let device = maps[0].cache().device();
+    let device = cache.device();
     std::thread::scope(|s| -> CliResult {
         let workers: Vec<_> = (0..args.threads)
             .map(|t| {
@@ -262,7 +269,7 @@ fn random(args: &MapArgs, maps: &[DeviceMappedFile], count: u64) -> CliResult<(u
                             Some(rows) => {
                                 let ranges: Vec<_> =
                                     picks.iter().map(|&(f, o)| maps[f].range(o, block)).collect();
-                                maps[0].cache().gather(&ranges, rows.view_mut())?;
+                                cache.gather(&ranges, rows.view_mut())?;
                                 if args.verify_pattern {
                                     let got = &mut seen[..(n * block) as usize];
                                     rows.copy_to_host(0, got)?;

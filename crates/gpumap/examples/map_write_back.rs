@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use gpumap::mapped::MapOptions;
+use gpumap::mapped::{CacheOptions, MapOptions};
 
 mod common;
 use common::Result;
@@ -35,7 +35,8 @@ fn run() -> Result<()> {
     };
     let (patch_a, patch_b) = (invert(a, a_len), invert(b, b_len));
 
-    let map = MapOptions::new().writable(true).budget(64 << 20).open(&path)?;
+    let cache = CacheOptions::new().budget(64 << 20).build()?;
+    let map = cache.open_with(&path, MapOptions::new().writable(true))?;
     println!("mapped {} ({len} bytes) read-write in {}", path.display(), map.memory());
     {
         let mut view = map.view_mut(a, a_len)?; // faults the range in, pins it

@@ -12,7 +12,9 @@ use std::path::Path;
 
 use common::random_bytes;
 use gpumap::io::FileHandle;
-use gpumap::mapped::{CacheOptions, DeviceCache, DeviceMappedFile, MapOptions, ZeroCopyOptions};
+use gpumap::mapped::{
+    CacheOptions, DeviceCache, DeviceMappedFile, MapOptions, ZeroCopy, ZeroCopyOptions,
+};
 use gpumap::memory::{Device, DeviceBuffer};
 use gpumap::pagecache::{self, ByteRange};
 use gpumap::Error;
@@ -88,13 +90,7 @@ fn end_of_file_errors_give_the_real_length_and_the_range(memory: Device) {
     let dir = scratch();
     let path = dir.path().join("cut");
     fs::write(&path, random_bytes((16 * MIB) as usize, 3)).unwrap();
-    let m = MapOptions::new()
-        .memory(memory.clone())
-        .frame_size(FRAME)
-        .budget(4 * FRAME)
-        .extent_size(4096)
-        .open(&path)
-        .unwrap();
+    let m = cache(&memory, 4 * FRAME).open(&path).unwrap();
     cut(&path, MIB);
     let mut buf = vec![0u8; 4096];
     let e = m.read(8 * MIB, &mut buf).unwrap_err();
@@ -170,7 +166,7 @@ fn a_file_cut_under_a_map_reads_as_cut_on_every_tier(memory: Device) {
     };
     let cached = cache(&memory, 8 * FRAME).open(&path).unwrap();
     let zero_copy = zero_copy_allowed(
-        cache(&memory, 2 * FRAME).open_with(&path, MapOptions::new().zero_copy(None)),
+        cache(&memory, 2 * FRAME).open_with(&path, MapOptions::new().zero_copy(ZeroCopy::On)),
     );
     let file = ZeroCopyOptions::new().device(memory.clone()).open(&path);
     let rows = [(0u64, 4096u64), (6 * MIB, 4096)];

@@ -57,14 +57,7 @@ fn scratch() -> tempfile::TempDir {
 /// A file mapped in a cache of its own, with 2 MiB frames (the granularity) to keep budgets
 /// small.
 fn map(path: &Path, memory: Device, budget: u64, extent: u64, writable: bool) -> DeviceMappedFile {
-    MapOptions::new()
-        .memory(memory)
-        .frame_size(FRAME)
-        .budget(budget)
-        .extent_size(extent)
-        .writable(writable)
-        .open(path)
-        .unwrap()
+    cache(memory, budget, extent).open_with(path, MapOptions::new().writable(writable)).unwrap()
 }
 
 fn cache(memory: Device, budget: u64, extent: u64) -> DeviceCache {
@@ -171,13 +164,8 @@ fn small_views_and_whole_frame_reads_never_deadlock(memory: Device) {
         fs::write(&path, &data).unwrap();
         let mut handle = gpumap::io::FileHandle::options().unwrap();
         handle.pool(Arc::new(gpumap::io::IoPool::new(threads).unwrap())).task_size(256 << 10);
-        let m = MapOptions::new()
-            .memory(memory.clone())
-            .frame_size(FRAME)
-            .budget(4 * MIB)
-            .extent_size(4096)
-            .handle_options(handle)
-            .open(&path)
+        let m = cache(memory.clone(), 4 * MIB, 4096)
+            .open_with(&path, MapOptions::new().handle_options(handle))
             .unwrap();
         let (done, finished) = std::sync::mpsc::channel();
         let worker = {
@@ -506,12 +494,14 @@ fn budget_is_kept_and_pinned_views_are_never_evicted(memory: Device) {
     let path = dir.path().join("budget");
     let data = random_bytes((8 * MIB) as usize, 6);
     fs::write(&path, &data).unwrap();
-    let m = MapOptions::new()
+    let m = CacheOptions::new()
         .memory(memory.clone())
         .frame_size(FRAME)
         .budget(FRAME)
         .extent_size(65536)
         .pin_wait(std::time::Duration::ZERO)
+        .build()
+        .unwrap()
         .open(&path)
         .unwrap();
     match m.view(0, 3 * MIB) {
@@ -535,7 +525,7 @@ fn budget_is_kept_and_pinned_views_are_never_evicted(memory: Device) {
     assert!(got[..] == data[6 * MIB as usize..][..100_000]);
     let stats = m.stats();
     assert_eq!(stats.evictions, 1, "{stats:?}");
-    assert!(m.cache().stats().used_bytes <= FRAME);
+    assert!(m.cache_stats().used_bytes <= FRAME);
 }
 
 fn a_view_waits_for_another_threads_view_to_unpin(memory: Device) {
@@ -675,7 +665,7 @@ fn a_file_that_shrinks_under_the_map_is_an_error_not_zeros(memory: Device) {
         Err(Error::UnexpectedEof { .. }) => {}
         other => panic!("{memory:?}: expected UnexpectedEof, got {other:?}"),
     }
-    let mut rows = DeviceBuffer::zeroed(&m.cache().device(), 200).unwrap();
+    let mut rows = DeviceBuffer::zeroed(&m.device(), 200).unwrap();
     assert!(matches!(
         m.gather(&[(0, 100), (2 * MIB + 5, 100)], rows.view_mut()),
         Err(Error::UnexpectedEof { .. })
@@ -704,7 +694,7 @@ fn gathers_count_each_extent_once(memory: Device) {
         (7, 3),
     ];
     let total: u64 = rows.iter().map(|r| r.1).sum();
-    let mut dst = DeviceBuffer::zeroed(&m.cache().device(), total as usize).unwrap();
+    let mut dst = DeviceBuffer::zeroed(&m.device(), total as usize).unwrap();
     m.gather(&rows, dst.view_mut()).unwrap();
     let got = dst.to_vec().unwrap();
     let mut at = 0;
@@ -840,7 +830,8 @@ fn bad_requests_are_typed_errors(memory: Device) {
     let dir = scratch();
     let path = dir.path().join("bad");
     fs::write(&path, random_bytes(10_000, 11)).unwrap();
-    let m = map(&path, memory.clone(), FRAME, 4096, false);
+    let own = cache(memory.clone(), FRAME, 4096);
+    let m = own.open(&path).unwrap();
     assert!(matches!(m.view(9_000, 2_000), Err(Error::OutOfRange { file_len: 10_000, .. })));
     assert!(matches!(m.view(u64::MAX, 2), Err(Error::Overflow { .. })));
     let view = m.view(100, 50).unwrap();
@@ -852,13 +843,13 @@ fn bad_requests_are_typed_errors(memory: Device) {
     assert_eq!(view.device().is_some(), matches!(memory, Device::Cuda(_)));
     assert_eq!(m.base().is_some(), matches!(memory, Device::Cuda(_)));
     assert!(m.view(10_000, 0).unwrap().is_empty());
-    let mut small = DeviceBuffer::zeroed(&m.cache().device(), 10).unwrap();
+    let mut small = DeviceBuffer::zeroed(&m.device(), 10).unwrap();
     assert!(matches!(
         m.gather(&[(0, 8), (8, 8)], small.view_mut()),
         Err(Error::BufferTooSmall { needed: 16, available: 10 })
     ));
     let other = cache(memory.clone(), FRAME, 4096).open(&path).unwrap();
-    let e = m.cache().gather(&[other.range(0, 4)], small.view_mut()).unwrap_err();
+    let e = own.gather(&[other.range(0, 4)], small.view_mut()).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(ref s) if s.contains("another cache")), "{e}");
 }
 
@@ -867,28 +858,31 @@ fn bad_options_are_typed_errors() {
     let dir = scratch();
     let path = dir.path().join("bad");
     fs::write(&path, random_bytes(10_000, 11)).unwrap();
+    // 8 MiB: frames of 8 MiB by default.
     let host = || {
-        let mut o = MapOptions::new();
-        o.memory(Device::Host);
+        let mut o = CacheOptions::new();
+        o.memory(Device::Host).budget(8 * MIB);
         o
     };
     for frame in [0u64, MIB, 3 * MIB, 1 << 40] {
-        let got = host().frame_size(frame).open(&path);
+        let got = host().frame_size(frame).build();
         assert!(matches!(got, Err(Error::InvalidArgument(_))), "frame {frame}: {got:?}");
     }
     for extent in [0u64, 1000, 2048, 3 * 4096, 16 * MIB] {
-        let got = host().extent_size(extent).open(&path);
+        let got = host().extent_size(extent).build();
         assert!(matches!(got, Err(Error::InvalidArgument(_))), "extent {extent}: {got:?}");
     }
     for budget in [0u64, MIB, u64::MAX] {
-        let got = host().budget(budget).open(&path);
+        let got = host().budget(budget).build();
         assert!(
             matches!(got, Err(Error::InvalidArgument(ref m)) if m.contains("budget")),
             "budget {budget}: {got:?}"
         );
     }
-    let missing = host().open(dir.path().join("nope"));
+    let missing = host().build().unwrap().open(dir.path().join("nope"));
     assert!(matches!(missing, Err(Error::Io { .. })));
+    assert!(matches!(DeviceMappedFile::open(dir.path().join("nope")), Err(Error::Io { .. })));
+    assert!(DeviceMappedFile::open(&path).is_ok());
 }
 
 fn evict_gives_memory_back_and_faults_again(memory: Device) {
@@ -982,7 +976,7 @@ fn async_gathers_hand_the_buffer_back(memory: Device) {
     let data = random_bytes((3 * MIB) as usize, 17);
     fs::write(&path, &data).unwrap();
     let m = map(&path, memory.clone(), 4 * MIB, 4096, false);
-    let dst = DeviceBuffer::zeroed(&m.cache().device(), 3 * 5000).unwrap();
+    let dst = DeviceBuffer::zeroed(&m.device(), 3 * 5000).unwrap();
     let dst =
         m.gather_async(vec![(7, 5000), (MIB, 5000), (3 * MIB - 5000, 5000)], dst).wait().unwrap();
     let got = dst.to_vec().unwrap();

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use common::random_bytes;
 use gpumap::fault::{arm_write_fault, disarm, WriteFault};
-use gpumap::mapped::MapOptions;
+use gpumap::mapped::{CacheOptions, MapOptions};
 use gpumap::memory::Device;
 use gpumap::Error;
 use parking_lot::Mutex;
@@ -39,13 +39,14 @@ fn scratch() -> tempfile::TempDir {
 }
 
 fn open(path: &Path, memory: &Device, budget: u64) -> gpumap::mapped::DeviceMappedFile {
-    MapOptions::new()
+    CacheOptions::new()
         .memory(memory.clone())
         .frame_size(2 * MIB)
         .budget(budget)
         .extent_size(4096)
-        .writable(true)
-        .open(path)
+        .build()
+        .unwrap()
+        .open_with(path, MapOptions::new().writable(true))
         .unwrap()
 }
 

@@ -8,7 +8,7 @@ mod common;
 use std::fs;
 
 use common::random_bytes;
-use gpumap::mapped::{CacheOptions, MapOptions, MapRange, ZeroCopyFile, ZeroCopyOptions};
+use gpumap::mapped::{CacheOptions, MapOptions, MapRange, ZeroCopy, ZeroCopyFile, ZeroCopyOptions};
 use gpumap::memory::{Device, DeviceBuffer};
 use gpumap::Error;
 
@@ -148,7 +148,7 @@ fn maps_opened_zero_copy_gather_around_the_cache(memory: Device) {
         .extent_size(4096)
         .build()
         .unwrap();
-    let za = cache.open_with(&a, MapOptions::new().zero_copy(None)).unwrap();
+    let za = cache.open_with(&a, MapOptions::new().zero_copy(ZeroCopy::On)).unwrap();
     let mb = cache.open(&b).unwrap();
     let offsets: Vec<u64> = (0..500u64).map(|i| (i * 7919 * 61) % ((3 << 20) - 4096)).collect();
     let mut dst = DeviceBuffer::zeroed(&memory, 500 * 4096).unwrap();
@@ -196,7 +196,7 @@ fn maps_opened_zero_copy_gather_around_the_cache(memory: Device) {
     assert!(got[10_000..17_000] == db[100..7_100]);
     assert_eq!(got[17_000], da[1 << 20]);
     assert!(za.stats().misses > 0, "{memory:?}: the mixed gather went through the cache");
-    let writable = cache.open_with(&b, MapOptions::new().writable(true).zero_copy(None));
+    let writable = cache.open_with(&b, MapOptions::new().writable(true).zero_copy(ZeroCopy::On));
     assert!(
         matches!(writable, Err(Error::InvalidArgument(ref m)) if m.contains("read-only")),
         "{writable:?}"

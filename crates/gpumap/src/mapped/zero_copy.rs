@@ -23,8 +23,8 @@ use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::io::FileHandle;
 use crate::memory::cuda::{BatchCopier, CudaDevice, DeviceCopy, RawRegion};
+use crate::memory::registered::{self, RegisteredFile};
 use crate::memory::{Device, DeviceViewMut};
-use crate::sys::registered_file::RegisteredFile;
 
 /// Bytes registered by every [`ZeroCopyFile`] of the process, against
 /// [`ZeroCopyOptions::max_pinned`].
@@ -128,7 +128,7 @@ impl ZeroCopyFile {
         let gpu = match &options.device {
             Device::Host => None,
             Device::Cuda(device) => {
-                if !crate::sys::cuda::read_only_host_register_supported(device.ordinal())? {
+                if !registered::reads_read_only_host_memory(device)? {
                     return Err(Error::Unavailable {
                         what: "zero-copy reads",
                         reason: format!(
@@ -140,7 +140,7 @@ impl ZeroCopyFile {
                 }
                 let limit = options
                     .max_pinned
-                    .unwrap_or_else(|| crate::sys::host_memory::physical_memory() / 2);
+                    .unwrap_or_else(|| crate::memory::host::physical_memory() / 2);
                 let pinned = Pinned::take(len, limit)?;
                 let len_usize =
                     usize::try_from(len).map_err(|_| Error::Overflow { offset: 0, len })?;

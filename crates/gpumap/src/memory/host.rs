@@ -73,6 +73,15 @@ impl std::fmt::Debug for HostBuffer {
     }
 }
 
+/// Host memory cut into extents with a lock each: the frames of a cache on the host backend
+/// (the `unsafe` part lives in `sys`).
+pub(crate) use crate::sys::host_memory::LockedChunk;
+
+/// Bytes of physical memory on this machine (a cache's largest host budget).
+pub(crate) fn physical_memory() -> u64 {
+    crate::sys::host_memory::physical_memory()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

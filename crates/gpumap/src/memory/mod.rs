@@ -23,6 +23,7 @@
 pub mod bounce;
 pub mod cuda;
 pub mod host;
+pub(crate) mod registered;
 
 use std::fmt;
 use std::ops::RangeBounds;

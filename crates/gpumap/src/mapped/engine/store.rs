@@ -23,8 +23,8 @@ use crate::io::FileHandle;
 use crate::memory::cuda::{
     BatchCopier, CudaDevice, DeviceCopy, PhysFrame, PinnedBuffer, RawRegion, Stream, VaRange,
 };
+use crate::memory::host::LockedChunk;
 use crate::memory::Device;
-use crate::sys::host_memory::LockedChunk;
 
 /// Loads up to this size (slots, small runs) are read on the calling thread into a pinned
 /// buffer of its own and placed by a copy on its own stream (see `CudaStore::load_small`).

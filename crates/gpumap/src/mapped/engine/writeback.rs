@@ -16,7 +16,9 @@ use std::ops::Range;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::books::Unit;
-use super::cache::{CacheShared, FileEntry, Shard};
+use super::state::{Engine, FileEntry, Shard};
+use super::sticky::StickyError;
+
 use super::store::Home;
 use crate::error::{Error, Result};
 
@@ -26,22 +28,18 @@ use crate::error::{Error, Result};
 /// Extents another write-back is writing are waited for and then written again if still dirty
 /// (that one may carry older bytes): when this returns `Ok`, the file holds everything written
 /// to the range before the call.
-pub(crate) fn write_back(
-    cache: &CacheShared,
-    entry: &FileEntry,
-    extents: Range<u64>,
-) -> Result<()> {
+pub(crate) fn write_back(engine: &Engine, entry: &FileEntry, extents: Range<u64>) -> Result<()> {
     if extents.is_empty() {
         return Ok(());
     }
     let mut failed = None;
-    for shard in shards_covering(cache, entry, extents.clone()) {
-        if let Err(failure) = write_back_in(cache, &cache.shards[shard], entry, extents.clone()) {
+    for shard in shards_covering(engine, entry, extents.clone()) {
+        if let Err(failure) = write_back_in(engine, &engine.shards[shard], entry, extents.clone()) {
             failed.get_or_insert(failure);
         }
     }
     let Some(failure) = failed else { return Ok(()) };
-    let dirty_bytes = dirty_bytes(cache, entry, extents);
+    let dirty_bytes = dirty_bytes(engine, entry, extents);
     let e = match failure {
         Failure::Write(e) => {
             Error::WriteBack { path: entry.path.clone(), dirty_bytes, source: Box::new(e) }
@@ -66,20 +64,20 @@ enum Failure {
 }
 
 /// The shards holding the frames of `extents` of `entry`, in order.
-fn shards_covering(cache: &CacheShared, entry: &FileEntry, extents: Range<u64>) -> Vec<usize> {
-    let g = cache.geometry;
-    let n = cache.shards.len();
+fn shards_covering(engine: &Engine, entry: &FileEntry, extents: Range<u64>) -> Vec<usize> {
+    let g = engine.geometry;
+    let n = engine.shards.len();
     let frames = g.frame_of(extents.start)..g.frame_of(extents.end - 1) + 1;
     if frames.end - frames.start >= n as u64 {
         return (0..n).collect();
     }
-    cache.shards_of_frames(entry.id, frames).into_iter().map(|(shard, _)| shard).collect()
+    engine.shards_of_frames(entry.id, frames).into_iter().map(|(shard, _)| shard).collect()
 }
 
 /// The bytes of `entry` among `extents` that are dirty now, over every shard.
-fn dirty_bytes(cache: &CacheShared, entry: &FileEntry, extents: Range<u64>) -> u64 {
-    let g = cache.geometry;
-    cache
+fn dirty_bytes(engine: &Engine, entry: &FileEntry, extents: Range<u64>) -> u64 {
+    let g = engine.geometry;
+    engine
         .shards
         .iter()
         .map(|shard| {
@@ -97,7 +95,7 @@ fn dirty_bytes(cache: &CacheShared, entry: &FileEntry, extents: Range<u64>) -> u
 
 /// [`write_back`] of the extents whose frames are in `shard`.
 fn write_back_in(
-    cache: &CacheShared,
+    engine: &Engine,
     shard: &Shard,
     entry: &FileEntry,
     extents: Range<u64>,
@@ -112,13 +110,13 @@ fn write_back_in(
             shard.changed.wait(&mut state);
             continue;
         }
-        let frames = frames_of(cache, &mine);
+        let frames = frames_of(engine, &mine);
         // Pinned while they are written, so that they cannot be evicted meanwhile.
         for &index in &frames {
             state.books.pin(Unit::Frame { file: entry.id, index }, true);
         }
         let (written, bytes, result, limit) =
-            MutexGuard::unlocked(&mut state, || write_claimed(cache, entry, &mine));
+            MutexGuard::unlocked(&mut state, || write_claimed(engine, entry, &mine));
         state.books.finish_writeback(entry.id, &mine, &written);
         for &index in &frames {
             state.books.unpin(Unit::Frame { file: entry.id, index }, true);
@@ -141,8 +139,8 @@ fn write_back_in(
 }
 
 /// The distinct frames of sorted extents.
-fn frames_of(cache: &CacheShared, extents: &[(u64, u32)]) -> Vec<u64> {
-    let mut frames: Vec<u64> = extents.iter().map(|&(e, _)| cache.geometry.frame_of(e)).collect();
+fn frames_of(engine: &Engine, extents: &[(u64, u32)]) -> Vec<u64> {
+    let mut frames: Vec<u64> = extents.iter().map(|&(e, _)| engine.geometry.frame_of(e)).collect();
     frames.dedup();
     frames
 }
@@ -151,12 +149,12 @@ fn frames_of(cache: &CacheShared, extents: &[(u64, u32)]) -> Vec<u64> {
 /// past the file's current end. Returns the extents all of whose bytes were written, the bytes
 /// written, the first error, and the length written up to.
 fn write_claimed(
-    cache: &CacheShared,
+    engine: &Engine,
     entry: &FileEntry,
     claimed: &[(u64, u32)],
 ) -> (Vec<(u64, u32)>, u64, Result<usize>, u64) {
     let _range = crate::profiling::Range::new(c"gpumap::cache::write_back");
-    let g = cache.geometry;
+    let g = engine.geometry;
     let written = Mutex::new(Vec::with_capacity(claimed.len()));
     let bytes = Mutex::new(0u64);
     let current = entry.file.len();
@@ -165,9 +163,9 @@ fn write_claimed(
         Err(e) => Err(e),
         Ok(_) => {
             let indices: Vec<u64> = claimed.iter().map(|&(e, _)| e).collect();
-            let runs = g.runs(&indices, cache.store.frames_apart(), limit);
+            let runs = g.runs(&indices, engine.store.frames_apart(), limit);
             entry.file.pool().run(runs, |(offset, len)| {
-                cache.store.write_back(
+                engine.store.write_back(
                     Home::Frame(&entry.memory, offset),
                     &entry.file,
                     offset,
@@ -193,54 +191,19 @@ fn write_claimed(
     (written.into_inner(), bytes.into_inner(), result, limit)
 }
 
-/// A write-back failure remembered for its file until a `sync` writes every byte: its cause,
-/// so that every later flush reports an error of the same kind (and errno), with the dirty
-/// bytes counted anew each time.
-pub(crate) struct StickyError {
-    /// What failed: the source of a `WriteBack`, a `FileShrank`, or a failed `fdatasync`.
-    cause: Error,
-}
-
-impl StickyError {
-    pub(crate) fn from_error(e: &Error) -> StickyError {
-        let cause = match e {
-            Error::WriteBack { source, .. } => source.duplicate(),
-            other => other.duplicate(),
-        };
-        StickyError { cause }
-    }
-
-    /// The error again, with `dirty_bytes` as they are now.
-    fn to_error(&self, path: &std::path::Path, dirty_bytes: u64) -> Error {
-        match &self.cause {
-            Error::FileShrank { path, len, mapped_len, .. } => Error::FileShrank {
-                path: path.clone(),
-                len: *len,
-                mapped_len: *mapped_len,
-                dirty_bytes,
-            },
-            cause => Error::WriteBack {
-                path: path.to_path_buf(),
-                dirty_bytes,
-                source: Box::new(cause.duplicate()),
-            },
-        }
-    }
-}
-
 /// The error a file's earlier failed write-back left, if any (see the module docs).
-pub(crate) fn sticky_error(cache: &CacheShared, entry: &FileEntry) -> Option<Error> {
+pub(crate) fn sticky_error(engine: &Engine, entry: &FileEntry) -> Option<Error> {
     entry.sticky.lock().as_ref()?;
     // Counted before the sticky error is locked again: no lock of the books inside it.
-    let dirty = dirty_bytes(cache, entry, 0..cache.geometry.extents(entry.len));
+    let dirty = dirty_bytes(engine, entry, 0..engine.geometry.extents(entry.len));
     entry.sticky.lock().as_ref().map(|sticky| sticky.to_error(&entry.path, dirty))
 }
 
 /// A flush of `extents`: their write-back, then the file's sticky error if an earlier
 /// write-back failed (see the module docs).
-pub(crate) fn flush(cache: &CacheShared, entry: &FileEntry, extents: Range<u64>) -> Result<()> {
-    write_back(cache, entry, extents)?;
-    match sticky_error(cache, entry) {
+pub(crate) fn flush(engine: &Engine, entry: &FileEntry, extents: Range<u64>) -> Result<()> {
+    write_back(engine, entry, extents)?;
+    match sticky_error(engine, entry) {
         Some(e) => Err(e),
         None => Ok(()),
     }
@@ -248,8 +211,8 @@ pub(crate) fn flush(cache: &CacheShared, entry: &FileEntry, extents: Range<u64>)
 
 /// A sync: every dirty extent written back, then `fdatasync`; when both succeed the file's
 /// sticky error is cleared.
-pub(crate) fn sync(cache: &CacheShared, entry: &FileEntry) -> Result<()> {
-    write_back(cache, entry, 0..cache.geometry.extents(entry.len))?;
+pub(crate) fn sync(engine: &Engine, entry: &FileEntry) -> Result<()> {
+    write_back(engine, entry, 0..engine.geometry.extents(entry.len))?;
     if entry.writable {
         if let Err(e) = entry.file.sync_data() {
             *entry.sticky.lock() = Some(StickyError::from_error(&e));

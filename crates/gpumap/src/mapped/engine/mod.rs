@@ -1,0 +1,32 @@
+//! The engine of the GPU page cache: state, faults, eviction and write-back. Nothing here knows
+//! the public types; `DeviceCache`, `DeviceMappedFile` and the views are faces on it.
+//!
+//! - `state`: the engine (shards of books under their locks, the memory store, the budget) and
+//!   what it keeps of each open file;
+//! - `books`: a shard's residency books — states, pins, LRU, slots — a pure state machine;
+//! - `geometry`: extent and frame arithmetic;
+//! - `store`: GPU or host memory — mapping frames and moving bytes;
+//! - `room`: eviction, in a shard and across shards;
+//! - `pins`: faults of views (contiguous and single-extent);
+//! - `plan` and `gather`: batched gathers, planned from a snapshot, then carried out;
+//! - `writeback` and `sticky`: dirty extents out, and the errors that stick.
+#![forbid(unsafe_code)]
+
+mod books;
+mod gather;
+mod geometry;
+mod pins;
+mod plan;
+mod room;
+mod state;
+mod sticky;
+mod store;
+mod writeback;
+
+pub(crate) use gather::{gather, GatherRange};
+pub(crate) use geometry::Geometry;
+pub(crate) use pins::{pin_extent, pin_frames, unpin_view, PinFor, Pins};
+pub(crate) use room::evict;
+pub(crate) use state::{CacheNumbers, Engine, EngineConfig, FileEntry, FileNumbers};
+pub(crate) use store::Home;
+pub(crate) use writeback::{flush, sync, write_back};
