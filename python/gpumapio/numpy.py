@@ -37,6 +37,12 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
 
 def tofile(ary: Any, file: Any) -> None:
     """``ndarray.tofile``: the array's bytes in C order, written in parallel by gpumap."""
+    dtype = getattr(ary, "dtype", None)
+    if dtype is not None and np.dtype(dtype).hasobject:
+        # Refused before the file is opened (and truncated); gpumap would refuse it after.
+        raise TypeError(
+            f"tofile: dtype {dtype} holds Python objects (buffer format 'O'); gpumap writes only plain data"
+        )
     contiguous = ary if getattr(ary, "flags", None) is not None and ary.flags.c_contiguous else None
     if contiguous is None:
         contiguous = np.ascontiguousarray(ary, like=ary) if hasattr(ary, "__array_function__") else ary
