@@ -17,13 +17,13 @@ use gpumap::mapped::{
     View as ReadView, ViewMut,
 };
 use gpumap::memory::Device;
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyMemoryError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::buffers::memory;
-use crate::errors::{check, nogil};
+use crate::errors::{check, nogil, to_py};
 use crate::future::{IOFuture, Pending};
 
 /// `device`: `None`/`"auto"` (GPU 0 where there is one), an ordinal, or `"host"`.
@@ -108,6 +108,37 @@ fn cache_stats<'py>(py: Python<'py>, s: &CacheStats) -> PyResult<Bound<'py, PyDi
     d.set_item("map_seconds", s.map_seconds)?;
     d.set_item("fault_seconds", s.fault_seconds)?;
     Ok(d)
+}
+
+/// `[offset, offset + len)` checked against a map of `file_len` bytes, with the library's
+/// error, before anything is allocated for it: a caller's length must not size an allocation
+/// until it is known to be inside the file.
+fn check_range(py: Python<'_>, offset: u64, len: u64, file_len: u64) -> PyResult<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= file_len => Ok(()),
+        _ => Err(to_py(py, &gpumap::Error::OutOfRange { offset, len, file_len })),
+    }
+}
+
+/// A new `bytes` of `len` bytes, filled by `fill` with the GIL released. Python allocates it,
+/// so memory that cannot be had is a `MemoryError`, as for Python's own objects (a Rust `Vec`
+/// would abort the process).
+fn filled_bytes<'py, F>(py: Python<'py>, len: usize, fill: F) -> PyResult<Bound<'py, PyBytes>>
+where
+    F: FnOnce(&mut [u8]) -> gpumap::Result<()> + Send,
+{
+    // Not yet seen by any other Python code, so filling it without the GIL races with nothing.
+    PyBytes::new_with(py, len, |bytes| nogil(py, move || fill(bytes)))
+}
+
+/// A host copy of device memory `src`, in a buffer whose allocation may fail (`MemoryError`).
+fn host_copy(src: gpumap::memory::cuda::CudaView<'_>) -> PyResult<Vec<u8>> {
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(src.len()).map_err(|_| {
+        PyMemoryError::new_err(format!("{} bytes of host memory for a copy", src.len()))
+    })?;
+    bytes.resize(src.len(), 0);
+    Ok(bytes)
 }
 
 /// One budget of GPU memory (host memory without a GPU) shared by the files opened in it,
@@ -198,8 +229,13 @@ impl DeviceCache {
         ranges: Vec<(PyRef<'_, MappedFile>, u64, u64)>,
         out: Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let total: u64 = ranges.iter().map(|r| r.2).sum();
-        let mut dst = memory(&out, true)?.into_dst(py, 0, total as usize)?;
+        let total =
+            ranges.iter().try_fold(0u64, |sum, r| sum.checked_add(r.2)).ok_or_else(|| {
+                PyValueError::new_err("the lengths of the ranges overflow 64 bits when added up")
+            })?;
+        let total = usize::try_from(total)
+            .map_err(|_| PyValueError::new_err(format!("{total} bytes do not fit in memory")))?;
+        let mut dst = memory(&out, true)?.into_dst(py, 0, total)?;
         let maps: Vec<(DeviceMappedFile, u64, u64)> =
             ranges.iter().map(|(m, o, l)| (m.inner.clone(), *o, *l)).collect();
         let cache = self.inner.clone();
@@ -337,25 +373,26 @@ impl MappedFile {
         offset: u64,
         length: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
+        check_range(py, offset, length as u64, self.inner.len())?;
         let map = self.inner.clone();
-        let bytes = nogil(py, move || {
-            let mut bytes = vec![0u8; length];
-            map.read(offset, &mut bytes)?;
-            Ok(bytes)
-        })?;
-        Ok(PyBytes::new(py, &bytes))
+        filled_bytes(py, length, move |bytes| map.read(offset, bytes))
     }
 
     /// Copies `data` (bytes-like) to `offset` of the map; written back later (or by `flush`).
     fn write(&self, py: Python<'_>, offset: u64, data: Bound<'_, PyAny>) -> PyResult<()> {
         let src = memory(&data, false)?;
         let len = src.len();
+        check_range(py, offset, len as u64, self.inner.len())?;
         let src = src.into_src(py, 0, len)?;
+        let staging = match src.view() {
+            gpumap::memory::DeviceView::Host(_) => Vec::new(),
+            gpumap::memory::DeviceView::Cuda(view) => host_copy(view)?,
+        };
         let map = self.inner.clone();
         nogil(py, move || match src.view() {
             gpumap::memory::DeviceView::Host(bytes) => map.write(offset, bytes),
             gpumap::memory::DeviceView::Cuda(view) => {
-                let mut bytes = vec![0u8; view.len()];
+                let mut bytes = staging;
                 view.copy_to_host(0, &mut bytes)?;
                 map.write(offset, &bytes)
             }
@@ -693,32 +730,43 @@ impl View {
     /// A copy of the view's bytes in host memory (works on both backends).
     fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let held = self.held()?;
-        let len = self.nbytes as usize;
-        let bytes = nogil(py, move || {
-            let mut bytes = vec![0u8; len];
-            held.copy_to_host(&mut bytes)?;
-            Ok(bytes)
-        })?;
-        Ok(PyBytes::new(py, &bytes))
+        filled_bytes(py, self.nbytes as usize, move |bytes| held.copy_to_host(bytes))
     }
 
     /// Copies `data` (bytes-like) to `at` in a writable view.
     #[pyo3(signature = (data, at = 0))]
     fn write(&self, py: Python<'_>, data: Bound<'_, PyAny>, at: u64) -> PyResult<()> {
         let held = self.held()?;
-        let Held::Write(view) = &*held else {
+        if !matches!(&*held, Held::Write(_)) {
             return Err(PyValueError::new_err("a read-only view; make it with writable=True"));
-        };
+        }
         let src = memory(&data, false)?;
         let len = src.len();
-        let src = src.into_src(py, 0, len)?;
-        let mut bytes = vec![0u8; len];
-        match src.view() {
-            gpumap::memory::DeviceView::Host(b) => bytes.copy_from_slice(b),
-            gpumap::memory::DeviceView::Cuda(v) => check(py, v.copy_to_host(0, &mut bytes))?,
+        if at.checked_add(len as u64).is_none_or(|end| end > self.nbytes) {
+            return Err(PyValueError::new_err(format!(
+                "{len} bytes at {at} do not fit in the view of {} bytes",
+                self.nbytes
+            )));
         }
-        let result = view.lock().unwrap_or_else(|p| p.into_inner()).copy_from_host(at, &bytes);
-        check(py, result)
+        let src = src.into_src(py, 0, len)?;
+        let staging = match src.view() {
+            gpumap::memory::DeviceView::Host(_) => Vec::new(),
+            gpumap::memory::DeviceView::Cuda(v) => host_copy(v)?,
+        };
+        nogil(py, move || {
+            let Held::Write(view) = &*held else {
+                return Err(gpumap::Error::InvalidArgument("a read-only view".into()));
+            };
+            let mut view = view.lock().unwrap_or_else(|p| p.into_inner());
+            match src.view() {
+                gpumap::memory::DeviceView::Host(bytes) => view.copy_from_host(at, bytes),
+                gpumap::memory::DeviceView::Cuda(v) => {
+                    let mut bytes = staging;
+                    v.copy_to_host(0, &mut bytes)?;
+                    view.copy_from_host(at, &bytes)
+                }
+            }
+        })
     }
 
     /// Gives the view up: its pin goes once no export holds it.
