@@ -277,6 +277,10 @@ impl Pending for Prefetch {
         self.0.is_done()
     }
 
+    fn wait_timeout(&self, timeout: std::time::Duration) -> bool {
+        self.0.wait_timeout(timeout)
+    }
+
     fn wait(self: Box<Self>) -> (gpumap::Result<usize>, Option<Box<dyn std::any::Any + Send>>) {
         let n = self.1;
         (self.0.wait().map(|()| n), None)
