@@ -7,7 +7,7 @@
 //! itself until its consumer calls the deleter. So the memory under a CuPy array or a torch
 //! tensor made from a view is never evicted while the array lives.
 
-use std::ffi::{c_char, c_void};
+use std::ffi::{c_char, c_void, CString};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -17,7 +17,9 @@ use gpumap::mapped::{
     View as ReadView, ViewMut,
 };
 use gpumap::memory::Device;
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PyMemoryError, PyValueError};
+use pyo3::exceptions::{
+    PyAttributeError, PyBufferError, PyMemoryError, PyRuntimeWarning, PyValueError,
+};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
@@ -201,7 +203,7 @@ impl DeviceCache {
         let o = map_options(writable, advice, zero_copy, max_pinned, read_ahead)?;
         let cache = self.inner.clone();
         let inner = nogil(py, move || cache.open_with(&path, &o))?;
-        Ok(MappedFile { inner })
+        Ok(MappedFile::new(inner))
     }
 
     /// `{"budget", "used_bytes", "slots_in_use", "files", "totals": {...}, ...}`.
@@ -267,6 +269,54 @@ impl DeviceCache {
 #[pyclass(module = "gpumapio", name = "MappedFile", frozen)]
 pub struct MappedFile {
     inner: DeviceMappedFile,
+    /// Shared with the views: the last of them to go flushes (see [`MapHandle`]).
+    handle: Arc<MapHandle>,
+}
+
+impl MappedFile {
+    fn new(map: DeviceMappedFile) -> MappedFile {
+        MappedFile { handle: Arc::new(MapHandle { map: map.clone() }), inner: map }
+    }
+}
+
+/// The binding's hold on a map, shared by its `MappedFile` and its views. When the last of
+/// them goes, a writable map with dirty bytes is flushed here, and a failure is raised as a
+/// `RuntimeWarning`: the library's own flush when its last handle drops can only log (through
+/// `tracing`, which Python users do not see). Python code is the only writer of a map it
+/// opened, so after this flush nothing dirties it again.
+struct MapHandle {
+    map: DeviceMappedFile,
+}
+
+impl Drop for MapHandle {
+    fn drop(&mut self) {
+        if !self.map.is_writable() {
+            return;
+        }
+        let dirty = self.map.stats().dirty_bytes;
+        // SAFETY: a plain query, valid at any time.
+        if dirty == 0 || unsafe { ffi::Py_IsInitialized() } == 0 {
+            return; // nothing to lose, or no interpreter left to tell (the library still logs)
+        }
+        // The last holder may be a DLPack deleter run by a consumer without the GIL.
+        Python::attach(|py| {
+            let map = self.map.clone();
+            let Err(e) = py.detach(move || map.flush()) else { return };
+            let message = format!(
+                "{dirty} dirty bytes of {} could not be written back when its last MappedFile and \
+                 views were released: {}; the cache tries once more as it closes the file, and \
+                 what that cannot write is lost (flush() or close() raise such errors)",
+                self.map.path().display(),
+                gpumap::error::Report(&e)
+            );
+            let message = CString::new(message.replace('\0', "")).unwrap_or_default();
+            let category = py.get_type::<PyRuntimeWarning>();
+            if let Err(raised) = PyErr::warn(py, &category, &message, 1) {
+                // Warnings made errors: there is no caller to raise into from here.
+                raised.write_unraisable(py, None);
+            }
+        });
+    }
 }
 
 /// A prefetch in flight, for `IOFuture`.
@@ -317,7 +367,7 @@ impl MappedFile {
             o.frame_size(frame);
         }
         let inner = nogil(py, move || o.open(&path))?;
-        Ok(MappedFile { inner })
+        Ok(MappedFile::new(inner))
     }
 
     fn __len__(&self) -> usize {
@@ -360,14 +410,15 @@ impl MappedFile {
     #[pyo3(signature = (offset, length, *, writable = false))]
     fn view(&self, py: Python<'_>, offset: u64, length: u64, writable: bool) -> PyResult<View> {
         let map = self.inner.clone();
-        let kind = nogil(py, move || {
+        let pin = nogil(py, move || {
             Ok(if writable {
-                Held::Write(Mutex::new(map.view_mut(offset, length)?))
+                Pin::Write(Mutex::new(map.view_mut(offset, length)?))
             } else {
-                Held::Read(map.view(offset, length)?)
+                Pin::Read(map.view(offset, length)?)
             })
         })?;
-        Ok(View::new(kind, offset, length, writable))
+        let held = Held { pin, _map: self.handle.clone() };
+        Ok(View::new(held, offset, length, writable))
     }
 
     /// The bytes of `[offset, offset + length)`, through the cache.
@@ -493,17 +544,24 @@ impl MappedFile {
     }
 }
 
-/// What a `View` holds: its pin.
-enum Held {
+/// A view's pin.
+enum Pin {
     Read(ReadView),
     Write(Mutex<ViewMut>),
 }
 
+/// What a `View` (and each export of it) holds: its pin, then the binding's handle on the map,
+/// so that the map is flushed only after the last view's bytes were let go.
+struct Held {
+    pin: Pin,
+    _map: Arc<MapHandle>,
+}
+
 impl Held {
     fn device(&self) -> Option<(u64, usize)> {
-        match self {
-            Held::Read(v) => v.device().map(|d| (d.ptr(), d.device_ordinal())),
-            Held::Write(v) => {
+        match &self.pin {
+            Pin::Read(v) => v.device().map(|d| (d.ptr(), d.device_ordinal())),
+            Pin::Write(v) => {
                 let v = v.lock().unwrap_or_else(|p| p.into_inner());
                 v.device().map(|d| (d.ptr(), d.device_ordinal()))
             }
@@ -511,9 +569,9 @@ impl Held {
     }
 
     fn copy_to_host(&self, dst: &mut [u8]) -> gpumap::Result<()> {
-        match self {
-            Held::Read(v) => v.copy_to_host(0, dst),
-            Held::Write(v) => v.lock().unwrap_or_else(|p| p.into_inner()).copy_to_host(0, dst),
+        match &self.pin {
+            Pin::Read(v) => v.copy_to_host(0, dst),
+            Pin::Write(v) => v.lock().unwrap_or_else(|p| p.into_inner()).copy_to_host(0, dst),
         }
     }
 }
@@ -741,7 +799,7 @@ impl View {
     #[pyo3(signature = (data, at = 0))]
     fn write(&self, py: Python<'_>, data: Bound<'_, PyAny>, at: u64) -> PyResult<()> {
         let held = self.held()?;
-        if !matches!(&*held, Held::Write(_)) {
+        if !matches!(&held.pin, Pin::Write(_)) {
             return Err(PyValueError::new_err("a read-only view; make it with writable=True"));
         }
         let src = memory(&data, false)?;
@@ -758,7 +816,7 @@ impl View {
             gpumap::memory::DeviceView::Cuda(v) => host_copy(v)?,
         };
         nogil(py, move || {
-            let Held::Write(view) = &*held else {
+            let Pin::Write(view) = &held.pin else {
                 return Err(gpumap::Error::InvalidArgument("a read-only view".into()));
             };
             let mut view = view.lock().unwrap_or_else(|p| p.into_inner());
