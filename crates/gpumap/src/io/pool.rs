@@ -63,11 +63,12 @@ fn with_cancel<R>(flag: Option<CancelFlag>, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// The error of a task skipped because its transfer was cancelled.
+/// The error of a task skipped because its transfer was cancelled. Made for every task left,
+/// so it allocates nothing.
 fn cancelled() -> Error {
     Error::io_nopath(
-        "start a task",
-        std::io::Error::new(std::io::ErrorKind::Interrupted, "the transfer was cancelled"),
+        "run a task of a cancelled transfer",
+        std::io::Error::from(std::io::ErrorKind::Interrupted),
     )
 }
 
