@@ -9,6 +9,8 @@ case runs in a child process: a regression shows as a failed test, not a crashed
 
 from __future__ import annotations
 
+import array
+import mmap
 import os
 import subprocess
 import sys
@@ -220,11 +222,14 @@ def test_plain_data_of_every_kind_is_still_moved(tmp_path):
         np.zeros((16, 32), ">u8"),
         memoryview(bytearray(4096)).cast("c"),
     ]
+    others = [array.array("H", bytes(4096)), array.array("d", bytes(4096)), mmap.mmap(-1, 4096)]
     with gpumapio.CuFile(path, "r") as f:
         for a in arrays:
             n = f.read(a)
             raw = a.tobytes() if isinstance(a, memoryview) else a.tobytes(order="A")
             assert n == len(raw) and raw == data[:n], a
+        for o in others:  # exporters other than NumPy, asked for their format too
+            assert f.read(o) == 4096 and bytes(memoryview(o).cast("B")) == data, o
     with gpumapio.CuFile(tmp_path / "out.bin", "w") as f:
         assert f.write(arrays[-2]) == arrays[-2].nbytes
     assert (tmp_path / "out.bin").read_bytes() == arrays[-2].tobytes()
