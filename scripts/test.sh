@@ -36,7 +36,9 @@ else
   "$py" -m pip install -q 'maturin>=1.5,<2'
   maturin="$work/venv/bin/maturin"
 fi
-"$maturin" build --release -m python/Cargo.toml -i "$py" -o "$work/wheels"
+# fault-injection: the hidden _native._arm_write_fault the tests use to make write-backs fail
+# (a test-only feature; release wheels are built without it).
+"$maturin" build --release -m python/Cargo.toml -i "$py" -o "$work/wheels" --features fault-injection
 "$py" -m pip install -q "$work"/wheels/gpumapio-*.whl numpy pytest 'zarr>=3' safetensors mypy
 
 echo "== Python: pytest (the installed wheel, not the source tree)"

@@ -74,16 +74,26 @@ def read_file_to_device(
     """
     if offset < 0:
         raise ValueError(f"offset {offset} is negative")
-    file_size = os.path.getsize(path)
-    if size is None:
-        size = max(file_size - offset, 0)
-    elif size < 0:
+    if size is not None and size < 0:
         raise ValueError(f"size {size} is negative")
-    out = empty_bytes(size, output, device)
     from gpumapio._native import CuFile
 
     with CuFile(path, "r") as f:
+        # The range is checked against the file before memory is allocated for it.
+        file_size = f.nbytes()
+        if size is None:
+            if offset > file_size:
+                raise EOFError(f"{os.fspath(path)} is {file_size} bytes long; offset {offset} is past its end")
+            size = file_size - offset
+        elif offset + size > file_size:
+            raise EOFError(_past_the_end(path, file_size, offset, size))
+        out = empty_bytes(size, output, device)
         got = f.read(out, size, offset)
-    if got != size:
-        raise EOFError(f"{os.fspath(path)} ended at {offset + got}: wanted {size} bytes at offset {offset}")
+        if got != size:
+            # Cut by someone else since it was measured.
+            raise EOFError(_past_the_end(path, f.nbytes(), offset, size))
     return out
+
+
+def _past_the_end(path: str | os.PathLike[str], file_size: int, offset: int, size: int) -> str:
+    return f"{os.fspath(path)} is {file_size} bytes long; bytes {offset}..{offset + size} were asked for"

@@ -9,8 +9,8 @@ name                        meaning
 ==========================  ===========================================================
 ``compat_mode``             ``CompatMode.ON`` (POSIX only), ``OFF`` (cuFile or fail),
                             ``AUTO`` (cuFile where it is real GDS); also a bool or str
-``num_threads``             threads of the shared I/O pool (resized in place)
-``task_size``               largest piece one task moves, bytes
+``num_threads``             threads of the shared I/O pool, 1 to 1024 (resized in place)
+``task_size``               largest piece one task moves, bytes (at least 1)
 ``gds_threshold``           device transfers below this use POSIX, bytes
 ``bounce_buffer_size``      pinned staging buffer size, a multiple of 4096 bytes
 ``auto_direct_io_read``     ``O_DIRECT`` for reads: bool, or ``"uncached"`` (only where

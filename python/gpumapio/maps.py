@@ -83,6 +83,17 @@ def _output_for(mapped: MappedFile, output: Output) -> Output:
     return "auto" if on_gpu else "numpy"
 
 
+def _check_rows(mapped: MappedFile, offsets: list[int], length: int) -> None:
+    size = mapped.nbytes
+    if length < 0:
+        raise ValueError(f"row length {length} is negative")
+    for o in offsets:
+        if o < 0:
+            raise ValueError(f"row offset {o} is negative")
+        if o + length > size:
+            raise ValueError(f"row {o}..{o + length} is outside the file of {size} bytes")
+
+
 def gather(
     mapped: MappedFile,
     offsets: Sequence[int],
@@ -98,6 +109,8 @@ def gather(
     kernel launch per group; resident ones are copied from the cache."""
     offsets = [int(o) for o in offsets]
     if out is None:
+        # The rows are checked against the file before memory is allocated for them.
+        _check_rows(mapped, offsets, length)
         out = empty_bytes(len(offsets) * length, _output_for(mapped, output), device)
     mapped.gather(offsets, length, out)
     return out

@@ -25,8 +25,15 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
     items (-1: all) of ``dtype`` from byte ``offset``, truncated to the file as NumPy does."""
     if sep != "":
         raise NotImplementedError("only binary files (sep='') are supported")
+    if offset < 0:
+        raise ValueError(f"offset {offset} is negative")
+    if count < -1:
+        raise ValueError(f"count {count}: expected -1 (all) or a number of items")
     path = _path(file)
     itemsize = np.dtype(dtype).itemsize
+    if itemsize == 0:
+        raise ValueError(f"dtype {np.dtype(dtype)} has items of no size")
+    # The count comes from the file, so the array is never larger than what it holds.
     available = max(os.path.getsize(path) - offset, 0) // itemsize
     count = available if count == -1 else min(count, available)
     out = np.empty_like(like, shape=(count,), dtype=dtype) if like is not None else np.empty(count, dtype=dtype)
@@ -37,6 +44,12 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
 
 def tofile(ary: Any, file: Any) -> None:
     """``ndarray.tofile``: the array's bytes in C order, written in parallel by gpumap."""
+    dtype = getattr(ary, "dtype", None)
+    if dtype is not None and np.dtype(dtype).hasobject:
+        # Refused before the file is opened (and truncated); gpumap would refuse it after.
+        raise TypeError(
+            f"tofile: dtype {dtype} holds Python objects (buffer format 'O'); gpumap writes only plain data"
+        )
     contiguous = ary if getattr(ary, "flags", None) is not None and ary.flags.c_contiguous else None
     if contiguous is None:
         contiguous = np.ascontiguousarray(ary, like=ary) if hasattr(ary, "__array_function__") else ary

@@ -11,6 +11,11 @@
 //!    and managed tensors (the consumer stream asked for is the legacy default stream, which is
 //!    then synchronized), host memory for CPU and pinned tensors.
 //!
+//! Only plain data is taken (numbers, bools, bytes, records of them): gpumap moves raw bytes,
+//! and bytes landing on Python objects' references (NumPy `dtype=object`, typestr `O`, a DLPack
+//! opaque handle) would break their reference counts, while writing them would write heap
+//! addresses to the file. Other formats are a `TypeError` naming the format.
+//!
 //! The Python object (or its buffer export, or its DLPack capsule) is kept alive by the
 //! [`OwnedDst`] / [`OwnedSrc`] made from it, so memory under a running transfer cannot be
 //! freed or resized; what Python code writes to it meanwhile is the caller's business, as with
@@ -48,7 +53,9 @@ struct PyBufferView {
 }
 
 const PYBUF_WRITABLE: c_int = 0x0001;
-const PYBUF_ANY_CONTIGUOUS: c_int = 0x0080 | 0x0010 | 0x0008;
+const PYBUF_FORMAT: c_int = 0x0004;
+const PYBUF_STRIDES: c_int = 0x0010 | 0x0008;
+const PYBUF_ANY_CONTIGUOUS: c_int = 0x0080 | PYBUF_STRIDES;
 
 extern "C" {
     fn PyObject_CheckBuffer(obj: *mut ffi::PyObject) -> c_int;
@@ -303,29 +310,150 @@ fn buffer_protocol(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
         suboffsets: std::ptr::null_mut(),
         internal: std::ptr::null_mut(),
     });
-    let flags = PYBUF_ANY_CONTIGUOUS | if writable { PYBUF_WRITABLE } else { 0 };
+    // PYBUF_FORMAT: the exporter must say what its items are, so that objects can be refused.
+    let readable = PYBUF_ANY_CONTIGUOUS | PYBUF_FORMAT;
+    let flags = readable | if writable { PYBUF_WRITABLE } else { 0 };
     // SAFETY: `obj` is live, the GIL is held, and `view` is a valid `Py_buffer` to fill in.
     if unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) } != 0 {
         let err = PyErr::fetch(py);
         let why = err.value(py).str().map(|s| s.to_string()).unwrap_or_default();
-        // Read-only, or not contiguous? Ask again without the writable flag.
-        // SAFETY: as above; a successful export is released at once.
-        let readable = writable
-            && unsafe { PyObject_GetBuffer(obj.as_ptr(), &mut *view, PYBUF_ANY_CONTIGUOUS) } == 0;
-        if readable {
-            // SAFETY: `view` was just filled in by a successful export.
-            unsafe { PyBuffer_Release(&mut *view) };
+        // Asked again with fewer demands, to say which one failed; a successful export is
+        // released at once.
+        let exports = |view: &mut PyBufferView, flags: c_int| {
+            // SAFETY: as above.
+            let ok = unsafe { PyObject_GetBuffer(obj.as_ptr(), view, flags) } == 0;
+            if ok {
+                // SAFETY: `view` was just filled in by a successful export.
+                unsafe { PyBuffer_Release(view) };
+            } else {
+                let _ = PyErr::take(py);
+            }
+            ok
+        };
+        if writable && exports(&mut view, readable) {
             return Err(PyTypeError::new_err(format!(
                 "cannot read into a read-only buffer ({why})"
             )));
         }
-        let _ = PyErr::take(py);
-        return Err(PyValueError::new_err(format!("Array must be contiguous ({why})")));
+        if exports(&mut view, PYBUF_STRIDES | PYBUF_FORMAT) {
+            return Err(PyValueError::new_err(format!("Array must be contiguous ({why})")));
+        }
+        // Neither: the exporter's own reason (NumPy's datetimes, for one, have no buffer).
+        return Err(err);
     }
     let len = usize::try_from(view.len).unwrap_or(0);
     let ptr = view.buf as *mut u8;
     let readonly = view.readonly != 0;
-    Ok(Memory { kind: Kind::Host { ptr }, len, readonly, keep: Keep::Export(HostExport { view }) })
+    let format = if view.format.is_null() {
+        None
+    } else {
+        // SAFETY: a non-NULL `format` is a NUL-terminated string owned by the export, which is
+        // alive until `HostExport` releases it below.
+        Some(unsafe { std::ffi::CStr::from_ptr(view.format) }.to_string_lossy().into_owned())
+    };
+    let export = HostExport { view };
+    // A NULL format means unsigned bytes ("B").
+    if let Some(format) = format {
+        if let Err(why) = check_format(&format) {
+            drop(export);
+            return Err(PyTypeError::new_err(format!(
+                "{} has items of buffer format {format:?}, {why}; {PLAIN_DATA}",
+                obj.get_type().name()?
+            )));
+        }
+    }
+    Ok(Memory { kind: Kind::Host { ptr }, len, readonly, keep: Keep::Export(export) })
+}
+
+/// What the refusals of non-plain data go on to say.
+const PLAIN_DATA: &str = "gpumap moves raw bytes, so it takes only plain data (integers, \
+                          floats, complex numbers, bools, bytes, and records of them)";
+
+/// Checks a buffer-protocol format string (the `struct` module's syntax, with PEP 3118's
+/// additions) for items that are not plain data: Python objects (`O`) are references whose
+/// counts break when bytes land on them, and pointers (`P`, `z`, `&`, function pointers) point
+/// at memory the bytes of a file know nothing of. Anything not known to be plain is refused.
+fn check_format(format: &str) -> Result<(), String> {
+    let mut chars = format.chars().peekable();
+    let mut depth = 0usize;
+    while let Some(c) = chars.next() {
+        match c {
+            // Byte order and alignment, repeat counts, spacing.
+            '@' | '=' | '<' | '>' | '!' | '^' | ' ' | '0'..='9' => {}
+            // Numbers, bools, characters, byte and character strings, padding.
+            'b' | 'B' | 'h' | 'H' | 'i' | 'I' | 'l' | 'L' | 'q' | 'Q' | 'n' | 'N' | 'e' | 'f'
+            | 'd' | 'g' | '?' | 'c' | 's' | 'p' | 'x' | 'u' | 'w' => {}
+            // Complex numbers: Z and the float type of the parts.
+            'Z' => match chars.next() {
+                Some('e' | 'f' | 'd' | 'g') => {}
+                other => {
+                    return Err(format!(
+                        "whose complex type Z{} gpumap does not know",
+                        other.map(String::from).unwrap_or_default()
+                    ))
+                }
+            },
+            // Records: `T{...}`, with field names `:name:` and sub-array shapes `(2,3)`.
+            'T' if chars.peek() == Some(&'{') => {
+                chars.next();
+                depth += 1;
+            }
+            '}' if depth > 0 => depth -= 1,
+            ':' => {
+                if !chars.by_ref().any(|c| c == ':') {
+                    return Err("with a field name that does not end".into());
+                }
+            }
+            '(' => {
+                if !chars.by_ref().any(|c| c == ')') {
+                    return Err("with a shape that does not end".into());
+                }
+            }
+            'O' => return Err("which are Python objects".into()),
+            'P' | 'z' | '&' | 'X' => return Err(format!("which hold pointers ({c:?})")),
+            other => return Err(format!("whose item type {other:?} is not known plain data")),
+        }
+    }
+    Ok(())
+}
+
+/// Checks a `__cuda_array_interface__` typestr (`<f4`, `|u1`, `|V16`, ...): the kinds NumPy's
+/// array interface defines for plain data pass; objects (`O`), bit fields and unknown kinds are
+/// refused.
+fn check_typestr(typestr: &str) -> Result<(), String> {
+    let mut chars = typestr.chars();
+    let order = chars.next();
+    let kind = chars.next();
+    if !matches!(order, Some('<' | '>' | '|' | '=')) {
+        return Err(format!("typestr {typestr:?} does not start with a byte order"));
+    }
+    match kind {
+        Some('b' | 'i' | 'u' | 'f' | 'c' | 'm' | 'M' | 'S' | 'U' | 'V') => Ok(()),
+        Some('O') => Err(format!("typestr {typestr:?} is of Python objects")),
+        _ => Err(format!("typestr {typestr:?} is not a kind of plain data gpumap knows")),
+    }
+}
+
+/// Checks the `descr` of a `__cuda_array_interface__` record (a list of `(name, typestr)` or
+/// `(name, typestr, shape)`, or of `(name, descr)` for nested records) field by field.
+fn check_descr(descr: &Bound<'_, PyAny>) -> PyResult<Result<(), String>> {
+    let Ok(fields) = descr.try_iter() else {
+        return Ok(Err("its descr is not a list of fields".into()));
+    };
+    for field in fields {
+        let field = field?;
+        let Ok(kind) = field.get_item(1) else {
+            return Ok(Err(format!("descr field {field} is not (name, type)")));
+        };
+        let found = match kind.extract::<String>() {
+            Ok(typestr) => check_typestr(&typestr),
+            Err(_) => check_descr(&kind)?,
+        };
+        if let Err(why) = found {
+            return Ok(Err(format!("descr field {field}: {why}")));
+        }
+    }
+    Ok(Ok(()))
 }
 
 fn cuda_array_interface(
@@ -344,6 +472,20 @@ fn cuda_array_interface(
     };
     let shape: Vec<usize> = get("shape")?.extract()?;
     let typestr: String = get("typestr")?.extract()?;
+    let mut plain = check_typestr(&typestr);
+    if plain.is_ok() {
+        if let Some(descr) = cai.get_item("descr")? {
+            if !descr.is_none() {
+                plain = check_descr(&descr)?;
+            }
+        }
+    }
+    if let Err(why) = plain {
+        return Err(PyTypeError::new_err(format!(
+            "__cuda_array_interface__ of {}: {why}; {PLAIN_DATA}",
+            obj.get_type().name()?
+        )));
+    }
     let itemsize: usize = typestr.get(2..).and_then(|n| n.parse().ok()).ok_or_else(|| {
         PyValueError::new_err(format!("__cuda_array_interface__ typestr {typestr:?}"))
     })?;
@@ -406,7 +548,8 @@ fn contiguous(shape: &[usize], strides: &[isize], itemsize: usize) -> bool {
             if shape[i] != 1 && strides[i] != expected {
                 return false;
             }
-            expected *= shape[i] as isize;
+            // An overflowing size is refused where the length is computed.
+            expected = expected.saturating_mul(shape[i] as isize);
         }
         true
     };
@@ -470,6 +613,27 @@ const KDL_CUDA: i32 = 2;
 const KDL_CUDA_HOST: i32 = 3;
 const KDL_CUDA_MANAGED: i32 = 13;
 
+/// Checks a DLPack dtype: the type codes of dlpack.h 1.1 for numbers and bools pass (ints,
+/// unsigned, floats, bfloat16, complex, bool, the float8 family), in whole bytes; an opaque
+/// handle (code 3) is a pointer, an unknown code may be anything, and items of fewer than
+/// eight bits are packed, so that the size in bytes would be wrong.
+fn check_dl_dtype(code: u8, bits: u8, lanes: u16) -> Result<(), String> {
+    const KDL_OPAQUE_HANDLE: u8 = 3;
+    const KDL_LAST_KNOWN: u8 = 17; // kDLFloat4_e2m1fn
+    let described = format!("dtype code {code}, {bits} bits, {lanes} lanes");
+    if code == KDL_OPAQUE_HANDLE {
+        return Err(format!("{described} is an opaque handle (a pointer)"));
+    }
+    if code > KDL_LAST_KNOWN {
+        return Err(format!("{described} is not a type gpumap knows"));
+    }
+    let item_bits = u32::from(bits) * u32::from(lanes);
+    if item_bits == 0 || item_bits % 8 != 0 {
+        return Err(format!("{described}: items that are not whole bytes"));
+    }
+    Ok(())
+}
+
 fn dlpack(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
     let py = obj.py();
     let (device_type, _device_id): (i32, i32) =
@@ -501,6 +665,12 @@ fn dlpack(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
     // `DLTensor`; it stays valid while the capsule lives (we keep it), and `shape` / `strides`
     // have `ndim` entries each (strides may be NULL: C-contiguous).
     let tensor = unsafe { &*(managed as *const DLTensor) };
+    if let Err(why) = check_dl_dtype(tensor.dtype_code, tensor.dtype_bits, tensor.dtype_lanes) {
+        return Err(PyTypeError::new_err(format!(
+            "DLPack tensor of {}: {why}; {PLAIN_DATA}",
+            obj.get_type().name()?
+        )));
+    }
     let ndim = usize::try_from(tensor.ndim).unwrap_or(0);
     let itemsize = (tensor.dtype_bits as usize * tensor.dtype_lanes as usize).div_ceil(8);
     let shape: Vec<usize> = (0..ndim)
@@ -510,7 +680,7 @@ fn dlpack(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
     if !tensor.strides.is_null() {
         let strides: Vec<isize> = (0..ndim)
             // SAFETY: see above; DLPack strides count elements, not bytes.
-            .map(|i| unsafe { *tensor.strides.add(i) } as isize * itemsize as isize)
+            .map(|i| (unsafe { *tensor.strides.add(i) } as isize).saturating_mul(itemsize as isize))
             .collect();
         if !contiguous(&shape, &strides, itemsize) {
             return Err(PyValueError::new_err("Array must be contiguous"));

@@ -7,7 +7,8 @@
 
 use std::sync::Mutex;
 
-use gpumap::config::{CompatMode, Config, DirectRead};
+use gpumap::align::PAGE_SIZE as PAGE;
+use gpumap::config::{CompatMode, Config, DirectRead, MAX_THREADS};
 use gpumap::io::{HandleOptions, IoPool};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -117,21 +118,42 @@ pub fn defaults_get(py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
     })
 }
 
-fn size_value(name: &str, value: &Bound<'_, PyAny>, min: u64) -> PyResult<u64> {
+/// An int setting in `least..=most`: a bool or any other type is a `TypeError`, a value
+/// outside the range a `ValueError` naming the bound it crosses. Compared as Python ints, so a
+/// value of any size gets the same message (never an `OverflowError`).
+fn size_value(name: &str, value: &Bound<'_, PyAny>, least: u64, most: u64) -> PyResult<u64> {
     if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
             "{name} must be an int, not {}",
             value.get_type().name()?
         )));
     }
-    let n: i128 = value.extract()?;
-    u64::try_from(n)
-        .ok()
-        .filter(|n| *n >= min)
-        .ok_or_else(|| PyValueError::new_err(format!("{name} must be at least {min}, got {n}")))
+    if value.lt(least)? {
+        return Err(PyValueError::new_err(format!("{name} must be at least {least}, got {value}")));
+    }
+    if value.gt(most)? {
+        return Err(PyValueError::new_err(format!(
+            "{name} {value} is too large: at most {most}{}",
+            if name == "num_threads" { " (gpumap's limit on I/O threads)" } else { "" }
+        )));
+    }
+    value.extract()
 }
 
-fn bool_value(name: &str, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+/// `value` as a small int, if it is an int (not a bool) that fits; `None` for ints of any size
+/// outside `i64` (which are then out of range, whatever the setting).
+fn small_int(value: &Bound<'_, PyAny>) -> Option<i64> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return None;
+    }
+    value.extract().ok()
+}
+
+/// What a bool setting takes.
+const BOOL: &str = "a bool, 0 or 1, or a string such as \"on\" or \"off\"";
+
+/// A bool setting; `expected` says what it takes, in its errors.
+fn bool_value(name: &str, value: &Bound<'_, PyAny>, expected: &str) -> PyResult<bool> {
     if let Ok(b) = value.cast::<PyBool>() {
         return Ok(b.is_true());
     }
@@ -140,12 +162,15 @@ fn bool_value(name: &str, value: &Bound<'_, PyAny>) -> PyResult<bool> {
             .map_err(|e| PyValueError::new_err(format!("{name}: {e}")));
     }
     if value.is_instance_of::<PyInt>() {
-        let n: i64 = value.extract()?;
-        if n == 0 || n == 1 {
-            return Ok(n == 1);
-        }
+        return match small_int(value) {
+            Some(n @ (0 | 1)) => Ok(n == 1),
+            _ => Err(PyValueError::new_err(format!("{name} must be {expected}, got {value}"))),
+        };
     }
-    Err(PyValueError::new_err(format!("{name} must be a bool, got {value}")))
+    Err(PyTypeError::new_err(format!(
+        "{name} must be {expected}, not {}",
+        value.get_type().name()?
+    )))
 }
 
 fn compat_mode_value(value: &Bound<'_, PyAny>) -> PyResult<CompatMode> {
@@ -154,12 +179,12 @@ fn compat_mode_value(value: &Bound<'_, PyAny>) -> PyResult<CompatMode> {
     }
     if value.is_instance_of::<PyInt>() {
         // KvikIO's numbers (CompatMode is an IntEnum: OFF=0, ON=1, AUTO=2).
-        return match value.extract::<i64>()? {
-            0 => Ok(CompatMode::Off),
-            1 => Ok(CompatMode::On),
-            2 => Ok(CompatMode::Auto),
-            n => Err(PyValueError::new_err(format!(
-                "compat_mode {n}: expected CompatMode.OFF (0), ON (1) or AUTO (2)"
+        return match small_int(value) {
+            Some(0) => Ok(CompatMode::Off),
+            Some(1) => Ok(CompatMode::On),
+            Some(2) => Ok(CompatMode::Auto),
+            _ => Err(PyValueError::new_err(format!(
+                "compat_mode {value}: expected CompatMode.OFF (0), ON (1) or AUTO (2)"
             ))),
         };
     }
@@ -185,24 +210,21 @@ pub fn defaults_set(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyR
             check(py, update(|s| s.compat_mode = mode))
         }
         "num_threads" => {
-            let n = size_value(name, value, 1)?;
-            if n > 4096 {
-                return Err(PyValueError::new_err(format!("num_threads {n}: at most 4096")));
-            }
+            let n = size_value(name, value, 1, MAX_THREADS as u64)?;
             let pool = check(py, IoPool::global())?;
             crate::errors::nogil(py, move || pool.set_nthreads(n as usize))
         }
         "task_size" => {
-            let n = size_value(name, value, 1)?;
+            let n = size_value(name, value, 1, u64::MAX)?;
             check(py, update(|s| s.task_size = n))
         }
         "gds_threshold" => {
-            let n = size_value(name, value, 0)?;
+            let n = size_value(name, value, 0, u64::MAX)?;
             check(py, update(|s| s.gds_threshold = n))
         }
         "bounce_buffer_size" => {
-            let n = size_value(name, value, 1)?;
-            if n % 4096 != 0 {
+            let n = size_value(name, value, PAGE, u64::MAX - (PAGE - 1))?;
+            if n % PAGE != 0 {
                 return Err(PyValueError::new_err(format!(
                     "bounce_buffer_size {n}: must be a multiple of 4096 (bounce buffers are used \
                      for O_DIRECT)"
@@ -217,7 +239,9 @@ pub fn defaults_set(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyR
                     .parse::<DirectRead>()
                     .map_err(|e| PyValueError::new_err(format!("auto_direct_io_read: {e}")))?,
                 Err(_) => {
-                    if bool_value(name, value)? {
+                    let expected =
+                        "a bool, 0 or 1, or a string such as \"on\", \"off\" or \"uncached\"";
+                    if bool_value(name, value, expected)? {
                         DirectRead::On
                     } else {
                         DirectRead::Off
@@ -227,7 +251,7 @@ pub fn defaults_set(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyR
             check(py, update(|s| s.direct_io_read = policy))
         }
         "auto_direct_io_write" => {
-            let on = bool_value(name, value)?;
+            let on = bool_value(name, value, BOOL)?;
             check(py, update(|s| s.direct_io_write = on))
         }
         other => Err(unknown(other)),

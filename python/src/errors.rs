@@ -18,7 +18,9 @@
 //! | a panic, in gpumap or here | `RuntimeError` with the panic message (never unwinds into Python) |
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
+use gpumap::io::IoFuture;
 use gpumap::Error;
 use pyo3::exceptions::{PyEOFError, PyMemoryError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -140,6 +142,29 @@ where
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(to_py(py, &e)),
         Err(payload) => Err(panicked(payload)),
+    }
+}
+
+/// How long a wait for I/O goes without letting Python run its signal handlers (Ctrl-C).
+pub const SIGNAL_POLL: Duration = Duration::from_millis(20);
+
+/// Waits for `future` with the GIL released, taking the GIL back every [`SIGNAL_POLL`] to run
+/// Python's signal handlers. When one raises (`KeyboardInterrupt` for Ctrl-C), the transfer is
+/// cancelled — its tasks not yet started are skipped — and once the tasks already running have
+/// finished, so that nothing writes into memory Python may free, that exception is raised.
+pub fn wait_interruptibly<T: Send>(py: Python<'_>, future: IoFuture<T>) -> PyResult<T> {
+    while !py.detach(|| future.wait_timeout(SIGNAL_POLL)) {
+        if let Err(signal) = py.check_signals() {
+            future.cancel();
+            // Dropped with the GIL held: what the work owned may be Python's memory.
+            let outcome = py.detach(move || future.wait());
+            drop(outcome);
+            return Err(signal);
+        }
+    }
+    match py.detach(move || future.wait()) {
+        Ok(value) => Ok(value),
+        Err(e) => Err(to_py(py, &e)),
     }
 }
 

@@ -9,11 +9,47 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::buffers::Keeper;
-use crate::buffers::{memory, Memory};
+use crate::buffers::{memory, Memory, OwnedDst, OwnedSrc};
 use crate::cufile::Stream;
 use crate::defaults;
-use crate::errors::{check, nogil};
+use crate::errors::{check, nogil, wait_interruptibly};
 use crate::future::{IOFuture, IOFutureStream, Pending};
+
+/// A blocking read of `dst` at `offset`. One task's worth runs on the calling thread, as it
+/// did; a longer read runs on the pool while this thread waits in steps, so that Ctrl-C stops
+/// it between tasks (see [`wait_interruptibly`]).
+fn read_blocking(
+    py: Python<'_>,
+    handle: &FileHandle,
+    mut dst: OwnedDst,
+    offset: u64,
+) -> PyResult<usize> {
+    if dst.view().len() as u64 <= handle.task_size() {
+        let n = nogil(py, || handle.read_device(dst.view(), offset));
+        drop(dst);
+        return n;
+    }
+    let (dst, n) = wait_interruptibly(py, handle.pread_device(dst, offset))?;
+    drop(dst);
+    Ok(n)
+}
+
+/// A blocking write of `src` at `offset`, interruptible as [`read_blocking`] is.
+fn write_blocking(
+    py: Python<'_>,
+    handle: &FileHandle,
+    src: OwnedSrc,
+    offset: u64,
+) -> PyResult<usize> {
+    if src.view().len() as u64 <= handle.task_size() {
+        let n = nogil(py, || handle.write_device(src.view(), offset));
+        drop(src);
+        return n;
+    }
+    let (src, n) = wait_interruptibly(py, handle.pwrite_device(src, offset))?;
+    drop(src);
+    Ok(n)
+}
 
 /// A stream-ordered transfer on one of gpumap's streams, and the memory it uses.
 struct StreamPending {
@@ -246,10 +282,8 @@ impl CuFile {
         let handle = self.handle_for(py, task_size)?;
         let mem = memory(buf, true)?;
         let len = span(&mem, size, 0)?;
-        let mut dst = mem.into_dst(py, 0, len)?;
-        let n = nogil(py, || handle.read_device(dst.view(), file_offset));
-        drop(dst);
-        n
+        let dst = mem.into_dst(py, 0, len)?;
+        read_blocking(py, &handle, dst, file_offset)
     }
 
     /// Writes `size` bytes (default: the buffer's size) of `buf` at `file_offset`, in parallel,
@@ -267,9 +301,7 @@ impl CuFile {
         let mem = memory(buf, false)?;
         let len = span(&mem, size, 0)?;
         let src = mem.into_src(py, 0, len)?;
-        let n = nogil(py, || handle.write_device(src.view(), file_offset));
-        drop(src);
-        n
+        write_blocking(py, &handle, src, file_offset)
     }
 
     /// Reads `size` bytes (default: the rest of the buffer after `dev_offset`) at `file_offset`
@@ -287,10 +319,8 @@ impl CuFile {
         let handle = self.handle()?;
         let mem = memory(buf, true)?;
         let len = span(&mem, size, dev_offset)?;
-        let mut dst = mem.into_dst(py, dev_offset, len)?;
-        let n = nogil(py, || handle.read_device(dst.view(), file_offset));
-        drop(dst);
-        n
+        let dst = mem.into_dst(py, dev_offset, len)?;
+        read_blocking(py, &handle, dst, file_offset)
     }
 
     /// Writes `size` bytes (default: the rest of the buffer after `dev_offset`) of `buf` from
@@ -308,9 +338,7 @@ impl CuFile {
         let mem = memory(buf, false)?;
         let len = span(&mem, size, dev_offset)?;
         let src = mem.into_src(py, dev_offset, len)?;
-        let n = nogil(py, || handle.write_device(src.view(), file_offset));
-        drop(src);
-        n
+        write_blocking(py, &handle, src, file_offset)
     }
 
     /// A read ordered on a CUDA stream. `raw_stream` is a `gpumapio.cufile_driver.Stream` —
@@ -343,10 +371,8 @@ impl CuFile {
         let raw_stream: u64 = raw_stream.extract()?;
         crate::buffers::synchronize_foreign(py, &mem, raw_stream)?;
         let len = span(&mem, size, dev_offset)?;
-        let mut dst = mem.into_dst(py, dev_offset, len)?;
-        let n = nogil(py, || handle.read_device(dst.view(), file_offset));
-        drop(dst);
-        Ok(IOFutureStream::ready(Ok(n?)))
+        let dst = mem.into_dst(py, dev_offset, len)?;
+        Ok(IOFutureStream::ready(Ok(read_blocking(py, &handle, dst, file_offset)?)))
     }
 
     /// A write ordered on the CUDA stream `raw_stream` (see `raw_read_async`).
@@ -374,8 +400,6 @@ impl CuFile {
         crate::buffers::synchronize_foreign(py, &mem, raw_stream)?;
         let len = span(&mem, size, dev_offset)?;
         let src = mem.into_src(py, dev_offset, len)?;
-        let n = nogil(py, || handle.write_device(src.view(), file_offset));
-        drop(src);
-        Ok(IOFutureStream::ready(Ok(n?)))
+        Ok(IOFutureStream::ready(Ok(write_blocking(py, &handle, src, file_offset)?)))
     }
 }

@@ -8,11 +8,12 @@
 
 use std::any::Any;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use gpumap::io::IoFuture;
 use pyo3::prelude::*;
 
-use crate::errors::{panicked, to_py};
+use crate::errors::{panicked, to_py, SIGNAL_POLL};
 
 /// Work in flight, type-erased.
 pub trait Pending: Send {
@@ -20,11 +21,27 @@ pub trait Pending: Send {
     fn is_done(&self) -> bool;
     /// Waits; returns the count and what kept the memory alive (dropped later, with the GIL).
     fn wait(self: Box<Self>) -> (gpumap::Result<usize>, Option<Box<dyn Any + Send>>);
+    /// Waits up to `timeout`; whether the work has finished. Work that cannot be waited for in
+    /// steps (stream-ordered transfers) says so at once, and `wait` then blocks.
+    fn wait_timeout(&self, timeout: Duration) -> bool {
+        let _ = timeout;
+        true
+    }
+    /// Asks the work to stop early (see `IoFuture::cancel`); by default it runs to its end.
+    fn cancel(&self) {}
 }
 
 impl<B: Send + 'static> Pending for IoFuture<(B, usize)> {
     fn is_done(&self) -> bool {
         IoFuture::is_done(self)
+    }
+
+    fn wait_timeout(&self, timeout: Duration) -> bool {
+        IoFuture::wait_timeout(self, timeout)
+    }
+
+    fn cancel(&self) {
+        IoFuture::cancel(self)
     }
 
     fn wait(self: Box<Self>) -> (gpumap::Result<usize>, Option<Box<dyn Any + Send>>) {
@@ -51,15 +68,53 @@ impl Slot {
         Slot { state: Mutex::new(state) }
     }
 
+    /// Waits for the work in steps of [`SIGNAL_POLL`], with the GIL released, running Python's
+    /// signal handlers between them: when one raises (Ctrl-C), the work is cancelled, its
+    /// running tasks are waited for, and the handler's exception is raised (a later `get()`
+    /// raises the transfer's own error, its cancellation).
     fn get(&self, py: Python<'_>) -> PyResult<usize> {
-        let (outcome, keep) = py.detach(|| {
-            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            let mut keep = None;
-            if matches!(*state, State::Pending(_)) {
-                let State::Pending(pending) = std::mem::replace(&mut *state, State::Done(Ok(0)))
-                else {
-                    unreachable!()
+        loop {
+            let step = py.detach(|| {
+                let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                if let State::Pending(pending) = &*state {
+                    if !pending.wait_timeout(SIGNAL_POLL) {
+                        return None;
+                    }
+                }
+                Some(Self::finish(&mut state))
+            });
+            if let Some((outcome, keep)) = step {
+                drop(keep); // releases the Python buffer, with the GIL held
+                return match outcome {
+                    Ok(n) => Ok(n),
+                    Err(Ok(e)) => Err(to_py(py, &e)),
+                    Err(Err(message)) => Err(pyo3::exceptions::PyRuntimeError::new_err(message)),
                 };
+            }
+            if let Err(signal) = py.check_signals() {
+                let (_, keep) = py.detach(|| {
+                    let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                    if let State::Pending(pending) = &*state {
+                        pending.cancel();
+                    }
+                    Self::finish(&mut state)
+                });
+                drop(keep);
+                return Err(signal);
+            }
+        }
+    }
+
+    /// Waits for pending work to end (at once when it has) and stores its result; returns the
+    /// stored result and what kept the memory alive, if it was still kept.
+    #[allow(clippy::type_complexity)]
+    fn finish(
+        state: &mut State,
+    ) -> (Result<usize, Result<Arc<gpumap::Error>, String>>, Option<Box<dyn Any + Send>>) {
+        let mut keep = None;
+        if let State::Pending(_) = state {
+            let taken = std::mem::replace(state, State::Done(Ok(0)));
+            if let State::Pending(pending) = taken {
                 *state =
                     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pending.wait()))
                     {
@@ -70,20 +125,15 @@ impl Slot {
                         Err(payload) => State::Panicked(panicked(payload).to_string()),
                     };
             }
-            let outcome = match &*state {
-                State::Done(Ok(n)) => Ok(*n),
-                State::Done(Err(e)) => Err(Ok(e.clone())),
-                State::Panicked(m) => Err(Err(m.clone())),
-                State::Pending(_) => unreachable!(),
-            };
-            (outcome, keep)
-        });
-        drop(keep); // releases the Python buffer, with the GIL held
-        match outcome {
-            Ok(n) => Ok(n),
-            Err(Ok(e)) => Err(to_py(py, &e)),
-            Err(Err(message)) => Err(pyo3::exceptions::PyRuntimeError::new_err(message)),
         }
+        let outcome = match &*state {
+            State::Done(Ok(n)) => Ok(*n),
+            State::Done(Err(e)) => Err(Ok(e.clone())),
+            State::Panicked(m) => Err(Err(m.clone())),
+            // Replaced just above.
+            State::Pending(_) => Err(Err("the transfer's result was lost".to_owned())),
+        };
+        (outcome, keep)
     }
 
     fn done(&self) -> bool {

@@ -53,6 +53,35 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<maps::DeviceCache>()?;
     m.add_class::<maps::MappedFile>()?;
     m.add_class::<maps::View>()?;
+    // Set as attributes, not added (which would also list them in `__all__`): private names
+    // the type stubs do not have, in test builds only.
+    #[cfg(feature = "fault-injection")]
+    {
+        m.setattr("_arm_write_fault", wrap_pyfunction!(arm_write_fault, m)?)?;
+        m.setattr("_disarm_write_fault", wrap_pyfunction!(disarm_write_fault, m)?)?;
+    }
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+/// Test-only (feature `fault-injection`): from now on, writes gpumap issues to paths containing
+/// `path_contains` fail with `errno` once `after_bytes` bytes went through, until disarmed or
+/// `times` failures (0: no limit) — `gpumap::fault::arm_write_fault`. Private (no stub).
+#[cfg(feature = "fault-injection")]
+#[pyfunction(name = "_arm_write_fault")]
+#[pyo3(signature = (path_contains, errno, after_bytes = 0, times = 0))]
+fn arm_write_fault(path_contains: String, errno: i32, after_bytes: u64, times: u32) {
+    gpumap::fault::arm_write_fault(gpumap::fault::WriteFault {
+        path_contains,
+        errno,
+        after_bytes,
+        times,
+    });
+}
+
+/// Test-only (feature `fault-injection`): disarms the injected write fault.
+#[cfg(feature = "fault-injection")]
+#[pyfunction(name = "_disarm_write_fault")]
+fn disarm_write_fault() {
+    gpumap::fault::disarm();
 }

@@ -7,7 +7,7 @@
 //! itself until its consumer calls the deleter. So the memory under a CuPy array or a torch
 //! tensor made from a view is never evicted while the array lives.
 
-use std::ffi::{c_char, c_void};
+use std::ffi::{c_char, c_void, CString};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -17,13 +17,15 @@ use gpumap::mapped::{
     View as ReadView, ViewMut, ZeroCopy,
 };
 use gpumap::memory::Device;
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PyValueError};
+use pyo3::exceptions::{
+    PyAttributeError, PyBufferError, PyMemoryError, PyRuntimeWarning, PyValueError,
+};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::buffers::memory;
-use crate::errors::{check, nogil};
+use crate::errors::{check, nogil, to_py};
 use crate::future::{IOFuture, Pending};
 
 /// `device`: `None`/`"auto"` (GPU 0 where there is one), an ordinal, or `"host"`.
@@ -110,6 +112,37 @@ fn cache_stats<'py>(py: Python<'py>, s: &CacheStats) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
+/// `[offset, offset + len)` checked against a map of `file_len` bytes, with the library's
+/// error, before anything is allocated for it: a caller's length must not size an allocation
+/// until it is known to be inside the file.
+fn check_range(py: Python<'_>, offset: u64, len: u64, file_len: u64) -> PyResult<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= file_len => Ok(()),
+        _ => Err(to_py(py, &gpumap::Error::OutOfRange { offset, len, file_len })),
+    }
+}
+
+/// A new `bytes` of `len` bytes, filled by `fill` with the GIL released. Python allocates it,
+/// so memory that cannot be had is a `MemoryError`, as for Python's own objects (a Rust `Vec`
+/// would abort the process).
+fn filled_bytes<'py, F>(py: Python<'py>, len: usize, fill: F) -> PyResult<Bound<'py, PyBytes>>
+where
+    F: FnOnce(&mut [u8]) -> gpumap::Result<()> + Send,
+{
+    // Not yet seen by any other Python code, so filling it without the GIL races with nothing.
+    PyBytes::new_with(py, len, |bytes| nogil(py, move || fill(bytes)))
+}
+
+/// A host copy of device memory `src`, in a buffer whose allocation may fail (`MemoryError`).
+fn host_copy(src: gpumap::memory::cuda::CudaView<'_>) -> PyResult<Vec<u8>> {
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(src.len()).map_err(|_| {
+        PyMemoryError::new_err(format!("{} bytes of host memory for a copy", src.len()))
+    })?;
+    bytes.resize(src.len(), 0);
+    Ok(bytes)
+}
+
 /// One budget of GPU memory (host memory without a GPU) shared by the files opened in it,
 /// least recently used memory evicted first across them.
 #[pyclass(module = "gpumapio", name = "DeviceCache", frozen)]
@@ -170,7 +203,7 @@ impl DeviceCache {
         let o = map_options(writable, advice, zero_copy, max_pinned, read_ahead)?;
         let cache = self.inner.clone();
         let inner = nogil(py, move || cache.open_with(&path, &o))?;
-        Ok(MappedFile { inner, cache: self.inner.clone() })
+        Ok(MappedFile::new(inner, self.inner.clone()))
     }
 
     /// `{"budget", "used_bytes", "slots_in_use", "files", "totals": {...}, ...}`.
@@ -198,8 +231,13 @@ impl DeviceCache {
         ranges: Vec<(PyRef<'_, MappedFile>, u64, u64)>,
         out: Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let total: u64 = ranges.iter().map(|r| r.2).sum();
-        let mut dst = memory(&out, true)?.into_dst(py, 0, total as usize)?;
+        let total =
+            ranges.iter().try_fold(0u64, |sum, r| sum.checked_add(r.2)).ok_or_else(|| {
+                PyValueError::new_err("the lengths of the ranges overflow 64 bits when added up")
+            })?;
+        let total = usize::try_from(total)
+            .map_err(|_| PyValueError::new_err(format!("{total} bytes do not fit in memory")))?;
+        let mut dst = memory(&out, true)?.into_dst(py, 0, total)?;
         let maps: Vec<(DeviceMappedFile, u64, u64)> =
             ranges.iter().map(|(m, o, l)| (m.inner.clone(), *o, *l)).collect();
         let cache = self.inner.clone();
@@ -233,6 +271,54 @@ pub struct MappedFile {
     inner: DeviceMappedFile,
     /// The cache the file is in (a cache of its own for `MappedFile.open`).
     cache: Cache,
+    /// Shared with the views: the last of them to go flushes (see [`MapHandle`]).
+    handle: Arc<MapHandle>,
+}
+
+impl MappedFile {
+    fn new(map: DeviceMappedFile, cache: Cache) -> MappedFile {
+        MappedFile { handle: Arc::new(MapHandle { map: map.clone() }), inner: map, cache }
+    }
+}
+
+/// The binding's hold on a map, shared by its `MappedFile` and its views. When the last of
+/// them goes, a writable map with dirty bytes is flushed here, and a failure is raised as a
+/// `RuntimeWarning`: the library's own flush when its last handle drops can only log (through
+/// `tracing`, which Python users do not see). Python code is the only writer of a map it
+/// opened, so after this flush nothing dirties it again.
+struct MapHandle {
+    map: DeviceMappedFile,
+}
+
+impl Drop for MapHandle {
+    fn drop(&mut self) {
+        if !self.map.is_writable() {
+            return;
+        }
+        let dirty = self.map.stats().dirty_bytes;
+        // SAFETY: a plain query, valid at any time.
+        if dirty == 0 || unsafe { ffi::Py_IsInitialized() } == 0 {
+            return; // nothing to lose, or no interpreter left to tell (the library still logs)
+        }
+        // The last holder may be a DLPack deleter run by a consumer without the GIL.
+        Python::attach(|py| {
+            let map = self.map.clone();
+            let Err(e) = py.detach(move || map.flush()) else { return };
+            let message = format!(
+                "{dirty} dirty bytes of {} could not be written back when its last MappedFile and \
+                 views were released: {}; the cache tries once more as it closes the file, and \
+                 what that cannot write is lost (flush() or close() raise such errors)",
+                self.map.path().display(),
+                gpumap::error::Report(&e)
+            );
+            let message = CString::new(message.replace('\0', "")).unwrap_or_default();
+            let category = py.get_type::<PyRuntimeWarning>();
+            if let Err(raised) = PyErr::warn(py, &category, &message, 1) {
+                // Warnings made errors: there is no caller to raise into from here.
+                raised.write_unraisable(py, None);
+            }
+        });
+    }
 }
 
 /// A prefetch in flight, for `IOFuture`.
@@ -241,6 +327,10 @@ struct Prefetch(IoFuture<()>, usize);
 impl Pending for Prefetch {
     fn is_done(&self) -> bool {
         self.0.is_done()
+    }
+
+    fn wait_timeout(&self, timeout: std::time::Duration) -> bool {
+        self.0.wait_timeout(timeout)
     }
 
     fn wait(self: Box<Self>) -> (gpumap::Result<usize>, Option<Box<dyn std::any::Any + Send>>) {
@@ -295,7 +385,7 @@ impl MappedFile {
             let cache = c.build()?;
             Ok((cache.open_with(&path, &o)?, cache))
         })?;
-        Ok(MappedFile { inner, cache })
+        Ok(MappedFile::new(inner, cache))
     }
 
     fn __len__(&self) -> usize {
@@ -338,14 +428,15 @@ impl MappedFile {
     #[pyo3(signature = (offset, length, *, writable = false))]
     fn view(&self, py: Python<'_>, offset: u64, length: u64, writable: bool) -> PyResult<View> {
         let map = self.inner.clone();
-        let kind = nogil(py, move || {
+        let pin = nogil(py, move || {
             Ok(if writable {
-                Held::Write(Mutex::new(map.view_mut(offset, length)?))
+                Pin::Write(Mutex::new(map.view_mut(offset, length)?))
             } else {
-                Held::Read(map.view(offset, length)?)
+                Pin::Read(map.view(offset, length)?)
             })
         })?;
-        Ok(View::new(kind, offset, length, writable))
+        let held = Held { pin, _map: self.handle.clone() };
+        Ok(View::new(held, offset, length, writable))
     }
 
     /// The bytes of `[offset, offset + length)`, through the cache.
@@ -355,25 +446,26 @@ impl MappedFile {
         offset: u64,
         length: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
+        check_range(py, offset, length as u64, self.inner.len())?;
         let map = self.inner.clone();
-        let bytes = nogil(py, move || {
-            let mut bytes = vec![0u8; length];
-            map.read(offset, &mut bytes)?;
-            Ok(bytes)
-        })?;
-        Ok(PyBytes::new(py, &bytes))
+        filled_bytes(py, length, move |bytes| map.read(offset, bytes))
     }
 
     /// Copies `data` (bytes-like) to `offset` of the map; written back later (or by `flush`).
     fn write(&self, py: Python<'_>, offset: u64, data: Bound<'_, PyAny>) -> PyResult<()> {
         let src = memory(&data, false)?;
         let len = src.len();
+        check_range(py, offset, len as u64, self.inner.len())?;
         let src = src.into_src(py, 0, len)?;
+        let staging = match src.view() {
+            gpumap::memory::DeviceView::Host(_) => Vec::new(),
+            gpumap::memory::DeviceView::Cuda(view) => host_copy(view)?,
+        };
         let map = self.inner.clone();
         nogil(py, move || match src.view() {
             gpumap::memory::DeviceView::Host(bytes) => map.write(offset, bytes),
             gpumap::memory::DeviceView::Cuda(view) => {
-                let mut bytes = vec![0u8; view.len()];
+                let mut bytes = staging;
                 view.copy_to_host(0, &mut bytes)?;
                 map.write(offset, &bytes)
             }
@@ -470,17 +562,24 @@ impl MappedFile {
     }
 }
 
-/// What a `View` holds: its pin.
-enum Held {
+/// A view's pin.
+enum Pin {
     Read(ReadView),
     Write(Mutex<ViewMut>),
 }
 
+/// What a `View` (and each export of it) holds: its pin, then the binding's handle on the map,
+/// so that the map is flushed only after the last view's bytes were let go.
+struct Held {
+    pin: Pin,
+    _map: Arc<MapHandle>,
+}
+
 impl Held {
     fn device(&self) -> Option<(u64, usize)> {
-        match self {
-            Held::Read(v) => v.device().map(|d| (d.ptr(), d.device_ordinal())),
-            Held::Write(v) => {
+        match &self.pin {
+            Pin::Read(v) => v.device().map(|d| (d.ptr(), d.device_ordinal())),
+            Pin::Write(v) => {
                 let v = v.lock().unwrap_or_else(|p| p.into_inner());
                 v.device().map(|d| (d.ptr(), d.device_ordinal()))
             }
@@ -488,9 +587,9 @@ impl Held {
     }
 
     fn copy_to_host(&self, dst: &mut [u8]) -> gpumap::Result<()> {
-        match self {
-            Held::Read(v) => v.copy_to_host(0, dst),
-            Held::Write(v) => v.lock().unwrap_or_else(|p| p.into_inner()).copy_to_host(0, dst),
+        match &self.pin {
+            Pin::Read(v) => v.copy_to_host(0, dst),
+            Pin::Write(v) => v.lock().unwrap_or_else(|p| p.into_inner()).copy_to_host(0, dst),
         }
     }
 }
@@ -711,32 +810,43 @@ impl View {
     /// A copy of the view's bytes in host memory (works on both backends).
     fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let held = self.held()?;
-        let len = self.nbytes as usize;
-        let bytes = nogil(py, move || {
-            let mut bytes = vec![0u8; len];
-            held.copy_to_host(&mut bytes)?;
-            Ok(bytes)
-        })?;
-        Ok(PyBytes::new(py, &bytes))
+        filled_bytes(py, self.nbytes as usize, move |bytes| held.copy_to_host(bytes))
     }
 
     /// Copies `data` (bytes-like) to `at` in a writable view.
     #[pyo3(signature = (data, at = 0))]
     fn write(&self, py: Python<'_>, data: Bound<'_, PyAny>, at: u64) -> PyResult<()> {
         let held = self.held()?;
-        let Held::Write(view) = &*held else {
+        if !matches!(&held.pin, Pin::Write(_)) {
             return Err(PyValueError::new_err("a read-only view; make it with writable=True"));
-        };
+        }
         let src = memory(&data, false)?;
         let len = src.len();
-        let src = src.into_src(py, 0, len)?;
-        let mut bytes = vec![0u8; len];
-        match src.view() {
-            gpumap::memory::DeviceView::Host(b) => bytes.copy_from_slice(b),
-            gpumap::memory::DeviceView::Cuda(v) => check(py, v.copy_to_host(0, &mut bytes))?,
+        if at.checked_add(len as u64).is_none_or(|end| end > self.nbytes) {
+            return Err(PyValueError::new_err(format!(
+                "{len} bytes at {at} do not fit in the view of {} bytes",
+                self.nbytes
+            )));
         }
-        let result = view.lock().unwrap_or_else(|p| p.into_inner()).copy_from_host(at, &bytes);
-        check(py, result)
+        let src = src.into_src(py, 0, len)?;
+        let staging = match src.view() {
+            gpumap::memory::DeviceView::Host(_) => Vec::new(),
+            gpumap::memory::DeviceView::Cuda(v) => host_copy(v)?,
+        };
+        nogil(py, move || {
+            let Pin::Write(view) = &held.pin else {
+                return Err(gpumap::Error::InvalidArgument("a read-only view".into()));
+            };
+            let mut view = view.lock().unwrap_or_else(|p| p.into_inner());
+            match src.view() {
+                gpumap::memory::DeviceView::Host(bytes) => view.copy_from_host(at, bytes),
+                gpumap::memory::DeviceView::Cuda(v) => {
+                    let mut bytes = staging;
+                    v.copy_to_host(0, &mut bytes)?;
+                    view.copy_from_host(at, &bytes)
+                }
+            }
+        })
     }
 
     /// Gives the view up: its pin goes once no export holds it.

@@ -188,3 +188,53 @@ def test_gpumap_variables_win_and_bad_values_name_the_variable():
     out = _in_child({"KVIKIO_TASK_SIZE": "lots"}, READ_ALL)
     assert out.returncode != 0
     assert "ValueError" in out.stderr and "KVIKIO_TASK_SIZE" in out.stderr
+
+
+U64_MAX = (1 << 64) - 1
+
+# Settings: a value too large names the maximum, the thread limit is the library's (1024)
+# everywhere, and wrong types are TypeErrors.
+LIMITS = [
+    ("task_size", 1, U64_MAX),
+    ("gds_threshold", 0, U64_MAX),
+    ("bounce_buffer_size", 4096, U64_MAX - 4095),
+    ("num_threads", 1, 1024),
+]
+
+
+@pytest.mark.parametrize("name,least,most", LIMITS, ids=[n for n, _, _ in LIMITS])
+def test_size_settings_say_their_limits(name, least, most):
+    for too_large in (most + 1, 2**64, 2**200):
+        with pytest.raises(ValueError) as e:
+            defaults.set(name, too_large)
+        message = str(e.value)
+        assert "too large" in message and str(most) in message, message
+    for too_small in (least - 1, -1, -(2**100)):
+        if too_small >= least:
+            continue
+        with pytest.raises(ValueError) as e:
+            defaults.set(name, too_small)
+        assert f"at least {least}" in str(e.value), str(e.value)
+    for wrong in ("4096", 4096.0, True, None):
+        with pytest.raises(TypeError, match="int"):
+            defaults.set(name, wrong)
+
+
+def test_the_thread_limit_is_the_librarys_in_every_message():
+    for n in (1025, 2000, 4096, 5000):
+        with pytest.raises(ValueError) as e:
+            defaults.set("num_threads", n)
+        assert "1024" in str(e.value) and "at most 4096" not in str(e.value), str(e.value)
+    with defaults.set("num_threads", 1024):
+        assert defaults.get("num_threads") == 1024
+
+
+@pytest.mark.parametrize("name", ["compat_mode", "auto_direct_io_read", "auto_direct_io_write"])
+def test_choice_settings_refuse_huge_negative_and_wrong_types(name):
+    for bad in (2**64, 2**200, -1, 7):
+        with pytest.raises(ValueError) as e:
+            defaults.set(name, bad)
+        assert str(bad) in str(e.value), str(e.value)
+    for wrong in (1.5, None, [1]):
+        with pytest.raises(TypeError):
+            defaults.set(name, wrong)

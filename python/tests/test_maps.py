@@ -3,8 +3,10 @@ checked byte for byte against the files; on a GPU, zero-copy views into CuPy and
 
 from __future__ import annotations
 
+import errno
 import gc
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -158,6 +160,61 @@ def test_writes_are_written_back(tmp_path, rng):
     ro = host_map(path, budget=2 * MIB)
     with pytest.raises(OSError):
         ro.view(0, 1, writable=True)
+
+
+def fault_injection():
+    """gpumap's injected write faults, where the wheel was built with them (scripts/test.sh
+    builds it with the feature fault-injection)."""
+    native = gpumapio._native
+    if not hasattr(native, "_arm_write_fault"):
+        pytest.skip("the wheel was built without the fault-injection feature (scripts/test.sh has it)")
+    return native
+
+
+def test_a_failed_write_back_on_release_is_a_runtime_warning(tmp_path):
+    """The library can only log a write-back that fails when a map is dropped; the last
+    Python handle on a writable map (the MappedFile or a view of it) flushes it and warns."""
+    native = fault_injection()
+    path = tmp_path / "warned-target.bin"
+    path.write_bytes(bytes(4 * MIB))
+
+    m = host_map(path, budget=2 * MIB, writable=True, extent_size=4096)
+    m.write(5, b"lost")
+    native._arm_write_fault("warned-target", errno.EIO)
+    try:
+        with pytest.warns(RuntimeWarning, match="written back") as caught:
+            del m
+            gc.collect()
+    finally:
+        native._disarm_write_fault()
+    message = str(caught[0].message)
+    assert str(path) in message and "Input/output error" in message, message
+
+    # A view outlives its MappedFile: the warning comes when the view goes.
+    m = host_map(path, budget=2 * MIB, writable=True, extent_size=4096)
+    view = m.view(MIB, 4096, writable=True)
+    view.write(b"also lost")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        del m
+        gc.collect()  # the view still holds the map: nothing is flushed or lost yet
+    native._arm_write_fault("warned-target", errno.ENOSPC)
+    try:
+        with pytest.warns(RuntimeWarning, match="written back"):
+            view.release()
+            del view
+            gc.collect()
+    finally:
+        native._disarm_write_fault()
+
+    # A write-back that works says nothing.
+    m = host_map(path, budget=2 * MIB, writable=True, extent_size=4096)
+    m.write(0, b"kept")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        del m
+        gc.collect()
+    assert path.read_bytes()[:4] == b"kept"
 
 
 def test_errors_are_python_exceptions(tmp_path, table):

@@ -6,13 +6,20 @@
 //!
 //! The pool is [rayon](https://docs.rs/rayon)'s: its scoped execution lets tasks borrow
 //! disjoint `&mut` pieces of a caller's buffer on persistent threads with no `unsafe` here.
+//!
+//! Work started through an [`IoFuture`] can be cancelled ([`IoFuture::cancel`]): its flag is
+//! the current thread's while the work runs, every task the work splits into checks it before
+//! it starts, and tasks inherit it for the tasks they split into in turn.
 #![forbid(unsafe_code)]
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use rayon::prelude::*;
@@ -32,8 +39,41 @@ impl std::fmt::Debug for IoPool {
     }
 }
 
+/// A transfer's cancellation flag (set by [`IoFuture::cancel`]).
+type CancelFlag = Arc<AtomicBool>;
+
+thread_local! {
+    /// The cancellation flag of the work this thread runs, if it runs work that can be
+    /// cancelled: set for a future's job and for each task, so nested splits inherit it.
+    static CANCEL: RefCell<Option<CancelFlag>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `flag` as this thread's cancellation flag, and puts the previous one back
+/// (also when `f` panics): a pool thread that steals other work while it waits must not lend
+/// that work its flag.
+fn with_cancel<R>(flag: Option<CancelFlag>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<CancelFlag>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            CANCEL.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(CANCEL.with(|c| c.replace(flag)));
+    f()
+}
+
+/// The error of a task skipped because its transfer was cancelled. Made for every task left,
+/// so it allocates nothing.
+fn cancelled() -> Error {
+    Error::io_nopath(
+        "run a task of a cancelled transfer",
+        std::io::Error::from(std::io::ErrorKind::Interrupted),
+    )
+}
+
 impl IoPool {
-    /// A pool of `nthreads` threads (1 to 4096).
+    /// A pool of `nthreads` threads (1 to [`crate::config::MAX_THREADS`]).
     pub fn new(nthreads: usize) -> Result<IoPool> {
         Ok(IoPool { threads: RwLock::new(Arc::new(build(nthreads)?)) })
     }
@@ -106,14 +146,22 @@ impl IoPool {
 
     /// Runs `work` on every item in parallel and returns each item's count, in item order; the
     /// first error in item order wins. A single item runs on the calling thread (no hand-off
-    /// for small transfers).
+    /// for small transfers). Where the calling thread runs cancellable work, an item that has
+    /// not started when the work is cancelled is skipped with an error of kind `Interrupted`.
     pub(crate) fn run_each<T, F>(&self, items: Vec<T>, work: F) -> Result<Vec<usize>>
     where
         T: Send,
         F: Fn(T) -> Result<usize> + Sync,
     {
+        let cancel = CANCEL.with(|c| c.borrow().clone());
         let guarded = |item: T| {
-            catch_unwind(AssertUnwindSafe(|| work(item))).unwrap_or_else(|p| Err(panic_error(p)))
+            if cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+                return Err(cancelled());
+            }
+            with_cancel(cancel.clone(), || {
+                catch_unwind(AssertUnwindSafe(|| work(item)))
+                    .unwrap_or_else(|p| Err(panic_error(p)))
+            })
         };
         if items.len() <= 1 {
             return items.into_iter().map(guarded).collect();
@@ -133,8 +181,10 @@ impl IoPool {
         let slot = Arc::new(Slot::default());
         let done = slot.clone();
         self.threads.read().spawn(move || {
-            let result =
-                catch_unwind(AssertUnwindSafe(job)).unwrap_or_else(|p| Err(panic_error(p)));
+            let flag = done.cancelled.clone();
+            let result = with_cancel(Some(flag), || {
+                catch_unwind(AssertUnwindSafe(job)).unwrap_or_else(|p| Err(panic_error(p)))
+            });
             done.complete(result);
         });
         IoFuture { slot }
@@ -142,12 +192,15 @@ impl IoPool {
 }
 
 impl IoPool {
-    /// Runs `job` on the pool with no future (it reports through its own means).
+    /// Runs `job` on the pool with no future (it reports through its own means), and no
+    /// cancellation.
     pub(crate) fn spawn_detached(&self, job: impl FnOnce() + Send + 'static) {
         self.threads.read().spawn(move || {
-            if let Err(p) = catch_unwind(AssertUnwindSafe(job)) {
-                tracing::warn!("gpumap: {}", panic_error(p));
-            }
+            with_cancel(None, || {
+                if let Err(p) = catch_unwind(AssertUnwindSafe(job)) {
+                    tracing::warn!("gpumap: {}", panic_error(p));
+                }
+            })
         });
     }
 }
@@ -193,6 +246,8 @@ fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
 struct Slot<T> {
     state: Mutex<SlotState<T>>,
     ready: Condvar,
+    /// Set by [`IoFuture::cancel`]; read by the tasks of the work (see [`with_cancel`]).
+    cancelled: CancelFlag,
 }
 
 struct SlotState<T> {
@@ -209,7 +264,11 @@ impl<T> Default for SlotState<T> {
 
 impl<T> Default for Slot<T> {
     fn default() -> Self {
-        Slot { state: Mutex::new(SlotState::default()), ready: Condvar::new() }
+        Slot {
+            state: Mutex::new(SlotState::default()),
+            ready: Condvar::new(),
+            cancelled: Arc::new(AtomicBool::new(false)),
+        }
     }
 }
 
@@ -251,6 +310,25 @@ impl<T> IoFuture<T> {
     /// Whether the work has finished (then [`IoFuture::wait`] returns at once).
     pub fn is_done(&self) -> bool {
         self.slot.state.lock().finished
+    }
+
+    /// Waits up to `timeout` for the work; returns whether it has finished. A caller that must
+    /// react to something else meanwhile (a Python binding checking for Ctrl-C) waits in steps.
+    pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        let mut state = self.slot.state.lock();
+        if !state.finished {
+            let _ = self.slot.ready.wait_for(&mut state, timeout);
+        }
+        state.finished
+    }
+
+    /// Asks the work to stop: the tasks of a transfer started on the pool that have not started
+    /// yet are skipped, and the transfer fails with an [`Error::Io`] of kind
+    /// [`std::io::ErrorKind::Interrupted`] (unless it finished first). Tasks already running
+    /// finish: the future is done, and the memory free, only when they have. Work that does
+    /// not run in pool tasks (a prefetch, a coalesced small read) runs to its end.
+    pub fn cancel(&self) {
+        self.slot.cancelled.store(true, Ordering::Relaxed);
     }
 }
 
@@ -374,6 +452,41 @@ mod tests {
         assert!(matches!(r, Err(Error::InvalidArgument(ref m)) if m == "item 3"), "{r:?}");
         let r = pool.run(vec![0, 1], |i| if i == 1 { panic!("boom") } else { Ok(1) });
         assert!(matches!(r, Err(Error::TaskPanicked(ref m)) if m == "boom"), "{r:?}");
+    }
+
+    #[test]
+    fn cancel_skips_the_tasks_not_started_and_waits_for_those_running() {
+        use std::sync::atomic::AtomicUsize;
+        let pool = Arc::new(IoPool::new(1).unwrap());
+        let started = Arc::new(AtomicUsize::new(0));
+        let (p, s) = (pool.clone(), started.clone());
+        let future = pool.spawn(move || {
+            p.run((0..1000).collect(), |_: usize| {
+                s.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(1));
+                Ok(1)
+            })
+        });
+        while started.load(Ordering::SeqCst) < 5 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!future.wait_timeout(Duration::from_millis(1)));
+        future.cancel();
+        let r = future.wait();
+        assert!(
+            matches!(&r, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::Interrupted),
+            "{r:?}"
+        );
+        let ran = started.load(Ordering::SeqCst);
+        assert!(ran < 1000, "{ran} tasks ran");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(started.load(Ordering::SeqCst), ran, "a task started after the future was done");
+        // The pool's thread takes other work afterwards, uncancelled.
+        let p = pool.clone();
+        let again = pool.spawn(move || p.run(vec![1; 10], Ok));
+        assert!(again.wait_timeout(Duration::from_secs(10)));
+        assert_eq!(again.wait().unwrap(), 10);
+        assert_eq!(pool.run(vec![1; 3], Ok).unwrap(), 3);
     }
 
     #[test]

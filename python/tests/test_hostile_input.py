@@ -1,0 +1,157 @@
+"""Hostile numbers (issue 20): no memory is allocated by a caller's size before the size is
+checked against the file, and allocations that fail are ``MemoryError`` (never an abort).
+
+Cases that aborted the interpreter run in a child process, so a regression is a failed test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import gpumapio
+
+MIB = 1 << 20
+
+
+def run_child(code: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_map_read_longer_than_the_file_is_refused_before_any_allocation(tmp_path):
+    path = tmp_path / "small.bin"
+    path.write_bytes(os.urandom(3 * MIB))
+    run = run_child(
+        """
+        import sys, gpumapio
+        m = gpumapio.map(sys.argv[1], device="host")
+        for offset, length in [(0, 2**62), (2**63, 2**63), (2**64 - 1, 1), (3 << 20, 1)]:
+            try:
+                m.read(offset, length)
+            except ValueError as e:
+                print("ValueError:", e)
+            else:
+                print("NO ERROR")
+        """,
+        str(path),
+    )
+    assert run.returncode == 0, f"the child died with status {run.returncode}:\n{run.stderr[-3000:]}"
+    lines = run.stdout.splitlines()
+    assert len(lines) == 4 and all(line.startswith("ValueError:") for line in lines), run.stdout
+    assert all(str(3 * MIB) in line for line in lines), "each message names the file's length"
+
+
+def test_a_map_read_too_large_for_memory_is_a_memory_error(tmp_path):
+    """A range inside a (sparse) 1 TiB file, under an address-space limit: the bytes object
+    cannot be allocated, which must be a MemoryError, not an abort."""
+    path = tmp_path / "huge.bin"
+    with open(path, "wb") as f:
+        try:
+            f.truncate(1 << 40)
+        except OSError as e:
+            pytest.skip(f"this file system holds no sparse 1 TiB file: {e}")
+    run = run_child(
+        """
+        import resource, sys, gpumapio
+        m = gpumapio.map(sys.argv[1], device="host", budget=8 << 20, frame_size=2 << 20)
+        assert m.read(1 << 39, 4096) == bytes(4096)
+        with open("/proc/self/status") as status:
+            vm = next(int(l.split()[1]) * 1024 for l in status if l.startswith("VmSize:"))
+        # Room for what the process has and a few GiB more, far from the 1 TiB asked for.
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (4 << 30), resource.RLIM_INFINITY))
+        try:
+            m.read(0, 1 << 40)
+        except MemoryError as e:
+            print("MemoryError:", e)
+        else:
+            print("NO ERROR")
+        print(m.read(4096, 8) == bytes(8))
+        """,
+        str(path),
+    )
+    assert run.returncode == 0, f"the child died with status {run.returncode}:\n{run.stderr[-3000:]}"
+    assert run.stdout.splitlines() == [run.stdout.splitlines()[0], "True"], run.stdout
+    assert run.stdout.startswith("MemoryError"), run.stdout
+
+
+def test_gather_checks_its_rows_before_it_allocates_the_output(tmp_path):
+    path = tmp_path / "rows.bin"
+    path.write_bytes(os.urandom(MIB))
+    m = gpumapio.map(path, device="host")
+    # Each would ask NumPy for the output first (1 TiB, a negative size, ...) without the checks.
+    for offsets, length, match in [
+        ([0], 1 << 40, "1048576"),
+        ([0, 4096], -1, "negative"),
+        ([-1], 16, "negative"),
+        ([MIB - 8], 16, "1048576"),
+        ([0] * 3, 2**64, "1048576"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            gpumapio.gather(m, offsets, length)
+    assert gpumapio.gather(m, [8], 8).tobytes() == path.read_bytes()[8:16]
+
+
+def test_cache_gather_lengths_that_overflow_are_refused(tmp_path):
+    path = tmp_path / "rows.bin"
+    path.write_bytes(os.urandom(MIB))
+    cache = gpumapio.DeviceCache(4 * MIB, device="host", frame_size=2 * MIB)
+    m = cache.open(path)
+    with pytest.raises(ValueError, match="overflow"):
+        cache.gather([(m, 0, 2**63), (m, 0, 2**63)], bytearray(0))
+
+
+def test_read_file_to_device_checks_the_range_before_it_allocates(tmp_path):
+    path = tmp_path / "small.bin"
+    path.write_bytes(b"x" * 1000)
+    # Without the check NumPy is asked for 1 TiB first (a MemoryError, or worse).
+    with pytest.raises(EOFError) as e:
+        gpumapio.read_file_to_device(path, size=1 << 40, output="numpy")
+    assert "1000 bytes" in str(e.value) and str(1 << 40) in str(e.value), str(e.value)
+    with pytest.raises(ValueError, match="negative"):
+        gpumapio.read_file_to_device(path, size=-1, output="numpy")
+
+
+def test_read_file_to_device_past_the_end_names_the_files_length(tmp_path):
+    """Issue 20 item 4: ``offset=1<<40`` of a small file said "ended at 1099511627776"."""
+    path = tmp_path / "small.bin"
+    path.write_bytes(b"x" * (64 << 10))
+    for size in (None, 10):
+        with pytest.raises(EOFError) as e:
+            gpumapio.read_file_to_device(path, offset=1 << 40, size=size, output="numpy")
+        message = str(e.value)
+        assert str(64 << 10) in message and str(1 << 40) in message, message
+    assert gpumapio.read_file_to_device(path, offset=64 << 10, output="numpy").size == 0
+
+
+# Issue 20 item 4: the end-of-file error names the file's length now, not the offset asked for.
+def test_a_map_of_a_file_cut_short_names_the_files_length(tmp_path):
+    path = tmp_path / "cut.bin"
+    path.write_bytes(os.urandom(MIB))
+    m = gpumapio.map(path, device="host", extent_size=4096)
+    os.truncate(path, 4096)
+    with pytest.raises(EOFError) as e:
+        m.read(512 << 10, 65536)
+    assert "4096" in str(e.value), str(e.value)
+
+
+def test_numpy_fromfile_checks_offset_and_count_first(tmp_path):
+    from gpumapio import numpy as gnp
+
+    path = tmp_path / "f.bin"
+    np.arange(100, dtype=np.int32).tofile(path)
+    # A negative offset made the item count (and the array NumPy was asked for) huge.
+    with pytest.raises(ValueError, match="offset"):
+        gnp.fromfile(path, dtype=np.int32, offset=-(1 << 40))
+    with pytest.raises(ValueError, match="count"):
+        gnp.fromfile(path, dtype=np.int32, count=-2)
+    assert gnp.fromfile(path, dtype=np.int32, count=3, offset=8).tolist() == [2, 3, 4]

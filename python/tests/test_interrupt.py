@@ -1,0 +1,109 @@
+"""Ctrl-C during a long transfer (issue 20): the wait for I/O checks for signals, the tasks
+of the transfer not yet started are skipped, the tasks already running are waited for (nothing
+writes into the buffer after the call returns), ``KeyboardInterrupt`` is raised well before the
+transfer would have ended, and the file object stays usable.
+
+The transfer is made slow on purpose: a 1 GiB sparse file read in 4 KiB tasks on one thread.
+It runs in a child process, so that a KeyboardInterrupt arriving late cannot stop pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+CHILD = textwrap.dedent(
+    """
+    import json, os, signal, sys, threading, time
+    import numpy as np
+    import gpumapio
+
+    path = sys.argv[1]
+    size = os.path.getsize(path)
+    mark_at = size // 2
+    with open(path, "rb") as raw:
+        raw.seek(mark_at)
+        mark = raw.read(4096)
+
+    gpumapio.defaults.set({"num_threads": 1, "task_size": 4096})
+    f = gpumapio.CuFile(path, "r")
+    buf = np.full(size, 0xFF, np.uint8)
+    full = []
+    for _ in range(2):  # the first pass also pays for the file's first reads
+        t = time.perf_counter()
+        assert f.read(buf) == size
+        full.append(time.perf_counter() - t)
+    full = min(full)
+    results = {"full": full}
+
+    def untouched():
+        return int(np.count_nonzero(buf == 0xFF))
+
+    calls = {
+        "read": lambda: f.read(buf),
+        "pread": lambda: f.pread(buf).get(),
+        "raw_read": lambda: f.raw_read(buf),
+    }
+    for name, call in calls.items():
+        buf[:] = 0xFF
+        timer = threading.Timer(full / 10, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t = time.perf_counter()
+        try:
+            outcome = f"returned {call()}"
+        except KeyboardInterrupt:
+            outcome = "KeyboardInterrupt"
+        elapsed = time.perf_counter() - t
+        timer.join()
+        before = untouched()
+        time.sleep(0.3)  # a task still running would change the buffer meanwhile
+        results[name] = {"outcome": outcome, "elapsed": elapsed, "changed_after": before - untouched()}
+
+    # The same CuFile reads correctly afterwards.
+    out = np.zeros(4096, np.uint8)
+    results["after"] = f.read(out, file_offset=mark_at) == 4096 and out.tobytes() == mark
+    whole = np.full(size, 0xFF, np.uint8)
+    results["whole_after"] = f.read(whole) == size and whole[mark_at : mark_at + 4096].tobytes() == mark
+    print(json.dumps(results))
+    """
+)
+
+
+@pytest.fixture
+def sparse_file(tmp_path):
+    """1 GiB of holes and a 4 KiB mark. On tmpfs where there is one: reading holes there
+    allocates nothing, where a disk file system fills the page cache with zeros first."""
+    shm = "/dev/shm"
+    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else str(tmp_path)
+    fd, path = tempfile.mkstemp(prefix="gpumapio-interrupt-", dir=where)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.truncate(1 << 30)
+            f.seek(1 << 29)
+            f.write(bytes(range(1, 255)) * 17)  # a mark to read back, no 0xFF in it
+        yield path
+    finally:
+        os.unlink(path)
+
+
+def test_ctrl_c_stops_a_long_read_and_the_file_stays_usable(sparse_file):
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD, sparse_file], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, f"status {run.returncode}\n{run.stdout}\n{run.stderr[-3000:]}"
+    results = json.loads(run.stdout.splitlines()[-1])
+    full = results["full"]
+    assert full > 0.2, f"the read took only {full:.3f} s: too fast to interrupt in the middle"
+    for name in ("read", "pread", "raw_read"):
+        r = results[name]
+        assert r["outcome"] == "KeyboardInterrupt", (name, r)
+        # Interrupted at a tenth of the read, it returns long before the read would have ended.
+        assert r["elapsed"] < full / 2, f"{name}: {r['elapsed']:.3f} s of a {full:.3f} s read"
+        assert r["changed_after"] == 0, f"{name}: the buffer changed after the call returned"
+    assert results["after"] and results["whole_after"], results
