@@ -2,6 +2,8 @@
 # Every test: the Rust workspace's (`cargo test --release`), then the Python package's — the
 # wheel built from this repository (maturin, abi3) and installed into a fresh virtual
 # environment with the registry packages the tests use, then pytest on python/tests.
+# The fuzz tests (proptest in Rust, hypothesis in python/tests/test_fuzz_*.py) run briefly
+# here; docs/fuzzing.md says how to run them longer.
 # Rust GPU tests are #[ignore]d with the reason (cargo counts them in its summary); where
 # `nvidia-smi` finds a GPU, or GPUMAP_REQUIRE_GPU=1 demands one, they run (--include-ignored)
 # and a missing GPU fails them. Python GPU tests skip with the reason (pytest -rs).
@@ -39,7 +41,7 @@ fi
 # fault-injection: the hidden _native._arm_write_fault the tests use to make write-backs fail
 # (a test-only feature; release wheels are built without it).
 "$maturin" build --release -m python/Cargo.toml -i "$py" -o "$work/wheels" --features fault-injection
-"$py" -m pip install -q "$work"/wheels/gpumapio-*.whl numpy pytest 'zarr>=3' safetensors mypy
+"$py" -m pip install -q "$work"/wheels/gpumapio-*.whl numpy pytest 'zarr>=3' safetensors mypy hypothesis
 
 echo "== Python: pytest (the installed wheel, not the source tree)"
 cd "$work"

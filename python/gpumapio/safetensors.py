@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import os
+import stat
 import struct
 from typing import Any, Iterable
 
@@ -20,28 +21,41 @@ from gpumapio._native import CuFile
 
 __all__ = ["TensorInfo", "load_safetensors", "read_header"]
 
-# safetensors dtype -> (bytes per element, torch dtype name, NumPy dtype or None)
-_DTYPES: dict[str, tuple[int, str, str | None]] = {
-    "F64": (8, "float64", "<f8"),
-    "F32": (4, "float32", "<f4"),
-    "F16": (2, "float16", "<f2"),
-    "BF16": (2, "bfloat16", None),
-    "I64": (8, "int64", "<i8"),
-    "I32": (4, "int32", "<i4"),
-    "I16": (2, "int16", "<i2"),
-    "I8": (1, "int8", "i1"),
-    "U64": (8, "uint64", "<u8"),
-    "U32": (4, "uint32", "<u4"),
-    "U16": (2, "uint16", "<u2"),
-    "U8": (1, "uint8", "u1"),
-    "BOOL": (1, "bool", "?"),
-    "F8_E4M3": (1, "float8_e4m3fn", None),
-    "F8_E5M2": (1, "float8_e5m2", None),
-    "C64": (8, "complex64", "<c8"),
+# safetensors dtype -> (bits per element, torch dtype name, NumPy dtype or None): the list of
+# safetensors' Dtype enum. F4 and F6 pack elements below a byte: headers with them parse (their
+# byte counts follow safetensors' rule), but loading one is refused, as no torch or NumPy dtype
+# holds them element by element.
+_DTYPES: dict[str, tuple[int, str | None, str | None]] = {
+    "BOOL": (8, "bool", "?"),
+    "F4": (4, None, None),
+    "F6_E2M3": (6, None, None),
+    "F6_E3M2": (6, None, None),
+    "U8": (8, "uint8", "u1"),
+    "I8": (8, "int8", "i1"),
+    "F8_E5M2": (8, "float8_e5m2", None),
+    "F8_E4M3": (8, "float8_e4m3fn", None),
+    "F8_E8M0": (8, "float8_e8m0fnu", None),
+    "F8_E4M3FNUZ": (8, "float8_e4m3fnuz", None),
+    "F8_E5M2FNUZ": (8, "float8_e5m2fnuz", None),
+    "I16": (16, "int16", "<i2"),
+    "U16": (16, "uint16", "<u2"),
+    "F16": (16, "float16", "<f2"),
+    "BF16": (16, "bfloat16", None),
+    "I32": (32, "int32", "<i4"),
+    "U32": (32, "uint32", "<u4"),
+    "F32": (32, "float32", "<f4"),
+    "C64": (64, "complex64", "<c8"),
+    "F64": (64, "float64", "<f8"),
+    "I64": (64, "int64", "<i8"),
+    "U64": (64, "uint64", "<u8"),
 }
 
 # safetensors' own limit on the header (100 MB).
 _MAX_HEADER = 100_000_000
+# Sizes and offsets are usize in safetensors (64-bit on the machines gpumap runs on).
+_U64_MAX = 2**64 - 1
+# The deepest nesting safetensors' JSON parser (serde_json) takes, the top object counted.
+_MAX_DEPTH = 127
 # Where each tensor starts in the device allocation when only some are loaded.
 _ALIGN = 256
 
@@ -61,54 +75,210 @@ class TensorInfo:
         return self.end - self.start
 
 
+class _Malformed(ValueError):
+    """Raised by the JSON hooks; read_header adds the file's name."""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Python's json keeps the last of repeated keys silently; two readers of one file could then
+    # see different tensors, so a repeated key is an error.
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Malformed(f"key {_brief(key)} appears more than once in one object")
+            seen.add(key)
+    return obj
+
+
+def _int(text: str) -> int | float:
+    # serde_json (safetensors' parser) reads -0 and integers past 64 bits as floats, refused where
+    # a size is due, and refuses those past the float range outright.
+    if text == "-0":
+        return -0.0
+    if len(text) > 20:
+        return _float(text)
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _Malformed(f"number {text[:24]}{'...' if len(text) > 24 else ''} is out of range")
+    return value
+
+
+def _constant(text: str) -> Any:
+    raise _Malformed(f"{text} is not JSON")
+
+
+def _check_tree(root: Any) -> None:
+    """Refuses what Python's json accepts and safetensors' parser does not: nesting deeper
+    than it goes, and strings with lone surrogates (from ``\\ud800``-style escapes)."""
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > _MAX_DEPTH:
+                raise _Malformed(f"nested more than {_MAX_DEPTH} levels deep")
+            if isinstance(node, dict):
+                for key, value in node.items():
+                    stack.append((key, depth))
+                    stack.append((value, depth + 1))
+            else:
+                stack.extend((value, depth + 1) for value in node)
+        elif isinstance(node, str) and not node.isascii():
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _Malformed(f"string {_brief(node)} holds a lone surrogate (not Unicode text)") from None
+
+
+def _brief(value: Any) -> str:
+    """``repr(value)``, cut short: a hostile header can hold megabytes in one value."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+def _is_size(value: Any) -> bool:
+    # type() rather than isinstance(): bool is a subclass of int, and true is no size.
+    return type(value) is int and 0 <= value <= _U64_MAX
+
+
 def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], dict[str, str] | None]:
-    """The tensors of a safetensors file, in file order, and its ``__metadata__``. Raises
-    ``ValueError`` naming the problem for a malformed file."""
+    """The tensors of a safetensors file, in file order, and its ``__metadata__``.
+
+    Accepts what ``safetensors.safe_open`` accepts, with one exception: a key repeated in any
+    JSON object of the header is refused here (safetensors keeps the last of repeated tensor
+    names and metadata keys). Anything else malformed is a ``ValueError`` naming the problem,
+    the tensor and the values: tensors that overlap, leave bytes between them or after the
+    last, or reach past the end of the file; unknown dtypes; shapes whose byte count is not
+    the tensor's, or overflows 64 bits; sizes that are not whole numbers from 0 to 2^64 - 1
+    (``true`` included); a ``__metadata__`` that is not a map of strings to strings; a header
+    length past the file or past 100 MB (checked before anything is read).
+    """
     name = os.fspath(path)
-    with open(path, "rb") as f:
-        file_size = os.fstat(f.fileno()).st_size
+    # O_NONBLOCK: opening a FIFO would otherwise wait for a writer, for ever.
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{name}: not a regular file (a FIFO, device or socket); only regular files are read")
+        file_size = st.st_size
         prefix = f.read(8)
         if len(prefix) < 8:
             raise ValueError(f"{name}: {file_size} bytes is too short for a safetensors file")
         (n,) = struct.unpack("<Q", prefix)
         if n > _MAX_HEADER or 8 + n > file_size:
-            raise ValueError(f"{name}: header length {n} does not fit the file of {file_size} bytes")
+            raise ValueError(
+                f"{name}: header length {n} does not fit the file of {file_size} bytes "
+                f"(or passes the {_MAX_HEADER}-byte limit)"
+            )
         raw = f.read(n)
+    if len(raw) != n:
+        raise ValueError(f"{name}: read {len(raw)} of the header's {n} bytes (the file shrank)")
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        header = json.loads(
+            raw.decode("utf-8"),
+            object_pairs_hook=_object,
+            parse_int=_int,
+            parse_float=_float,
+            parse_constant=_constant,
+        )
+        _check_tree(header)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{name}: the header is not UTF-8: {e}") from None
+    except json.JSONDecodeError as e:
         raise ValueError(f"{name}: the header is not JSON: {e}") from None
+    except _Malformed as e:
+        raise ValueError(f"{name}: the header is not JSON as safetensors reads it: {e}") from None
+    except RecursionError:
+        raise ValueError(f"{name}: the header is nested more than {_MAX_DEPTH} levels deep") from None
     if not isinstance(header, dict):
         raise ValueError(f"{name}: the header is not a JSON object")
     data_start = 8 + n
     metadata = header.pop("__metadata__", None)
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise ValueError(f"{name}: __metadata__ is {_brief(metadata)}, not a map of strings to strings")
+        for key, value in metadata.items():
+            if not isinstance(value, str):
+                raise ValueError(f"{name}: __metadata__[{key!r}] is {_brief(value)}, not a string")
     infos = []
     for key, entry in header.items():
-        try:
-            dtype = entry["dtype"]
-            shape = tuple(entry["shape"])
-            begin, end = entry["data_offsets"]
-        except (TypeError, KeyError, ValueError):
-            raise ValueError(f"{name}: tensor {key!r}: needs dtype, shape and data_offsets") from None
-        if dtype not in _DTYPES:
-            raise ValueError(f"{name}: tensor {key!r}: dtype {dtype!r} is not supported")
-        if not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise ValueError(f"{name}: tensor {key!r}: shape {list(shape)} is not a list of sizes")
-        if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
-            raise ValueError(f"{name}: tensor {key!r}: data_offsets {[begin, end]} are not a range")
-        expected = math.prod(shape) * _DTYPES[dtype][0]
+        if not isinstance(entry, dict):
+            raise ValueError(f"{name}: tensor {key!r} is {_brief(entry)}, not an object with dtype, shape and data_offsets")
+        missing = [f for f in ("dtype", "shape", "data_offsets") if f not in entry]
+        if missing:
+            raise ValueError(f"{name}: tensor {key!r}: needs dtype, shape and data_offsets (no {', '.join(missing)})")
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype, str) or dtype not in _DTYPES:
+            raise ValueError(
+                f"{name}: tensor {key!r}: dtype {_brief(dtype)} is not supported (safetensors defines "
+                f"{', '.join(_DTYPES)})"
+            )
+        if not isinstance(shape, list) or not all(_is_size(d) for d in shape):
+            raise ValueError(
+                f"{name}: tensor {key!r}: shape {_brief(shape)} is not a list of sizes (whole numbers "
+                f"from 0 to 2^64 - 1)"
+            )
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_size(o) for o in offsets)):
+            raise ValueError(
+                f"{name}: tensor {key!r}: data_offsets {_brief(offsets)} are not two offsets (whole "
+                f"numbers from 0 to 2^64 - 1)"
+            )
+        begin, end = offsets
+        if end < begin:
+            raise ValueError(f"{name}: tensor {key!r}: data_offsets {offsets} end before they begin")
+        # The element count as safetensors computes it: multiplied in order, each step
+        # checked against 64 bits (so a 0 after an overflow does not save the shape).
+        count = 1
+        for d in shape:
+            count *= d
+            if count > _U64_MAX:
+                raise ValueError(f"{name}: tensor {key!r}: shape {_brief(shape)} has more than 2^64 - 1 elements")
+        bits = count * _DTYPES[dtype][0]
+        if bits > _U64_MAX or bits % 8:
+            raise ValueError(
+                f"{name}: tensor {key!r}: {count} elements of {dtype} are {bits} bits, "
+                f"{'past 2^64 - 1' if bits > _U64_MAX else 'not a whole number of bytes'}"
+            )
+        expected = bits // 8
         if end - begin != expected:
             raise ValueError(
                 f"{name}: tensor {key!r}: {end - begin} bytes for a {dtype} tensor of shape "
-                f"{list(shape)} ({expected} bytes)"
+                f"{_brief(shape)} ({expected} bytes)"
             )
         if data_start + end > file_size:
             raise ValueError(
                 f"{name}: tensor {key!r}: bytes {data_start + begin}..{data_start + end} are past "
                 f"the end of the file ({file_size} bytes)"
             )
-        infos.append(TensorInfo(key, dtype, shape, data_start + begin, data_start + end))
+        infos.append(TensorInfo(key, dtype, tuple(shape), data_start + begin, data_start + end))
     infos.sort(key=lambda t: (t.start, t.end))
+    # safetensors' layout: the tensors tile the data section from its first byte to the end
+    # of the file, each starting where the one before ends (zero-byte tensors anywhere).
+    at, before = data_start, None
+    for t in infos:
+        if t.start < at:
+            assert before is not None
+            raise ValueError(
+                f"{name}: tensor {t.name!r}: data_offsets {[t.start - data_start, t.end - data_start]} "
+                f"overlap tensor {before.name!r} {[before.start - data_start, before.end - data_start]}"
+            )
+        if t.start > at:
+            after = "the start of the data" if before is None else f"tensor {before.name!r}"
+            raise ValueError(
+                f"{name}: tensor {t.name!r}: data_offsets {[t.start - data_start, t.end - data_start]} "
+                f"leave {t.start - at} bytes after {after} that no tensor holds (safetensors "
+                f"allows no gaps)"
+            )
+        at, before = t.end, t
+    if at != file_size:
+        raise ValueError(
+            f"{name}: {file_size - at} bytes after the last tensor (the tensors end at byte {at}, "
+            f"the file at {file_size}; safetensors requires the data to end with the file)"
+        )
     return {t.name: t for t in infos}, metadata
 
 
@@ -141,6 +311,8 @@ def load_safetensors(
     ``tensors`` (names; ``KeyError`` for one the file lacks) reads just their bytes, each into
     its own aligned place of one allocation. A tensor whose offset in the file is not a
     multiple of its element size (which safetensors' own writers never produce) is copied.
+    The header is checked first (:func:`read_header`); tensors of the sub-byte dtypes (F4,
+    F6_E2M3, F6_E3M2) are refused, as torch and NumPy have no dtype for them.
     """
     infos, _ = read_header(path)
     if tensors is not None:
@@ -151,6 +323,12 @@ def load_safetensors(
         chosen = sorted((infos[t] for t in wanted), key=lambda t: t.start)
     else:
         chosen = list(infos.values())
+    packed = next((t for t in chosen if _DTYPES[t.dtype][0] % 8), None)
+    if packed is not None:
+        raise ValueError(
+            f"{os.fspath(path)}: tensor {packed.name!r} is {packed.dtype}, packed below a byte; "
+            f"torch and NumPy have no such dtype (load the others with tensors=)"
+        )
 
     # Where each tensor lands in the allocation, and the reads that put it there.
     if tensors is None:
@@ -197,11 +375,12 @@ def load_safetensors(
 
     out: dict[str, Any] = {}
     for t in chosen:
-        itemsize, torch_name, numpy_name = _DTYPES[t.dtype]
+        bits, torch_name, numpy_name = _DTYPES[t.dtype]
+        itemsize = bits // 8
         at = places[t.name]
         piece = flat[at : at + t.nbytes]
         if framework == "pt":
-            dtype = getattr(torch, torch_name, None)
+            dtype = getattr(torch, torch_name or "", None)
             if dtype is None:
                 raise ValueError(f"tensor {t.name!r}: this torch has no {torch_name}")
             if at % itemsize:

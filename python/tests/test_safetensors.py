@@ -4,7 +4,9 @@ byte. NumPy everywhere; torch (CPU here, CUDA in test_gpu.py) where it imports."
 from __future__ import annotations
 
 import json
+import os
 import struct
+import threading
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ st_numpy = pytest.importorskip("safetensors.numpy")
 
 from gpumapio import load_safetensors  # noqa: E402
 from gpumapio.safetensors import read_header  # noqa: E402
+from safetensors import safe_open  # noqa: E402
 
 
 def _tensors(rng):
@@ -114,6 +117,117 @@ def test_truncated_and_lying_lengths(tmp_path):
     path.write_bytes(struct.pack("<Q", 10**9) + b"{}")
     with pytest.raises(ValueError, match="header length"):
         load_safetensors(path, "cpu", framework="numpy")
+
+
+def _entry(dtype="U8", shape=(4,), offsets=(0, 4), **extra):
+    return {"dtype": dtype, "shape": list(shape), "data_offsets": list(offsets), **extra}
+
+
+# Headers safetensors.safe_open refuses, which read_header accepted before it checked the layout
+# and the JSON the way safetensors does: each is (header, data, words the error must contain).
+REFUSED = {
+    "overlap": ({"a": _entry(), "b": _entry(offsets=(2, 6))}, b"x" * 6, ["'b'", "[2, 6]", "overlap", "'a'", "[0, 4]"]),
+    "same bytes": ({"a": _entry(), "b": _entry()}, b"x" * 4, ["'b'", "overlap", "'a'"]),
+    "hole": ({"a": _entry(), "b": _entry(offsets=(5, 9))}, b"x" * 9, ["'b'", "[5, 9]", "1 bytes", "'a'"]),
+    "gap first": ({"t": _entry(offsets=(3, 7))}, b"x" * 7, ["'t'", "[3, 7]", "3 bytes", "start"]),
+    "trailing bytes": ({"t": _entry()}, b"x" * 9, ["5 bytes after the last tensor", "end with the file"]),
+    "bool shape": ({"t": _entry(shape=[True], offsets=(0, 1))}, b"x", ["'t'", "[True]"]),
+    "bool offsets": ({"t": _entry(shape=[1], offsets=(False, True))}, b"x", ["'t'", "[False, True]"]),
+    "float offset": ({"t": _entry(offsets=(0, 4.0))}, b"x" * 4, ["'t'", "[0, 4.0]"]),
+    "three offsets": ({"t": _entry(offsets=(0, 4, 4))}, b"x" * 4, ["'t'", "[0, 4, 4]"]),
+    "offset past 2^64": ({"t": _entry(shape=[0], offsets=(2**64, 2**64))}, b"", ["'t'", str(2**64)]),
+    "elements past 2^64": ({"t": _entry(shape=[2**40, 2**40, 0], offsets=(0, 0))}, b"", ["'t'", "2^64 - 1 elements"]),
+    "bits past 2^64": ({"t": _entry(dtype="F32", shape=[2**61], offsets=(0, 0))}, b"", ["'t'", "F32", "2^64 - 1"]),
+    "half a byte": ({"t": _entry(dtype="F4", shape=[3], offsets=(0, 2))}, b"xx", ["'t'", "F4", "12 bits"]),
+    "metadata number": ({"__metadata__": {"epoch": 3}}, b"", ["__metadata__['epoch']", "3"]),
+    "metadata list": ({"__metadata__": ["a"]}, b"", ["__metadata__", "['a']"]),
+    "entry not an object": ({"t": [0, 4]}, b"", ["'t'", "[0, 4]"]),
+    "dtype not a string": ({"t": _entry(dtype=["U8"])}, b"x" * 4, ["'t'", "['U8']"]),
+}
+
+# The same, as raw JSON text Python's json accepts and safetensors' parser does not.
+REFUSED_TEXT = {
+    "NaN": (b'{"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4],"x":NaN}}', b"x" * 4, ["NaN"]),
+    "1e400": (b'{"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4],"x":1e400}}', b"x" * 4, ["1e400", "out of range"]),
+    "-0 offset": (b'{"t":{"dtype":"U8","shape":[4],"data_offsets":[-0,4]}}', b"x" * 4, ["'t'", "-0.0"]),
+    "lone surrogate": (b'{"\\ud800":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}', b"x" * 4, ["surrogate"]),
+    "nested 128 deep": (b'{"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4],"x":' + b"[" * 126 + b"]" * 126 + b"}}",
+                        b"x" * 4, ["127 levels"]),
+    "nested 100000 deep": (b"[" * 100_000 + b"]" * 100_000, b"", ["127 levels"]),
+    "repeated tensor": (b'{"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}',
+                        b"x" * 4, ["'t'", "more than once"]),
+    "repeated metadata key": (b'{"__metadata__":{"a":"1","a":"2"}}', b"", ["'a'", "more than once"]),
+    "not UTF-8": (b'{"\xff":1}', b"", ["UTF-8"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED) + sorted(REFUSED_TEXT))
+def test_what_safetensors_refuses_is_a_value_error_naming_it(tmp_path, case):
+    header, data, words = REFUSED[case] if case in REFUSED else REFUSED_TEXT[case]
+    path = tmp_path / "bad.safetensors"
+    _write_raw(path, header if isinstance(header, bytes) else json.dumps(header).encode(), data)
+    with pytest.raises(ValueError) as refused:
+        read_header(path)
+    for word in words:
+        assert word in str(refused.value), (word, str(refused.value))
+    if case not in ("repeated tensor", "repeated metadata key"):  # safetensors keeps the last
+        with pytest.raises(Exception):
+            with safe_open(str(path), "numpy"):
+                pass
+
+
+def test_every_dtype_safetensors_defines_parses(tmp_path):
+    # F8_E8M0 and the FNUZ float8 kinds were refused as unknown before.
+    dtypes = {"BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8,
+              "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+              "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64}
+    header, at = {}, 0
+    for i, (dtype, bits) in enumerate(dtypes.items()):
+        nbytes = 8 * bits // 8  # 8 elements: a whole number of bytes for every width
+        header[f"t{i}"] = _entry(dtype, (2, 4), (at, at + nbytes))
+        at += nbytes
+    path = tmp_path / "all.safetensors"
+    _write_raw(path, json.dumps(header).encode(), bytes(at))
+    with safe_open(str(path), "numpy") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == set(dtypes)
+    infos, _ = read_header(path)
+    assert {t.dtype: t.nbytes for t in infos.values()} == {d: b for d, b in dtypes.items()}
+    for name in ("C128", "u8", " U8", "F8_E4M3FN", "Q9"):
+        _write_raw(path, json.dumps({"t": _entry(name, (1,), (0, 1))}).encode(), b"x")
+        with pytest.raises(ValueError, match=f"dtype '{name}' is not supported.*F8_E8M0"):
+            read_header(path)
+
+
+def test_sub_byte_tensors_are_refused_on_load_naming_them(tmp_path):
+    path = tmp_path / "f4.safetensors"
+    header = {"packed": _entry("F4", (2, 3), (0, 3)), "plain": _entry("U8", (2,), (3, 5))}
+    _write_raw(path, json.dumps(header).encode(), b"abcde")
+    assert read_header(path)[0]["packed"].nbytes == 3
+    with pytest.raises(ValueError, match="'packed' is F4"):
+        load_safetensors(path, "cpu", framework="numpy")
+    assert load_safetensors(path, "cpu", tensors=["plain"], framework="numpy")["plain"].tobytes() == b"de"
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "model.safetensors"
+    os.mkfifo(fifo)
+    result: list[BaseException | None] = []
+
+    def attempt():
+        try:
+            read_header(fifo)
+            result.append(None)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            result.append(e)
+
+    worker = threading.Thread(target=attempt, daemon=True)  # a hang must not hold up pytest
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():
+        with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "wb"):
+            pass  # let the stuck open return, then fail
+        pytest.fail("read_header waited on a FIFO")
+    assert isinstance(result[0], OSError) and "not a regular file" in str(result[0]), result
 
 
 def test_numpy_refuses_bfloat16_and_gpu(tmp_path):

@@ -68,3 +68,58 @@ def test_sync_interface(tmp_path):
     store.set_sync("x/y", proto.buffer.from_bytes(b"abc"))
     assert store.get_sync("x/y", prototype=proto).to_bytes() == b"abc"
     assert store.get_sync("nope") is None
+
+
+# Keys that named paths outside the store, or not a value in it, through `root / key` (zarr's
+# LocalStore checks none of them): each must now be a ValueError naming the key.
+BAD_KEYS = ["../escape", "a/../../escape", "/abs", "a//b", "./a", "a/./b", "a/..", "a\\b", "a\x00b",
+            "\ud800", "x" * 256, "a/", ""]
+
+
+@pytest.mark.parametrize("key", BAD_KEYS, ids=repr)
+def test_keys_cannot_leave_the_store(tmp_path, key):
+    store = GpumapStore(tmp_path / "store")
+    proto = default_buffer_prototype()
+    key = key.replace("/abs", str(tmp_path / "abs"))  # an absolute path inside the test's directory
+    with pytest.raises(ValueError, match="zarr key|empty key") as refused:
+        store.set_sync(key, proto.buffer.from_bytes(b"outside"))
+    if key:
+        assert repr(key)[:40] in str(refused.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"], "nothing written beside the store"
+    assert not any(p.is_file() for p in (tmp_path / "store").rglob("*"))
+    for call in (
+        lambda: store.get_sync(key, prototype=proto),
+        lambda: asyncio.run(store.delete(key)),
+        lambda: asyncio.run(store.getsize(key)),
+    ):
+        if key:  # "" is the root for get (None, a directory) and may not be deleted
+            with pytest.raises(ValueError):
+                call()
+
+
+def test_prefixes_may_end_with_a_slash_and_the_root_is_empty(tmp_path):
+    async def go():
+        store = await GpumapStore.open(tmp_path / "s")
+        proto = default_buffer_prototype()
+        await store.set("g/a/zarr.json", proto.buffer.from_bytes(b"{}"))
+        assert [k async for k in store.list_prefix("g/")] == ["g/a/zarr.json"]
+        assert [k async for k in store.list_dir("g/")] == ["a"]
+        assert [k async for k in store.list_dir("")] == ["g"]
+        assert await store.get("", proto) is None and not await store.exists("")
+        with pytest.raises(ValueError, match="'../'"):
+            [k async for k in store.list_dir("../")]
+        await store.delete_dir("g/")
+        assert [k async for k in store.list_prefix("")] == []
+
+    asyncio.run(go())
+
+
+def test_names_up_to_the_file_system_limit_are_written(tmp_path):
+    # The temporary file of a write was named after the key plus 41 bytes, so a key whose last
+    # name had 215 to 255 bytes failed with ENAMETOOLONG although the key itself fits.
+    store = GpumapStore(tmp_path / "s")
+    proto = default_buffer_prototype()
+    for key in ["x" * 255, "g/" + "é" * 127]:
+        store.set_sync(key, proto.buffer.from_bytes(b"long"))
+        assert store.get_sync(key, prototype=proto).to_bytes() == b"long"
+    assert sorted(p.name for p in (tmp_path / "s").rglob("*") if p.is_file()) == sorted(["x" * 255, "é" * 127])

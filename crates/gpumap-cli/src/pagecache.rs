@@ -143,6 +143,11 @@ fn parse_range(text: &str) -> Result<ByteRange, String> {
         .ok_or_else(|| format!("{text:?} is not OFFSET:LENGTH (e.g. 0:1G, 4096:, :64M)"))?;
     let offset = if offset.is_empty() { 0 } else { size_arg(offset)? };
     let len = if len.is_empty() { None } else { Some(size_arg(len)?) };
+    // Refused here, as a bad command line, rather than later against whichever file.
+    if offset.checked_add(len.unwrap_or(0)).is_none() {
+        let end = u128::from(offset) + u128::from(len.unwrap_or(0));
+        return Err(format!("{text:?} ends at byte {end}, past 2^64 - 1"));
+    }
     Ok(ByteRange { offset, len })
 }
 
@@ -689,6 +694,7 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn ranges_parse_sizes_as_everywhere_else() {
@@ -704,6 +710,38 @@ mod tests {
         assert!(parse_range("x:1").is_err());
         assert!(parse_range("1Q:1").is_err());
         assert!(parse_range("99999999999T:1").is_err());
+    }
+
+    #[test]
+    fn ranges_that_end_past_2_64_are_refused_naming_both_parts() {
+        let err = parse_range("15E:1E").unwrap_err();
+        assert!(err.contains("15E:1E") && err.contains("18446744073709551616"), "{err}");
+        assert!(parse_range("18446744073709551615:1").is_err());
+        assert_eq!(parse_range("18446744073709551614:1"), Ok(ByteRange::new(u64::MAX - 1, 1)));
+        assert_eq!(parse_range("18446744073709551615:"), Ok(ByteRange::from_offset(u64::MAX)));
+    }
+
+    /// The rule of `--range`, written plainly: text up to the first colon is the offset (empty:
+    /// 0), the rest the length (empty: to the end), each a size; the end must fit in 64 bits.
+    fn model_range(text: &str) -> Option<ByteRange> {
+        let colon = text.find(':')?;
+        let (offset, len) = (&text[..colon], &text[colon + 1..]);
+        let offset = if offset.is_empty() { 0 } else { size_arg(offset).ok()? };
+        let len = if len.is_empty() { None } else { Some(size_arg(len).ok()?) };
+        offset.checked_add(len.unwrap_or(0))?;
+        Some(ByteRange { offset, len })
+    }
+
+    proptest! {
+        #[test]
+        fn ranges_agree_with_the_model(text in prop_oneof![
+            any::<String>(),
+            "[0-9]{0,21}[kKmMgGeEiIbB]{0,3}:{0,2}[0-9]{0,21}[kKmMgGeEiIbB ]{0,3}",
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(o, l)| format!("{o}:{l}")),
+        ]) {
+            prop_assert_eq!(parse_range(&text).ok(), model_range(&text), "{:?}", text);
+        }
     }
 
     #[test]

@@ -31,9 +31,14 @@ fn nonzero_size_arg(text: &str) -> std::result::Result<u64, String> {
     }
 }
 
-/// A thread count from 1 to [`MAX_THREADS`].
+/// A thread count from 1 to [`MAX_THREADS`]: decimal digits only (no sign, no suffix), as
+/// `GPUMAP_NTHREADS` takes it.
 fn threads_arg(text: &str) -> std::result::Result<usize, String> {
-    let n: usize = text.trim().parse().map_err(|_| format!("expected 1 to {MAX_THREADS}"))?;
+    let digits = text.trim();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("expected a whole number from 1 to {MAX_THREADS}"));
+    }
+    let n = digits.parse().unwrap_or(usize::MAX); // too many digits: check_nthreads refuses
     check_nthreads(n).map(|_| n)
 }
 
@@ -618,6 +623,7 @@ fn write_pattern(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn offsets_past_the_end_fail_with_and_without_len() {
@@ -627,6 +633,45 @@ mod tests {
         assert_eq!(read_len(1000, Some(0), 1000).unwrap(), 0);
         assert_eq!(read_len(10, None, 1000).unwrap(), 990);
         assert!(matches!(read_len(u64::MAX, Some(2), 10), Err(Error::Overflow { .. })));
+    }
+
+    #[test]
+    fn threads_take_what_gpumap_nthreads_takes() {
+        for text in ["+8", "8b", "1K", " 8 x", ""] {
+            assert!(threads_arg(text).is_err(), "{text:?} accepted");
+        }
+        assert_eq!(threads_arg(" 16 "), Ok(16));
+    }
+
+    proptest! {
+        /// `--threads` and `GPUMAP_NTHREADS` accept the same text as the same count.
+        #[test]
+        fn threads_agree_with_the_environment_variable(text in prop_oneof![
+            any::<String>(),
+            "[ +-]{0,2}[0-9]{1,5}[ kKbB]{0,2}",
+        ]) {
+            let env = Config::from_lookup(|k| (k == "GPUMAP_NTHREADS").then(|| text.clone()));
+            prop_assert_eq!(threads_arg(&text).ok(), env.ok().map(|c| c.nthreads));
+        }
+
+        /// Any offset and length against any file: the length read, or an error; never an
+        /// end past the file or past 2^64.
+        #[test]
+        fn read_lengths_stay_inside_the_file(
+            offset in prop_oneof![any::<u64>(), 0u64..5000],
+            len in prop::option::of(prop_oneof![any::<u64>(), 0u64..5000]),
+            file_len in prop_oneof![any::<u64>(), 0u64..5000],
+        ) {
+            let fits = |n: u64| offset.checked_add(n).is_some_and(|end| end <= file_len);
+            match read_len(offset, len, file_len) {
+                Ok(n) => {
+                    prop_assert!(fits(n));
+                    prop_assert_eq!(n, len.unwrap_or(file_len - offset));
+                }
+                Err(_) => prop_assert!(!fits(len.unwrap_or(file_len.saturating_sub(offset)))
+                    || (len.is_none() && offset > file_len)),
+            }
+        }
     }
 
     #[test]

@@ -18,10 +18,12 @@
 //! Sizes take a number with an optional `dd`-style suffix (see [`parse_size`]): `K`/`KiB` =
 //! 1024, `KB` = 1000, and likewise `M`, `G`, `T`, `P`, `E`, in any case. Booleans take
 //! `true/false`, `on/off`, `yes/no`, `1/0`. O_DIRECT reads also take `uncached` (see
-//! [`DirectRead`]). Thread counts run from 1 to [`MAX_THREADS`]; more than four per CPU is
-//! allowed but logged as a warning.
+//! [`DirectRead`]). Thread counts are whole numbers (no suffix) from 1 to [`MAX_THREADS`]; more
+//! than four per CPU is allowed but logged as a warning. A value that is not UTF-8 is refused
+//! too, not taken for an unset variable.
 #![forbid(unsafe_code)]
 
+use std::ffi::OsString;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::OnceLock;
@@ -215,7 +217,24 @@ const VARS: [(Setting, &str, &str, &str); 7] = [
 impl Config {
     /// The defaults with the process environment applied.
     pub fn from_env() -> Result<Config> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        Self::from_os_lookup(|name| std::env::var_os(name))
+    }
+
+    /// [`Config::from_lookup`] over raw values. A value that is not UTF-8 is an error naming
+    /// its variable: `std::env::var` reports it as unset, which would put the default in its
+    /// place silently.
+    fn from_os_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Result<Config> {
+        for (_, _, name, alias) in VARS {
+            let found = [name, alias].into_iter().find_map(|var| lookup(var).map(|v| (var, v)));
+            if let Some((var, raw)) = found.filter(|(_, raw)| raw.to_str().is_none()) {
+                return Err(Error::InvalidConfig {
+                    var: var.to_string(),
+                    value: raw.to_string_lossy().into_owned(),
+                    reason: "not valid UTF-8".into(),
+                });
+            }
+        }
+        Self::from_lookup(|name| lookup(name).and_then(|raw| raw.into_string().ok()))
     }
 
     /// The process-wide configuration, read from the environment once.
@@ -254,8 +273,7 @@ impl Config {
             match setting {
                 Setting::CompatMode => config.compat_mode = value.parse().map_err(invalid)?,
                 Setting::Nthreads => {
-                    let n = parse_size(&value).map_err(invalid)?;
-                    let n = usize::try_from(n).unwrap_or(usize::MAX);
+                    let n = parse_count(&value).map_err(invalid)?;
                     if let Some(warning) = check_nthreads(n).map_err(invalid)? {
                         tracing::warn!("{var}={value}: {warning}");
                     }
@@ -317,6 +335,16 @@ pub fn check_nthreads(n: usize) -> std::result::Result<Option<String>, String> {
              the device path pins its own bounce buffers"
         )
     }))
+}
+
+/// Parses a count (of threads): decimal digits only, as `--threads` takes it. Not a size:
+/// with `dd` suffixes `1K` would be 1024 threads and `8B` eight.
+fn parse_count(text: &str) -> std::result::Result<usize, String> {
+    let digits = text.trim();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("expected a whole number of threads from 1 to {MAX_THREADS}"));
+    }
+    Ok(digits.parse().unwrap_or(usize::MAX)) // only too many digits fail: check_nthreads refuses
 }
 
 /// Parses a byte count the way `dd` reads one: decimal digits, then an optional suffix.
@@ -387,6 +415,7 @@ pub fn parse_bool(text: &str) -> std::result::Result<bool, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use std::collections::HashMap;
 
     fn with(vars: &[(&str, &str)]) -> Result<Config> {
@@ -522,6 +551,196 @@ mod tests {
         ] {
             assert!(parse_size(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    /// The README's size rule written out plainly, as the reference `parse_size` must agree
+    /// with: whitespace around, ASCII digits, whitespace, then a suffix from a table, in any
+    /// ASCII case; the product in 128 bits, refused above `u64::MAX`.
+    fn model_size(text: &str) -> Option<u64> {
+        let text = text.trim_matches(char::is_whitespace);
+        let digits: String = text.chars().take_while(char::is_ascii_digit).collect();
+        if digits.is_empty() {
+            return None;
+        }
+        let suffix = text[digits.len()..].trim_matches(char::is_whitespace).to_ascii_lowercase();
+        let mut table = vec![(String::new(), 1u128), ("b".to_string(), 1)];
+        for (i, p) in ["k", "m", "g", "t", "p", "e"].into_iter().enumerate() {
+            let power = i as u32 + 1;
+            table.push((p.to_string(), 1024u128.pow(power)));
+            table.push((format!("{p}ib"), 1024u128.pow(power)));
+            table.push((format!("{p}b"), 1000u128.pow(power)));
+        }
+        let multiplier = table.iter().find(|(s, _)| *s == suffix)?.1;
+        let significant = digits.trim_start_matches('0');
+        if significant.len() > 20 {
+            return None; // more than u64::MAX before any suffix
+        }
+        let number: u128 = if significant.is_empty() { 0 } else { significant.parse().ok()? };
+        u64::try_from(number.checked_mul(multiplier)?).ok()
+    }
+
+    /// Text shaped like a size: digits (sometimes too many), spaces and suffix letters, so
+    /// the cases reach the suffix table and the overflow checks, not just the first byte.
+    fn size_like() -> impl Strategy<Value = String> {
+        "[ \t\u{a0}\u{3000}]{0,2}[0-9]{0,26}[ \t]{0,2}[bBiIkKmMgGtTpPeEsQ\u{212a}]{0,4}[ \n]{0,2}"
+    }
+
+    proptest! {
+        #[test]
+        fn sizes_agree_with_the_model_for_any_text(text in any::<String>()) {
+            prop_assert_eq!(parse_size(&text).ok(), model_size(&text), "{:?}", text);
+        }
+
+        #[test]
+        fn sizes_agree_with_the_model_for_size_like_text(text in size_like()) {
+            prop_assert_eq!(parse_size(&text).ok(), model_size(&text), "{:?}", text);
+        }
+
+        #[test]
+        fn huge_sizes_are_refused_not_wrapped(
+            n in prop_oneof![any::<u64>(), (u64::MAX >> 12)..=u64::MAX, 0u64..1 << 20],
+            suffix in prop::sample::select(vec![
+                "", "B", "K", "KiB", "kb", "M", "MIB", "mB", "G", "gib", "GB", "T", "TiB", "TB",
+                "P", "PiB", "PB", "E", "EiB", "EB",
+            ]),
+        ) {
+            let multiplier = model_size(&format!("1{suffix}")).unwrap();
+            let text = format!("{n}{suffix}");
+            prop_assert_eq!(parse_size(&text).ok(), n.checked_mul(multiplier), "{}", text);
+        }
+
+        #[test]
+        fn other_settings_parse_any_text_without_panicking(text in any::<String>()) {
+            let lower = text.trim().to_ascii_lowercase();
+            let truthy = ["true", "on", "yes", "1"].contains(&lower.as_str());
+            let falsy = ["false", "off", "no", "0"].contains(&lower.as_str());
+            prop_assert_eq!(parse_bool(&text).ok(), (truthy || falsy).then_some(truthy));
+            let mode = text.parse::<CompatMode>();
+            prop_assert_eq!(mode.is_ok(), truthy || falsy || lower == "auto");
+            let direct = text.parse::<DirectRead>();
+            prop_assert_eq!(direct.is_ok(), truthy || falsy || lower == "auto" || lower == "uncached");
+        }
+
+        /// Any value in any variable: a config, or an InvalidConfig naming a variable that was
+        /// set and the value it held; never a panic, never a value taken silently.
+        #[test]
+        fn any_environment_gives_a_config_or_names_the_bad_variable(
+            values in proptest::collection::vec(
+                prop::option::of(prop_oneof![any::<String>(), size_like(), Just("auto".to_string())]),
+                14,
+            ),
+        ) {
+            let names: Vec<&str> = VARS.iter().flat_map(|(_, _, n, a)| [*n, *a]).collect();
+            let env: HashMap<&str, String> = names
+                .iter()
+                .zip(&values)
+                .filter_map(|(n, v)| v.clone().map(|v| (*n, v)))
+                .collect();
+            match Config::from_lookup(|k| env.get(k).cloned()) {
+                Ok(config) => {
+                    for (_, field, name, alias) in VARS {
+                        let set = env.contains_key(name) || env.contains_key(alias);
+                        prop_assert_eq!(matches!(config.source(field), Source::Env(_)), set);
+                    }
+                }
+                Err(Error::InvalidConfig { var, value, reason }) => {
+                    prop_assert_eq!(env.get(var.as_str()), Some(&value), "{}", reason);
+                }
+                Err(other) => prop_assert!(false, "not InvalidConfig: {other:?}"),
+            }
+        }
+
+        /// Raw bytes in any variable: the same verdict as the text they spell, or, where they
+        /// are not UTF-8 and the variable is the one read, an error naming it.
+        #[test]
+        fn any_bytes_in_the_environment_are_refused_or_read_as_text(
+            values in proptest::collection::vec(
+                prop::option::of(prop_oneof![
+                    any::<Vec<u8>>(),
+                    size_like().prop_map(String::into_bytes),
+                    Just(b"4K\xc3".to_vec()),
+                ]),
+                14,
+            ),
+        ) {
+            use std::os::unix::ffi::OsStringExt;
+            let names: Vec<&str> = VARS.iter().flat_map(|(_, _, n, a)| [*n, *a]).collect();
+            let env: HashMap<&str, Vec<u8>> = names
+                .iter()
+                .zip(&values)
+                .filter_map(|(n, v)| v.clone().map(|v| (*n, v)))
+                .collect();
+            let got = Config::from_os_lookup(|k| env.get(k).cloned().map(OsString::from_vec));
+            let bad_bytes = VARS.iter().find_map(|(_, _, n, a)| {
+                let raw = env.get(n).or_else(|| env.get(a))?;
+                std::str::from_utf8(raw).is_err().then_some(if env.contains_key(n) { *n } else { *a })
+            });
+            match bad_bytes {
+                Some(var) => prop_assert!(
+                    matches!(&got, Err(Error::InvalidConfig { var: v, reason, .. }) if v == var && reason.contains("UTF-8")),
+                    "{var}: {got:?}"
+                ),
+                None => {
+                    let text = |k: &str| env.get(k).map(|v| String::from_utf8(v.clone()).unwrap());
+                    prop_assert_eq!(got.ok(), Config::from_lookup(text).ok());
+                }
+            }
+        }
+
+        /// A thread count is a plain whole number from 1 to MAX_THREADS, as `--threads` takes
+        /// it: size suffixes would make `1K` a thousand and twenty-four threads.
+        #[test]
+        fn thread_counts_are_whole_numbers_without_suffixes(text in prop_oneof![
+            size_like(),
+            "[ +-]?[0-9]{1,5}[ ]?",
+            "[0-9]{1,4} ?[bBkK]{1,2}",
+            any::<String>(),
+        ]) {
+            let t = text.trim();
+            let plain = !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+            let expected = t.parse::<usize>().ok().filter(|n| plain && (1..=MAX_THREADS).contains(n));
+            let got = with(&[("GPUMAP_NTHREADS", text.as_str())]).ok().map(|c| c.nthreads);
+            prop_assert_eq!(got, expected, "{:?}", text);
+        }
+    }
+
+    #[test]
+    fn values_that_are_not_utf8_are_refused_by_name() {
+        use std::os::unix::ffi::OsStringExt;
+        let env = |pairs: Vec<(&'static str, Vec<u8>)>| {
+            move |k: &str| {
+                pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| OsString::from_vec(v.clone()))
+            }
+        };
+        match Config::from_os_lookup(env(vec![("KVIKIO_TASK_SIZE", b"4M\xff".to_vec())])) {
+            Err(Error::InvalidConfig { var, value, reason }) => {
+                assert_eq!((var.as_str(), value.as_str()), ("KVIKIO_TASK_SIZE", "4M\u{fffd}"));
+                assert!(reason.contains("UTF-8"), "{reason}");
+            }
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+        // The alias is not consulted where the gpumap name is set, bytes or not.
+        let c = Config::from_os_lookup(env(vec![
+            ("GPUMAP_TASK_SIZE", b"1M".to_vec()),
+            ("KVIKIO_TASK_SIZE", b"\xff".to_vec()),
+        ]))
+        .unwrap();
+        assert_eq!(c.task_size, 1 << 20);
+    }
+
+    #[test]
+    fn thread_counts_take_no_size_suffix() {
+        for text in ["1b", "8B", "1K", "1k", "2 KiB", "+4", "4.0", ""] {
+            match with(&[("GPUMAP_NTHREADS", text)]) {
+                Err(Error::InvalidConfig { value, .. }) => assert_eq!(value, text),
+                other => panic!("GPUMAP_NTHREADS={text:?}: expected InvalidConfig, got {other:?}"),
+            }
+        }
+        assert_eq!(with(&[("GPUMAP_NTHREADS", " 0012 ")]).unwrap().nthreads, 12);
+        let huge = with(&[("GPUMAP_NTHREADS", "99999999999999999999999")]);
+        assert!(
+            matches!(huge, Err(Error::InvalidConfig { reason, .. }) if reason.contains("1024"))
+        );
     }
 
     #[test]
