@@ -29,9 +29,18 @@ def load_nvrtc():
     return load_nvrtc()
 
 
+def headers():
+    """The headers beside the kernels (`#include "gpumap_table.h"`), handed to NVRTC by name."""
+    paths = sorted(glob.glob(os.path.join(KERNELS, "*.h")))
+    names = [os.path.basename(p).encode() for p in paths]
+    texts = [open(p).read().encode() for p in paths]
+    return len(paths), (ctypes.c_char_p * len(texts))(*texts), (ctypes.c_char_p * len(names))(*names)
+
+
 def compile_ptx(nvrtc, source, name):
     prog = ctypes.c_void_p()
-    check(nvrtc, nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None), "create")
+    count, texts, names = headers()
+    check(nvrtc, nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), count, texts, names), "create")
     opts = [b"--gpu-architecture=compute_70", b"-default-device", b"--std=c++11"]
     arr = (ctypes.c_char_p * len(opts))(*opts)
     rc = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)

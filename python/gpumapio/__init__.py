@@ -34,7 +34,7 @@ from gpumapio._native import (
     __version__,
 )
 from gpumapio.defaults import CompatMode
-from gpumapio.maps import DeviceCache, MappedFile, View, gather, map
+from gpumapio.maps import DeviceCache, MappedFile, View, gather, gather_rows, map
 from gpumapio.pagecache import drop_file_page_cache, drop_system_page_cache, get_page_cache_info
 from gpumapio.safetensors import load_safetensors
 
@@ -58,6 +58,7 @@ __all__ = [
     "drop_file_page_cache",
     "drop_system_page_cache",
     "gather",
+    "gather_rows",
     "get_page_cache_info",
     "gpu_count",
     "load_safetensors",

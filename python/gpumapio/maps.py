@@ -13,7 +13,7 @@ give their bytes with ``tobytes()``.
 
 >>> import gpumapio
 >>> table = gpumapio.map("embeddings.bin", budget=1 << 30, extent_size=4096)   # doctest: +SKIP
->>> rows = table.gather([0, 40960, 819200], 4096)                               # doctest: +SKIP
+>>> rows = gpumapio.gather_rows(table, [0, 10, 200], 4096)                      # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Literal
 from gpumapio._device import Output, empty_bytes, gpu_count
 from gpumapio._native import DeviceCache, MappedFile, View
 
-__all__ = ["DeviceCache", "MappedFile", "View", "gather", "map"]
+__all__ = ["DeviceCache", "MappedFile", "View", "gather", "gather_rows", "map"]
 
 Advice = Literal["normal", "sequential", "random", "willneed", "dontneed"]
 
@@ -113,4 +113,52 @@ def gather(
         _check_rows(mapped, offsets, length)
         out = empty_bytes(len(offsets) * length, _output_for(mapped, output), device)
     mapped.gather(offsets, length, out)
+    return out
+
+
+def _index_count(indices: Any) -> int:
+    """How many indices a NumPy, CuPy or torch array, or a buffer, holds."""
+    numel = getattr(indices, "numel", None)
+    if callable(numel):
+        return int(numel())
+    size = getattr(indices, "size", None)
+    if isinstance(size, int):
+        return size
+    view = memoryview(indices)
+    return view.nbytes // max(view.itemsize, 1)
+
+
+def gather_rows(
+    mapped: MappedFile,
+    indices: Any,
+    row_size: int,
+    *,
+    out: Any = None,
+    output: Output = "auto",
+    stream: Any = None,
+    device: int = 0,
+) -> Any:
+    """Rows ``indices`` of ``mapped`` seen as a table of ``row_size``-byte rows (row ``i`` is
+    bytes ``[i * row_size, (i + 1) * row_size)``; a partial last row is not a row), in order,
+    as a ``(len(indices), row_size)`` ``uint8`` array: ``out`` if given, else a new CuPy array
+    (torch with ``output="torch"``) on the GPU, or a NumPy array on host memory.
+
+    ``indices``: int32 or int64 on the host (NumPy, ``array.array``; a list is converted) or on
+    the GPU (CuPy, torch), taken in memory order. On the GPU, resident rows are copied by one
+    kernel and only missing extents are read; ``stream`` (a torch or CuPy stream) orders that
+    kernel after work queued there. An index outside the file raises ``IndexError`` naming it
+    and its position, and reads nothing for it (what ``out`` then holds is unspecified)."""
+    if isinstance(indices, (list, tuple, range)):
+        import numpy
+
+        indices = numpy.asarray(indices, dtype=numpy.int64)
+    if row_size <= 0:
+        raise ValueError(f"row_size {row_size} must be at least 1")
+    count = _index_count(indices)
+    if out is None:
+        if count > 0 and row_size > mapped.nbytes:
+            raise IndexError(f"rows of {row_size} bytes: the file of {mapped.nbytes} bytes has none")
+        out = empty_bytes(count * row_size, _output_for(mapped, output), device)
+        out = out.reshape(count, row_size) if hasattr(out, "reshape") else out
+    mapped.gather_rows(indices, row_size, out, stream=stream)
     return out

@@ -110,6 +110,9 @@ pub struct Memory {
     len: usize,
     readonly: bool,
     keep: Keep,
+    /// `Some(4 | 8)` when the items are signed integers of that many bytes in the machine's
+    /// byte order (what row indices must be).
+    signed_int: Option<u32>,
 }
 
 // SAFETY: `kind` holds addresses, not references; the memory they point to is kept alive by
@@ -162,6 +165,12 @@ impl Memory {
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// `Some(4 | 8)` when the items are signed integers of that many bytes, in the machine's
+    /// byte order.
+    pub fn signed_int(&self) -> Option<u32> {
+        self.signed_int
     }
 
     /// The address of the first byte (a device address for GPU memory).
@@ -351,6 +360,7 @@ fn buffer_protocol(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
         // alive until `HostExport` releases it below.
         Some(unsafe { std::ffi::CStr::from_ptr(view.format) }.to_string_lossy().into_owned())
     };
+    let signed_int = format.as_deref().and_then(|f| format_signed_int(f, view.itemsize));
     let export = HostExport { view };
     // A NULL format means unsigned bytes ("B").
     if let Some(format) = format {
@@ -362,7 +372,32 @@ fn buffer_protocol(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
             )));
         }
     }
-    Ok(Memory { kind: Kind::Host { ptr }, len, readonly, keep: Keep::Export(export) })
+    Ok(Memory { kind: Kind::Host { ptr }, len, readonly, keep: Keep::Export(export), signed_int })
+}
+
+/// `Some(4 | 8)` for a buffer-protocol format of one signed integer of 4 or 8 bytes
+/// (`itemsize`) in the machine's byte order: `i`, `l`, `q`, `n` (and `b`, `h` never are).
+fn format_signed_int(format: &str, itemsize: ffi::Py_ssize_t) -> Option<u32> {
+    let code = match format.as_bytes() {
+        [c] | [b'@' | b'=', c] => *c,
+        [b'<', c] if cfg!(target_endian = "little") => *c,
+        [b'>' | b'!', c] if cfg!(target_endian = "big") => *c,
+        _ => return None,
+    };
+    (matches!(code, b'i' | b'l' | b'q' | b'n') && (itemsize == 4 || itemsize == 8))
+        .then_some(itemsize as u32)
+}
+
+/// `Some(4 | 8)` for an array-interface typestr of a signed integer of 4 or 8 bytes in the
+/// machine's byte order (`<i4`, `=i8`, ...).
+fn typestr_signed_int(typestr: &str) -> Option<u32> {
+    let native = if cfg!(target_endian = "little") { '<' } else { '>' };
+    let mut chars = typestr.chars();
+    let order = chars.next()?;
+    if (order != native && order != '=') || chars.next()? != 'i' {
+        return None;
+    }
+    chars.as_str().parse().ok().filter(|&n| n == 4 || n == 8)
 }
 
 /// What the refusals of non-plain data go on to say.
@@ -531,6 +566,7 @@ fn cuda_array_interface(
         len,
         readonly,
         keep: Keep::Object(obj.clone().unbind()),
+        signed_int: typestr_signed_int(&typestr),
     })
 }
 
@@ -700,5 +736,9 @@ fn dlpack(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
     } else {
         Kind::Host { ptr: address as usize as *mut u8 }
     };
-    Ok(Memory { kind, len, readonly: false, keep: Keep::Object(capsule.unbind()) })
+    // kDLInt, one lane, 32 or 64 bits.
+    let signed_int = (tensor.dtype_code == 0 && tensor.dtype_lanes == 1)
+        .then_some(u32::from(tensor.dtype_bits) / 8)
+        .filter(|&n| n == 4 || n == 8);
+    Ok(Memory { kind, len, readonly: false, keep: Keep::Object(capsule.unbind()), signed_int })
 }

@@ -5,6 +5,7 @@
 //! | `Io` with an errno | `OSError(errno, message, filename)`, which Python turns into its subclass for that errno (`FileNotFoundError`, `PermissionError`, `IsADirectoryError`, ...) |
 //! | `Io` without one | `OSError(message)` |
 //! | `UnexpectedEof` | `EOFError` |
+//! | `RowIndex` (a row index out of range) | `IndexError` |
 //! | `AccessMode` | `io.UnsupportedOperation` (an `OSError` and a `ValueError`, as for Python's own files) |
 //! | bad arguments, ranges, sizes, flags, settings | `ValueError` |
 //! | `Unavailable` (no CUDA, no cuFile, no such GPU) | `gpumapio.UnavailableError` (a `RuntimeError`, as KvikIO raises) |
@@ -22,7 +23,9 @@ use std::time::Duration;
 
 use gpumap::io::IoFuture;
 use gpumap::Error;
-use pyo3::exceptions::{PyEOFError, PyMemoryError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{
+    PyEOFError, PyIndexError, PyMemoryError, PyOSError, PyRuntimeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -68,6 +71,7 @@ pub fn to_py(py: Python<'_>, e: &Error) -> PyErr {
             None => PyOSError::new_err(message),
         },
         Error::UnexpectedEof { .. } => PyEOFError::new_err(message),
+        Error::RowIndex { .. } => PyIndexError::new_err(message),
         Error::AccessMode { .. } => unsupported_operation(py, message),
         Error::OutOfRange { .. }
         | Error::OutOfView { .. }

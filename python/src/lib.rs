@@ -23,6 +23,7 @@ mod file;
 mod future;
 mod maps;
 mod pagecache;
+mod rows;
 
 use pyo3::prelude::*;
 

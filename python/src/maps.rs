@@ -486,7 +486,35 @@ impl MappedFile {
         })?;
         let mut dst = memory(&out, true)?.into_dst(py, 0, total as usize)?;
         let map = self.inner.clone();
-        nogil(py, move || map.gather_rows(&offsets, length, dst.view()))
+        let ranges: Vec<(u64, u64)> = offsets.iter().map(|&offset| (offset, length)).collect();
+        nogil(py, move || map.gather(&ranges, dst.view()))
+    }
+
+    /// Copies rows `indices` of the file (row `i`: bytes `i * row_size .. (i + 1) *
+    /// row_size`) in order into `out`, and returns when they are there. `indices`: int32 or
+    /// int64, on the host (NumPy, array.array) or on the GPU (CuPy, torch), any shape (taken
+    /// in C order). `out`: at least `len(indices) * row_size` bytes, GPU or host memory.
+    /// `stream`: a torch or CuPy stream (or a raw `CUstream`) to run the gather's kernel on,
+    /// after the work queued there; by default gpumap's own.
+    #[pyo3(signature = (indices, row_size, out, *, stream = None))]
+    fn gather_rows(
+        &self,
+        py: Python<'_>,
+        indices: Bound<'_, PyAny>,
+        row_size: u64,
+        out: Bound<'_, PyAny>,
+        stream: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let rows = crate::rows::Rows::new(py, &indices, row_size, &out)?;
+        let stream = match (&stream, self.inner.device()) {
+            (Some(s), Device::Cuda(device)) => Some(crate::rows::stream_arg(py, s, &device)?),
+            _ => None,
+        };
+        let map = self.inner.clone();
+        rows.run(py, move |indices, dst| match stream {
+            Some(stream) => map.gather_rows_on(indices, row_size, dst, stream),
+            None => map.gather_rows(indices, row_size, dst),
+        })
     }
 
     /// Reads `[offset, offset + length)` in the background; the future's `get()` returns the

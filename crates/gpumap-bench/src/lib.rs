@@ -731,17 +731,19 @@ fn row_buffers(device: &CudaDevice, threads: usize, block: u64) -> Result<Vec<Ta
         .collect()
 }
 
-/// Gathers the rows of `block` bytes at `offsets` through `map` in batches of 1024, the calls
-/// spread over one thread per destination of `dsts`; the seconds taken.
+/// Gathers the rows of `block` bytes at `offsets` (multiples of `block`) through `map` in
+/// batches of 1024 row indices, the calls spread over one thread per destination of `dsts`; the
+/// seconds taken.
 fn gather_in_batches(
     map: &DeviceMappedFile,
     offsets: &[u64],
     block: u64,
     dsts: &[Taken<CudaBuffer>],
 ) -> Result<f64> {
-    in_threads(dsts.len(), offsets.chunks(1024).collect(), |t, rows| {
+    let indices: Vec<i64> = offsets.iter().map(|&o| (o / block) as i64).collect();
+    in_threads(dsts.len(), indices.chunks(1024).collect(), |t, rows| {
         let mut dst = dsts[t].take();
-        let result = map.gather_rows(rows, block, dst.view_mut());
+        let result = map.gather_rows(*rows, block, dst.view_mut());
         dsts[t].put(dst);
         result
     })

@@ -98,6 +98,17 @@ pub enum Error {
         file_len: u64,
     },
 
+    /// A row index of a row gather is negative or past the last row of the file.
+    #[error("row index {index} at position {position} is outside the file's {rows} rows")]
+    RowIndex {
+        /// Where in the index array the bad index is.
+        position: u64,
+        /// The index.
+        index: i64,
+        /// Rows the file has (its length over the row size, rounded down).
+        rows: u64,
+    },
+
     /// A buffer is too small for the transfer asked of it.
     #[error("buffer of {available} bytes is too small for {needed} bytes")]
     BufferTooSmall {
@@ -253,6 +264,7 @@ impl Error {
             Error::Overflow { .. } => "overflow",
             Error::Unaligned { .. } => "unaligned",
             Error::UnexpectedEof { .. } => "unexpected_eof",
+            Error::RowIndex { .. } => "row_index",
             Error::BufferTooSmall { .. } => "buffer_too_small",
             Error::InvalidFlags(_) => "invalid_flags",
             Error::AccessMode { .. } => "access_mode",
@@ -289,6 +301,7 @@ impl Error {
             | Error::Overflow { .. }
             | Error::Unaligned { .. }
             | Error::BufferTooSmall { .. }
+            | Error::RowIndex { .. }
             | Error::InvalidFlags(_)
             | Error::InvalidConfig { .. }
             | Error::InvalidArgument(_) => io::ErrorKind::InvalidInput,
@@ -338,6 +351,9 @@ impl Error {
             },
             Error::BufferTooSmall { needed, available } => {
                 Error::BufferTooSmall { needed: *needed, available: *available }
+            }
+            Error::RowIndex { position, index, rows } => {
+                Error::RowIndex { position: *position, index: *index, rows: *rows }
             }
             Error::InvalidFlags(flags) => Error::InvalidFlags(flags.clone()),
             Error::AccessMode { path, mode, op } => {
@@ -570,6 +586,9 @@ mod tests {
             e.to_string(),
             "range 40..60 is outside the view of 50 bytes (file bytes 4096..4146)"
         );
+        let e = Error::RowIndex { position: 7, index: -3, rows: 100 };
+        assert_eq!(e.to_string(), "row index -3 at position 7 is outside the file's 100 rows");
+        assert_eq!((e.code(), e.kind()), ("row_index", io::ErrorKind::InvalidInput));
     }
 
     #[test]

@@ -31,7 +31,8 @@ impl CacheOptions {
 
     /// The options of a cache for one file of `len` bytes (what
     /// [`DeviceMappedFile::open`](super::DeviceMappedFile::open) builds): a budget of the whole
-    /// file up to 4 GiB, in whole frames of the default size for it; the rest as [`new`](Self::new).
+    /// file up to 4 GiB, in whole frames of the default size for it or of the size
+    /// [`frame_size`](Self::frame_size) gives; the rest as [`new`](Self::new).
     pub fn for_file(len: u64) -> CacheOptions {
         CacheOptions { requested: Requested::for_file(len) }
     }
@@ -40,6 +41,7 @@ impl CacheOptions {
     /// frame, or more than the device has, is an error.
     pub fn budget(&mut self, bytes: u64) -> &mut Self {
         self.requested.budget = bytes;
+        self.requested.file_len = None;
         self
     }
 

@@ -10,12 +10,13 @@ use super::engine::{self, Engine, PinFor, Pins};
 use super::handle::{self, OpenFile};
 use super::map_options::{Advice, MapOptions};
 use super::read_ahead::{self, Walk};
+use super::row_indices::RowIndices;
 use super::sizing::Requested;
 use super::stats::{CacheStats, FileStats};
 use super::view::{View, ViewMut};
 use crate::error::{Error, Result};
 use crate::io::IoFuture;
-use crate::memory::{Device, DeviceViewMut, OwnedDeviceMemory};
+use crate::memory::{Device, DeviceViewMut, OwnedDeviceMemory, StreamRef};
 
 /// A file mapped into device memory: mmap semantics on the GPU, in a
 /// [`DeviceCache`](super::DeviceCache).
@@ -389,16 +390,70 @@ impl DeviceMappedFile {
         gather_parts(self.engine(), &parts, dst.into())
     }
 
-    /// Copies `len` bytes at each of `offsets` (rows of a table), packed in order, into `dst`.
-    pub fn gather_rows<'a>(
+    /// Copies rows `indices` of the file — row `i` is bytes `i * row_size .. (i + 1) *
+    /// row_size` — in order into `dst`, and returns when they are all there.
+    ///
+    /// On a GPU, one kernel launch finds the rows whose extents are resident (through the
+    /// cache's directory) and copies them; the host reads the rest through the cache, which
+    /// keeps them for the next gather. Indices in GPU memory ([`RowIndices::on_device`]) stay
+    /// there for every resident row. With [`MapOptions::zero_copy`], rows are read in place
+    /// from the registered file. The kernel runs on gpumap's stream for the calling thread;
+    /// [`gather_rows_on`](Self::gather_rows_on) puts it on yours.
+    ///
+    /// A negative index, or one past the last whole row, is [`Error::RowIndex`] naming the
+    /// first such one; it is never read (rows before it may have been copied). A row past the
+    /// end of a file cut under the map is [`Error::UnexpectedEof`].
+    ///
+    /// ```
+    /// use gpumap::mapped::DeviceMappedFile;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("table.bin");
+    /// # std::fs::write(&path, (0..1024u32).flat_map(|i| [i as u8; 16]).collect::<Vec<u8>>())?;
+    /// let table = DeviceMappedFile::open(&path)?;
+    /// let mut rows = vec![0u8; 3 * 16];
+    /// table.gather_rows(&[5i64, 0, 700], 16, rows.as_mut_slice())?;
+    /// assert_eq!(rows[0], 5);
+    /// assert_eq!(rows[32], (700 % 256) as u8);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn gather_rows<'i, 'd>(
         &self,
-        offsets: &[u64],
-        len: u64,
-        dst: impl Into<DeviceViewMut<'a>>,
+        indices: impl Into<RowIndices<'i>>,
+        row_size: u64,
+        dst: impl Into<DeviceViewMut<'d>>,
     ) -> Result<()> {
-        let parts: Vec<(&OpenFile, u64, u64)> =
-            offsets.iter().map(|&offset| (&*self.inner, offset, len)).collect();
-        gather_parts(self.engine(), &parts, dst.into())
+        self.rows(indices.into(), row_size, dst.into(), None)
+    }
+
+    /// [`gather_rows`](Self::gather_rows) with its kernel queued on `stream`, after the work
+    /// queued there before (the sampler that made the indices, say). It still returns only
+    /// when the rows are in `dst`. On host memory the stream has nothing to order.
+    pub fn gather_rows_on<'i, 'd>(
+        &self,
+        indices: impl Into<RowIndices<'i>>,
+        row_size: u64,
+        dst: impl Into<DeviceViewMut<'d>>,
+        stream: StreamRef<'_>,
+    ) -> Result<()> {
+        self.rows(indices.into(), row_size, dst.into(), Some(stream))
+    }
+
+    fn rows(
+        &self,
+        indices: RowIndices<'_>,
+        row_size: u64,
+        dst: DeviceViewMut<'_>,
+        stream: Option<StreamRef<'_>>,
+    ) -> Result<()> {
+        let _range = crate::profiling::Range::new(c"gpumap::cache::gather_rows");
+        if let Some(zero_copy) = &self.inner.zero_copy {
+            return zero_copy.rows(indices, row_size, dst, stream);
+        }
+        let stream = match (&stream, self.device()) {
+            (Some(s), Device::Cuda(d)) => Some(s.on(d.ordinal())?),
+            _ => None,
+        };
+        engine::gather_rows(self.engine(), self.entry(), indices.source(), row_size, dst, stream)
     }
 
     /// [`gather`](Self::gather) into the owned `dst` in the background; the future gives `dst`

@@ -69,6 +69,9 @@ pub(crate) struct Requested {
     pub(crate) memory: Option<Device>,
     pub(crate) pin_wait: Duration,
     pub(crate) shards: Option<usize>,
+    /// Set by [`Requested::for_file`] until a budget is given: the budget is then this length
+    /// in whole frames of whatever frame size is finally chosen.
+    pub(crate) file_len: Option<u64>,
 }
 
 impl Requested {
@@ -82,6 +85,7 @@ impl Requested {
             memory: None,
             pin_wait: DEFAULT_PIN_WAIT,
             shards: None,
+            file_len: None,
         }
     }
 
@@ -90,7 +94,7 @@ impl Requested {
     pub(crate) fn for_file(len: u64) -> Requested {
         let len = len.clamp(1, MAX_FILE_BUDGET);
         let frame = default_frame(len, HOST_GRANULARITY);
-        Requested { budget: len.next_multiple_of(frame), frame: Some(frame), ..Requested::new() }
+        Requested { budget: len.next_multiple_of(frame), file_len: Some(len), ..Requested::new() }
     }
 
     /// Checks every size against the others and the device, and fills in the defaults.
@@ -100,7 +104,8 @@ impl Requested {
             Device::Cuda(d) => (VaRange::granularity(d)? as u64, d.total_memory() as u64),
             Device::Host => (HOST_GRANULARITY, crate::memory::host::physical_memory()),
         };
-        let frame = self.frame.unwrap_or(default_frame(self.budget, granularity));
+        let sized_by = self.file_len.unwrap_or(self.budget);
+        let frame = self.frame.unwrap_or(default_frame(sized_by, granularity));
         if frame == 0 || !frame.is_multiple_of(granularity) || frame > MAX_FRAME {
             return Err(Error::InvalidArgument(format!(
                 "frame size {frame}: expected a multiple of the allocation granularity \
@@ -114,20 +119,22 @@ impl Requested {
                  size {frame}"
             )));
         }
-        if self.budget < frame {
+        let budget = match self.file_len {
+            Some(len) => len.next_multiple_of(frame),
+            None => self.budget,
+        };
+        if budget < frame {
             return Err(Error::InvalidArgument(format!(
-                "budget {} is less than one frame of {frame} bytes",
-                self.budget
+                "budget {budget} is less than one frame of {frame} bytes"
             )));
         }
-        if self.budget > capacity {
+        if budget > capacity {
             return Err(Error::InvalidArgument(format!(
-                "budget {} exceeds the {capacity} bytes of {}",
-                self.budget,
+                "budget {budget} exceeds the {capacity} bytes of {}",
                 device.describe()
             )));
         }
-        let max_frames = (self.budget / frame) as usize;
+        let max_frames = (budget / frame) as usize;
         let shards = match self.shards {
             None => default_shards(max_frames),
             Some(n)
@@ -187,5 +194,15 @@ mod tests {
         for (len, budget) in [(0, 8 * MIB), (1, 8 * MIB), (9 * MIB, 16 * MIB), (5 << 30, 4 << 30)] {
             assert_eq!(Requested::for_file(len).budget, budget, "a file of {len} bytes");
         }
+        // A frame size given later keeps the budget at the file in whole frames of that size.
+        let mut r = Requested::for_file((1 << 30) + 1);
+        r.memory = Some(Device::Host);
+        r.frame = Some(16 * MIB);
+        let config = r.resolve().unwrap();
+        assert_eq!((config.max_frames, config.geometry.frame), (65, 16 * MIB));
+        // A budget given later replaces the file's.
+        r.budget = 64 * MIB;
+        r.file_len = None;
+        assert_eq!(r.resolve().unwrap().max_frames, 4);
     }
 }

@@ -24,7 +24,10 @@ use crate::error::{Error, Result};
 use crate::io::FileHandle;
 use crate::memory::cuda::{BatchCopier, CudaDevice, DeviceCopy, RawRegion};
 use crate::memory::registered::{self, RegisteredFile};
-use crate::memory::{Device, DeviceViewMut};
+use crate::memory::{Device, DeviceViewMut, StreamRef};
+
+use super::engine;
+use super::row_indices::RowIndices;
 
 /// Bytes registered by every [`ZeroCopyFile`] of the process, against
 /// [`ZeroCopyOptions::max_pinned`].
@@ -203,9 +206,73 @@ impl ZeroCopyFile {
         copy_rows(&rows, dst)?;
         Ok(total)
     }
+
+    /// Copies rows `indices` of the file (row `i`: bytes `i * row_size .. (i + 1) *
+    /// row_size`) in order into `dst`; the rules are
+    /// [`DeviceMappedFile::gather_rows`](super::DeviceMappedFile::gather_rows)'s. On the GPU,
+    /// one kernel launch reads them in place; into host memory, `pread`s do.
+    pub fn gather_rows<'i, 'd>(
+        &self,
+        indices: impl Into<RowIndices<'i>>,
+        row_size: u64,
+        dst: impl Into<DeviceViewMut<'d>>,
+    ) -> Result<()> {
+        self.rows(indices.into(), row_size, dst.into(), None)
+    }
+
+    /// [`gather_rows`](Self::gather_rows) with its kernel queued on `stream`.
+    pub fn gather_rows_on<'i, 'd>(
+        &self,
+        indices: impl Into<RowIndices<'i>>,
+        row_size: u64,
+        dst: impl Into<DeviceViewMut<'d>>,
+        stream: StreamRef<'_>,
+    ) -> Result<()> {
+        self.rows(indices.into(), row_size, dst.into(), Some(stream))
+    }
 }
 
 impl ZeroCopyFile {
+    pub(crate) fn rows(
+        &self,
+        indices: RowIndices<'_>,
+        row_size: u64,
+        dst: DeviceViewMut<'_>,
+        stream: Option<StreamRef<'_>>,
+    ) -> Result<()> {
+        let rows_mapped = self.len.checked_div(row_size).unwrap_or(0);
+        match dst {
+            DeviceViewMut::Host(bytes) => {
+                let read = |offset: u64, row: &mut [u8]| self.file.read_exact(row, offset);
+                engine::read_rows(indices.source(), row_size, rows_mapped, bytes, &read)
+            }
+            DeviceViewMut::Cuda(mut view) => {
+                let Some(gpu) = &self.gpu else {
+                    return Err(Error::InvalidArgument(format!(
+                        "{} is a zero-copy file on host memory: it gathers into host memory",
+                        self.path.display()
+                    )));
+                };
+                let stream = stream.map(|s| s.on(gpu.device.ordinal())).transpose()?;
+                // The registered pages outlive a cut of the file: rows past its end now are
+                // refused by the kernel, as on every tier, not read as the bytes they had.
+                let rows = rows_mapped.min(self.file.len()?.checked_div(row_size).unwrap_or(0));
+                let eof = |offset: u64| self.file.eof_error(offset, row_size, 0);
+                engine::gather_rows_direct(
+                    &gpu.device,
+                    gpu.file.device_ptr(),
+                    rows,
+                    rows_mapped,
+                    indices.source(),
+                    row_size,
+                    &mut view,
+                    stream,
+                    &eof,
+                )
+            }
+        }
+    }
+
     /// `[offset, offset + len)` of the registered file as device memory (the caller checked
     /// the bounds); `None` on host memory.
     pub(crate) fn region(&self, offset: u64, len: usize) -> Option<RawRegion> {

@@ -114,7 +114,7 @@ impl CudaDevice {
         self.inner.context.bind_to_thread()
     }
 
-    fn context(&self) -> &sys::PrimaryContext {
+    pub(crate) fn context(&self) -> &sys::PrimaryContext {
         &self.inner.context
     }
 }

@@ -23,12 +23,15 @@
 pub mod bounce;
 pub mod cuda;
 pub mod host;
+pub(crate) mod kernels;
 pub(crate) mod registered;
+mod stream_ref;
 
 use std::fmt;
 use std::ops::RangeBounds;
 
 pub use host::HostBuffer;
+pub use stream_ref::StreamRef;
 
 use crate::error::{Error, Result};
 use cuda::{resolve_range, CudaBuffer, CudaDevice, CudaView, CudaViewMut};

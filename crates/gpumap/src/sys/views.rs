@@ -4,7 +4,8 @@
 //! caller promises it instead, and the driver still checks what it can.
 
 use crate::error::Result;
-use crate::memory::cuda::{validate_device_range, CudaView, CudaViewMut};
+use crate::memory::cuda::{validate_device_range, CudaDevice, CudaView, CudaViewMut};
+use crate::memory::StreamRef;
 
 impl<'a> CudaView<'a> {
     /// Wraps device memory allocated by another CUDA stack, after checking through
@@ -36,5 +37,26 @@ impl<'a> CudaViewMut<'a> {
     #[doc(alias = "cuPointerGetAttributes")]
     pub unsafe fn from_raw(ptr: u64, len: usize) -> Result<CudaViewMut<'a>> {
         Ok(CudaViewMut::assume_valid(validate_device_range(ptr, len)?))
+    }
+}
+
+impl StreamRef<'static> {
+    /// Another CUDA stack's stream on `device`: a PyTorch stream's `cuda_stream`, a CuPy
+    /// stream's `ptr`, a `CUstream` from C; `0`, `1`, `2` for the legacy and per-thread default
+    /// streams. The driver is asked (`cuStreamGetCtx`) that it belongs to the device's primary
+    /// context, the one gpumap, PyTorch and CuPy share; another context's stream is
+    /// `InvalidArgument`.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a live stream (the driver dereferences the handle: one made up or destroyed
+    /// is undefined behaviour, not an error), and stay alive while work gpumap queued on it runs
+    /// — gpumap's calls that take a stream wait for their own work before they return.
+    #[doc(alias = "cuStreamGetCtx")]
+    pub unsafe fn from_raw(device: &CudaDevice, raw: u64) -> Result<StreamRef<'static>> {
+        device.bind_to_thread()?;
+        // SAFETY: the caller's promise is `foreign`'s.
+        let handle = unsafe { crate::sys::cuda::StreamHandle::foreign(raw, device.context())? };
+        Ok(StreamRef::checked(handle, device))
     }
 }

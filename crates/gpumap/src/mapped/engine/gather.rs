@@ -128,6 +128,8 @@ struct Round {
     through: bool,
     /// Making room failed (a dirty victim's write-back): returned once the round's pins went.
     error: Option<Error>,
+    /// A dirty victim was written back to make room: progress, though nothing was copied.
+    made_room: bool,
 }
 
 /// Copies `ranges`, packed one after another, into `dst` (or, without `dst`, only makes
@@ -135,12 +137,27 @@ struct Round {
 pub(crate) fn gather(
     engine: &Engine,
     ranges: &[GatherRange<'_>],
+    dst: Option<DeviceViewMut<'_>>,
+) -> Result<()> {
+    gather_to(engine, ranges, None, dst)
+}
+
+/// [`gather`], with range `i` going to `dst` at `placed[i]` rather than packed one after
+/// another (the rows a row gather's kernel left to the host go to their places among the
+/// others). The caller checked that every range fits `dst` where it goes.
+pub(crate) fn gather_to(
+    engine: &Engine,
+    ranges: &[GatherRange<'_>],
+    placed: Option<&[u64]>,
     mut dst: Option<DeviceViewMut<'_>>,
 ) -> Result<()> {
     let g = engine.geometry;
     let mut segments = Vec::new();
     let mut at_dst = 0usize;
     for (i, r) in ranges.iter().enumerate() {
+        if let Some(placed) = placed {
+            at_dst = placed[i] as usize;
+        }
         let mut offset = r.offset;
         let end = r.offset + r.len;
         while offset < end {
@@ -160,10 +177,19 @@ pub(crate) fn gather(
     let n = engine.shards.len();
     let capacity = engine.max_frames / n * g.per_frame() as usize;
     let limit = (capacity / 4).max(1);
-    let mut todo: Vec<usize> = (0..segments.len()).collect();
+    // A round takes what the last one deferred, then fresh rows up to what its shards can pin:
+    // a gather far larger than the budget then costs rounds in proportion to its rows, not to
+    // their square.
+    let per_round = limit.saturating_mul(n);
+    let mut fresh = 0..segments.len();
+    let mut todo: Vec<usize> = Vec::new();
     let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut since = Instant::now();
-    while !todo.is_empty() {
+    loop {
+        todo.extend(fresh.by_ref().take(per_round.saturating_sub(todo.len())));
+        if todo.is_empty() {
+            break;
+        }
         let mut round = Round { through, ..Round::default() };
         for rows in &mut by_shard {
             rows.clear();
@@ -187,7 +213,7 @@ pub(crate) fn gather(
                 pins: pins..round.pins.len(),
             });
         }
-        let progress = !round.hits.is_empty() || !round.misses.is_empty();
+        let progress = !round.hits.is_empty() || !round.misses.is_empty() || round.made_room;
         let result = run_round(engine, ranges, &segments, &round, dst.as_mut());
         for part in &round.parts {
             // Reads and bytes per file, summed before the lock is taken.
@@ -342,7 +368,10 @@ fn take_slots(
             }
             match room::make_room(engine, shard, state, Want::Slot, true) {
                 Ok(Room::Ready) => continue,
-                Ok(Room::Released) => break None,
+                Ok(Room::Released) => {
+                    round.made_room = true;
+                    break None;
+                }
                 Ok(Room::Full) => {
                     full = true;
                     break None;

@@ -9,15 +9,19 @@
 //! - `room`: eviction, in a shard and across shards;
 //! - `pins`: faults of views (contiguous and single-extent);
 //! - `plan` and `gather`: batched gathers, planned from a snapshot, then carried out;
+//! - `directory` and `rows`: the table of resident extents a GPU kernel reads, and row gathers
+//!   by index through it;
 //! - `writeback` and `sticky`: dirty extents out, and the errors that stick.
 #![forbid(unsafe_code)]
 
 mod books;
+mod directory;
 mod gather;
 mod geometry;
 mod pins;
 mod plan;
 mod room;
+mod rows;
 mod state;
 mod sticky;
 mod store;
@@ -27,6 +31,7 @@ pub(crate) use gather::{gather, GatherRange};
 pub(crate) use geometry::Geometry;
 pub(crate) use pins::{pin_extent, pin_frames, unpin_view, PinFor, Pins};
 pub(crate) use room::evict;
+pub(crate) use rows::{gather_rows, gather_rows_direct, read_rows, IndexSource};
 pub(crate) use state::{CacheNumbers, Engine, EngineConfig, FileEntry, FileNumbers};
 pub(crate) use store::Home;
 pub(crate) use writeback::{flush, sync, write_back};

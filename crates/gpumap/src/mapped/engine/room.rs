@@ -123,10 +123,13 @@ fn give_up_one(
             Ok(GaveUp::Unit)
         }
         Victim::SlotFrame(position) => {
-            let t = Instant::now();
-            engine.store.unmap_slot_frame(position)?;
-            engine.add_map_time(t);
-            state.books.remove_slot_frame(position);
+            // Its clean slots go first; the memory only once no lookup of the GPU's directory
+            // can still read it (until then its slots are retiring, and a later call takes it).
+            if state.books.remove_slot_frame(position) {
+                let t = Instant::now();
+                engine.store.unmap_slot_frame(position)?;
+                engine.add_map_time(t);
+            }
             Ok(GaveUp::Unit)
         }
         Victim::DirtyFrame { .. } if !write_back => Ok(GaveUp::Nothing),
@@ -178,11 +181,18 @@ pub(crate) fn wait_or_full(
     // With the budget shared by shards, room may come from another shard, whose changes
     // this shard's condition variable does not hear of: look again every millisecond.
     let poll = (engine.shards.len() > 1).then(|| Instant::now() + SHARED_BUDGET_POLL);
+    // The cache's own pins go by themselves: wait for them without bound.
     if state.books.transient_pins() > 0 {
         match poll {
             Some(at) => drop(shard.changed.wait_until(state, at)),
             None => shard.changed.wait(state),
         }
+        return Ok(());
+    }
+    // So do slots retiring, once the row gathers that could see them end; an ending gather
+    // tells no shard, so look again every millisecond.
+    if state.books.retiring() > 0 {
+        shard.changed.wait_until(state, Instant::now() + SHARED_BUDGET_POLL);
         return Ok(());
     }
     let deadline = since + engine.pin_wait;

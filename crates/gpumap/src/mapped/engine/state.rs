@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::books::{Books, FileCounters, FileId, FrameBudget, SlotId};
+use super::books::{Books, Catalog, FileCounters, FileId, FrameBudget, SlotId};
+use super::directory::Directory;
 use super::geometry::Geometry;
 use super::sticky::StickyError;
 use super::store::{FileMemory, Store};
@@ -52,7 +53,7 @@ pub(crate) struct State {
 }
 
 /// One independent part of a cache: its books under their own lock, drawing on the cache's one
-/// budget, with its own stretch of the slot arena and its own LRU list. An extent and its frame
+/// budget and the one slot arena, with its own LRU list. An extent and its frame
 /// are always in the same shard (the shard of the frame), so everything the books decide about
 /// one extent — where it is, one home, moves between slot and frame — stays inside one shard.
 pub(crate) struct Shard {
@@ -76,6 +77,11 @@ pub(crate) struct Engine {
     pub(crate) pin_wait: Duration,
     /// The budget in frames (the books' too; here to be read without the lock).
     pub(crate) max_frames: usize,
+    /// The budget itself, shared by the shards' books: which of them holds each slot frame.
+    budget: Arc<FrameBudget>,
+    /// The table of resident slots the GPU's lookups read, kept from the catalog the shards'
+    /// books share.
+    pub(crate) directory: Directory,
 }
 
 /// One file's numbers, summed over the shards (its stats, in the engine's terms).
@@ -121,30 +127,42 @@ impl Engine {
     /// mapped yet.
     pub(crate) fn new(config: &EngineConfig) -> Result<Engine> {
         let EngineConfig { device, geometry, max_frames, shards, pin_wait } = config.clone();
-        // Each shard's books own a stretch of the slot arena as long as the whole budget (one
-        // shard may come to hold all of it); slot ids must fit in 32 bits.
-        let positions = max_frames.saturating_mul(shards);
-        if (positions as u64).saturating_mul(geometry.per_frame()) > u64::from(SlotId::MAX) {
+        // Slot numbers (frame position × slots per frame) must fit in 32 bits.
+        if (max_frames as u64).saturating_mul(geometry.per_frame()) > u64::from(SlotId::MAX) {
             return Err(Error::InvalidArgument(format!(
-                "a budget of {max_frames} frames of {} extents in {shards} shards: more than \
-                 2^32 slots (use larger extents, or fewer shards)",
+                "a budget of {max_frames} frames of {} extents: more than 2^32 slots (use larger \
+                 extents)",
                 geometry.per_frame()
             )));
         }
+        let shard_count = u8::try_from(shards)
+            .map_err(|_| Error::InvalidArgument(format!("{shards} shards: at most 255")))?;
         let budget = FrameBudget::new(max_frames);
-        let shards = (0..shards)
+        let catalog = Catalog::new();
+        let shards = (0..shard_count)
             .map(|i| Shard {
                 state: Mutex::new(State {
-                    books: Books::with_arena(geometry, Arc::clone(&budget), i * max_frames),
+                    books: Books::for_shard(geometry, Arc::clone(&budget), Arc::clone(&catalog), i),
                     files: HashMap::new(),
                 }),
                 changed: Condvar::new(),
             })
             .collect();
+        let store = Store::new(&device, geometry, max_frames)?;
+        let slots = max_frames * geometry.per_frame() as usize;
+        let directory = Directory::new(
+            Arc::clone(&catalog),
+            geometry,
+            slots,
+            &device,
+            store.slot_arena_base(),
+        )?;
         Ok(Engine {
             shards,
             next_file: AtomicU32::new(0),
-            store: Store::new(&device, geometry, positions)?,
+            store,
+            budget,
+            directory,
             geometry,
             map_nanos: AtomicU64::new(0),
             fault_nanos: AtomicU64::new(0),
@@ -216,11 +234,10 @@ impl Engine {
         self.shard_of(file, self.geometry.frame_of(e))
     }
 
-    /// The shard whose books hold slot `slot` (each owns a stretch of the slot arena as long
-    /// as the budget).
+    /// The shard whose books hold slot `slot` (the budget knows who holds its frame).
     pub(crate) fn shard_of_slot(&self, slot: SlotId) -> usize {
-        let position = slot as usize / self.geometry.per_frame() as usize;
-        (position / self.max_frames).min(self.shards.len() - 1)
+        Books::shard_of_slot(&self.budget, slot, self.geometry.per_frame())
+            .min(self.shards.len() - 1)
     }
 
     /// The shards holding frames `frames` of `file`, each with those frames, in the order of

@@ -272,6 +272,15 @@ impl Store {
         }
     }
 
+    /// The device address of the slot arena's first byte (GPU only): slot `s` starts at
+    /// `base + s * extent`.
+    pub(crate) fn slot_arena_base(&self) -> Option<u64> {
+        match self {
+            Store::Cuda(s) => Some(s.slot_arena.base()),
+            Store::Host(_) => None,
+        }
+    }
+
     /// The device address of `len` bytes at `home` (GPU only).
     pub(crate) fn region(&self, home: Home<'_>, len: usize) -> Option<RawRegion> {
         match (self, home) {

@@ -51,6 +51,7 @@ pub(super) fn check(b: &Books) -> Result<(), String> {
         }
     }
     let mut empty = 0;
+    let mut retiring = 0;
     for (position, frame) in b.arena.frames.iter().enumerate() {
         let Some(frame) = frame else { continue };
         let used = frame.slots.iter().filter(|s| s.state != SlotState::Free).count();
@@ -63,7 +64,7 @@ pub(super) fn check(b: &Books) -> Result<(), String> {
         }
         empty += usize::from(used == 0);
         for (i, s) in frame.slots.iter().enumerate() {
-            let id = ((b.arena.first_position + position) * g.per_frame() as usize + i) as SlotId;
+            let id = (position * g.per_frame() as usize + i) as SlotId;
             let listed = s.state == SlotState::Clean && s.pins == 0;
             if listed != (s.lru != NIL) {
                 return Err(format!("slot {id} {s:?}: in the LRU list {}", s.lru != NIL));
@@ -75,6 +76,13 @@ pub(super) fn check(b: &Books) -> Result<(), String> {
             if s.state == SlotState::Stale && s.pins == 0 {
                 return Err(format!("slot {id} stale with no pins"));
             }
+            if s.state == SlotState::Retiring && (s.pins > 0 || s.in_free_list) {
+                return Err(format!("slot {id} retiring but pinned or listed free: {s:?}"));
+            }
+            if s.published && s.state != SlotState::Clean {
+                return Err(format!("slot {id} in the catalog but {:?}", s.state));
+            }
+            retiring += usize::from(s.state == SlotState::Retiring);
             if s.state == SlotState::Clean || s.state == SlotState::Loading {
                 let indexed = b.files.get(&s.owner.0).and_then(|f| f.slots.get(&s.owner.1));
                 if indexed != Some(&id) {
@@ -82,6 +90,9 @@ pub(super) fn check(b: &Books) -> Result<(), String> {
                 }
             }
         }
+    }
+    if retiring != b.arena.retiring() {
+        return Err(format!("{retiring} slots retiring, {} queued", b.arena.retiring()));
     }
     if empty != b.arena.empty_frames {
         return Err(format!("{empty} empty slot frames, counted {}", b.arena.empty_frames));

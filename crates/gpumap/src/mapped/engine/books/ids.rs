@@ -79,6 +79,9 @@ pub(crate) enum SlotState {
     Clean,
     /// Superseded by the extent's file frame while pinned; freed when unpinned.
     Stale,
+    /// Free, but a lookup outside the books may still see what it held (see `Catalog`):
+    /// taken again once none can.
+    Retiring,
 }
 
 /// Where an extent's bytes are, as new requests see it.

@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 mod budget;
+mod catalog;
 #[cfg(test)]
 mod check;
 mod ids;
@@ -38,6 +39,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 pub(crate) use budget::FrameBudget;
+pub(crate) use catalog::{key, Catalog, EMPTY};
 pub(crate) use ids::{
     ExtentState, FileCounters, FileId, IndexHashMap, Location, SlotId, SlotState, Unit, Victim,
     Want,
@@ -59,8 +61,12 @@ pub(crate) struct Books {
     /// Frames these books hold (file frames and slot frames).
     frames_in_use: usize,
     files: IndexHashMap<FileId, FileBooks>,
-    /// This shard's stretch of the slot arena: as long as the whole budget, since one shard
-    /// may come to hold all of it.
+    /// What lookups outside the books (the GPU's) see of the slots, shared with the other
+    /// shards' books.
+    catalog: Arc<Catalog>,
+    /// This shard's number, by which the budget knows which arena positions it holds.
+    shard: u8,
+    /// The slot frames this shard holds, at their positions in the cache's slot arena.
     arena: SlotArena,
     lru: Lru,
     /// Pins held by the cache's own operations (reads, gathers, write-backs), which end without
@@ -76,26 +82,29 @@ pub(crate) struct Books {
 }
 
 impl Books {
-    /// Empty books for `geometry` with a budget of their own of `max_frames` frames, owning the
-    /// slot arena's positions from 0.
+    /// Empty books for `geometry` with a budget and a catalog of their own of `max_frames`
+    /// frames.
     #[cfg(test)]
     pub(crate) fn new(geometry: Geometry, max_frames: usize) -> Books {
-        Books::with_arena(geometry, FrameBudget::new(max_frames), 0)
+        Books::for_shard(geometry, FrameBudget::new(max_frames), Catalog::new(), 0)
     }
 
-    /// Empty books for `geometry` drawing on `budget` (shared with other shards' books), owning
-    /// the slot arena's positions `first_position..first_position + budget.max()`.
-    pub(crate) fn with_arena(
+    /// Empty books for shard `shard` of a cache of `geometry`, drawing on `budget` and
+    /// recording in `catalog` (both shared with the other shards' books).
+    pub(crate) fn for_shard(
         geometry: Geometry,
         budget: Arc<FrameBudget>,
-        first_position: usize,
+        catalog: Arc<Catalog>,
+        shard: u8,
     ) -> Books {
-        let arena = SlotArena::new(geometry.per_frame() as usize, budget.max(), first_position);
+        let arena = SlotArena::new(geometry.per_frame() as usize, budget.max());
         Books {
             geometry,
             budget,
             frames_in_use: 0,
             files: IndexHashMap::default(),
+            catalog,
+            shard,
             arena,
             lru: Lru::new(),
             transient_pins: 0,
@@ -128,6 +137,12 @@ impl Books {
 
     pub(crate) fn transient_pins(&self) -> usize {
         self.transient_pins
+    }
+
+    /// Slots retiring: free once no lookup outside the books can see what they held (they go
+    /// by themselves, like transient pins).
+    pub(crate) fn retiring(&self) -> usize {
+        self.arena.retiring()
     }
 
     // ---- files --------------------------------------------------------------------------
@@ -331,8 +346,8 @@ impl Books {
                 let Some(slot) = self.arena.unpin(id) else { return };
                 match slot.state {
                     SlotState::Clean => slot.lru = self.lru.push(unit),
-                    SlotState::Stale => self.arena.free(id),
-                    SlotState::Free | SlotState::Loading => {}
+                    SlotState::Stale => self.release_slot(id),
+                    SlotState::Free | SlotState::Loading | SlotState::Retiring => {}
                 }
             }
         }
@@ -422,6 +437,9 @@ impl Books {
             if self.arena.slot(slot).pins == 0 {
                 self.release_slot(slot);
             } else {
+                // Out of the catalog now (readers of the directory must not find it), freed at
+                // its last unpin.
+                self.unpublish(slot);
                 self.arena.slot_mut(slot).state = SlotState::Stale;
             }
         }
@@ -502,7 +520,16 @@ impl Books {
 
     /// Whether a slot is free for [`take_slot`](Self::take_slot).
     pub(crate) fn has_free_slot(&mut self) -> bool {
+        self.reclaim();
         self.arena.has_free()
+    }
+
+    /// Frees the retiring slots no lookup outside the books can see any more.
+    fn reclaim(&mut self) {
+        if self.arena.retiring() > 0 {
+            let catalog = &self.catalog;
+            self.arena.reclaim(|at| catalog.reusable(at));
+        }
     }
 
     /// Whether any of `extents` of `file` is being read in (by anyone).
@@ -531,32 +558,39 @@ impl Books {
     /// the position for the caller to map (all its slots free). `None`, with the frame given
     /// back, when every position is in use.
     pub(crate) fn add_slot_frame(&mut self) -> Option<usize> {
-        let Some(position) = self.arena.add_frame() else {
+        let Some(position) = self.budget.take_position(self.shard) else {
             self.budget.give_back();
             return None;
         };
+        self.arena.add_frame(position);
         self.frames_in_use += 1;
         Some(position)
     }
 
-    /// Records that the slot frame at `position`, none of whose slots anyone pins, is given up:
-    /// its clean slots are evicted (the caller unmaps it).
-    pub(crate) fn remove_slot_frame(&mut self, position: usize) {
-        let Some(frame) = self.arena.remove_frame(position) else { return };
+    /// Gives up the slot frame at `position`, none of whose slots anyone pins: its clean slots
+    /// are evicted, and once no lookup outside the books can see any of them the frame goes
+    /// (`true`: the caller unmaps it). `false`: some are retiring; ask again when they are done.
+    pub(crate) fn remove_slot_frame(&mut self, position: usize) -> bool {
+        let Some(frame) = self.arena.frames.get(position).and_then(Option::as_ref) else {
+            return false;
+        };
         debug_assert_eq!(frame.busy, 0);
-        for slot in frame.slots.iter() {
-            if slot.state == SlotState::Clean {
-                if slot.lru != NIL {
-                    self.lru.remove(slot.lru);
-                }
-                if let Some(books) = self.files.get_mut(&slot.owner.0) {
-                    books.slots.remove(&slot.owner.1);
-                    books.counters.evictions += 1;
-                }
-            }
+        let clean: Vec<SlotId> = (0..frame.slots.len())
+            .filter(|&i| frame.slots[i].state == SlotState::Clean)
+            .map(|i| (position * frame.slots.len() + i) as SlotId)
+            .collect();
+        for id in clean {
+            self.evict_slot(id);
         }
+        self.reclaim();
+        if self.arena.frames[position].as_ref().is_some_and(|f| f.used > 0) {
+            return false;
+        }
+        self.arena.remove_frame(position);
+        self.budget.give_position(position);
         self.frames_in_use -= 1;
         self.budget.give_back();
+        true
     }
 
     /// Takes a free slot for extent `e` of `file`: it becomes `Loading`, pinned once (a
@@ -570,14 +604,21 @@ impl Books {
         Some(id)
     }
 
-    /// Marks slot `id` read in (`ok`: clean; otherwise free again). It stays pinned.
+    /// Marks slot `id` read in (`ok`: clean, and in the catalog; otherwise free again). It
+    /// stays pinned.
     pub(crate) fn finish_slot_load(&mut self, id: SlotId, ok: bool) {
         let slot = self.arena.slot(id);
         if slot.state != SlotState::Loading {
             return;
         }
         if ok {
-            self.arena.slot_mut(id).state = SlotState::Clean;
+            let published = key(slot.owner.0, slot.owner.1);
+            if let Some(k) = published {
+                self.catalog.fill(id, k);
+            }
+            let slot = self.arena.slot_mut(id);
+            slot.state = SlotState::Clean;
+            slot.published = published.is_some();
         } else {
             if let Some(books) = self.files.get_mut(&slot.owner.0) {
                 if books.slots.get(&slot.owner.1) == Some(&id) {
@@ -587,6 +628,19 @@ impl Books {
             // Freed when its last pin goes.
             self.arena.slot_mut(id).state = SlotState::Stale;
         }
+    }
+
+    /// Makes slot `id` the most recently used, if it is clean, unpinned and one of these
+    /// books' (lookups outside the books found it: the GPU's row gathers). Anything else —
+    /// a slot since freed, refilled or handed to another shard — is left alone.
+    pub(crate) fn touch_slot(&mut self, id: SlotId) {
+        // A slot of a frame this shard does not hold reads as free here.
+        let slot = self.arena.slot(id);
+        if slot.state != SlotState::Clean || slot.pins > 0 || slot.lru == NIL {
+            return;
+        }
+        self.lru.remove(slot.lru);
+        self.arena.slot_mut(id).lru = self.lru.push(Unit::Slot(id));
     }
 
     /// Evicts slot `id` (clean, unpinned): its extent is no longer resident, and the slot is
@@ -627,20 +681,42 @@ impl Books {
         }
         for &(_, id) in &victims {
             self.arena.slot_mut(id).lru = NIL;
-            self.arena.free(id);
+            self.release_slot(id);
         }
         let evicted = victims.len();
         self.scratch = victims;
         evicted
     }
 
-    /// Frees a slot no one pins: out of the LRU list, onto the free list.
+    /// Frees a slot no one pins: out of the LRU list and the catalog, onto the free list — or,
+    /// while a lookup outside the books may still see what it held, retiring until none can.
     fn release_slot(&mut self, id: SlotId) {
         let slot = self.arena.slot(id);
         if slot.lru != NIL {
             self.lru.remove(slot.lru);
+            self.arena.slot_mut(id).lru = NIL;
         }
-        self.arena.free(id);
+        self.unpublish(id);
+        if self.catalog.reusable(self.arena.slot(id).retire_at) {
+            self.arena.free(id);
+        } else {
+            self.arena.retire(id);
+        }
+    }
+
+    /// Takes slot `id` out of the catalog if it is there: the next publication clears it.
+    fn unpublish(&mut self, id: SlotId) {
+        if self.arena.slot(id).published {
+            let at = self.catalog.retire(id);
+            let slot = self.arena.slot_mut(id);
+            slot.published = false;
+            slot.retire_at = at;
+        }
+    }
+
+    /// The shard of the books holding slot `id` (by its frame's position in the arena).
+    pub(crate) fn shard_of_slot(budget: &FrameBudget, id: SlotId, per_frame: u64) -> usize {
+        budget.holder(id as usize / per_frame as usize)
     }
 
     // ---- victims ------------------------------------------------------------------------
@@ -648,7 +724,8 @@ impl Books {
     /// What to give up for `want`: the least recently used unit that can go, clean before dirty.
     /// For a frame, an empty slot frame goes first, and a slot's whole frame goes when none of
     /// its slots is in use.
-    pub(crate) fn victim(&self, want: Want) -> Victim {
+    pub(crate) fn victim(&mut self, want: Want) -> Victim {
+        self.reclaim();
         if want == Want::Frame {
             if let Some(position) = self.arena.empty_frame() {
                 return Victim::SlotFrame(position);

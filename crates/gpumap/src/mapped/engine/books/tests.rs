@@ -1,6 +1,7 @@
 //! The books' own tests: cases for each rule, and a model-based test of every invariant under
 //! random requests.
 
+use super::catalog::EMPTY;
 use super::*;
 use proptest::prelude::*;
 
@@ -202,12 +203,33 @@ fn a_frame_request_releases_a_whole_idle_slot_frame() {
 /// One step of the model-based test.
 #[derive(Debug, Clone)]
 enum Op {
-    Slot { file: u8, e: u64, ok: bool },
-    Frame { file: u8, index: u64, ok: bool, write: bool },
-    Flush { file: u8 },
-    Evict { want_frame: bool },
-    DropFile { file: u8 },
-    Sweep { n: usize },
+    Slot {
+        file: u8,
+        e: u64,
+        ok: bool,
+    },
+    Frame {
+        file: u8,
+        index: u64,
+        ok: bool,
+        write: bool,
+    },
+    Flush {
+        file: u8,
+    },
+    Evict {
+        want_frame: bool,
+    },
+    DropFile {
+        file: u8,
+    },
+    Sweep {
+        n: usize,
+    },
+    /// A lookup outside the books begins (publishing what the catalog recorded) or ends.
+    Read {
+        begin: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -223,6 +245,7 @@ fn op() -> impl Strategy<Value = Op> {
         any::<bool>().prop_map(|want_frame| Op::Evict { want_frame }),
         (0u8..3).prop_map(|file| Op::DropFile { file }),
         (0usize..10).prop_map(|n| Op::Sweep { n }),
+        any::<bool>().prop_map(|begin| Op::Read { begin }),
     ]
 }
 
@@ -246,7 +269,9 @@ fn make_room(b: &mut Books, want: Want) -> bool {
                 b.finish_writeback(file, &d, &d);
             }
             Victim::Slot(s) => b.evict_slot(s),
-            Victim::SlotFrame(p) => b.remove_slot_frame(p),
+            Victim::SlotFrame(p) => {
+                b.remove_slot_frame(p);
+            }
             Victim::None => return false,
         }
     }
@@ -258,12 +283,13 @@ proptest! {
     #[test]
     fn invariants_hold_under_random_requests(
         frames in 1usize..5,
-        first_position in 0usize..3,
         ops in proptest::collection::vec(op(), 1..120),
     ) {
-        // Books of a shard own a stretch of the slot arena that may not start at 0.
-        let mut b = Books::with_arena(G, FrameBudget::new(frames), first_position);
+        let mut b = Books::new(G, frames);
         let mut files: Vec<FileId> = (0..3).map(|_| b.new_file(24 * 4096)).collect();
+        // The directory as published, and what each reader still reading saw of it.
+        let mut directory: std::collections::HashMap<SlotId, u64> = Default::default();
+        let mut readers: Vec<(u64, std::collections::HashMap<SlotId, u64>)> = Vec::new();
         for op in ops {
             match op {
                 Op::Slot { file, e, ok } => {
@@ -320,7 +346,9 @@ proptest! {
                     match b.victim(want) {
                         Victim::CleanFrame { file, index } => b.remove_frame(file, index),
                         Victim::Slot(s) => b.evict_slot(s),
-                        Victim::SlotFrame(p) => b.remove_slot_frame(p),
+                        Victim::SlotFrame(p) => {
+                            b.remove_slot_frame(p);
+                        }
                         Victim::DirtyFrame { .. } | Victim::None => {}
                     }
                 }
@@ -345,11 +373,45 @@ proptest! {
                         .collect();
                     prop_assert_eq!(b.evict_oldest_slots(n), expected.len());
                     for (s, (file, e)) in &expected {
-                        prop_assert_eq!(b.slot_state(*s), SlotState::Free);
+                        let state = b.slot_state(*s);
+                        prop_assert!(matches!(state, SlotState::Free | SlotState::Retiring));
                         prop_assert_ne!(b.locate(*file, *e), Location::Slot(*s, SlotState::Clean));
                     }
                     let after: Vec<Unit> = b.lru.oldest_first().collect();
                     prop_assert_eq!(&after[..], &before[expected.len()..]);
+                }
+                Op::Read { begin: true } => {
+                    let catalog = Arc::clone(&b.catalog);
+                    let (ticket, ()) = catalog
+                        .begin_read(|changes| {
+                            for &(slot, key) in changes {
+                                if key == EMPTY {
+                                    directory.remove(&slot);
+                                } else {
+                                    directory.insert(slot, key);
+                                }
+                            }
+                            Ok(())
+                        })
+                        .unwrap();
+                    readers.push((ticket, directory.clone()));
+                }
+                Op::Read { begin: false } => {
+                    if let Some((ticket, _)) = readers.pop() {
+                        b.catalog.end_read(ticket);
+                    }
+                }
+            }
+            // What any reader still reading may find in a slot, the slot still holds.
+            for (ticket, seen) in &readers {
+                for (&slot, &k) in seen {
+                    let held = b.arena.slot(slot);
+                    prop_assert!(
+                        !matches!(held.state, SlotState::Free | SlotState::Loading)
+                            && key(held.owner.0, held.owner.1) == Some(k),
+                        "reader {} may find slot {} holding {:#x}, which now holds {:?}",
+                        ticket, slot, k, held
+                    );
                 }
             }
             if let Err(e) = b.check() {

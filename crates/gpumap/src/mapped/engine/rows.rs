@@ -1,0 +1,622 @@
+//! Row gathers by index: rows `i * row_size .. (i + 1) * row_size` of a file, for a list of
+//! indices on the host or on the GPU, copied in order into the caller's buffer.
+//!
+//! On a GPU the rows whose extents are all resident in slots are found and copied by one
+//! kernel launch, reading the directory (`directory`): no work per row on the CPU, and device
+//! indices never travel to the host for those rows. The kernel lists the others; the host reads
+//! them through the cache (`gather`, with each row placed where it goes), which fills their
+//! slots, so the next gather finds them. Every index is checked by the kernel before anything
+//! is read: one out of range is an error naming it, never a fault. On host memory the same
+//! steps run on the CPU against the same table, so the tests exercise the directory's protocol.
+//!
+//! The gather waits for its kernel before it returns (the misses need its list), so `dst` is
+//! complete when it does; the kernel runs on the caller's stream, after the work queued there.
+#![forbid(unsafe_code)]
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use super::books::{key, SlotId};
+use super::directory::Directory;
+use super::gather::{gather_to, GatherRange};
+use super::state::{Engine, FileEntry};
+use super::store::Home;
+use crate::error::{Error, Result};
+use crate::memory::cuda::{
+    validate_device_range, CudaBuffer, CudaDevice, CudaViewMut, PinnedBuffer, Stream,
+};
+use crate::memory::kernels::{RawEvent, RowJob, StreamHandle};
+use crate::memory::{Device, DeviceViewMut};
+
+/// Where a row gather's indices are.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum IndexSource<'a> {
+    /// Signed 32-bit indices in host memory.
+    I32(&'a [i32]),
+    /// Signed 64-bit indices in host memory.
+    I64(&'a [i64]),
+    /// `count` signed indices of `bytes` (4 or 8) each at device address `ptr` on GPU `ordinal`.
+    Device { ptr: u64, bytes: u32, count: u64, ordinal: usize },
+}
+
+impl IndexSource<'_> {
+    /// How many indices.
+    pub(crate) fn len(&self) -> u64 {
+        match self {
+            IndexSource::I32(v) => v.len() as u64,
+            IndexSource::I64(v) => v.len() as u64,
+            IndexSource::Device { count, .. } => *count,
+        }
+    }
+
+    /// The `n` indices from position `at` on.
+    fn part(&self, at: u64, n: u64) -> IndexSource<'_> {
+        let (a, b) = (at as usize, (at + n) as usize);
+        match *self {
+            IndexSource::I32(v) => IndexSource::I32(&v[a..b]),
+            IndexSource::I64(v) => IndexSource::I64(&v[a..b]),
+            IndexSource::Device { ptr, bytes, ordinal, .. } => {
+                IndexSource::Device { ptr: ptr + at * u64::from(bytes), bytes, count: n, ordinal }
+            }
+        }
+    }
+
+    /// Index `i`, where the indices are on the host.
+    fn host(&self, i: usize) -> Option<i64> {
+        match self {
+            IndexSource::I32(v) => v.get(i).map(|&x| i64::from(x)),
+            IndexSource::I64(v) => v.get(i).copied(),
+            IndexSource::Device { .. } => None,
+        }
+    }
+
+    /// Bytes of one index.
+    fn width(&self) -> u32 {
+        match self {
+            IndexSource::I32(_) => 4,
+            IndexSource::I64(_) => 8,
+            IndexSource::Device { bytes, .. } => *bytes,
+        }
+    }
+}
+
+/// Rows one pass (one kernel launch) takes at most: bounds the scratch a gather holds (a dozen
+/// bytes a row) and keeps the kernel's miss positions in 32 bits.
+const ROWS_PER_PASS: u64 = 1 << 20;
+
+/// What a pass found: (position in the pass's indices, index) of the rows not found resident.
+struct Found {
+    misses: Vec<(u64, u64)>,
+}
+
+/// Copies rows `indices` of `entry`'s file, `row_size` bytes each, in order into `dst` (see the
+/// module docs). `stream`: the caller's stream (GPU only; default: the thread's own).
+pub(crate) fn gather_rows(
+    engine: &Engine,
+    entry: &FileEntry,
+    indices: IndexSource<'_>,
+    row_size: u64,
+    mut dst: DeviceViewMut<'_>,
+    stream: Option<StreamHandle>,
+) -> Result<()> {
+    check_gather(&indices, row_size, dst.len())?;
+    refresh_recency(engine)?;
+    let count = indices.len();
+    let mut at = 0;
+    while at < count {
+        let n = (count - at).min(ROWS_PER_PASS);
+        gather_pass(engine, entry, indices.part(at, n), at, row_size, dst.reborrow(), stream)?;
+        at += n;
+    }
+    Ok(())
+}
+
+/// Gives the slots that lookups found since the last harvest a second chance: the books make
+/// them the most recently used (see `Directory::harvest_used`). Rows the kernel copies never
+/// pass through the books, so without this the rows gathered most would be evicted first.
+fn refresh_recency(engine: &Engine) -> Result<()> {
+    let Some(used) = engine.directory.harvest_used()? else { return Ok(()) };
+    let mut by_shard: Vec<Vec<SlotId>> = vec![Vec::new(); engine.shards.len()];
+    for slot in used {
+        by_shard[engine.shard_of_slot(slot)].push(slot);
+    }
+    for (shard, slots) in engine.shards.iter().zip(by_shard) {
+        if !slots.is_empty() {
+            let mut state = shard.state.lock();
+            for slot in slots {
+                state.books.touch_slot(slot);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a row gather's arguments: rows of some bytes, a destination that holds them all,
+/// device indices of 4 or 8 bytes in memory the driver knows.
+fn check_gather(indices: &IndexSource<'_>, row_size: u64, dst_len: usize) -> Result<()> {
+    if row_size == 0 {
+        return Err(Error::InvalidArgument("rows of 0 bytes".into()));
+    }
+    let count = indices.len();
+    let needed =
+        count.checked_mul(row_size).ok_or(Error::Overflow { offset: count, len: row_size })?;
+    if (dst_len as u64) < needed {
+        return Err(Error::BufferTooSmall { needed, available: dst_len as u64 });
+    }
+    if let IndexSource::Device { ptr, bytes, count, .. } = *indices {
+        if bytes != 4 && bytes != 8 {
+            return Err(Error::InvalidArgument(format!(
+                "row indices of {bytes} bytes: 4 (int32) or 8 (int64) expected"
+            )));
+        }
+        let len = count
+            .checked_mul(u64::from(bytes))
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or(Error::Overflow { offset: ptr, len: count })?;
+        validate_device_range(ptr, len)?;
+    }
+    Ok(())
+}
+
+/// `Err` when the indices or the destination are on another GPU than `device`.
+fn check_devices(device: &CudaDevice, dst_ordinal: usize, indices: &IndexSource<'_>) -> Result<()> {
+    if let IndexSource::Device { ordinal, .. } = *indices {
+        if ordinal != device.ordinal() {
+            return Err(Error::InvalidArgument(format!(
+                "the indices are on GPU {ordinal}, the file's memory on GPU {}",
+                device.ordinal()
+            )));
+        }
+    }
+    if dst_ordinal != device.ordinal() {
+        return Err(Error::InvalidArgument(format!(
+            "the destination is on GPU {dst_ordinal}, the file's memory on GPU {}",
+            device.ordinal()
+        )));
+    }
+    Ok(())
+}
+
+/// One pass of `gather_rows`: `indices` are those from position `first` on.
+fn gather_pass(
+    engine: &Engine,
+    entry: &FileEntry,
+    indices: IndexSource<'_>,
+    first: u64,
+    row_size: u64,
+    mut dst: DeviceViewMut<'_>,
+    stream: Option<StreamHandle>,
+) -> Result<()> {
+    let count = indices.len();
+    let rows_mapped = entry.len / row_size;
+    // A file cut under its map: rows past its end now are errors, whatever the cache holds.
+    let rows = rows_mapped.min(entry.file.len()? / row_size);
+    let out = first * row_size;
+    let found = match (&engine.store.device(), &mut dst) {
+        (Device::Cuda(device), DeviceViewMut::Cuda(view)) => {
+            check_devices(device, view.device_ordinal(), &indices)?;
+            let at = view.ptr() + out;
+            on_device(engine, entry, device, &indices, first, rows, row_size, at, stream)?
+        }
+        (_, dst) => on_host(engine, entry, &indices, first, rows, row_size, dst)?,
+    };
+    let hits = count - found.misses.len() as u64;
+    if let Some(c) = engine.shards[0].state.lock().books.counters_mut(entry.id) {
+        c.hits += hits;
+    }
+    if found.misses.is_empty() {
+        return Ok(());
+    }
+    for &(position, index) in &found.misses {
+        check_row(entry, first + position, index as i64, rows, rows_mapped, row_size)?;
+    }
+    let ranges: Vec<GatherRange<'_>> = found
+        .misses
+        .iter()
+        .map(|&(_, index)| GatherRange { entry, offset: index * row_size, len: row_size })
+        .collect();
+    let placed: Vec<u64> =
+        found.misses.iter().map(|&(position, _)| out + position * row_size).collect();
+    gather_to(engine, &ranges, Some(&placed), Some(dst))
+}
+
+/// `Ok` for a row within the file; else the error naming it: `RowIndex` past the rows mapped
+/// (or negative), `UnexpectedEof` past the end of a file cut under the map. `position`: where
+/// the index is among all the gather's.
+fn check_row(
+    entry: &FileEntry,
+    position: u64,
+    index: i64,
+    rows: u64,
+    rows_mapped: u64,
+    row_size: u64,
+) -> Result<()> {
+    match u64::try_from(index) {
+        Ok(i) if i < rows => Ok(()),
+        Ok(i) if i < rows_mapped => Err(entry.file.eof_error(i * row_size, row_size, 0)),
+        _ => Err(Error::RowIndex { position, index, rows: rows_mapped }),
+    }
+}
+
+/// The host's stand-in for the kernel: each row's extents looked up in the directory, the
+/// resident rows copied from their slots, the others listed. `first`: the pass's first
+/// position among all the gather's.
+fn on_host(
+    engine: &Engine,
+    entry: &FileEntry,
+    indices: &IndexSource<'_>,
+    first: u64,
+    rows: u64,
+    row_size: u64,
+    dst: &mut DeviceViewMut<'_>,
+) -> Result<Found> {
+    let g = engine.geometry;
+    let mapped = entry.len / row_size;
+    let mut misses = Vec::new();
+    // A piece is at most an extent: what a GPU destination's pieces go through.
+    let mut piece_buffer = Vec::new();
+    let _lookups = engine.directory.begin()?;
+    for (position, index) in host_indices(indices)?.into_iter().enumerate() {
+        let position = position as u64;
+        check_row(entry, first + position, index, rows, mapped, row_size)?;
+        let i = index as u64;
+        let start = i * row_size;
+        let extents = g.extents_covering(start, row_size);
+        let slots: Option<Vec<u32>> = extents
+            .clone()
+            .map(|e| key(entry.id, e).and_then(|k| engine.directory.lookup(k)))
+            .collect();
+        let Some(slots) = slots else {
+            misses.push((position, i));
+            continue;
+        };
+        let out = (first + position) * row_size;
+        let mut at = start;
+        for (e, slot) in extents.zip(slots) {
+            let end = ((e + 1) * g.extent).min(start + row_size);
+            let (from, len) = (at - e * g.extent, (end - at) as usize);
+            let to = (out + at - start) as usize;
+            match dst {
+                DeviceViewMut::Host(bytes) => {
+                    engine.store.copy_out(Home::Slot(slot, from), &mut bytes[to..to + len])?
+                }
+                DeviceViewMut::Cuda(view) => {
+                    piece_buffer.resize(len, 0);
+                    engine.store.copy_out(Home::Slot(slot, from), &mut piece_buffer)?;
+                    view.copy_from_host(to, &piece_buffer)?;
+                }
+            }
+            at = end;
+        }
+    }
+    Ok(Found { misses })
+}
+
+/// A thread's buffers for row kernels on one GPU, grown as asked (up to a pass) and kept.
+struct Scratch {
+    /// Device: the indices (when they come from the host), then the miss list, then two
+    /// result words (the miss count, the first bad position).
+    device: CudaBuffer,
+    /// Pinned: the indices on their way up, and the result words on their way down.
+    pinned: PinnedBuffer,
+    event: RawEvent,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<HashMap<usize, Scratch>> = RefCell::new(HashMap::new());
+}
+
+/// Where a launch's arrays are on the device.
+struct KernelArgs {
+    /// The indices.
+    indices: u64,
+    /// Room for a `u32` position per index.
+    misses: u64,
+    /// The miss count (`u32`, zeroed) and, 8 bytes on, the first bad position (`u64::MAX`).
+    results: u64,
+}
+
+/// What a row kernel reported.
+struct Reported {
+    /// The lowest position whose index is out of range.
+    first_bad: Option<u64>,
+    /// The positions the kernel listed as misses, in no order.
+    misses: Vec<u32>,
+}
+
+/// Runs a row kernel over `indices` on `stream` and waits for it: stages host indices on the
+/// device, sets the result words, calls `launch` to queue the kernel, then reads back what it
+/// reported. The scratch is the thread's own, so concurrent gathers never share it.
+fn run_row_kernel(
+    device: &CudaDevice,
+    indices: &IndexSource<'_>,
+    stream: StreamHandle,
+    launch: impl FnOnce(&KernelArgs) -> Result<()>,
+) -> Result<Reported> {
+    let count = indices.len() as usize;
+    let width = indices.width() as usize;
+    let staged = (count * width).next_multiple_of(16);
+    let at_misses = staged;
+    let at_results = at_misses + (count * 4).next_multiple_of(16);
+    let total = at_results + 16;
+    SCRATCH.with(|cell| -> Result<Reported> {
+        let mut map = cell.borrow_mut();
+        let fits = map
+            .get(&device.ordinal())
+            .is_some_and(|s| s.device.len() >= total && s.pinned.len() >= total);
+        if !fits {
+            map.remove(&device.ordinal());
+            let size = total.next_power_of_two().max(1 << 16);
+            let scratch = Scratch {
+                device: CudaBuffer::alloc(device, size)?,
+                pinned: PinnedBuffer::new(device, size)?,
+                event: RawEvent::new()?,
+            };
+            map.insert(device.ordinal(), scratch);
+        }
+        let Some(scratch) = map.get_mut(&device.ordinal()) else {
+            return Err(Error::InvalidArgument("row kernel scratch missing".into()));
+        };
+        let dev = scratch.device.ptr();
+        let pinned = scratch.pinned.as_mut_slice();
+        let pinned_base = pinned.as_ptr() as u64;
+        // No miss yet, no bad row yet.
+        pinned[at_results..at_results + 8].copy_from_slice(&0u64.to_ne_bytes());
+        pinned[at_results + 8..at_results + 16].copy_from_slice(&u64::MAX.to_ne_bytes());
+        let indices_at = match indices {
+            IndexSource::Device { ptr, .. } => *ptr,
+            IndexSource::I32(v) => {
+                for (k, x) in v.iter().enumerate() {
+                    pinned[4 * k..4 * k + 4].copy_from_slice(&x.to_ne_bytes());
+                }
+                dev
+            }
+            IndexSource::I64(v) => {
+                for (k, x) in v.iter().enumerate() {
+                    pinned[8 * k..8 * k + 8].copy_from_slice(&x.to_ne_bytes());
+                }
+                dev
+            }
+        };
+        let args = KernelArgs {
+            indices: indices_at,
+            misses: dev + at_misses as u64,
+            results: dev + at_results as u64,
+        };
+        let results_home = pinned_base + at_results as u64;
+        let queued = (|| {
+            if indices_at == dev {
+                stream.copy(dev, pinned_base, count * width)?;
+            }
+            stream.copy(args.results, results_home, 16)?;
+            launch(&args)?;
+            stream.copy(results_home, args.results, 16)?;
+            stream.record(&scratch.event)
+        })();
+        // Waited for even when queueing failed part way: what was queued still reads and
+        // writes the scratch. (Nothing queued since the event's last record is then waited.)
+        let waited = scratch.event.synchronize();
+        queued.and(waited)?;
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&pinned[at..at + 8]);
+            u64::from_ne_bytes(w)
+        };
+        let miss_count = (word(at_results) & 0xffff_ffff) as usize;
+        let first_bad = Some(word(at_results + 8)).filter(|&b| b != u64::MAX);
+        let mut misses = Vec::new();
+        if miss_count > 0 && first_bad.is_none() {
+            let mut raw = vec![0u8; miss_count.min(count) * 4];
+            stream.copy(raw.as_mut_ptr() as u64, args.misses, raw.len())?;
+            stream.synchronize()?;
+            misses =
+                raw.chunks_exact(4).map(|p| u32::from_ne_bytes([p[0], p[1], p[2], p[3]])).collect();
+        }
+        Ok(Reported { first_bad, misses })
+    })
+}
+
+/// The kernel's way (see the module docs). `dst`: where the pass's first row goes.
+#[allow(clippy::too_many_arguments)]
+fn on_device(
+    engine: &Engine,
+    entry: &FileEntry,
+    device: &CudaDevice,
+    indices: &IndexSource<'_>,
+    first: u64,
+    rows: u64,
+    row_size: u64,
+    dst: u64,
+    stream: Option<StreamHandle>,
+) -> Result<Found> {
+    device.bind_to_thread()?;
+    let directory: &Directory = &engine.directory;
+    let (Some(kernels), Some(table)) = (directory.kernels(), directory.params()) else {
+        return Err(Error::InvalidArgument("a GPU cache without its directory".into()));
+    };
+    let extents = engine.geometry.extents(entry.len);
+    let (Some(file), Some(_)) = (key(entry.id, 0), key(entry.id, extents.saturating_sub(1))) else {
+        // A file whose keys do not fit is never in the directory: every row a miss.
+        let all = host_indices(indices)?;
+        let misses = all.into_iter().enumerate().map(|(p, i)| (p as u64, i as u64)).collect();
+        return Ok(Found { misses });
+    };
+    let own;
+    let stream = match stream {
+        Some(s) => s,
+        None => {
+            own = Stream::for_current_thread(device)?;
+            own.raw().as_handle()
+        }
+    };
+    let job = |args: &KernelArgs| RowJob {
+        indices: args.indices,
+        index_bytes: indices.width(),
+        count: indices.len(),
+        rows,
+        row_size,
+        dst,
+        first_bad: args.results + 8,
+    };
+    // While the kernel may read slots, none is reused: the hold ends once it has finished.
+    let lookups = directory.begin()?;
+    let reported = run_row_kernel(device, indices, stream, |args| {
+        kernels.gather_rows(stream, &table, file >> 40, &job(args), args.misses, args.results)
+    });
+    drop(lookups);
+    let reported = reported?;
+    if let Some(bad) = reported.first_bad {
+        let index = index_at(indices, bad)?;
+        let mapped = entry.len / row_size;
+        check_row(entry, first + bad, index, rows, mapped, row_size)?;
+        return Err(Error::InvalidArgument(format!("the row kernel refused index {index}")));
+    }
+    let all = match indices {
+        IndexSource::Device { .. } if !reported.misses.is_empty() => Some(host_indices(indices)?),
+        _ => None,
+    };
+    let mut misses: Vec<(u64, u64)> = reported
+        .misses
+        .into_iter()
+        .map(|p| {
+            let p = u64::from(p);
+            let index = match &all {
+                Some(all) => all[p as usize],
+                None => indices.host(p as usize).unwrap_or(-1),
+            };
+            (p, index as u64)
+        })
+        .collect();
+    misses.sort_unstable();
+    Ok(Found { misses })
+}
+
+/// Rows of a file registered for `device` at `base` (the zero-copy tier) copied by the direct
+/// kernel: every row in range is resident, so one launch does all. `rows`: the rows the file
+/// has now; `rows_mapped`: those it had when mapped; `eof(offset)`: the error for a row past
+/// the end of a file cut since.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gather_rows_direct(
+    device: &CudaDevice,
+    base: u64,
+    rows: u64,
+    rows_mapped: u64,
+    indices: IndexSource<'_>,
+    row_size: u64,
+    dst: &mut CudaViewMut<'_>,
+    stream: Option<StreamHandle>,
+    eof: &dyn Fn(u64) -> Error,
+) -> Result<()> {
+    check_gather(&indices, row_size, dst.len())?;
+    check_devices(device, dst.device_ordinal(), &indices)?;
+    device.bind_to_thread()?;
+    let kernels = crate::memory::kernels::row_kernels(device)?;
+    let own;
+    let stream = match stream {
+        Some(s) => s,
+        None => {
+            own = Stream::for_current_thread(device)?;
+            own.raw().as_handle()
+        }
+    };
+    let mut at = 0;
+    while at < indices.len() {
+        let n = (indices.len() - at).min(ROWS_PER_PASS);
+        let part = indices.part(at, n);
+        let out = dst.ptr() + at * row_size;
+        let reported = run_row_kernel(device, &part, stream, |args| {
+            let job = RowJob {
+                indices: args.indices,
+                index_bytes: part.width(),
+                count: n,
+                rows,
+                row_size,
+                dst: out,
+                first_bad: args.results + 8,
+            };
+            kernels.gather_rows_direct(stream, base, &job)
+        })?;
+        if let Some(bad) = reported.first_bad {
+            let index = index_at(&part, bad)?;
+            return Err(match u64::try_from(index) {
+                Ok(i) if i < rows_mapped => eof(i * row_size),
+                _ => Error::RowIndex { position: at + bad, index, rows: rows_mapped },
+            });
+        }
+        at += n;
+    }
+    Ok(())
+}
+
+/// Rows of a file read with `read(offset, buffer)` (`pread`) into host memory: the zero-copy
+/// tier's way into host memory. Each index is checked, in order, before its row is read.
+/// `rows_mapped`: the rows of the file as mapped (a row past a cut since then is the read's
+/// own `UnexpectedEof`).
+pub(crate) fn read_rows(
+    indices: IndexSource<'_>,
+    row_size: u64,
+    rows_mapped: u64,
+    dst: &mut [u8],
+    read: &dyn Fn(u64, &mut [u8]) -> Result<()>,
+) -> Result<()> {
+    check_gather(&indices, row_size, dst.len())?;
+    let count = indices.len();
+    let mut at = 0;
+    while at < count {
+        let n = (count - at).min(ROWS_PER_PASS);
+        for (k, index) in host_indices(&indices.part(at, n))?.into_iter().enumerate() {
+            let position = at + k as u64;
+            let i = match u64::try_from(index) {
+                Ok(i) if i < rows_mapped => i,
+                _ => return Err(Error::RowIndex { position, index, rows: rows_mapped }),
+            };
+            let out = (position * row_size) as usize;
+            read(i * row_size, &mut dst[out..out + row_size as usize])?;
+        }
+        at += n;
+    }
+    Ok(())
+}
+
+/// Index `position` of `indices`, read from the device where they are there.
+fn index_at(indices: &IndexSource<'_>, position: u64) -> Result<i64> {
+    if let Some(i) = indices.host(position as usize) {
+        return Ok(i);
+    }
+    let IndexSource::Device { ptr, bytes, ordinal, .. } = *indices else { return Ok(-1) };
+    let mut word = [0u8; 8];
+    CudaDevice::new(ordinal)?.bind_to_thread()?;
+    let at = ptr + position * u64::from(bytes);
+    validate_device_range(at, bytes as usize)?.copy_to_host(0, &mut word[..bytes as usize])?;
+    Ok(match bytes {
+        4 => i64::from(i32::from_ne_bytes([word[0], word[1], word[2], word[3]])),
+        _ => i64::from_ne_bytes(word),
+    })
+}
+
+/// Every index, on the host (copied down from the device where they are there).
+fn host_indices(indices: &IndexSource<'_>) -> Result<Vec<i64>> {
+    Ok(match *indices {
+        IndexSource::I32(v) => v.iter().map(|&x| i64::from(x)).collect(),
+        IndexSource::I64(v) => v.to_vec(),
+        IndexSource::Device { ptr, bytes, count, ordinal } => {
+            let mut raw = vec![0u8; (count * u64::from(bytes)) as usize];
+            CudaDevice::new(ordinal)?.bind_to_thread()?;
+            validate_device_range(ptr, raw.len())?.copy_to_host(0, &mut raw)?;
+            match bytes {
+                4 => raw
+                    .chunks_exact(4)
+                    .map(|c| i64::from(i32::from_ne_bytes([c[0], c[1], c[2], c[3]])))
+                    .collect(),
+                _ => raw
+                    .chunks_exact(8)
+                    .map(|c| {
+                        let mut w = [0u8; 8];
+                        w.copy_from_slice(c);
+                        i64::from_ne_bytes(w)
+                    })
+                    .collect(),
+            }
+        }
+    })
+}

@@ -1,0 +1,63 @@
+//! [`StreamRef`]: a CUDA stream gpumap queues work on without owning it — one of gpumap's own
+//! [`Stream`]s, or another stack's (PyTorch's current stream, a CuPy stream), so that gpumap's
+//! kernels run in order with the caller's work instead of after a device-wide wait.
+#![forbid(unsafe_code)]
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use crate::error::{Error, Result};
+use crate::memory::cuda::{CudaDevice, Stream};
+use crate::memory::kernels::StreamHandle;
+
+/// A stream to queue work on, borrowed for `'a`: from a [`Stream`] ([`StreamRef::of`]), or from
+/// another CUDA stack through the `unsafe` [`StreamRef::from_raw`].
+#[derive(Clone, Copy)]
+pub struct StreamRef<'a> {
+    pub(crate) handle: StreamHandle,
+    ordinal: usize,
+    _stream: PhantomData<&'a Stream>,
+}
+
+impl fmt::Debug for StreamRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamRef").field("device", &self.ordinal).finish()
+    }
+}
+
+impl<'a> StreamRef<'a> {
+    /// One of gpumap's own streams.
+    pub fn of(stream: &'a Stream) -> StreamRef<'a> {
+        StreamRef {
+            handle: stream.raw().as_handle(),
+            ordinal: stream.device().ordinal(),
+            _stream: PhantomData,
+        }
+    }
+
+    /// The legacy default stream of `device` (stream `0`), which waits for, and is waited for
+    /// by, every blocking stream of the device.
+    pub fn legacy(device: &CudaDevice) -> StreamRef<'static> {
+        StreamRef { handle: StreamHandle::LEGACY, ordinal: device.ordinal(), _stream: PhantomData }
+    }
+
+    pub(crate) fn checked(handle: StreamHandle, device: &CudaDevice) -> StreamRef<'a> {
+        StreamRef { handle, ordinal: device.ordinal(), _stream: PhantomData }
+    }
+
+    /// The GPU the stream belongs to.
+    pub fn device_ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The stream's handle, after checking that it is on the GPU `ordinal`.
+    pub(crate) fn on(&self, ordinal: usize) -> Result<StreamHandle> {
+        if self.ordinal != ordinal {
+            return Err(Error::InvalidArgument(format!(
+                "the stream is on GPU {}, the memory on GPU {ordinal}",
+                self.ordinal
+            )));
+        }
+        Ok(self.handle)
+    }
+}

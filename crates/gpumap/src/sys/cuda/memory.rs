@@ -1,0 +1,343 @@
+//! Memory the driver allocates or registers: device allocations, pinned host memory, host
+//! ranges registered for the device, pointer attributes, and the synchronous copies.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use std::ffi::{c_uint, c_void};
+use std::ptr::NonNull;
+
+use cudarc::driver::sys as cu;
+
+use super::device::{ensure_some_context, PrimaryContext};
+use super::driver::error_name;
+use super::driver::{api, check, release_failed, CUDA_SUCCESS};
+use crate::error::{Error, Result};
+
+/// An owned device allocation (`cuMemAlloc`), freed (`cuMemFree`) on drop.
+pub(crate) struct DeviceAlloc {
+    ptr: cu::CUdeviceptr,
+    len: usize,
+    ctx: cu::CUcontext,
+}
+
+// SAFETY: holds a device address and a context handle; the driver API is thread-safe.
+unsafe impl Send for DeviceAlloc {}
+// SAFETY: as above; no method mutates the struct.
+unsafe impl Sync for DeviceAlloc {}
+
+impl DeviceAlloc {
+    /// `cuMemAlloc` of `len` bytes in `ctx`, which the caller has made current. A zero length
+    /// allocates nothing (the driver rejects it) and yields a null address.
+    pub(crate) fn new(ctx: &PrimaryContext, len: usize) -> Result<Self> {
+        if len == 0 {
+            return Ok(Self { ptr: 0, len: 0, ctx: ctx.ctx });
+        }
+        let mut ptr: cu::CUdeviceptr = 0;
+        // SAFETY: `ptr` is a valid out-pointer.
+        check("cuMemAlloc", unsafe { (api()?.cuMemAlloc_v2)(&mut ptr, len) })?;
+        Ok(Self { ptr, len, ctx: ctx.ctx })
+    }
+
+    /// The device address.
+    pub(crate) fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Bytes allocated.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        if let Ok(api) = api() {
+            ensure_some_context(api, self.ctx);
+            // Work still queued on the memory (a copy whose guard was leaked, say) must finish
+            // before the driver can hand the addresses to another allocation.
+            // SAFETY: takes no arguments; a context is current (bound above).
+            let rc = unsafe { (api.cuCtxSynchronize)() };
+            if rc != CUDA_SUCCESS {
+                release_failed(api, "cuCtxSynchronize before cuMemFree", rc);
+            }
+            // SAFETY: `ptr` came from cuMemAlloc and is freed exactly once, here.
+            let rc = unsafe { (api.cuMemFree_v2)(self.ptr) };
+            if rc != CUDA_SUCCESS {
+                release_failed(api, &format!("cuMemFree({:#x})", self.ptr), rc);
+            }
+        }
+    }
+}
+
+/// `cuMemcpyHtoD`: copy of `src` to device address `dst`, on the device when it returns.
+pub(crate) fn memcpy_htod(dst: u64, src: &[u8]) -> Result<()> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: `src` is readable for its length; the call returns after the source was consumed.
+    check("cuMemcpyHtoD", unsafe {
+        (api()?.cuMemcpyHtoD_v2)(dst, src.as_ptr().cast(), src.len())
+    })?;
+    // From pageable memory the call may return once the bytes are staged, before they reach
+    // the device; gpumap's own streams are non-blocking and would not wait for them.
+    legacy_stream_synchronize()
+}
+
+/// `cuStreamSynchronize` on the legacy default stream, where the synchronous copy and memset
+/// calls run: after it, their effects are visible to work on any stream.
+fn legacy_stream_synchronize() -> Result<()> {
+    // SAFETY: the null handle names the legacy default stream of the current context.
+    check("cuStreamSynchronize", unsafe { (api()?.cuStreamSynchronize)(std::ptr::null_mut()) })
+}
+
+/// `cuMemcpyDtoH`: synchronous copy from device address `src` into `dst`.
+pub(crate) fn memcpy_dtoh(dst: &mut [u8], src: u64) -> Result<()> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: `dst` is writable for its length and exclusively borrowed; the call returns after
+    // the copy completed.
+    check("cuMemcpyDtoH", unsafe {
+        (api()?.cuMemcpyDtoH_v2)(dst.as_mut_ptr().cast(), src, dst.len())
+    })
+}
+
+/// `cuMemsetD8`: sets `len` bytes at device address `dst` to `value`; done when it returns.
+pub(crate) fn memset_d8(dst: u64, value: u8, len: usize) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: no host memory is involved; the driver validates the device range.
+    check("cuMemsetD8", unsafe { (api()?.cuMemsetD8_v2)(dst, value, len) })?;
+    // cuMemsetD8 is asynchronous to the host; make it done before anything else touches the
+    // memory from a non-blocking stream.
+    legacy_stream_synchronize()
+}
+
+/// Page-locked host memory from `cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE)` (page-aligned,
+/// usable from every context), zero-initialised, freed on drop.
+pub(crate) struct PinnedHost {
+    /// Page-aligned start of the `len` usable bytes.
+    pub(super) ptr: NonNull<u8>,
+    len: usize,
+    /// What `cuMemHostAlloc` returned (what `cuMemFreeHost` takes).
+    base: NonNull<u8>,
+}
+
+// SAFETY: owns its allocation exclusively (like a Box<[u8]>).
+unsafe impl Send for PinnedHost {}
+// SAFETY: shared access only hands out `&[u8]`.
+unsafe impl Sync for PinnedHost {}
+
+impl PinnedHost {
+    /// `cuMemHostAlloc`; needs a current context (the caller binds one).
+    pub(crate) fn new(len: usize) -> Result<Self> {
+        if len == 0 {
+            return Ok(Self::empty());
+        }
+        // The driver does not promise page alignment (small pinned allocations may be carved
+        // out of larger ones), and O_DIRECT needs it: ask for a page more and start at the
+        // first page boundary.
+        let page = crate::align::PAGE_SIZE as usize;
+        let padded = len.checked_add(page - 1).ok_or_else(|| {
+            Error::InvalidArgument(format!("a pinned buffer of {len} bytes is too large"))
+        })?;
+        let mut raw: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer.
+        check("cuMemHostAlloc", unsafe {
+            (api()?.cuMemHostAlloc)(&mut raw, padded, cu::CU_MEMHOSTALLOC_PORTABLE)
+        })?;
+        let base = NonNull::new(raw.cast::<u8>()).ok_or(Error::Cuda {
+            op: "cuMemHostAlloc",
+            code: 0,
+            name: "returned a null pointer".to_owned(),
+        })?;
+        let skew = (page - base.as_ptr() as usize % page) % page;
+        // SAFETY: `skew < page`, so `base + skew` and the `len` bytes after it lie inside the
+        // `len + page - 1` bytes allocated.
+        let ptr = unsafe { base.add(skew) };
+        // SAFETY: the `len` bytes at `ptr` are allocated and writable; zeroing makes every byte
+        // initialised before a `&[u8]` to them can exist.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
+        Ok(Self { ptr, len, base })
+    }
+
+    /// A zero-length placeholder; allocates nothing and never calls the driver.
+    pub(crate) fn empty() -> Self {
+        Self { ptr: NonNull::dangling(), len: 0, base: NonNull::dangling() }
+    }
+
+    /// Bytes allocated.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The host address (page-aligned).
+    pub(crate) fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// The memory as a slice.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` is valid for `len` initialised bytes for the life of `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The memory as a mutable slice.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        if let Ok(api) = api() {
+            // SAFETY: `base` came from cuMemHostAlloc and is freed exactly once, here.
+            let rc = unsafe { (api.cuMemFreeHost)(self.base.as_ptr().cast()) };
+            if rc != CUDA_SUCCESS {
+                release_failed(api, "cuMemFreeHost", rc);
+            }
+        }
+    }
+}
+
+/// What `cuPointerGetAttributes` says about an address.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PointerAttributes {
+    /// `CU_MEMORYTYPE_*`, or 0 when the address is not known to CUDA.
+    pub(crate) memory_type: u32,
+    /// Whether the allocation is managed (unified) memory.
+    pub(crate) is_managed: bool,
+    /// The device the memory lives on (or was allocated for).
+    pub(crate) device_ordinal: i32,
+    /// The owning context, 0 when none.
+    pub(crate) context: usize,
+    /// Start of the allocation containing the address (0 when unknown).
+    pub(crate) range_start: u64,
+    /// Size of that allocation (0 when unknown).
+    pub(crate) range_size: u64,
+}
+
+/// `cuPointerGetAttributes`: unlike `cuPointerGetAttribute`, it does not fail for addresses CUDA
+/// does not know (freed, pageable host) but reports memory type 0, which is what lets
+/// classification tell them apart without an error path.
+pub(crate) fn pointer_attributes(addr: u64) -> Result<PointerAttributes> {
+    let api = api()?;
+    let attrs: [c_uint; 6] = [
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE as c_uint,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED as c_uint,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL as c_uint,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT as c_uint,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR as c_uint,
+        cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE as c_uint,
+    ];
+    // Each result gets a zeroed 8-byte slot: the driver writes 4 bytes for the int-typed
+    // attributes and up to 8 for the others, so zero-extension reads every one correctly
+    // (little-endian). The device ordinal is pre-set to -1 for "none".
+    let mut slots: [u64; 6] = [0, 0, u32::MAX as u64, 0, 0, 0];
+    let mut data: [*mut c_void; 6] = [std::ptr::null_mut(); 6];
+    for (d, s) in data.iter_mut().zip(slots.iter_mut()) {
+        *d = (s as *mut u64).cast();
+    }
+    let mut attr_copy = attrs;
+    // SAFETY: `attr_copy` and `data` have 6 entries each, every data pointer points at an
+    // 8-byte slot that outlives the call; `addr` is only inspected, never dereferenced.
+    check("cuPointerGetAttributes", unsafe {
+        (api.cuPointerGetAttributes)(6, attr_copy.as_mut_ptr(), data.as_mut_ptr(), addr)
+    })?;
+    Ok(PointerAttributes {
+        memory_type: slots[0] as u32,
+        is_managed: slots[1] != 0,
+        device_ordinal: slots[2] as u32 as i32,
+        context: slots[3] as usize,
+        range_start: slots[4],
+        range_size: slots[5],
+    })
+}
+
+/// `cuMemGetAddressRange`: base and size of the allocation containing `addr` (binds `context`,
+/// the one the pointer attributes named, because the call is answered for the current context).
+pub(crate) fn mem_get_address_range(addr: u64, context: usize) -> Result<(u64, usize)> {
+    let api = api()?;
+    if context != 0 {
+        // SAFETY: `context` was reported by the driver as the owner of a live allocation.
+        check("cuCtxSetCurrent", unsafe { (api.cuCtxSetCurrent)(context as cu::CUcontext) })?;
+    }
+    let mut base: cu::CUdeviceptr = 0;
+    let mut size = 0usize;
+    // SAFETY: both out-pointers are valid; `addr` is only looked up.
+    check("cuMemGetAddressRange", unsafe {
+        (api.cuMemGetAddressRange_v2)(&mut base, &mut size, addr)
+    })?;
+    Ok((base, size))
+}
+
+/// Host memory registered with the driver for the GPU to read (`cuMemHostRegister` with
+/// `CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_READ_ONLY`): its pages are pinned, and
+/// kernels read them over the bus at [`device_ptr`](Self::device_ptr). Unregistered on drop.
+pub(crate) struct HostRegistration {
+    ptr: NonNull<u8>,
+    device_ptr: u64,
+}
+
+// SAFETY: holds an address and a registration, no data; the driver call that ends it may come
+// from any thread.
+unsafe impl Send for HostRegistration {}
+// SAFETY: nothing is reached through a shared reference but the two addresses.
+unsafe impl Sync for HostRegistration {}
+
+impl HostRegistration {
+    /// Registers `len` bytes at `ptr` read-only. Pinning faults in and locks every page, so
+    /// this costs about 0.1 s per GiB of page-cached file (H100 machine) and fails where the
+    /// locked-memory limit or a page that cannot be read (the file shrank) stops it. Needs a
+    /// current context (the caller binds one).
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` is mapped, readable, and stays mapped until the registration is
+    /// dropped.
+    pub(crate) unsafe fn read_only(ptr: NonNull<u8>, len: usize) -> Result<Self> {
+        let flags = cu::CU_MEMHOSTREGISTER_DEVICEMAP | cu::CU_MEMHOSTREGISTER_READ_ONLY;
+        let api = api()?;
+        // SAFETY: the caller promises the range is mapped and stays so while registered.
+        check("cuMemHostRegister", unsafe {
+            (api.cuMemHostRegister_v2)(ptr.as_ptr().cast(), len, flags)
+        })?;
+        let mut device_ptr: cu::CUdeviceptr = 0;
+        // SAFETY: `device_ptr` is a valid out-pointer; `ptr` was registered just above.
+        let rc = check("cuMemHostGetDevicePointer", unsafe {
+            (api.cuMemHostGetDevicePointer_v2)(&mut device_ptr, ptr.as_ptr().cast(), 0)
+        });
+        if let Err(e) = rc {
+            // SAFETY: registered above, unregistered once, here.
+            let _ = unsafe { (api.cuMemHostUnregister)(ptr.as_ptr().cast()) };
+            return Err(e);
+        }
+        Ok(Self { ptr, device_ptr })
+    }
+
+    /// Where kernels on the device read the first byte.
+    pub(crate) fn device_ptr(&self) -> u64 {
+        self.device_ptr
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        match api() {
+            Ok(api) => {
+                // SAFETY: registered in `read_only`, unregistered exactly once, here.
+                let rc = unsafe { (api.cuMemHostUnregister)(self.ptr.as_ptr().cast()) };
+                if rc != CUDA_SUCCESS {
+                    tracing::warn!("cuMemHostUnregister failed: {}", error_name(rc));
+                }
+            }
+            Err(e) => tracing::warn!("cuMemHostUnregister not called: {e}"),
+        }
+    }
+}

@@ -1,0 +1,260 @@
+"""Random rows gathered from Python onto the GPU: ``MappedFile.gather_rows`` against the peers
+people use for it today, on the same file and the same indices, in the shared JSON-lines format
+(``impl``, ``workload``, ``rows``, ``rows_per_s``).
+
+    python3 python/bench/rows.py FILE --jsonl OUT.jsonl [--row-size 512] [--batch 65536]
+        [--batches 20] [--budget BYTES] [--memory-max BYTES] [--only gpumap,zero-copy,numpy,uva]
+
+FILE is read, never written; it is a table of ``row_size``-byte rows. Each workload gathers
+``batches`` batches of ``batch`` rows, chosen uniformly (``uniform``) or with a power law
+(``skewed``: a fifth of the rows get most picks, as node features in a sampled graph do), with
+int64 indices already on the GPU and the rows landing in a CuPy array:
+
+- ``gpumap-rows``: ``gpumapio.map(FILE, budget=...)`` and ``gather_rows`` (resident rows copied
+  by one kernel, missing extents read and placed); ``first`` is the first pass over a fresh
+  cache, ``hot`` the passes after it;
+- ``gpumap-rows-zero-copy``: ``gather_rows`` on a zero-copy map (a kernel reading the file's
+  host-registered pages);
+- ``numpy-memmap``: ``np.memmap(FILE)[indices]`` then ``cupy.asarray`` (indices copied to the
+  host first, as such code must);
+- ``cupy-uva-kernel``: the 20-line kernel people write: ``mmap`` the file,
+  ``cudaHostRegister`` it read-only, one warp per row reading host memory over PCIe.
+
+``--memory-max`` runs the bench in a cgroup (v2) of that much memory, page cache included, so
+that the file is larger than the memory the process may use: the case the GPU cache exists
+for. The UVA peer pins the whole file and cannot run there; it is reported as refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import sys
+import time
+
+import numpy as np
+
+import gpumapio
+
+UVA_KERNEL = r"""
+extern "C" __global__ void gather(const unsigned long long* table, long long rows,
+                                  const long long* indices, long long count,
+                                  unsigned long long* out, int words, int* bad) {
+    long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x % 32;
+    if (warp >= count) return;
+    long long row = indices[warp];
+    if (row < 0 || row >= rows) { if (lane == 0) atomicExch(bad, 1); return; }
+    const unsigned long long* src = table + row * words;
+    unsigned long long* dst = out + warp * words;
+    for (int w = lane; w < words; w += 32) dst[w] = src[w];
+}
+"""
+
+
+class Out:
+    def __init__(self, path: str):
+        self.f = open(path, "a")
+
+    def emit(self, impl, workload, rows, row_size, seconds, **extra):
+        seconds = max(seconds, 1e-9)
+        rec = {
+            "impl": impl,
+            "workload": workload,
+            "rows": rows,
+            "row_size": row_size,
+            "bytes": rows * row_size,
+            "seconds": round(seconds, 6),
+            "rows_per_s": round(rows / seconds, 1),
+            "gbps": round(rows * row_size / seconds / 1e9, 3),
+        }
+        rec.update(extra)
+        line = json.dumps(rec)
+        print(line, flush=True)
+        self.f.write(line + "\n")
+        self.f.flush()
+
+
+def enter_cgroup(limit: int) -> str:
+    """Moves this process into a new cgroup v2 of ``limit`` bytes; returns its path."""
+    root = "/sys/fs/cgroup"
+    path = os.path.join(root, f"gpumap-rows-{os.getpid()}")
+    try:
+        with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
+            f.write("+memory")
+    except OSError:
+        pass  # already on, or not ours to change: the memory.max write below tells
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "memory.max"), "w") as f:
+        f.write(str(limit))
+    with open(os.path.join(path, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+    return path
+
+
+def index_batches(rows: int, batch: int, batches: int, skewed: bool, seed: int) -> np.ndarray:
+    g = np.random.default_rng(seed)
+    if not skewed:
+        return g.integers(0, rows, size=(batches, batch), dtype=np.int64)
+    # A power law over a random permutation: hot rows scattered through the file.
+    ranks = np.minimum((g.pareto(1.2, size=(batches, batch)) * rows / 50).astype(np.int64), rows - 1)
+    return g.permutation(rows)[ranks]
+
+
+def timed_batches(cp, run, batches) -> list[float]:
+    times = []
+    for b in batches:
+        cp.cuda.runtime.deviceSynchronize()
+        t = time.perf_counter()
+        run(b)
+        cp.cuda.runtime.deviceSynchronize()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def report(out, impl, workload, times, batch, row_size, **extra):
+    # Median batch: one slow batch (a page-cache miss burst, a GC) does not set the rate.
+    med = float(np.median(times))
+    out.emit(impl, workload, batch, row_size, med, batches=len(times), total_s=round(sum(times), 3), **extra)
+
+
+def bench_gpumap(cp, out, path, row_size, workloads, budget, zero_copy):
+    impl = "gpumap-rows-zero-copy" if zero_copy else "gpumap-rows"
+    for name, host_batches in workloads:
+        m = gpumapio.map(path, budget=budget, extent_size=4096, zero_copy=zero_copy)
+        batches = [cp.asarray(b) for b in host_batches]
+        batch = host_batches.shape[1]
+        dst = cp.empty((batch, row_size), dtype=cp.uint8)
+        stream = cp.cuda.Stream(non_blocking=True)
+
+        def run(idx):
+            m.gather_rows(idx, row_size, dst, stream=stream)
+
+        first = timed_batches(cp, run, batches)
+        # The last batch checked against the file (sampled rows, byte for byte).
+        check(path, row_size, host_batches[-1], cp.asnumpy(dst))
+        hot = timed_batches(cp, run, batches)
+        extra = {"budget": budget}
+        if not zero_copy:
+            extra["stats"] = {k: v for k, v in m.stats().items() if isinstance(v, int)}
+        report(out, impl, f"{name}_first", first, batch, row_size, **extra)
+        report(out, impl, f"{name}_hot", hot, batch, row_size, budget=budget)
+        m.close()
+
+
+def check(path, row_size, indices, got):
+    with open(path, "rb") as f:
+        for k in range(0, len(indices), max(len(indices) // 64, 1)):
+            f.seek(int(indices[k]) * row_size)
+            if f.read(row_size) != got[k].tobytes():
+                sys.exit(f"row {indices[k]} (position {k}) differs from the file")
+
+
+def bench_numpy(cp, out, path, row_size, workloads):
+    rows = os.path.getsize(path) // row_size
+    table = np.memmap(path, dtype=np.uint8, mode="r", shape=(rows, row_size))
+    for name, host_batches in workloads:
+        batches = [cp.asarray(b) for b in host_batches]
+        holder = {}
+
+        def run(idx):
+            holder["rows"] = cp.asarray(table[cp.asnumpy(idx)])
+
+        first = timed_batches(cp, run, batches)
+        check(path, row_size, host_batches[-1], cp.asnumpy(holder["rows"]))
+        hot = timed_batches(cp, run, batches)
+        batch = host_batches.shape[1]
+        report(out, "numpy-memmap", f"{name}_first", first, batch, row_size)
+        report(out, "numpy-memmap", f"{name}_hot", hot, batch, row_size)
+
+
+def bench_uva(cp, out, path, row_size, workloads):
+    size = os.path.getsize(path)
+    rows = size // row_size
+    if row_size % 8:
+        print("cupy-uva-kernel: rows must be whole 8-byte words; skipped", flush=True)
+        return
+    fd = os.open(path, os.O_RDONLY)
+    region = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    host = np.frombuffer(region, dtype=np.uint8)
+    ptr = host.ctypes.data
+    t = time.perf_counter()
+    try:
+        # cudaHostRegisterMapped | cudaHostRegisterReadOnly
+        cp.cuda.runtime.hostRegister(ptr, size, 2 | 8)
+    except Exception as e:  # noqa: BLE001 - the peer's own failure is the result
+        out.emit("cupy-uva-kernel", "register", 0, row_size, time.perf_counter() - t, refused=str(e))
+        os.close(fd)
+        return
+    register_s = time.perf_counter() - t
+    device_ptr = cp.cuda.runtime.hostGetDevicePointer(ptr, 0)
+    kernel = cp.RawKernel(UVA_KERNEL, "gather")
+    bad = cp.zeros(1, dtype=cp.int32)
+    words = row_size // 8
+    for name, host_batches in workloads:
+        batches = [cp.asarray(b) for b in host_batches]
+        batch = host_batches.shape[1]
+        dst = cp.empty((batch, row_size), dtype=cp.uint8)
+
+        def run(idx):
+            threads = 256
+            blocks = (batch * 32 + threads - 1) // threads
+            kernel((blocks,), (threads,), (device_ptr, rows, idx, batch, dst, np.int32(words), bad))
+
+        first = timed_batches(cp, run, batches)
+        check(path, row_size, host_batches[-1], cp.asnumpy(dst))
+        hot = timed_batches(cp, run, batches)
+        report(out, "cupy-uva-kernel", f"{name}_first", first, batch, row_size, register_s=round(register_s, 3))
+        report(out, "cupy-uva-kernel", f"{name}_hot", hot, batch, row_size)
+    cp.cuda.runtime.hostUnregister(ptr)
+    del host
+    region.close()
+    os.close(fd)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("file")
+    ap.add_argument("--jsonl", required=True)
+    ap.add_argument("--row-size", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=65536)
+    ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--budget", type=int, default=None, help="the GPU cache's (default: the file, up to 16 GiB)")
+    ap.add_argument("--memory-max", type=int, default=None)
+    ap.add_argument("--only", default="gpumap,zero-copy,numpy,uva")
+    ap.add_argument("--workloads", default="uniform,skewed")
+    a = ap.parse_args()
+    import cupy as cp
+
+    size = os.path.getsize(a.file)
+    rows = size // a.row_size
+    budget = a.budget or min(size, 16 << 30)
+    budget = max(budget // (64 << 20), 1) * (64 << 20)
+    tag = {}
+    if a.memory_max:
+        tag["cgroup"] = enter_cgroup(a.memory_max)
+        print(f"in {tag['cgroup']}: memory.max {a.memory_max} bytes, file {size} bytes", flush=True)
+    workloads = [
+        (w, index_batches(rows, a.batch, a.batches, w == "skewed", seed=i))
+        for i, w in enumerate(a.workloads.split(","))
+    ]
+    out = Out(a.jsonl)
+    only = a.only.split(",")
+    print(f"gpumapio {gpumapio.__version__}: {rows} rows of {a.row_size} B, batches of {a.batch}", flush=True)
+    for which in only:
+        if which == "gpumap":
+            bench_gpumap(cp, out, a.file, a.row_size, workloads, budget, zero_copy=False)
+        elif which == "zero-copy":
+            bench_gpumap(cp, out, a.file, a.row_size, workloads, budget, zero_copy=True)
+        elif which == "numpy":
+            bench_numpy(cp, out, a.file, a.row_size, workloads)
+        elif which == "uva":
+            bench_uva(cp, out, a.file, a.row_size, workloads)
+        else:
+            sys.exit(f"--only {which}: expected gpumap, zero-copy, numpy or uva")
+
+
+if __name__ == "__main__":
+    main()
