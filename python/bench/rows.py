@@ -2,21 +2,23 @@
 people use for it today, on the same file and the same indices, in the shared JSON-lines format
 (``impl``, ``workload``, ``rows``, ``rows_per_s``).
 
-    python3 python/bench/rows.py FILE --jsonl OUT.jsonl [--row-size 512] [--batch 65536]
-        [--batches 20] [--budget BYTES] [--memory-max BYTES] [--only gpumap,zero-copy,numpy,uva]
+    python3 python/bench/rows.py FILE --jsonl OUT.jsonl [--row-size 512] [--batch 100000]
+        [--batches 20] [--budget BYTES] [--memory-max BYTES] [--numpy-batch N]
+        [--max-seconds S] [--only gpumap,zero-copy,numpy,uva] [--workloads uniform,skewed]
 
 FILE is read, never written; it is a table of ``row_size``-byte rows. Each workload gathers
 ``batches`` batches of ``batch`` rows, chosen uniformly (``uniform``) or with a power law
-(``skewed``: a fifth of the rows get most picks, as node features in a sampled graph do), with
-int64 indices already on the GPU and the rows landing in a CuPy array:
+(``skewed``: 80 % of the ids in the first 10 % of the rows, as hot nodes of a graph), with int64
+indices already on the GPU and the rows landing in a CuPy array:
 
 - ``gpumap-rows``: ``gpumapio.map(FILE, budget=...)`` and ``gather_rows`` (resident rows copied
   by one kernel, missing extents read and placed); ``first`` is the first pass over a fresh
   cache, ``hot`` the passes after it;
 - ``gpumap-rows-zero-copy``: ``gather_rows`` on a zero-copy map (a kernel reading the file's
   host-registered pages);
-- ``numpy-memmap``: ``np.memmap(FILE)[indices]`` then ``cupy.asarray`` (indices copied to the
-  host first, as such code must);
+- ``numpy-memmap``: ``np.memmap(FILE)[indices]`` then ``torch.from_numpy(...).pin_memory()
+  .cuda()`` (``cupy.asarray`` without torch), the indices copied to the host first, as such code
+  must;
 - ``cupy-uva-kernel``: the 20-line kernel people write: ``mmap`` the file,
   ``cudaHostRegister`` it read-only, one warp per row reading host memory over PCIe.
 
@@ -98,14 +100,23 @@ def index_batches(rows: int, batch: int, batches: int, skewed: bool, seed: int) 
     g = np.random.default_rng(seed)
     if not skewed:
         return g.integers(0, rows, size=(batches, batch), dtype=np.int64)
-    # A power law over a random permutation: hot rows scattered through the file.
-    ranks = np.minimum((g.pareto(1.2, size=(batches, batch)) * rows / 50).astype(np.int64), rows - 1)
-    return g.permutation(rows)[ranks]
+    # The issue's skew: 80 % of the ids in the first 10 % of the rows, the rest anywhere.
+    hot = g.random(size=(batches, batch)) < 0.8
+    head = g.integers(0, max(rows // 10, 1), size=(batches, batch), dtype=np.int64)
+    anywhere = g.integers(0, rows, size=(batches, batch), dtype=np.int64)
+    return np.where(hot, head, anywhere)
+
+
+MAX_SECONDS = [60.0]  # per pass; --max-seconds sets it
 
 
 def timed_batches(cp, run, batches) -> list[float]:
+    """Each batch's seconds; stops early once a pass has taken MAX_SECONDS (a thrashing peer
+    would otherwise take hours), so the report says how many batches were timed."""
     times = []
     for b in batches:
+        if sum(times) > MAX_SECONDS[0]:
+            break
         cp.cuda.runtime.deviceSynchronize()
         t = time.perf_counter()
         run(b)
@@ -133,8 +144,8 @@ def bench_gpumap(cp, out, path, row_size, workloads, budget, zero_copy):
             m.gather_rows(idx, row_size, dst, stream=stream)
 
         first = timed_batches(cp, run, batches)
-        # The last batch checked against the file (sampled rows, byte for byte).
-        check(path, row_size, host_batches[-1], cp.asnumpy(dst))
+        # The last batch gathered checked against the file (sampled rows, byte for byte).
+        check(path, row_size, host_batches[len(first) - 1], cp.asnumpy(dst))
         hot = timed_batches(cp, run, batches)
         extra = {"budget": budget}
         if not zero_copy:
@@ -152,18 +163,31 @@ def check(path, row_size, indices, got):
                 sys.exit(f"row {indices[k]} (position {k}) differs from the file")
 
 
-def bench_numpy(cp, out, path, row_size, workloads):
+def bench_numpy(cp, out, path, row_size, workloads, numpy_batch):
+    try:
+        import torch
+    except ImportError:
+        torch = None
     rows = os.path.getsize(path) // row_size
     table = np.memmap(path, dtype=np.uint8, mode="r", shape=(rows, row_size))
     for name, host_batches in workloads:
+        # A thrashing memmap would take minutes a batch: --numpy-batch takes the first rows.
+        host_batches = host_batches[:, :numpy_batch]
         batches = [cp.asarray(b) for b in host_batches]
         holder = {}
 
-        def run(idx):
-            holder["rows"] = cp.asarray(table[cp.asnumpy(idx)])
+        if torch is not None:
+
+            def run(idx):
+                holder["rows"] = torch.from_numpy(table[cp.asnumpy(idx)]).pin_memory().cuda()
+
+        else:
+
+            def run(idx):
+                holder["rows"] = cp.asarray(table[cp.asnumpy(idx)])
 
         first = timed_batches(cp, run, batches)
-        check(path, row_size, host_batches[-1], cp.asnumpy(holder["rows"]))
+        check(path, row_size, host_batches[len(first) - 1], cp.asnumpy(cp.asarray(holder["rows"])))
         hot = timed_batches(cp, run, batches)
         batch = host_batches.shape[1]
         report(out, "numpy-memmap", f"{name}_first", first, batch, row_size)
@@ -189,7 +213,18 @@ def bench_uva(cp, out, path, row_size, workloads):
         os.close(fd)
         return
     register_s = time.perf_counter() - t
-    device_ptr = cp.cuda.runtime.hostGetDevicePointer(ptr, 0)
+    # cudaDevAttrCanUseHostPointerForRegisteredMem (91): the kernel may use the host address
+    # itself (every current GPU on Linux); else the driver's device alias of the pages.
+    if cp.cuda.runtime.deviceGetAttribute(91, cp.cuda.Device().id):
+        device_ptr = ptr
+    else:
+        import ctypes
+
+        alias = ctypes.c_uint64()
+        driver = ctypes.CDLL("libcuda.so.1")
+        if driver.cuMemHostGetDevicePointer_v2(ctypes.byref(alias), ctypes.c_void_p(ptr), 0) != 0:
+            sys.exit("cupy-uva-kernel: no device address for the registered file")
+        device_ptr = alias.value
     kernel = cp.RawKernel(UVA_KERNEL, "gather")
     bad = cp.zeros(1, dtype=cp.int32)
     words = row_size // 8
@@ -204,7 +239,7 @@ def bench_uva(cp, out, path, row_size, workloads):
             kernel((blocks,), (threads,), (device_ptr, rows, idx, batch, dst, np.int32(words), bad))
 
         first = timed_batches(cp, run, batches)
-        check(path, row_size, host_batches[-1], cp.asnumpy(dst))
+        check(path, row_size, host_batches[len(first) - 1], cp.asnumpy(dst))
         hot = timed_batches(cp, run, batches)
         report(out, "cupy-uva-kernel", f"{name}_first", first, batch, row_size, register_s=round(register_s, 3))
         report(out, "cupy-uva-kernel", f"{name}_hot", hot, batch, row_size)
@@ -219,18 +254,21 @@ def main():
     ap.add_argument("file")
     ap.add_argument("--jsonl", required=True)
     ap.add_argument("--row-size", type=int, default=512)
-    ap.add_argument("--batch", type=int, default=65536)
+    ap.add_argument("--batch", type=int, default=100_000)
     ap.add_argument("--batches", type=int, default=20)
-    ap.add_argument("--budget", type=int, default=None, help="the GPU cache's (default: the file, up to 16 GiB)")
+    ap.add_argument("--budget", type=int, default=None, help="the GPU cache's (default: a quarter of the file)")
     ap.add_argument("--memory-max", type=int, default=None)
     ap.add_argument("--only", default="gpumap,zero-copy,numpy,uva")
+    ap.add_argument("--numpy-batch", type=int, default=None, help="rows per NumPy batch (default --batch)")
+    ap.add_argument("--max-seconds", type=float, default=60.0, help="per pass of one implementation")
     ap.add_argument("--workloads", default="uniform,skewed")
     a = ap.parse_args()
     import cupy as cp
 
+    MAX_SECONDS[0] = a.max_seconds
     size = os.path.getsize(a.file)
     rows = size // a.row_size
-    budget = a.budget or min(size, 16 << 30)
+    budget = a.budget or size // 4
     budget = max(budget // (64 << 20), 1) * (64 << 20)
     tag = {}
     if a.memory_max:
@@ -249,7 +287,7 @@ def main():
         elif which == "zero-copy":
             bench_gpumap(cp, out, a.file, a.row_size, workloads, budget, zero_copy=True)
         elif which == "numpy":
-            bench_numpy(cp, out, a.file, a.row_size, workloads)
+            bench_numpy(cp, out, a.file, a.row_size, workloads, a.numpy_batch or a.batch)
         elif which == "uva":
             bench_uva(cp, out, a.file, a.row_size, workloads)
         else:

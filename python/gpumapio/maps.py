@@ -128,37 +128,86 @@ def _index_count(indices: Any) -> int:
     return view.nbytes // max(view.itemsize, 1)
 
 
+def _current_stream(indices: Any, out: Any, output: Output) -> Any:
+    """The stream a framework's code would run on now: torch's current stream when the indices
+    or the output are torch CUDA tensors (or ``output="torch"``), CuPy's when they are CuPy
+    arrays; None (gpumap's own) otherwise."""
+    for obj in (indices, out):
+        module = type(obj).__module__
+        if module.startswith("torch") and getattr(obj, "is_cuda", False):
+            import torch
+
+            return torch.cuda.current_stream(obj.device)
+        if module.startswith("cupy"):
+            import cupy
+
+            return cupy.cuda.get_current_stream()
+    if output == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.current_stream()
+    return None
+
+
 def gather_rows(
     mapped: MappedFile,
     indices: Any,
     row_size: int,
     *,
     out: Any = None,
+    dtype: Any = None,
     output: Output = "auto",
     stream: Any = None,
     device: int = 0,
 ) -> Any:
     """Rows ``indices`` of ``mapped`` seen as a table of ``row_size``-byte rows (row ``i`` is
-    bytes ``[i * row_size, (i + 1) * row_size)``; a partial last row is not a row), in order,
-    as a ``(len(indices), row_size)`` ``uint8`` array: ``out`` if given, else a new CuPy array
-    (torch with ``output="torch"``) on the GPU, or a NumPy array on host memory.
+    bytes ``[i * row_size, (i + 1) * row_size)``; a partial last row is not a row), in order.
+
+    Returns ``out`` if given (any array or buffer holding the rows' bytes), else a new array of
+    shape ``(len(indices), row_size // itemsize)`` and type ``dtype`` (default ``uint8``, with
+    ``row_size`` a multiple of its size): CuPy on the GPU (torch with ``output="torch"``), NumPy
+    on host memory.
 
     ``indices``: int32 or int64 on the host (NumPy, ``array.array``; a list is converted) or on
     the GPU (CuPy, torch), taken in memory order. On the GPU, resident rows are copied by one
-    kernel and only missing extents are read; ``stream`` (a torch or CuPy stream) orders that
-    kernel after work queued there. An index outside the file raises ``IndexError`` naming it
-    and its position, and reads nothing for it (what ``out`` then holds is unspecified)."""
+    kernel and only missing extents are read. The kernel runs on ``stream`` (a torch or CuPy
+    stream), by default the framework's current stream when the indices or the output are
+    torch or CuPy arrays, so a training loop can overlap it with its own work. An index outside
+    the file raises ``IndexError`` naming it and its position, and reads nothing for it (what
+    ``out`` then holds is unspecified)."""
     if isinstance(indices, (list, tuple, range)):
         import numpy
 
         indices = numpy.asarray(indices, dtype=numpy.int64)
     if row_size <= 0:
         raise ValueError(f"row_size {row_size} must be at least 1")
-    count = _index_count(indices)
+    if stream is None:
+        stream = _current_stream(indices, out, output)
     if out is None:
+        count = _index_count(indices)
         if count > 0 and row_size > mapped.nbytes:
             raise IndexError(f"rows of {row_size} bytes: the file of {mapped.nbytes} bytes has none")
         out = empty_bytes(count * row_size, _output_for(mapped, output), device)
-        out = out.reshape(count, row_size) if hasattr(out, "reshape") else out
+        out = out.reshape(count, row_size)
+        if dtype is not None:
+            out = _as_dtype(out, dtype, row_size)
     mapped.gather_rows(indices, row_size, out, stream=stream)
     return out
+
+
+def _as_dtype(rows: Any, dtype: Any, row_size: int) -> Any:
+    """``rows`` (uint8, ``(n, row_size)``) seen as ``dtype``: ``(n, row_size // itemsize)``."""
+    if type(rows).__module__.startswith("torch"):
+        import torch
+
+        if not isinstance(dtype, torch.dtype):
+            dtype = getattr(torch, str(getattr(dtype, "__name__", dtype)))
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+    else:
+        import numpy
+
+        itemsize = numpy.dtype(dtype).itemsize
+    if row_size % itemsize:
+        raise ValueError(f"row_size {row_size} is not a whole number of {dtype} items of {itemsize} bytes")
+    return rows.view(dtype)

@@ -48,6 +48,18 @@ def test_rows_by_index_match_the_file(table, rng, dtype):
     assert np.array_equal(out, expected(data, indices[:10], 512))
 
 
+def test_typed_rows_come_shaped(table, rng):
+    """512 B rows as float32 come as (n, 128) float32, the bytes the file's."""
+    path, data = table
+    m = host_map(path)
+    indices = rng.integers(0, 3000, size=100)
+    rows = gpumapio.gather_rows(m, indices, 512, dtype="float32")
+    assert rows.shape == (100, 128) and rows.dtype == np.float32
+    assert rows.tobytes() == expected(data, indices, 512).tobytes()
+    with pytest.raises(ValueError, match="whole number"):
+        gpumapio.gather_rows(m, indices, 510, dtype="float64")
+
+
 @pytest.mark.parametrize("row_size", [1, 3, 4096, 4096 + 7, 3 * MIB])
 def test_rows_of_any_size(tmp_path, rng, row_size):
     data = rng.integers(0, 256, size=3 * MIB + 4099, dtype="u1")

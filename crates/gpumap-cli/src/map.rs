@@ -58,11 +58,18 @@ pub struct MapArgs {
     /// Bytes per random range.
     #[arg(long, default_value = "4KiB", value_parser = size_arg)]
     block: u64,
+    /// Instead of walking in order, gather this many random rows by index (the files as
+    /// tables of --row-size byte rows; DeviceMappedFile::gather_rows), --batch rows per call.
+    #[arg(long, conflicts_with = "random")]
+    rows: Option<u64>,
+    /// Bytes per row for --rows: any size from 1 byte to the file's.
+    #[arg(long, default_value = "512", value_parser = size_arg)]
+    row_size: u64,
     /// Threads issuing the random reads at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     threads: u32,
-    /// Random ranges per call: 1 takes a view of each; more gathers them into one buffer per
-    /// call (DeviceCache::gather).
+    /// Random ranges (or rows, with --rows) per call: 1 takes a view of each range; more gathers
+    /// them into one buffer per call (DeviceCache::gather, or gather_rows with --rows).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     batch: u32,
     /// How the files will be read, as madvise says it.
@@ -146,15 +153,20 @@ pub fn map(args: &MapArgs) -> CliResult {
         m.advise(0, m.len(), args.advise.advice())?;
     }
     let start = Instant::now();
-    let (views, bytes) = match args.random {
-        None => walk(args, &maps)?,
-        Some(count) => random(args, &cache, &maps, count)?,
+    let (views, bytes) = match (args.random, args.rows) {
+        (Some(count), _) => random(args, &cache, &maps, count)?,
+        (None, Some(count)) => rows(args, &cache, &maps, count)?,
+        (None, None) => walk(args, &maps)?,
     };
     let seconds = start.elapsed().as_secs_f64();
     let report = Report {
         schema: SCHEMA,
         memory,
-        access: if args.random.is_some() { "random" } else { "sequential" },
+        access: match (args.random, args.rows) {
+            (Some(_), _) => "random",
+            (None, Some(_)) => "rows",
+            (None, None) => "sequential",
+        },
         threads: args.threads,
         batch: args.batch,
         views,
@@ -293,6 +305,87 @@ fn random(
         Ok(())
     })?;
     Ok((count, count * block))
+}
+
+/// `count` random rows of `--row-size` bytes gathered by index from `--threads` threads,
+/// `--batch` per call, each call's rows from one file (files chosen in proportion to their
+/// rows).
+fn rows(
+    args: &MapArgs,
+    cache: &DeviceCache,
+    maps: &[DeviceMappedFile],
+    count: u64,
+) -> CliResult<(u64, u64)> {
+    if count > MAX_VIEWS {
+        return Err(CliError::Usage(format!("--rows {count}: at most {MAX_VIEWS}")));
+    }
+    let row_size = args.row_size;
+    if row_size == 0 || maps.iter().any(|m| row_size > m.len()) {
+        return Err(CliError::Usage(format!(
+            "--row-size {row_size}: every file must hold a row (the smallest has {} bytes)",
+            maps.iter().map(|m| m.len()).min().unwrap_or(0)
+        )));
+    }
+    let batch = u64::from(args.batch);
+    let gather_bytes = batch.checked_mul(row_size).filter(|&b| b <= 4 << 30).ok_or_else(|| {
+        CliError::Usage(format!(
+            "--batch {batch} x --row-size {row_size} is more than 4 GiB per call"
+        ))
+    })?;
+    let table_rows: Vec<u64> = maps.iter().map(|m| m.len() / row_size).collect();
+    let total_rows: u64 = table_rows.iter().sum();
+    let next = AtomicU64::new(0);
+    let device = cache.device();
+    std::thread::scope(|s| -> CliResult {
+        let workers: Vec<_> = (0..args.threads)
+            .map(|t| {
+                let (next, table_rows, device) = (&next, &table_rows, &device);
+                s.spawn(move || -> CliResult {
+                    let mut x = 0x2545_F491_4F6C_DD1Du64
+                        ^ (u64::from(t) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    let mut random = || {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x
+                    };
+                    let mut dst = DeviceBuffer::zeroed(device, gather_bytes as usize)?;
+                    let mut seen = vec![0u8; gather_bytes as usize];
+                    let mut indices = Vec::with_capacity(batch as usize);
+                    loop {
+                        let taken = next.fetch_add(batch, Ordering::Relaxed);
+                        if taken >= count {
+                            return Ok(());
+                        }
+                        let n = batch.min(count - taken);
+                        let mut row = random() % total_rows;
+                        let mut file = 0;
+                        while row >= table_rows[file] {
+                            row -= table_rows[file];
+                            file += 1;
+                        }
+                        indices.clear();
+                        indices.extend((0..n).map(|_| (random() % table_rows[file]) as i64));
+                        maps[file].gather_rows(indices.as_slice(), row_size, dst.view_mut())?;
+                        if args.verify_pattern {
+                            let got = &mut seen[..(n * row_size) as usize];
+                            dst.copy_to_host(0, got)?;
+                            for (k, &i) in indices.iter().enumerate() {
+                                let at = k * row_size as usize;
+                                let row = &got[at..at + row_size as usize];
+                                check(row, i as u64 * row_size, &maps[file])?;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().map_err(|_| CliError::Usage("a gathering thread panicked".into()))??;
+        }
+        Ok(())
+    })?;
+    Ok((count, count * row_size))
 }
 
 fn check(seen: &[u8], offset: u64, map: &DeviceMappedFile) -> CliResult {

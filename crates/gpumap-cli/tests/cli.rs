@@ -249,6 +249,42 @@ fn map_reads_at_random_from_threads_in_batches_and_views() {
 }
 
 #[test]
+fn map_gathers_rows_by_index_and_verifies_them() {
+    let dir = common::scratch();
+    let (a, b) = (dir.path().join("a.bin"), dir.path().join("b.bin"));
+    for (file, size) in [(&a, "9MiB"), (&b, "3MiB")] {
+        let (code, _, err) = run(gpumap().args(["write", "--size", size]).arg(file));
+        assert_eq!(code, 0, "{err}");
+    }
+    // Rows that do not divide the extent (and cross extents), from threads, under a budget
+    // smaller than the files: every row checked against the pattern.
+    for (row_size, threads, batch) in [("512", "1", "1"), ("1000", "3", "257"), ("9KiB", "2", "8")]
+    {
+        let (code, out, err) = run(gpumap()
+            .args(["map", "--rows", "3000", "--row-size", row_size, "--extent", "4KiB"])
+            .args(["--budget", "4MiB", "--frame", "2MiB", "--threads", threads, "--batch", batch])
+            .args(["--verify-pattern", "--json"])
+            .arg(&a)
+            .arg(&b));
+        assert_eq!(code, 0, "--row-size {row_size}: {err}");
+        let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(report["views"], 3000, "{out}");
+        assert_eq!(report["access"], "rows", "{out}");
+        assert_eq!(report["verified"], true, "{out}");
+    }
+    for (args, wanted) in [
+        (vec!["--rows", "5", "--row-size", "0"], "--row-size 0"),
+        (vec!["--rows", "5", "--row-size", "1GiB"], "--row-size 1073741824"),
+        (vec!["--rows", "5", "--random", "5"], "--random"),
+        (vec!["--rows", "5", "--batch", "1000000", "--row-size", "64KiB"], "more than 4 GiB"),
+    ] {
+        let (code, _, err) = run(gpumap().arg("map").args(&args).arg(&a));
+        assert_ne!(code, 0, "{args:?}");
+        assert!(err.contains(wanted), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn map_rejects_bad_sizes_before_allocating() {
     let dir = common::scratch();
     let file = dir.path().join("small.bin");

@@ -91,13 +91,18 @@ extern "C" __global__ void gpumap_gather_rows(gpumap_table table, unsigned long 
         char* out = dst + i * row_size;
         for (unsigned long long e = first; e <= last; ++e) {
             // The same lookup again (cheap, and each lane needs the slot): still resident, as
-            // nothing is reused while this kernel runs.
+            // nothing is reused while this kernel runs. Were it not, the row goes to the host
+            // whole rather than the kernel reading outside the arena.
             long long slot = 0;
             if (lane == 0) {
                 slot = gpumap_lookup(&table, gpumap_key(file, e));
-                if (table.used) table.used[slot] = 1;
+                if (slot >= 0 && table.used) table.used[slot] = 1;
             }
             slot = __shfl_sync(0xffffffffu, slot, 0);
+            if (slot < 0) {
+                if (lane == 0) misses[atomicAdd(miss_count, 1u)] = (unsigned int)i;
+                break;
+            }
             const unsigned long long from = e == first ? start & extent_mask : 0;
             const unsigned long long piece_end =
                 e == last ? ((start + row_size - 1) & extent_mask) + 1 : extent_mask + 1;

@@ -60,7 +60,10 @@ pub(crate) fn make_room(
                 let mapped = engine.store.map_slot_frame(position);
                 engine.add_map_time(t);
                 if let Err(e) = mapped {
-                    state.books.remove_slot_frame(position);
+                    // Nothing was mapped at the position: it and the frame go straight back.
+                    if state.books.remove_slot_frame(position) {
+                        state.books.budget().release_slot_frame(position);
+                    }
                     return Err(e);
                 }
                 return Ok(Room::Ready);
@@ -127,8 +130,11 @@ fn give_up_one(
             // can still read it (until then its slots are retiring, and a later call takes it).
             if state.books.remove_slot_frame(position) {
                 let t = Instant::now();
+                // Were the unmap to fail, the position stays out of use (and its frame
+                // counted): mapping there again would fail, or worse.
                 engine.store.unmap_slot_frame(position)?;
                 engine.add_map_time(t);
+                state.books.budget().release_slot_frame(position);
             }
             Ok(GaveUp::Unit)
         }

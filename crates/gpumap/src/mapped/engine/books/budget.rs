@@ -45,9 +45,17 @@ impl FrameBudget {
         Some(position)
     }
 
-    /// Gives a position back.
+    /// Gives a position back (one no frame was mapped at).
     pub(crate) fn give_position(&self, position: usize) {
         self.free_positions.lock().push(position);
+    }
+
+    /// Takes back the slot frame a shard's books gave up at `position`
+    /// ([`Books::remove_slot_frame`](super::Books::remove_slot_frame)) once its memory is
+    /// unmapped: the position, and the frame of the budget.
+    pub(crate) fn release_slot_frame(&self, position: usize) {
+        self.give_position(position);
+        self.give_back();
     }
 
     /// The shard holding `position`.

@@ -569,7 +569,9 @@ impl Books {
 
     /// Gives up the slot frame at `position`, none of whose slots anyone pins: its clean slots
     /// are evicted, and once no lookup outside the books can see any of them the frame goes
-    /// (`true`: the caller unmaps it). `false`: some are retiring; ask again when they are done.
+    /// (`true`: the caller unmaps it, then hands the position and the frame back with
+    /// [`FrameBudget::release_slot_frame`] — not before, or another shard could map memory at
+    /// a position still mapped). `false`: some are retiring; ask again when they are done.
     pub(crate) fn remove_slot_frame(&mut self, position: usize) -> bool {
         let Some(frame) = self.arena.frames.get(position).and_then(Option::as_ref) else {
             return false;
@@ -587,9 +589,7 @@ impl Books {
             return false;
         }
         self.arena.remove_frame(position);
-        self.budget.give_position(position);
         self.frames_in_use -= 1;
-        self.budget.give_back();
         true
     }
 

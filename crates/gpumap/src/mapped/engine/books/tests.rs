@@ -194,8 +194,12 @@ fn a_frame_request_releases_a_whole_idle_slot_frame() {
     assert_eq!(b.victim(Want::Frame), Victim::None, "its slot is pinned");
     b.unpin(Unit::Slot(s), true);
     assert_eq!(b.victim(Want::Frame), Victim::SlotFrame(0));
-    b.remove_slot_frame(0);
+    assert!(b.remove_slot_frame(0));
     assert_eq!(b.locate(f, 7), Location::Nowhere);
+    // The position and the frame come back only once the caller has unmapped the memory.
+    assert!(!b.has_room());
+    assert_eq!(b.budget().take_position(0), None, "the only position is still mapped");
+    b.budget().release_slot_frame(0);
     assert!(b.has_room());
     b.check().unwrap();
 }
@@ -270,7 +274,9 @@ fn make_room(b: &mut Books, want: Want) -> bool {
             }
             Victim::Slot(s) => b.evict_slot(s),
             Victim::SlotFrame(p) => {
-                b.remove_slot_frame(p);
+                if b.remove_slot_frame(p) {
+                    b.budget().release_slot_frame(p);
+                }
             }
             Victim::None => return false,
         }
@@ -347,7 +353,9 @@ proptest! {
                         Victim::CleanFrame { file, index } => b.remove_frame(file, index),
                         Victim::Slot(s) => b.evict_slot(s),
                         Victim::SlotFrame(p) => {
-                            b.remove_slot_frame(p);
+                            if b.remove_slot_frame(p) {
+                                b.budget().release_slot_frame(p);
+                            }
                         }
                         Victim::DirtyFrame { .. } | Victim::None => {}
                     }
