@@ -53,9 +53,10 @@ def map(  # noqa: A001 - the name users reach for, as mmap.mmap / np.memmap
     residency: small records want 4096. ``device``: a GPU ordinal, ``"host"``, or ``None`` for
     GPU 0 where there is one. ``advice``: ``"sequential"`` reads ahead on walks, ``"random"``
     does not. ``zero_copy`` (read-only files that fit in RAM): gathers and views read the file
-    in place from the host's page cache, registered for the GPU — 6.2–6.6 M random 4 KiB rows/s
-    against the cache's 1.5–1.8 M on the H100 — at the price of reading and pinning the whole
-    file in host memory (within ``max_pinned`` bytes across the process). ``read_ahead``: bytes a
+    in place from the host's page cache, registered for the GPU — faster than the cache for warm
+    files that fit in RAM (docs/decisions/0010-zero-copy-on-request.md) — at the price of
+    reading and pinning the whole file in host memory (within ``max_pinned`` bytes across the
+    process). ``read_ahead``: bytes a
     walk reads ahead (default 512 MiB; 0: none).
     """
     # Without a cache, a cache of its own, sized by the library (MapOptions::open).

@@ -1,7 +1,7 @@
 //! Many random 4 KiB reads into device memory in one batch, checked against the file.
 //!
-//! Into a GPU, each small read on its own pays for one host-to-device copy (about 8 µs, and the
-//! driver serialises them). `FileHandle::read_device_batch` reads all the pieces into pinned
+//! Into a GPU, each small read on its own pays for one host-to-device copy (a fixed cost, and
+//! the driver serialises them: docs/decisions/0007-small-reads-packed.md). `FileHandle::read_device_batch` reads all the pieces into pinned
 //! memory and copies each run of adjacent destinations once, so here, where the destinations
 //! are one buffer's consecutive 4 KiB slots, the whole batch goes up in a few copies. Without
 //! a GPU, host memory stands in and the pieces are read straight into it, in parallel.

@@ -69,8 +69,8 @@ impl fmt::Display for CompatMode {
 /// When reads bypass the page cache with `O_DIRECT` (for the page-aligned middle of a task, and
 /// where the file system allows it).
 ///
-/// A read from the page cache runs at memory speed (tens of GB/s); the same read with
-/// `O_DIRECT` goes to the disk (about 2 GB/s on the test machines). A read of data that is not
+/// A read from the page cache runs at memory speed; the same read with `O_DIRECT` goes to the
+/// disk, many times slower. A read of data that is not
 /// cached goes to the disk either way, and `O_DIRECT` then saves the copy through the page
 /// cache and leaves the cache to the data that was there. `Uncached` gets both: it asks the
 /// kernel how much of each task's range is cached (`cachestat(2)`, one call per task of 1 MiB
@@ -80,9 +80,8 @@ impl fmt::Display for CompatMode {
 /// The default is `Off`, as in KvikIO and every buffered tool: a file read twice is read from
 /// memory the second time. `Uncached` suits data loaded once, such as a checkpoint: it does not
 /// push the rest of the page cache out, but then a second read goes to the disk again, since
-/// the first one left nothing in the cache (on the H100 test machine, 2026-11-21: cold reads of
-/// 4 GiB at 1.7-1.8 GB/s with `O_DIRECT` against 1.5-1.7 buffered at one thread; level at 4 and
-/// 16 threads, all bound by the disk).
+/// the first one left nothing in the cache. It is not there for speed: cold reads are bound by
+/// the disk either way (docs/decisions/0011-reads-buffered-by-default.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
@@ -150,8 +149,8 @@ pub struct Config {
     /// Transfers to device memory smaller than this use the POSIX path even where cuFile works.
     pub gds_threshold: u64,
     /// Size of each pinned bounce buffer of the POSIX path to device memory. 4 MiB, not
-    /// KvikIO's 16 MiB: with 16 MiB buffers warm reads to an H200 ran at 41 GB/s, with 4 MiB
-    /// buffers at 52 GB/s (2026-11-21; the working set of all threads' buffers stays in cache).
+    /// KvikIO's 16 MiB: the buffers of all threads together then stay in the CPU's cache, and
+    /// warm reads to the GPU were faster (docs/decisions/0005-bounce-buffers-4mib.md).
     pub bounce_buffer_size: u64,
     /// When to read the page-aligned middle of a task with `O_DIRECT`.
     pub direct_io_read: DirectRead,

@@ -15,46 +15,46 @@
 //! - [`Capabilities`]: what the machine offers (CUDA, cuFile, udev, WSL), every "no" with its
 //!   reason. Probing never panics, with or without CUDA installed.
 //!
-//! # Concepts, with numbers
+//! # Concepts
 //!
-//! **Buffered vs direct I/O.** A buffered `pread` copies from the kernel's page cache: about
-//! 11 GB/s per core on the test machines, so a warm file needs several threads to fill a PCIe
-//! Gen5 link (55 GB/s for pinned host-to-device copies). A cold file is limited by the disk
-//! (about 2 GB/s on the test machine's virtual disk); `O_DIRECT` skips the page cache, which
-//! saves a copy and avoids evicting other data, but needs page-aligned offsets, lengths and
-//! buffers. gpumap splits every transfer into an unaligned head and tail (buffered) and an
-//! aligned middle (direct where enabled and the file system allows it). Reads are buffered by
-//! default, so a file read twice comes from memory the second time; the `uncached` policy
-//! ([`config::DirectRead`]) asks the kernel what a transfer has in the cache (`cachestat`) and
-//! goes around the cache only where nothing is there — for data loaded once.
+//! Why each size and path below was chosen over the others is recorded, with the measurements,
+//! in `docs/decisions/`; what the library reaches beside its peers is in `docs/benchmarks.md`.
+//!
+//! **Buffered vs direct I/O.** A buffered `pread` copies from the kernel's page cache, and one
+//! core copies far less per second than a PCIe link carries, so a warm file needs several
+//! threads to fill the link. A cold file is limited by the disk; `O_DIRECT` skips the page
+//! cache, which saves a copy and avoids evicting other data, but needs page-aligned offsets,
+//! lengths and buffers. gpumap splits every transfer into an unaligned head and tail (buffered)
+//! and an aligned middle (direct where enabled and the file system allows it). Reads are
+//! buffered by default, so a file read twice comes from memory the second time; the `uncached`
+//! policy ([`config::DirectRead`]) asks the kernel what a transfer has in the cache
+//! (`cachestat`) and goes around the cache only where nothing is there — for data loaded once
+//! (docs/decisions/0011-reads-buffered-by-default.md).
 //!
 //! **Tasks and threads.** A transfer is split into tasks ([`align::split_tasks`]); all but the
 //! first start page-aligned. Tasks run on a persistent [`io::IoPool`] — threads are created once,
 //! never per call — and a `p*` call returns an [`io::IoFuture`].
 //!
 //! **The way to the GPU.** Device memory cannot be the target of `pread`. Without GPUDirect
-//! Storage, bytes go file → pinned *bounce buffer* → device. Pinning is slow (about 5 ms for
-//! 16 MiB), so bounce buffers are allocated once per process and recycled
-//! ([`memory::bounce::BouncePool`]). Each worker pipelines: while chunk *k* is copied to the GPU
-//! on its own stream, chunk *k + 1* is read from the file. With 4 MiB chunks in 64 MiB tasks
-//! this reaches 49–51 GB/s from a warm page cache into an H100 or H200 at 16 threads, 89–93 %
-//! of the pinned copy rate and 97 % of what the page cache itself delivers to 16 threads (see
-//! `docs/benchmarks.md`). Small copies are expensive — a 4 KiB
-//! host-to-device copy costs about 8 µs, and 16 threads issuing one each are serialised in the
-//! driver at about 12 µs a copy — so small reads are batched: pieces in flight together
+//! Storage, bytes go file → pinned *bounce buffer* → device. Pinning memory costs far more than
+//! moving the same bytes over PCIe, so bounce buffers are allocated once per process and
+//! recycled ([`memory::bounce::BouncePool`]). Each worker pipelines: while chunk *k* is copied
+//! to the GPU on its own stream, chunk *k + 1* is read from the file, in 4 MiB chunks and tasks
+//! of 16 of them (docs/decisions/0005-bounce-buffers-4mib.md). Small copies are expensive —
+//! each host-to-device copy has a fixed cost, and the driver serialises copies issued from many
+//! threads — so small reads are batched: pieces in flight together
 //! ([`io::FileHandle::pread_device`] futures, or one [`io::FileHandle::read_device_batch`])
 //! are packed into one pinned buffer, uploaded in one copy and placed by one kernel launch per
-//! group (one copy per run where the destinations are adjacent). That takes random 4 KiB reads
-//! from a warm cache from 78 thousand a second to 1.1–3.3 million through futures and about
-//! 3 million through one batch call (H100 and H200, `docs/benchmarks.md`).
+//! group (one copy per run where the destinations are adjacent)
+//! (docs/decisions/0007-small-reads-packed.md).
 //!
 //! **cuFile (GPUDirect Storage).** Where nvidia-fs is loaded, cuFile DMAs between the disk and
 //! GPU memory with no bounce (`Auto` checks for nvidia-fs only; NVMe P2P DMA without it is
-//! not recognised). Where cuFile's library opens but no DMA path
-//! exists, it falls back to its own unpipelined POSIX path (about 2 GB/s warm on the test
-//! machine). The [`config::CompatMode`] decides — `On`: POSIX; `Off`: cuFile or an error; `Auto`:
-//! cuFile where it is real GDS, POSIX otherwise — and every decision carries its reason
-//! ([`io::CompatDecision`]).
+//! not recognised). Where cuFile's library opens but no DMA path exists, it falls back to its
+//! own unpipelined POSIX path, far slower than gpumap's pipelined one
+//! (docs/decisions/0006-compat-auto-needs-nvidia-fs.md). The [`config::CompatMode`] decides —
+//! `On`: POSIX; `Off`: cuFile or an error; `Auto`: cuFile where it is real GDS, POSIX
+//! otherwise — and every decision carries its reason ([`io::CompatDecision`]).
 //!
 //! **Durability.** A write returns when the kernel has the data (page cache, or the device for
 //! `O_DIRECT`). [`io::FileHandle::sync_data`] (`fdatasync`) returns when it would survive a
@@ -63,19 +63,18 @@
 //!
 //! **Extents, frames and slots.** A [`mapped::DeviceCache`] holds memory in *frames* — a
 //! multiple of the GPUs' 2 MiB allocation granularity, by default a thirty-second of the budget
-//! from 8 to 64 MiB, since mapping, setting access to and unmapping one costs about 45 µs
-//! whatever its size and the driver serialises the calls — and tracks validity and I/O per
-//! *extent* (a power of two from 4 KiB, 64 KiB by default). A frame is either mapped at its place in one file's
-//! reserved address range, so that a view of any range is contiguous (`base + offset`), or cut
-//! into *slots* of one extent each, holding extents of any file wherever they fall: with 4 KiB
-//! extents, random 4 KiB reads of a file a thousand times larger than the budget then cost
-//! 4 KiB of memory each, not a frame. Memory is evicted least recently used first across files, never while pinned by a
-//! view, and after its dirty extents were written back. Missing extents of a gather are read
-//! into pinned buffers and placed by one kernel launch per group (one `cuMemcpyHtoDAsync` per
-//! piece measured 0.38 M pieces/s; a packed copy and a kernel 10.8–12.7 M/s). A walk through
-//! a file reads 512 MiB ahead in 16 MiB pieces, each read by one pool thread: 47.8–48.7 GB/s
-//! on the H100 in repeated passes under a quarter of a 4 GiB file's size, 94.5–96.7 % of a
-//! plain whole-file read in the same runs.
+//! from 8 to 64 MiB, since the driver calls that map, give access to and unmap a frame cost the
+//! same whatever its size and the driver serialises them (docs/decisions/0001-frames-by-budget.md)
+//! — and tracks validity and I/O per *extent* (a power of two from 4 KiB, 64 KiB by default). A
+//! frame is either mapped at its place in one file's reserved address range, so that a view of
+//! any range is contiguous (`base + offset`), or cut into *slots* of one extent each, holding
+//! extents of any file wherever they fall: with 4 KiB extents, random 4 KiB reads of a file a
+//! thousand times larger than the budget then cost 4 KiB of memory each, not a frame. Memory is
+//! evicted least recently used first across files, never while pinned by a view, and after its
+//! dirty extents were written back. Missing extents of a gather are read into pinned buffers
+//! and placed by one kernel launch per group (docs/decisions/0008-gather-groups-4mib.md). A walk
+//! through a file reads 512 MiB ahead in 16 MiB pieces, each read whole by one pool thread, so
+//! that many independent reads are in flight (docs/decisions/0002-read-ahead-in-pieces.md).
 //!
 //! **Residency.** The page cache holds file pages in 4 KiB units; [`pagecache::residency`]
 //! reports how many of a range are cached (and, via `cachestat(2)` on Linux ≥ 6.5, how many are

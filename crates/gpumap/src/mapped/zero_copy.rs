@@ -4,13 +4,12 @@
 //! The file is mapped read-only and registered with the driver (`cuMemHostRegister`, read-only
 //! flag): its pages are pinned, and kernels read them over PCIe. A gather of rows into a device
 //! buffer is then one kernel launch reading the rows where they lie; a kernel of the caller's can
-//! read the file at [`ZeroCopyFile::device_ptr`] too. Measured on the H100 test machine
-//! (2026-11-22, docs/benchmarks.md runs 13–15, a warm 4 GiB file, 16 threads): 6.2–6.6 M random
-//! 4 KiB rows/s (the cache's own gathers 1.5–1.8 M, `FileHandle`'s batch reads 3.7–4.3 M in the
-//! same runs), 0.64–0.67 M rows of 64 KiB (the bus's rate); registering the 4 GiB took
-//! 0.23–0.36 s. The price: registration reads and
-//! pins the whole file in host memory, so it is for files that fit in RAM beside everything
-//! else, under the limit [`ZeroCopyOptions::max_pinned`] sets across the process.
+//! read the file at [`ZeroCopyFile::device_ptr`] too. For warm data that fits in host memory this
+//! is faster than the cache's gathers and than `FileHandle`'s batch reads, since no byte is
+//! staged on the way. The price: registration reads and pins the whole file in host memory, so
+//! it is for files that fit in RAM beside everything else, under the limit
+//! [`ZeroCopyOptions::max_pinned`] sets across the process, and only on request
+//! (docs/decisions/0010-zero-copy-on-request.md).
 //!
 //! On host memory ([`Device::Host`]) the same API reads with `pread`: the stand-in keeps the
 //! semantics (and the tests) without pinning anything.
@@ -117,7 +116,7 @@ impl ZeroCopyFile {
     }
 
     /// Opens `path`, registering the whole file for the GPU: this reads every page into the
-    /// page cache and pins it (about 0.1 s per GiB when warm). `Unavailable` where the device
+    /// page cache and pins it, in time proportional to its length. `Unavailable` where the device
     /// cannot read host memory registered read-only; `OutOfBudget` past the pinned limit.
     pub fn open_with(path: impl AsRef<Path>, options: &ZeroCopyOptions) -> Result<ZeroCopyFile> {
         Self::with_handle(FileHandle::open(path, "r")?, options)

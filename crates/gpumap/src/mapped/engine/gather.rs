@@ -24,7 +24,8 @@ use crate::memory::bounce::BouncePool;
 use crate::memory::cuda::{CudaDevice, DeviceCopy, RawRegion};
 use crate::memory::DeviceViewMut;
 
-/// Staging buffer of a gather group: misses are read into one pinned buffer this large.
+/// Staging buffer of a gather group: misses are read into one pinned buffer this large, one
+/// pool task, one upload and one launch per group (docs/decisions/0008-gather-groups-4mib.md).
 const GATHER_GROUP: usize = 4 << 20;
 
 /// One range of a gather: `len` bytes of `entry` at `offset`.

@@ -26,10 +26,9 @@ use crate::error::{Error, Result};
 
 /// The least a task of a prefetch's load moves (on the GPU's POSIX path). A load alone is
 /// spread over the whole pool, 4 MiB a task for a 64 MiB window; prefetches run several ranges
-/// at once, and there fewer, longer tasks pipeline better: on the H100 (2026-11-22, 4 GiB warm,
-/// 16 threads), 64 MiB reads eight at a time ran at 36.5 GB/s in 4 MiB tasks and 47.0 in
-/// 16 MiB ones (a whole-file read: 48–50). Read-ahead goes further: each of its pool jobs is
-/// one task ([`PinFor::ReadAhead`]).
+/// at once, and there fewer, longer tasks pipeline better, each overlapping its reads with its
+/// copies (docs/decisions/0002-read-ahead-in-pieces.md). Read-ahead goes further: each of its
+/// pool jobs is one task ([`PinFor::ReadAhead`]).
 const PREFETCH_TASK: u64 = 16 << 20;
 
 /// What a contiguous pin of a file's frames is for.
@@ -45,9 +44,9 @@ pub(crate) enum PinFor {
     /// A piece of a walk's read-ahead, as one job on the file's pool: resident, not kept
     /// pinned, never waiting for others (they may need the pool), and read as one task on the
     /// job's own thread. Split further, its tasks would go to threads busy with the other
-    /// pieces, and the piece would finish only when the last of them did — a walk reading
-    /// ahead in 64 MiB windows of 16 MiB tasks ran at 83–91 % of FileHandle's whole-file
-    /// read, in 16 MiB pieces of one task each at 94–98 % (H100, 2026-11-22).
+    /// pieces, and the piece would finish only when the last of them did, so pieces would come
+    /// in together and the pool would run dry between them
+    /// (docs/decisions/0002-read-ahead-in-pieces.md).
     ReadAhead,
 }
 

@@ -4,9 +4,11 @@
 //! memory and moves bytes between files and memory; it keeps no books of its own beyond which
 //! physical frame sits where.
 //!
-//! Physical frames are created on demand and, once unmapped, kept for reuse (creating one costs
-//! about 45 µs on the H100, mapping a kept one about 35 µs): frames mapped plus frames kept
-//! never exceed the number the books allow, so the memory held never exceeds the budget.
+//! Physical frames are created on demand and, once unmapped, kept for reuse (a kept one is
+//! mapped again without the driver call that creates it; every driver call on a frame costs
+//! the same whatever its size: docs/decisions/0001-frames-by-budget.md): frames mapped plus
+//! frames kept never exceed the number the books allow, so the memory held never exceeds the
+//! budget.
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
@@ -433,12 +435,9 @@ impl CudaStore {
     /// pinned scratch buffer (zeros after what the file had, up to `region`'s length), then
     /// placed by one `cuMemcpyHtoDAsync` on the thread's own stream, waited for there.
     ///
-    /// Copies of all the loading threads combined into one kernel launch (a flat-combining
-    /// copier, until 2026-11-22) made every thread wait for a launch and its completion: with
-    /// the cache in shards, 16 threads of single 4 KiB views ran at 0.28–0.31 M/s that way and
-    /// at 0.57–0.58 M/s with a copy each on their own streams (H100; 32 threads 0.46–0.49 M
-    /// against 0.53 M; one shard, where the cache's lock is the limit, 0.23–0.25 M against
-    /// 0.21–0.22 M).
+    /// Not combined with other threads' copies into one kernel launch: that made every thread
+    /// wait for a launch and its completion, where a copy on the thread's own stream waits for
+    /// no one and needs no pool thread (docs/decisions/0004-small-loads-copied-per-thread.md).
     fn load_small(
         &self,
         region: RawRegion,

@@ -294,9 +294,9 @@ unsafe impl Sync for HostRegistration {}
 
 impl HostRegistration {
     /// Registers `len` bytes at `ptr` read-only. Pinning faults in and locks every page, so
-    /// this costs about 0.1 s per GiB of page-cached file (H100 machine) and fails where the
-    /// locked-memory limit or a page that cannot be read (the file shrank) stops it. Needs a
-    /// current context (the caller binds one).
+    /// this takes time in proportion to `len` (docs/decisions/0010-zero-copy-on-request.md) and
+    /// fails where the locked-memory limit or a page that cannot be read (the file shrank)
+    /// stops it. Needs a current context (the caller binds one).
     ///
     /// # Safety
     /// `ptr..ptr + len` is mapped, readable, and stays mapped until the registration is
