@@ -12,10 +12,12 @@ KvikIO's API (code written for ``kvikio`` runs with ``import gpumapio as kvikio`
 
 And beyond it: :func:`read_file_to_device` (a whole file as one CuPy / torch / NumPy array),
 :func:`load_safetensors` (a checkpoint as torch tensors, one read into one allocation),
-:mod:`gpumapio.pagecache` (residency, warm, evict, drop, lock), and :mod:`gpumapio.maps`: files
+:mod:`gpumapio.pagecache` (residency, warm, evict, drop, lock), :mod:`gpumapio.maps`: files
 in GPU memory with mmap semantics under a budget shared by many files (:func:`map`,
 :class:`DeviceCache`, views exported through ``__cuda_array_interface__`` and ``__dlpack__``,
-:func:`gather` of rows of files far larger than the GPU).
+:func:`gather` of rows of files far larger than the GPU), and :mod:`gpumapio.pyg`: a PyTorch
+Geometric ``FeatureStore`` of tables in mapped files (``import gpumapio.pyg``; not imported
+here, as torch and torch_geometric are optional).
 
 Buffers: anything with ``__cuda_array_interface__`` (CuPy, PyTorch, Numba) or ``__dlpack__``,
 and host memory through the buffer protocol (NumPy, bytearray, memoryview).
