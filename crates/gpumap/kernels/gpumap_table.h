@@ -11,9 +11,10 @@
  *
  * A bucket is only a hint: a lookup trusts a slot once owners[slot] equals the key. gpumap
  * sets owners[s] after slot s holds the extent, clears it before s is reused, and reuses s
- * only after every kernel that could have seen the old entry has finished: a kernel must run
- * between DeviceCache's begin/end of a lookup scope (Rust: `DeviceCache::lookup_scope`), on
- * the stream that scope names. Inside it, a slot found by gpumap_lookup keeps its bytes.
+ * only after every kernel that could have seen the old entry has finished: gpumap's own row
+ * kernels run inside such a scope (the cache's catalog registers them as readers until their
+ * stream has passed them). A public scope for kernels of one's own, and an example of one,
+ * are not shipped yet (issue 22); until then this header documents the layout they read.
  *
  * Plain C, so that host code (and gpumap's own tests) can compile it too. */
 #ifndef GPUMAP_TABLE_H
