@@ -11,7 +11,6 @@
 //! clear buckets, and writes only the words that changed, each one 64-bit store.
 #![forbid(unsafe_code)]
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -69,6 +68,9 @@ struct Mirror {
     owners: Vec<u64>,
     buckets: Vec<Bucket>,
     bits: u32,
+    /// Buckets that are `Empty`: a lookup of a key not in the table stops at the first one,
+    /// so as churn turns them into tombstones the table is rebuilt (see `apply`).
+    empty: usize,
     /// A publication failed part way: the table may differ from the mirror anywhere, so the
     /// next one writes every word.
     resync: bool,
@@ -83,8 +85,34 @@ impl Mirror {
             owners: vec![EMPTY; slots],
             buckets: vec![Bucket::Empty; 1 << bits],
             bits,
+            empty: 1 << bits,
             resync: false,
         }
+    }
+
+    /// Puts `key` (held by `slot`) in the first bucket of its probe that holds no live entry;
+    /// returns the bucket. None within the probe: lookups simply do not find the extent (the
+    /// host serves it), which is never wrong.
+    fn insert(&mut self, key: u64, slot: SlotId) -> Option<usize> {
+        let b = self.probe(key).find(|&b| !matches!(self.buckets[b], Bucket::Live { .. }))?;
+        if self.buckets[b] == Bucket::Empty {
+            self.empty -= 1;
+        }
+        self.buckets[b] = Bucket::Live { key, slot };
+        Some(b)
+    }
+
+    /// The buckets rebuilt from `owners`, with no tombstone: every word is then rewritten.
+    fn rebuild(&mut self) {
+        self.buckets.fill(Bucket::Empty);
+        self.empty = self.buckets.len();
+        for s in 0..self.owners.len() {
+            let key = self.owners[s];
+            if key != EMPTY {
+                self.insert(key, s as SlotId);
+            }
+        }
+        self.resync = true;
     }
 
     /// The buckets of `key`'s probe, in order.
@@ -97,7 +125,7 @@ impl Mirror {
     /// Applies the catalog's changes in order; returns the words that end up changed, each
     /// with its final value (a word changed twice is written once).
     fn apply(&mut self, changes: &[(SlotId, u64)]) -> Writes {
-        let (mut owners, mut buckets) = (BTreeSet::new(), BTreeSet::new());
+        let (mut owners, mut buckets) = (Vec::new(), Vec::new());
         for &(slot, key) in changes {
             let s = slot as usize;
             let Some(&old) = self.owners.get(s) else { continue };
@@ -112,25 +140,29 @@ impl Mirror {
                     .find(|&b| self.buckets[b] == live);
                 if let Some(b) = found {
                     self.buckets[b] = Bucket::Tomb;
-                    buckets.insert(b);
+                    buckets.push(b);
                 }
             }
             self.owners[s] = key;
-            owners.insert(s);
+            owners.push(s);
             if key != EMPTY {
-                // No bucket free within the probe: the extent is simply not found by lookups
-                // (the host serves it), which is never wrong.
-                let free =
-                    self.probe(key).find(|&b| !matches!(self.buckets[b], Bucket::Live { .. }));
-                if let Some(b) = free {
-                    self.buckets[b] = Bucket::Live { key, slot };
-                    buckets.insert(b);
-                }
+                buckets.extend(self.insert(key, slot));
             }
+        }
+        // Once a quarter of the buckets or fewer are empty, a lookup that misses walks long
+        // runs of tombstones (up to MAX_PROBES): start again from the live entries.
+        if self.empty < self.buckets.len() / 4 {
+            self.rebuild();
         }
         if std::mem::take(&mut self.resync) {
             owners = (0..self.owners.len()).collect();
             buckets = (0..self.buckets.len()).collect();
+        } else {
+            // Each word once, with its final value.
+            owners.sort_unstable();
+            owners.dedup();
+            buckets.sort_unstable();
+            buckets.dedup();
         }
         (
             owners.into_iter().map(|s| (s as u64, self.owners[s])).collect(),
@@ -387,4 +419,79 @@ fn write_words(t: &CudaTables, array: u64, words: &[(u64, u64)]) -> Result<()> {
     let stream = t.stream.raw().as_handle();
     t.kernels.write_words(stream, array, base, base + 8 * n as u64, n as u64)?;
     stream.synchronize()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `gpumap_lookup` over words as published: the slot of `key`, if a probe finds it.
+    fn lookup(owners: &[u64], buckets: &[u64], bits: u32, key: u64) -> Option<usize> {
+        let mask = (1usize << bits) - 1;
+        let mut b = bucket_of(key, bits) as usize;
+        for _ in 0..MAX_PROBES {
+            match buckets[b] {
+                0 => return None,
+                TOMB => {}
+                v => {
+                    let slot = (v - 1) as usize;
+                    if owners.get(slot) == Some(&key) {
+                        return Some(slot);
+                    }
+                }
+            }
+            b = (b + 1) & mask;
+        }
+        None
+    }
+
+    #[test]
+    fn churn_keeps_lookups_short_and_the_published_words_true() {
+        let (slots, bits) = (64usize, 7u32);
+        let mut mirror = Mirror::new(slots, bits);
+        // The words as the GPU holds them: only what each publication wrote.
+        let mut owners = vec![EMPTY; slots];
+        let mut buckets = vec![0u64; 1 << bits];
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut rebuilt = 0;
+        for round in 0..2_000 {
+            // A round of evictions and loads, as a busy cache makes them (some slots twice).
+            let changes: Vec<(SlotId, u64)> = (0..1 + next() % 40)
+                .map(|_| {
+                    let slot = (next() % slots as u64) as SlotId;
+                    let key = if next() % 5 == 0 { EMPTY } else { next() % 100_000 };
+                    (slot, key)
+                })
+                .collect();
+            let (o, b) = mirror.apply(&changes);
+            if o.len() == slots && b.len() == 1 << bits {
+                rebuilt += 1;
+            }
+            for (p, v) in o {
+                owners[p as usize] = v;
+            }
+            for (p, v) in b {
+                buckets[p as usize] = v;
+            }
+            assert!(mirror.empty >= buckets.len() / 4, "round {round}: {} empty", mirror.empty);
+            assert_eq!(buckets.iter().filter(|&&w| w == 0).count(), mirror.empty, "round {round}");
+            assert_eq!(owners, mirror.owners, "round {round}");
+            // Every key a slot holds is found at that slot (a key held twice: at one of them).
+            for (s, &key) in owners.iter().enumerate() {
+                if key != EMPTY {
+                    let found = lookup(&owners, &buckets, bits, key);
+                    assert!(found.is_some_and(|f| owners[f] == key), "round {round}: slot {s}");
+                }
+            }
+            // Keys nowhere are not found.
+            assert_eq!(lookup(&owners, &buckets, bits, 200_000 + round), None);
+        }
+        assert!(rebuilt > 0, "the churn never filled the table with tombstones");
+    }
 }
