@@ -33,8 +33,10 @@ const HASH_MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
 /// buckets are ever live, so a probe this long only comes from a rare cluster.
 const MAX_PROBES: u32 = 128;
 
-/// Bytes of the pinned buffer a publication's words go through.
-const STAGING: usize = 64 << 10;
+/// Bytes of the pinned buffer a publication's words go through: 64 Ki words a launch, so that
+/// the changes of a gather of many misses (four words a miss) take a few launches, each waited
+/// for, not dozens.
+const STAGING: usize = 1 << 20;
 
 /// Buckets per slot at least: the table stays at most half full.
 const BUCKETS_PER_SLOT: usize = 2;
