@@ -28,7 +28,7 @@ on_host_and_gpu!(
     bad_arguments_are_typed_errors,
     a_file_cut_under_the_map_reads_as_cut,
     writes_are_seen_by_the_next_gather,
-    gathers_race_a_writer_under_a_small_budget,
+    gathers_race_a_writer_and_evictions_under_a_small_budget,
     more_rows_than_one_pass,
     zero_copy_rows_match_the_file,
     hot_rows_stay_resident_under_cold_churn,
@@ -263,7 +263,7 @@ fn row_bytes(r: u32, v: u32, row_size: usize) -> Vec<u8> {
     std::iter::repeat_n(((r << 8) | v).to_le_bytes(), row_size / 4).flatten().collect()
 }
 
-fn gathers_race_a_writer_under_a_small_budget(memory: Device) {
+fn gathers_race_a_writer_and_evictions_under_a_small_budget(memory: Device) {
     const ROW: usize = 1024;
     const ROWS: u32 = 8192; // 8 MiB, four times the budget
     let dir = scratch();
@@ -286,6 +286,16 @@ fn gathers_race_a_writer_under_a_small_budget(memory: Device) {
                 }
             }
             stop.store(true, Ordering::Release);
+        });
+        // Evictions of everything no one pins, racing the gathers' kernels and the writer:
+        // slots are reused under gathers that may still be reading (their readers hold them).
+        let evictor = s.spawn(|| {
+            let mut evictions = 0u32;
+            while !stop.load(Ordering::Acquire) || evictions < 3 {
+                map.evict().unwrap();
+                evictions += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
         });
         let readers: Vec<_> = (0..4u64)
             .map(|t| {
@@ -326,15 +336,20 @@ fn gathers_race_a_writer_under_a_small_budget(memory: Device) {
             })
             .collect();
         writer.join().unwrap();
+        evictor.join().unwrap();
         for r in readers {
             r.join().unwrap();
         }
     });
     let final_rows: Vec<i64> = (0..i64::from(ROWS)).collect();
     let got = gather(&map, &memory, &final_rows, ROW);
+    map.sync().unwrap();
+    let on_disk = fs::read(&path).unwrap();
     for r in 0..ROWS {
         let v = versions[r as usize].load(Ordering::Relaxed) & 0xff;
-        assert!(got[r as usize * ROW..][..ROW] == row_bytes(r, v, ROW)[..], "{memory:?}: row {r}");
+        let want = row_bytes(r, v, ROW);
+        assert!(got[r as usize * ROW..][..ROW] == want[..], "{memory:?}: row {r}");
+        assert!(on_disk[r as usize * ROW..][..ROW] == want[..], "{memory:?}: row {r} on disk");
     }
 }
 
