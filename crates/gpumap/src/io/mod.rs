@@ -17,7 +17,9 @@
 //! - `flags`: [`OpenFlags`], the `fopen` flags parsed.
 //!
 //! Beside them: [`pool`] ([`IoPool`], [`IoFuture`]), [`compat`] (cuFile or POSIX, and why),
-//! [`gds`] (cuFile's safe layer) and [`scratch`] ([`ScratchFile`]).
+//! `gds_probe` (whether cuFile can be used here, and why not; reported by
+//! `Capabilities`), [`gds`] (cuFile's safe layer) and [`scratch`]
+//! ([`ScratchFile`]).
 #![forbid(unsafe_code)]
 
 mod batch;
@@ -27,6 +29,7 @@ mod direct;
 pub mod file_handle;
 mod flags;
 pub mod gds;
+pub(crate) mod gds_probe;
 mod handle_state;
 mod host_io;
 pub mod pool;
