@@ -3,10 +3,12 @@
 #![forbid(unsafe_code)]
 
 use std::fs::File;
+use std::os::fd::AsFd;
 
 use crate::align::{self, direct_split, PAGE_SIZE};
 use crate::config::DirectRead;
 use crate::io::handle_state::HandleState;
+use crate::sys::pagecache;
 
 /// How the pieces of one read choose between the page cache and `O_DIRECT` (see
 /// [`read_plan`]).
@@ -63,11 +65,38 @@ pub(super) fn piece_goes_direct(
 /// when the kernel will not say (or the range runs past the end): buffered is never far
 /// wrong.
 fn mostly_uncached(state: &HandleState, offset: u64, len: u64) -> bool {
-    let range = crate::pagecache::ByteRange::new(offset, len);
-    match crate::pagecache::residency(&state.file, range) {
-        Ok(r) => r.cached_pages.is_some_and(|cached| cached * 8 < r.total_pages),
-        Err(_) => false,
+    cached_pages(state, offset, len).is_some_and(|(cached, total)| cached * 8 < total)
+}
+
+/// The pages of `[offset, offset + len)` in the page cache, and the pages covering the range;
+/// `None` where the range runs past the end of the file or the kernel will not say.
+///
+/// The question `pagecache::residency` answers, asked of the kernel directly, as the I/O layer
+/// sits below that tool: `cachestat`, else `mincore`. Where the kernel hides residency from
+/// the caller (a file it may not write), `cachestat` refuses and `mincore` calls every page
+/// cached; either way the range does not read as uncached, as `residency`'s "unknown" did not.
+fn cached_pages(state: &HandleState, offset: u64, len: u64) -> Option<(u64, u64)> {
+    let end = offset.checked_add(len)?;
+    if end > state.len().ok()? {
+        return None;
     }
+    let page = pagecache::page_size();
+    let first_page = offset / page;
+    let pages = if len == 0 { 0 } else { end.div_ceil(page) - first_page };
+    if pages == 0 {
+        return Some((0, 0));
+    }
+    let (fd, path) = (state.file.as_fd(), Some(state.path.as_path()));
+    let (start, aligned_len) = (first_page * page, pages * page);
+    if !pagecache::cachestat_missing() {
+        match pagecache::cachestat(fd, path, start, aligned_len) {
+            Ok(counts) => return Some((counts.cached, pages)),
+            Err(e) if pagecache::mincore_may_answer(&e) => {}
+            Err(_) => return None,
+        }
+    }
+    let cached = pagecache::mincore_pages(fd, path, start, aligned_len, |_, _| {}).ok()?;
+    Some((cached, pages))
 }
 
 /// The part of `[offset, offset + len)` that may go through `O_DIRECT` for a buffer at
