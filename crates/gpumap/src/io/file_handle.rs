@@ -481,13 +481,14 @@ impl FileHandle {
     ///
     /// Where the file takes the cuFile path, the batch goes through cuFile's batch API
     /// (`cuFileBatchIOSubmit`; pieces clipped to the file's length). On the POSIX path:
-    /// many small reads are limited by the cost of one host-to-device copy each (about 8 µs,
-    /// and serialised in the driver), not by the disk or the page cache. A batch pays it once
-    /// per *run* instead: the pieces are read into a pinned buffer packed in list order, and
-    /// pieces whose destinations follow one another in device memory (`dst` of one ending where
-    /// the next begins) go up in a single copy. Order the list by destination to get the most
-    /// out of it. Pieces larger than a bounce buffer take the ordinary path. Into host memory,
-    /// each piece is read straight into its destination, in parallel.
+    /// many small reads are limited by the cost of one host-to-device copy each (microseconds,
+    /// serialised in the driver; docs/decisions/0007-small-reads-packed.md has the figures),
+    /// not by the disk or the page cache. A batch pays it once per *run* instead: the pieces
+    /// are read into a pinned buffer packed in list order, and pieces whose destinations
+    /// follow one another in device memory (`dst` of one ending where the next begins) go up
+    /// in a single copy. Order the list by destination to get the most out of it. Pieces
+    /// larger than a bounce buffer take the ordinary path. Into host memory, each piece is
+    /// read straight into its destination, in parallel.
     pub fn read_device_batch(&self, reads: &mut [DeviceRead<'_>]) -> Result<Vec<usize>> {
         batch::read_device_batch(&self.state, reads)
     }

@@ -1,11 +1,10 @@
 //! The host page cache as a tool: see it, fill it, empty it, pin it.
 //!
 //! Before a benchmark, or before loading a data set onto GPUs, it matters whether a file's
-//! bytes are already in the host's page cache: a cached file is copied at memory speed (about
-//! 11 GB/s per core into pinned memory), a cold one at the disk's speed (about 2.2 GB/s
-//! sequential on a good virtual disk, far less on a network file system). This module answers
-//! "how much of this file is cached" and changes the answer, like util-linux `fincore`,
-//! `vmtouch` and `pcstat`, and like KvikIO's `get_page_cache_info` /
+//! bytes are already in the host's page cache: a cached file is copied at memory speed, a cold
+//! one at the disk's speed, which is far slower (figures in docs/pagecache.md). This module
+//! answers "how much of this file is cached" and changes the answer, like util-linux
+//! `fincore`, `vmtouch` and `pcstat`, and like KvikIO's `get_page_cache_info` /
 //! `drop_file_page_cache` / `drop_system_page_cache`.
 //!
 //! # Concepts
@@ -56,8 +55,8 @@
 //!   virtual disks).
 //! * **`WILLNEED` is capped**: one `POSIX_FADV_WILLNEED` call reads at most the readahead
 //!   window (or the device's maximum I/O size, if larger) and silently drops the rest, so a
-//!   single call on a 64 MiB file cached 8 MiB in our tests. [`warm`] advises one window at a
-//!   time.
+//!   single call on a file larger than the window caches only its start. [`warm`] advises one
+//!   window at a time.
 //! * **In-flight reads**: `cachestat` counts a page as soon as its read is queued, `mincore`
 //!   only once the data has arrived; just after an asynchronous warm the two can differ.
 //!
