@@ -59,12 +59,12 @@ fn update(change: impl FnOnce(&mut Settings)) -> gpumap::Result<()> {
 pub fn handle_options() -> gpumap::Result<HandleOptions> {
     let s = current()?;
     let mut o = gpumap::io::FileHandle::options()?;
-    o.compat_mode = s.compat_mode;
-    o.task_size = s.task_size;
-    o.gds_threshold = s.gds_threshold;
-    o.bounce_buffer_size = s.bounce_buffer_size;
-    o.direct_io_read = s.direct_io_read;
-    o.direct_io_write = s.direct_io_write;
+    o.compat_mode(s.compat_mode)
+        .task_size(s.task_size)
+        .gds_threshold(s.gds_threshold)
+        .bounce_buffer_size(s.bounce_buffer_size)
+        .direct_read(s.direct_io_read)
+        .direct_write(s.direct_io_write);
     Ok(o)
 }
 

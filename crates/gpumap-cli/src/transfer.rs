@@ -496,12 +496,12 @@ pub fn write(args: &WriteArgs) -> CliResult {
     }
     let (device, memory) = args.options.placement.memory()?;
     let (handle_options, pool) = args.options.handle_options()?;
-    if handle_options.compat_mode == CompatMode::Off && !device.is_host() {
+    if handle_options.get_compat_mode() == CompatMode::Off && !device.is_host() {
         if let Err(reason) = gpumap::Capabilities::probe().cufile_usable() {
             return Err(Error::Unavailable { what: "cuFile", reason }.into());
         }
     }
-    let piece = write_piece(handle_options.task_size, pool.nthreads(), args.size);
+    let piece = write_piece(handle_options.get_task_size(), pool.nthreads(), args.size);
     let mut staged = DeviceBuffer::alloc(&device, piece)?;
     let mut pattern_buf = if device.is_host() { None } else { Some(HostBuffer::new(piece)?) };
     let direct_writes = args.options.direct_writes()?;

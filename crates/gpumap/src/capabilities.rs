@@ -1,13 +1,19 @@
 //! What this machine offers: the CUDA driver and its devices, cuFile (GPUDirect Storage), and
 //! the environment cuFile depends on. Every "no" carries the reason found by probing, so that
 //! `gpumap info` and fallback decisions can say *why* a fast path is not taken.
+//!
+//! The probes compat decides by (the udev database, WSL, nvidia-fs, whether cuFile can be
+//! used) live below, in the io layer, and are reported from here.
 #![forbid(unsafe_code)]
 
 use std::fmt;
 use std::sync::OnceLock;
 
 use crate::io::gds::{CuFileDriver, CuFileProperties};
+use crate::io::gds_probe::{self, driver_version_text as version, reason_of};
 use crate::memory::cuda::CudaDevice;
+
+pub use crate::io::gds_probe::nvidia_fs_loaded;
 
 /// The outcome of probing for one capability.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,13 +117,6 @@ pub struct Capabilities {
     pub wsl: bool,
 }
 
-fn reason_of(e: crate::Error) -> String {
-    match e {
-        crate::Error::Unavailable { reason, .. } => reason,
-        other => crate::error::Report(&other).to_string(),
-    }
-}
-
 fn probe_cuda() -> Probe<CudaInfo> {
     let count = match CudaDevice::count() {
         Ok(n) => n,
@@ -163,32 +162,6 @@ fn probe_cufile() -> Probe<CuFileInfo> {
     Probe::Available(CuFileInfo { library, driver })
 }
 
-fn probe_run_udev() -> Probe<()> {
-    match std::fs::read_dir("/run/udev/data") {
-        Ok(_) => Probe::Available(()),
-        Err(e) => Probe::missing(format!("/run/udev/data: {e}")),
-    }
-}
-
-/// Whether the nvidia-fs kernel module — what GPUDirect Storage's DMA goes through — is
-/// loaded: it creates `/proc/driver/nvidia-fs` and `/sys/module/nvidia_fs`. A file check, so
-/// that deciding against cuFile does not cost opening its driver. Without it, compat mode
-/// `Auto` chooses the POSIX path without loading cuFile.
-pub fn nvidia_fs_loaded() -> bool {
-    std::path::Path::new("/proc/driver/nvidia-fs/version").exists()
-        || std::path::Path::new("/sys/module/nvidia_fs").exists()
-}
-
-fn probe_wsl() -> bool {
-    std::fs::read_to_string("/proc/version")
-        .map(|v| v.to_ascii_lowercase().contains("microsoft") || v.contains("WSL"))
-        .unwrap_or(false)
-}
-
-fn version(v: i32) -> String {
-    format!("{}.{}", v / 1000, (v % 1000) / 10)
-}
-
 impl Capabilities {
     /// Probes the machine once per process and returns the cached answer. Never panics: missing
     /// libraries and failing calls become [`Probe::Missing`] with their reason.
@@ -197,8 +170,11 @@ impl Capabilities {
         CAPS.get_or_init(|| Capabilities {
             cuda: probe_cuda(),
             cufile: probe_cufile(),
-            run_udev: probe_run_udev(),
-            wsl: probe_wsl(),
+            run_udev: match gds_probe::run_udev() {
+                Ok(()) => Probe::Available(()),
+                Err(reason) => Probe::Missing { reason },
+            },
+            wsl: gds_probe::wsl(),
         })
     }
 
@@ -224,29 +200,11 @@ impl Capabilities {
     /// WSL, no GPU), joined with "; ". File registration can still fail per file; that error is
     /// reported by [`crate::io::gds::CuFileHandle::register`].
     pub fn cufile_usable(&self) -> Result<(), String> {
-        let mut reasons = Vec::new();
-        if let Some(r) = self.cuda_reason() {
-            reasons.push(format!("no usable GPU: {r}"));
-        }
-        match &self.cufile {
-            Probe::Missing { reason } => reasons.push(reason.clone()),
-            Probe::Available(info) => {
-                if let Some(r) = info.driver.reason() {
-                    reasons.push(r.to_owned());
-                }
-            }
-        }
-        if let Some(r) = self.run_udev.reason() {
-            reasons.push(format!("cuFile cannot register files without a udev database ({r})"));
-        }
-        if self.wsl {
-            reasons.push("GPUDirect Storage is not supported under WSL".to_owned());
-        }
-        if reasons.is_empty() {
-            Ok(())
-        } else {
-            Err(reasons.join("; "))
-        }
+        let cufile = match &self.cufile {
+            Probe::Missing { reason } => Some(reason.as_str()),
+            Probe::Available(info) => info.driver.reason(),
+        };
+        gds_probe::usable_from(self.cuda_reason(), cufile, self.run_udev.reason(), self.wsl)
     }
 }
 

@@ -49,8 +49,7 @@ pub enum Error {
         file_len: u64,
     },
 
-    /// A range does not lie inside the view it is relative to (a [`View`](crate::mapped::View)
-    /// of a mapped file).
+    /// A range does not lie inside the view it is relative to (a `View` of a mapped file).
     #[error("range {offset}..{} is outside the view of {view_len} bytes (file bytes {view_offset}..{})", offset.saturating_add(*len), view_offset.saturating_add(*view_len))]
     OutOfView {
         /// Start of the requested range, relative to the view.

@@ -37,8 +37,7 @@ impl Backend {
         if !self.device.is_host() {
             o.compat_mode(self.mode);
             // Small bounce buffers and threshold so that every size crosses chunk borders.
-            o.bounce_buffer_size = 1 << 20;
-            o.gds_threshold = 0;
+            o.bounce_buffer_size(1 << 20).gds_threshold(0);
         }
         o
     }
@@ -316,7 +315,7 @@ fn batched_reads_match_the_file(memory: Device) {
     }
     for (device, mode) in cases {
         let mut o = FileHandle::options().unwrap();
-        o.bounce_buffer_size = 64 << 10; // many groups, and one piece larger than a buffer
+        o.bounce_buffer_size(64 << 10); // many groups, and one piece larger than a buffer
         o.compat_mode(mode);
         let fh = o.open(&path, "r").unwrap();
         eprintln!("batch reads into {device:?}, compat {mode}: {}", fh.compat_decision().reason);
@@ -392,7 +391,7 @@ fn concurrent_small_futures_coalesce_correctly(backend: &Backend) {
     fs::write(&path, &data).unwrap();
     let mut o = FileHandle::options().unwrap();
     o.pool(Arc::new(IoPool::new(4).unwrap()));
-    o.bounce_buffer_size = 256 << 10; // reads up to 64 KiB coalesce; groups of at most 256 KiB
+    o.bounce_buffer_size(256 << 10); // reads up to 64 KiB coalesce; groups of at most 256 KiB
     let fh = o.open(&path, "r").unwrap();
     // One buffer leaked for the test's life: its disjoint 'static views travel with the
     // futures and come back with them.
@@ -446,7 +445,7 @@ fn stream_ordered_transfers_in_every_compat_mode() {
         let data = random_bytes((3 << 20) + 4096, 3);
         let mut o = FileHandle::options().unwrap();
         o.compat_mode(mode);
-        o.gds_threshold = 0;
+        o.gds_threshold(0);
         let fh = match o.open(&path, "w+") {
             Ok(fh) => fh,
             Err(e) if mode == CompatMode::Off => {

@@ -19,10 +19,10 @@
 use std::fs::File;
 use std::path::Path;
 
-use crate::capabilities::Capabilities;
 use crate::config::CompatMode;
 use crate::error::{Error, Report, Result};
 use crate::io::gds::{CuFileDriver, CuFileHandle};
+use crate::io::gds_probe;
 use crate::sys::posix;
 
 /// The path a file's device transfers take.
@@ -69,9 +69,10 @@ pub(crate) fn decide(
         return posix("compat mode is on: the POSIX path is used and cuFile is not loaded".into());
     }
     // `Auto` picks cuFile only for GPUDirect Storage, which needs nvidia-fs: without the module
-    // the answer is known before cuFile's driver is opened, which took 0.45–0.52 s of a
-    // process's first transfer on the H100 test machine (2026-11-22; no nvidia-fs there).
-    if mode == CompatMode::Auto && !crate::capabilities::nvidia_fs_loaded() {
+    // the answer is known before cuFile's driver is opened, which costs a large part of a
+    // process's first transfer (docs/decisions/0006-compat-auto-needs-nvidia-fs.md has the
+    // figures).
+    if mode == CompatMode::Auto && !gds_probe::nvidia_fs_loaded() {
         return posix(
             "nvidia-fs is not loaded, so cuFile could only run its own unpipelined POSIX \
              compatibility path; gpumap's pipelined POSIX path is used and cuFile is not loaded \
@@ -79,7 +80,7 @@ pub(crate) fn decide(
                 .into(),
         );
     }
-    if let Err(reason) = Capabilities::probe().cufile_usable() {
+    if let Err(reason) = gds_probe::cufile_usable() {
         return refuse(reason);
     }
     let driver = match CuFileDriver::get() {

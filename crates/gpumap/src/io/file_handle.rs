@@ -1,125 +1,124 @@
-//! [`FileHandle`]: explicit, parallel reads and writes of one file.
+//! [`FileHandle`]: explicit, parallel reads and writes of one file, into host or device
+//! memory; and [`HandleOptions`], how one is opened.
+//!
+//! Every method here is a thin call into the module that does the work, over the state the
+//! handle's clones share (`handle_state`): `host_io` (host memory), `device_io` (device
+//! memory, one region at a time), `batch` (many small reads at once), `small_reads`
+//! (`pread_device` futures, coalesced) and `stream` (stream-ordered transfers).
 #![forbid(unsafe_code)]
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
 
-use crate::align::{self, checked_end, direct_split, split_tasks, PAGE_SIZE};
+use crate::align::checked_end;
 use crate::config::{CompatMode, Config, DirectRead};
 use crate::error::{Error, Result};
-use crate::io::compat::{self, CompatDecision, IoPath};
-use crate::io::gds::CuFileHandle;
+use crate::io::batch::{self, BatchPiece, DeviceRead};
+use crate::io::compat::CompatDecision;
+use crate::io::device_io;
+use crate::io::gds::RegisteredBuffer;
+use crate::io::handle_state::{HandleState, Settings};
+use crate::io::host_io;
 use crate::io::pool::{IoFuture, IoPool};
+use crate::io::small_reads;
+use crate::io::stream::{self, StreamTransfer};
+use crate::memory::cuda::{CudaView, CudaViewMut, RawRegion, Stream};
+use crate::memory::{DeviceView, DeviceViewMut, OwnedDeviceMemory, OwnedDeviceSource};
 use crate::sys::posix;
 
-/// How a file is opened: the `fopen`-style flags KvikIO takes, parsed.
-///
-/// | flags | reads | writes | creates | truncates | writes go |
-/// |---|---|---|---|---|---|
-/// | `r`  | yes | no  | no  | no  | – |
-/// | `r+` | yes | yes | no  | no  | at the offset given |
-/// | `w`  | no  | yes | yes | yes | at the offset given |
-/// | `w+` | yes | yes | yes | yes | at the offset given |
-/// | `a`  | no  | yes | yes | no  | to the end ([`FileHandle::append`]) |
-/// | `a+` | yes | yes | yes | no  | to the end ([`FileHandle::append`]) |
-///
-/// A `b` anywhere is accepted and ignored (there is no text mode), and so is `e` (close-on-exec
-/// is always set). KvikIO rejects `a`; gpumap supports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OpenFlags {
-    /// Reads allowed.
-    pub read: bool,
-    /// Writes allowed.
-    pub write: bool,
-    /// Create the file if missing.
-    pub create: bool,
-    /// Cut the file to zero length on open.
-    pub truncate: bool,
-    /// Writes go to the end of the file (`O_APPEND`).
-    pub append: bool,
-}
+pub use crate::io::flags::OpenFlags;
 
-impl std::str::FromStr for OpenFlags {
-    type Err = Error;
-    fn from_str(flags: &str) -> Result<OpenFlags> {
-        let core: String = flags.chars().filter(|c| !matches!(c, 'b' | 'e')).collect();
-        let (read, write, create, truncate, append) = match core.as_str() {
-            "r" => (true, false, false, false, false),
-            "r+" => (true, true, false, false, false),
-            "w" => (false, true, true, true, false),
-            "w+" => (true, true, true, true, false),
-            "a" => (false, true, true, false, true),
-            "a+" => (true, true, true, false, true),
-            _ => return Err(Error::InvalidFlags(flags.to_string())),
-        };
-        Ok(OpenFlags { read, write, create, truncate, append })
-    }
-}
-
-/// Options of a [`FileHandle`], defaulting to the process [`Config`].
-#[derive(Debug, Clone)]
+/// Options of a [`FileHandle`], defaulting to the process [`Config`] (builder: set what
+/// differs, then [`open`](Self::open)).
+///
+/// ```no_run
+/// use gpumap::config::DirectRead;
+/// use gpumap::io::FileHandle;
+/// let fh = FileHandle::options()?
+///     .task_size(1 << 20)
+///     .direct_read(DirectRead::Uncached)
+///     .open("data.bin", "r")?;
+/// # Ok::<(), gpumap::Error>(())
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
 pub struct HandleOptions {
-    /// cuFile or POSIX (see [`CompatMode`]).
-    pub compat_mode: CompatMode,
-    /// Largest piece a task moves.
-    pub task_size: u64,
-    /// When to use `O_DIRECT` for the aligned middle of reads.
-    pub direct_io_read: DirectRead,
-    /// Use `O_DIRECT` for the aligned middle of writes.
-    pub direct_io_write: bool,
-    /// Device transfers smaller than this use the POSIX path even where cuFile is chosen.
-    pub gds_threshold: u64,
-    /// Size of each pinned bounce buffer (the POSIX path to device memory).
-    pub bounce_buffer_size: u64,
+    settings: Settings,
     /// Permission bits of a file the open creates (before the umask).
-    pub mode: u32,
-    /// The pool that runs this handle's tasks; `None` = the process-wide pool.
-    pub pool: Option<Arc<IoPool>>,
+    mode: u32,
+    /// The pool that runs the handle's tasks; `None` = the process-wide pool.
+    pool: Option<Arc<IoPool>>,
+}
+
+impl std::fmt::Debug for HandleOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.settings;
+        f.debug_struct("HandleOptions")
+            .field("compat_mode", &s.compat_mode)
+            .field("task_size", &s.task_size)
+            .field("direct_io_read", &s.direct_io_read)
+            .field("direct_io_write", &s.direct_io_write)
+            .field("gds_threshold", &s.gds_threshold)
+            .field("bounce_buffer_size", &s.bounce_buffer_size)
+            .field("mode", &self.mode)
+            .field("pool", &self.pool)
+            .finish()
+    }
 }
 
 impl HandleOptions {
     /// The options [`Config::global`] gives.
     pub fn from_config(config: &Config) -> HandleOptions {
-        HandleOptions {
-            compat_mode: config.compat_mode,
-            task_size: config.task_size,
-            direct_io_read: config.direct_io_read,
-            direct_io_write: config.direct_io_write,
-            gds_threshold: config.gds_threshold,
-            bounce_buffer_size: config.bounce_buffer_size,
-            mode: 0o644,
-            pool: None,
-        }
+        HandleOptions { settings: Settings::from_config(config), mode: 0o644, pool: None }
     }
 
-    /// Sets the compat mode.
+    /// Sets the compat mode: cuFile or POSIX (see [`CompatMode`]).
     pub fn compat_mode(&mut self, mode: CompatMode) -> &mut Self {
-        self.compat_mode = mode;
+        self.settings.compat_mode = mode;
         self
     }
 
-    /// Sets the task size.
+    /// Sets the task size: the largest piece a task moves.
     pub fn task_size(&mut self, bytes: u64) -> &mut Self {
-        self.task_size = bytes;
+        self.settings.task_size = bytes;
         self
     }
 
     /// Turns `O_DIRECT` on or off for reads and writes.
     pub fn direct_io(&mut self, read: bool, write: bool) -> &mut Self {
-        self.direct_io_read = if read { DirectRead::On } else { DirectRead::Off };
-        self.direct_io_write = write;
+        self.settings.direct_io_read = if read { DirectRead::On } else { DirectRead::Off };
+        self.settings.direct_io_write = write;
         self
     }
 
-    /// Sets when reads use `O_DIRECT` (see [`DirectRead`]).
+    /// Sets when reads use `O_DIRECT` for their aligned middle (see [`DirectRead`]).
     pub fn direct_read(&mut self, policy: DirectRead) -> &mut Self {
-        self.direct_io_read = policy;
+        self.settings.direct_io_read = policy;
         self
     }
 
-    /// Sets the permission bits of a created file.
+    /// Sets whether writes use `O_DIRECT` for their aligned middle.
+    pub fn direct_write(&mut self, on: bool) -> &mut Self {
+        self.settings.direct_io_write = on;
+        self
+    }
+
+    /// Sets the size below which device transfers take the POSIX path even where cuFile is
+    /// chosen.
+    pub fn gds_threshold(&mut self, bytes: u64) -> &mut Self {
+        self.settings.gds_threshold = bytes;
+        self
+    }
+
+    /// Sets the size of each pinned bounce buffer (the POSIX path to device memory): a
+    /// non-zero multiple of the page size, checked at open.
+    pub fn bounce_buffer_size(&mut self, bytes: u64) -> &mut Self {
+        self.settings.bounce_buffer_size = bytes;
+        self
+    }
+
+    /// Sets the permission bits of a created file (before the umask; default `0o644`).
     pub fn mode(&mut self, mode: u32) -> &mut Self {
         self.mode = mode;
         self
@@ -131,9 +130,22 @@ impl HandleOptions {
         self
     }
 
+    /// The compat mode set (named as `std::process::Command`'s getters are: the plain name is
+    /// the setter's).
+    pub fn get_compat_mode(&self) -> CompatMode {
+        self.settings.compat_mode
+    }
+
+    /// The task size set.
+    pub fn get_task_size(&self) -> u64 {
+        self.settings.task_size
+    }
+
     /// Opens `path` with these options (see [`FileHandle::open`]).
     pub fn open(&self, path: impl AsRef<Path>, flags: &str) -> Result<FileHandle> {
-        FileHandle::open_with(path.as_ref(), flags, self)
+        let state =
+            HandleState::open(path.as_ref(), flags, self.settings, self.mode, self.pool.as_ref())?;
+        Ok(FileHandle { state: Arc::new(state) })
     }
 }
 
@@ -149,38 +161,23 @@ impl HandleOptions {
 /// middle of each task goes through a second descriptor opened with `O_DIRECT` (the page cache
 /// is bypassed), the unaligned head and tail through the buffered one. A host buffer whose
 /// address is not page-aligned at that point is moved buffered.
+///
+/// Device transfers take one of two paths, chosen per file by [`crate::io::compat`]: cuFile
+/// (tasks of `task_size`, each a `cuFileRead`/`cuFileWrite`, in parallel), or POSIX through
+/// pinned bounce buffers, pipelined (while one chunk is copied to the GPU, the next is read).
+/// Calls that return before the transfer is done take owned memory ([`OwnedDeviceMemory`]) or
+/// borrow it in their guard ([`StreamTransfer`]), so memory cannot be freed under a transfer.
 #[derive(Clone)]
 pub struct FileHandle {
-    pub(super) inner: Arc<Inner>,
-}
-
-pub(super) struct Inner {
-    pub(super) path: PathBuf,
-    flags_text: String,
-    pub(super) flags: OpenFlags,
-    pub(super) file: File,
-    direct: Option<File>,
-    direct_refused: bool,
-    pub(super) task_size: u64,
-    direct_io_read: DirectRead,
-    direct_io_write: bool,
-    pub(super) compat_mode: CompatMode,
-    pub(super) gds_threshold: u64,
-    pub(super) bounce_buffer_size: u64,
-    pub(super) pool: Arc<IoPool>,
-    /// The compat decision, made at open for `Off` (so the open fails with the reason) and at
-    /// the first device transfer otherwise (so host-only users never load cuFile).
-    pub(super) decision: OnceLock<(CompatDecision, Option<CuFileHandle>)>,
-    /// Small device reads waiting to be coalesced (see `FileHandle::pread_device`).
-    pub(super) small_reads: parking_lot::Mutex<crate::io::device_io::SmallReads>,
+    state: Arc<HandleState>,
 }
 
 impl std::fmt::Debug for FileHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileHandle")
-            .field("path", &self.inner.path)
-            .field("flags", &self.inner.flags_text)
-            .field("direct", &self.inner.direct.is_some())
+            .field("path", &self.state.path)
+            .field("flags", &self.state.flags_text)
+            .field("direct", &self.state.direct.is_some())
             .finish()
     }
 }
@@ -195,7 +192,7 @@ impl FileHandle {
     /// # Ok::<(), gpumap::Error>(())
     /// ```
     pub fn open(path: impl AsRef<Path>, flags: &str) -> Result<FileHandle> {
-        FileHandle::open_with(path.as_ref(), flags, &HandleOptions::from_config(Config::global()?))
+        FileHandle::options()?.open(path, flags)
     }
 
     /// Options to open with, starting from the process defaults.
@@ -203,152 +200,59 @@ impl FileHandle {
         Ok(HandleOptions::from_config(Config::global()?))
     }
 
-    fn open_with(path: &Path, flags_text: &str, options: &HandleOptions) -> Result<FileHandle> {
-        let flags: OpenFlags = flags_text.parse()?;
-        // What can be checked without the file is checked first, so that a bad option never
-        // leaves a created or truncated file behind.
-        if options.task_size == 0 {
-            return Err(Error::InvalidArgument("task size 0: a task moves at least 1 byte".into()));
-        }
-        if options.bounce_buffer_size == 0 || !options.bounce_buffer_size.is_multiple_of(PAGE_SIZE)
-        {
-            return Err(Error::Unaligned {
-                what: "bounce buffer size",
-                value: options.bounce_buffer_size,
-                alignment: PAGE_SIZE,
-            });
-        }
-        let pool = match &options.pool {
-            Some(p) => p.clone(),
-            None => IoPool::global()?,
-        };
-        // A FIFO would block the open until a writer came, and "w" would truncate whatever the
-        // path names: refuse anything but a regular file before opening it, and again on the
-        // descriptor (the path may have changed in between). Non-blocking, the open itself
-        // cannot hang.
-        if let Ok(metadata) = std::fs::metadata(path) {
-            check_regular(path, &metadata.file_type())?;
-        }
-        let file = OpenOptions::new()
-            .read(flags.read)
-            .write(flags.write && !flags.append)
-            .append(flags.append)
-            .create(flags.create)
-            .truncate(flags.truncate)
-            .mode(options.mode)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(path)
-            .map_err(|e| Error::io("open", path, None, e))?;
-        let metadata = file.metadata().map_err(|e| Error::io("fstat", path, None, e))?;
-        check_regular(path, &metadata.file_type())?;
-        if let Some(what) = posix::pseudo_file_system(&file, path)? {
-            return Err(Error::NotRegularFile { path: Some(path.to_path_buf()), what });
-        }
-        posix::clear_nonblocking(&file, path)?;
-        // The direct descriptor serves positional transfers only; appends stay buffered.
-        let wants_direct = !flags.append
-            && ((options.direct_io_read != DirectRead::Off && flags.read)
-                || (options.direct_io_write && flags.write));
-        let (direct, direct_refused) = if wants_direct {
-            match posix::open_direct(path, flags.read, flags.write) {
-                Ok(Some(f)) => (Some(f), false),
-                Ok(None) => (None, true),
-                // Permission quirks on a second open are not worth failing the first for.
-                Err(_) => (None, true),
-            }
-        } else {
-            (None, false)
-        };
-        let decision = OnceLock::new();
-        if options.compat_mode == CompatMode::Off {
-            let _ = decision.set(compat::decide(CompatMode::Off, path, flags.read, flags.write)?);
-        }
-        Ok(FileHandle {
-            inner: Arc::new(Inner {
-                path: path.to_path_buf(),
-                flags_text: flags_text.to_string(),
-                flags,
-                file,
-                direct,
-                direct_refused,
-                task_size: options.task_size,
-                direct_io_read: options.direct_io_read,
-                direct_io_write: options.direct_io_write,
-                compat_mode: options.compat_mode,
-                gds_threshold: options.gds_threshold,
-                bounce_buffer_size: options.bounce_buffer_size,
-                pool,
-                decision,
-                small_reads: Default::default(),
-            }),
-        })
-    }
-
     /// The path the handle was opened with.
     pub fn path(&self) -> &Path {
-        &self.inner.path
+        &self.state.path
     }
 
     /// The flags the handle was opened with.
     pub fn flags(&self) -> OpenFlags {
-        self.inner.flags
+        self.state.flags
     }
 
     /// The compat mode the handle was opened with.
     pub fn compat_mode(&self) -> CompatMode {
-        self.inner.compat_mode
+        self.state.settings.compat_mode
     }
 
     /// Which path device transfers take (cuFile or POSIX) and why. Made at the first device
     /// transfer (or here, if none happened yet); in `Auto` mode this loads cuFile.
     pub fn compat_decision(&self) -> &CompatDecision {
-        &self.inner.decision().0
+        &self.state.decision().0
     }
 
     /// When reads use `O_DIRECT` (as asked; [`direct_io_status`](Self::direct_io_status) says
     /// whether the file system allows it).
     pub fn direct_read_policy(&self) -> DirectRead {
-        self.inner.direct_io_read
+        self.state.settings.direct_io_read
     }
 
     /// Whether the aligned middle of transfers can go through `O_DIRECT`, and if not, why.
     pub fn direct_io_status(&self) -> std::result::Result<(), &'static str> {
-        let inner = &self.inner;
-        match (&inner.direct, inner.direct_refused) {
-            (Some(_), _) => Ok(()),
-            (None, true) => Err("the file system refused O_DIRECT"),
-            (None, false) if inner.flags.append => {
-                Err("append handles write through the page cache")
-            }
-            (None, false) => Err("O_DIRECT is switched off (GPUMAP_AUTO_DIRECT_IO_READ/WRITE)"),
-        }
+        self.state.direct_io_status()
     }
 
     /// The underlying (buffered) file.
     pub fn file(&self) -> &File {
-        &self.inner.file
+        &self.state.file
     }
 
     /// Size of the file in bytes (`fstat`).
     pub fn len(&self) -> Result<u64> {
-        posix::file_len(&self.inner.file, &self.inner.path)
+        self.state.len()
     }
 
     /// `Ok` when a read of `wanted` bytes at `offset` got them all, else
     /// [`Error::UnexpectedEof`] naming the range and the file's length now: where the file
     /// really ends, which a short count alone does not say (a read past the end gets 0).
     pub(crate) fn expect_len(&self, offset: u64, wanted: u64, got: u64) -> Result<()> {
-        if got >= wanted {
-            return Ok(());
-        }
-        Err(self.eof_error(offset, wanted, got))
+        self.state.expect_len(offset, wanted, got)
     }
 
     /// [`Error::UnexpectedEof`] for a read of `wanted` bytes at `offset` that got `got`, with
     /// the file's length now (where `fstat` fails, the end of what the read got).
     pub(crate) fn eof_error(&self, offset: u64, wanted: u64, got: u64) -> Error {
-        let file_len = self.len().unwrap_or(offset.saturating_add(got));
-        Error::UnexpectedEof { path: Some(self.inner.path.clone()), offset, wanted, file_len }
+        self.state.eof_error(offset, wanted, got)
     }
 
     /// `Ok` when every `(offset, len)` of `ranges` lies within the file as long as it is now
@@ -356,14 +260,7 @@ impl FileHandle {
     /// map makes before serving bytes it holds, so that a file cut under it reads as cut
     /// whatever the map still holds.
     pub(crate) fn expect_ranges(&self, ranges: impl IntoIterator<Item = (u64, u64)>) -> Result<()> {
-        let len = self.len()?;
-        for (offset, wanted) in ranges {
-            if offset.saturating_add(wanted) > len {
-                let path = Some(self.inner.path.clone());
-                return Err(Error::UnexpectedEof { path, offset, wanted, file_len: len });
-            }
-        }
-        Ok(())
+        self.state.expect_ranges(ranges)
     }
 
     /// Whether the file is empty.
@@ -373,32 +270,27 @@ impl FileHandle {
 
     /// Sets the file's length (`ftruncate`): cuts it, or extends it with a hole of zeros.
     pub fn set_len(&self, len: u64) -> Result<()> {
-        self.inner.check_write("set_len")?;
+        self.state.check_write("set_len")?;
         checked_end(len, 0)?;
-        posix::set_len(&self.inner.file, &self.inner.path, len)
+        posix::set_len(&self.state.file, &self.state.path, len)
     }
 
     /// Makes written data durable (`fdatasync`): when it returns `Ok`, the data survive a crash.
     /// Linux reports a write-back error once; a second call may return `Ok` for lost data, so
     /// treat an error here as final.
     pub fn sync_data(&self) -> Result<()> {
-        posix::fdatasync(&self.inner.file, &self.inner.path)
+        posix::fdatasync(&self.state.file, &self.state.path)
     }
 
     /// Makes written data and metadata durable (`fsync`).
     pub fn sync_all(&self) -> Result<()> {
-        posix::fsync(&self.inner.file, &self.inner.path)
+        posix::fsync(&self.state.file, &self.state.path)
     }
 
     /// Reads into `buf` from `offset`, in parallel; returns the count read, which is less than
     /// `buf.len()` only where the file ends first (a read entirely past the end returns 0).
     pub fn read(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let inner = &self.inner;
-        inner.check_read()?;
-        checked_end(offset, buf.len() as u64)?;
-        let tasks = split_tasks(offset, buf.len() as u64, inner.task_size);
-        let plan = inner.read_plan(offset, buf.len() as u64);
-        inner.pool.run_split(&tasks, buf, |task, piece| inner.read_piece(piece, task.offset, plan))
+        host_io::read(&self.state, buf, offset)
     }
 
     /// Reads exactly `buf.len()` bytes from `offset`, in parallel, or fails with
@@ -410,49 +302,32 @@ impl FileHandle {
 
     /// Writes all of `buf` at `offset`, in parallel; returns `buf.len()`.
     pub fn write(&self, buf: &[u8], offset: u64) -> Result<usize> {
-        let inner = &self.inner;
-        inner.check_positional_write()?;
-        checked_end(offset, buf.len() as u64)?;
-        let tasks = split_tasks(offset, buf.len() as u64, inner.task_size);
-        inner.pool.run_split_ref(&tasks, buf, |task, piece| inner.write_piece(piece, task.offset))
+        host_io::write(&self.state, buf, offset)
     }
 
     /// Appends all of `buf` to the end of the file (handles opened `a` or `a+`); each call lands
     /// in one piece even with other appenders (`O_APPEND`).
     pub fn append(&self, buf: &[u8]) -> Result<usize> {
-        let inner = &self.inner;
-        if !inner.flags.append {
-            return Err(inner.access_error("append (open with \"a\" or \"a+\")"));
-        }
-        posix::append_all(&inner.file, &inner.path, buf)
+        host_io::append(&self.state, buf)
     }
 
     /// Reads into `buf` from `offset` on the calling thread only; returns the count read.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        self.inner.check_read()?;
-        checked_end(offset, buf.len() as u64)?;
-        let plan = self.inner.read_plan(offset, buf.len() as u64);
-        self.inner.read_piece(buf, offset, plan)
+        host_io::read_at(&self.state, buf, offset)
     }
 
     /// Writes all of `buf` at `offset` on the calling thread only.
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<usize> {
-        self.inner.check_positional_write()?;
-        checked_end(offset, buf.len() as u64)?;
-        self.inner.write_piece(buf, offset)
+        host_io::write_at(&self.state, buf, offset)
     }
 
     /// Starts a parallel read into the owned `buf` from `offset`; the future gives back the
     /// buffer and the count read (see [`read`](Self::read)).
-    pub fn pread<B>(&self, mut buf: B, offset: u64) -> IoFuture<(B, usize)>
+    pub fn pread<B>(&self, buf: B, offset: u64) -> IoFuture<(B, usize)>
     where
         B: AsMut<[u8]> + Send + 'static,
     {
-        let handle = self.clone();
-        self.inner.pool.spawn(move || {
-            let n = handle.read(buf.as_mut(), offset)?;
-            Ok((buf, n))
-        })
+        host_io::pread(&self.state, buf, offset)
     }
 
     /// Starts a parallel write of the owned `buf` at `offset`; the future gives back the buffer
@@ -461,11 +336,7 @@ impl FileHandle {
     where
         B: AsRef<[u8]> + Send + 'static,
     {
-        let handle = self.clone();
-        self.inner.pool.spawn(move || {
-            let n = handle.write(buf.as_ref(), offset)?;
-            Ok((buf, n))
-        })
+        host_io::pwrite(&self.state, buf, offset)
     }
 
     /// A handle on the same open file whose transfers use `task_size` and `gds_threshold`
@@ -474,249 +345,169 @@ impl FileHandle {
     /// task size is a per-call argument (KvikIO's `pread(..., task_size=)`); returns a clone
     /// when nothing changes. A zero `task_size` is an error.
     pub fn with_transfer_sizes(&self, task_size: u64, gds_threshold: u64) -> Result<FileHandle> {
-        let inner = &self.inner;
-        if task_size == 0 {
-            return Err(Error::InvalidArgument("task size 0: expected at least 1 byte".into()));
-        }
-        if task_size == inner.task_size && gds_threshold == inner.gds_threshold {
+        let settings = &self.state.settings;
+        if task_size != 0
+            && task_size == settings.task_size
+            && gds_threshold == settings.gds_threshold
+        {
             return Ok(self.clone());
         }
-        let dup = |f: &File| f.try_clone().map_err(|e| Error::io("dup", &inner.path, None, e));
-        Ok(FileHandle {
-            inner: Arc::new(Inner {
-                path: inner.path.clone(),
-                flags_text: inner.flags_text.clone(),
-                flags: inner.flags,
-                file: dup(&inner.file)?,
-                direct: inner.direct.as_ref().map(dup).transpose()?,
-                direct_refused: inner.direct_refused,
-                task_size,
-                direct_io_read: inner.direct_io_read,
-                direct_io_write: inner.direct_io_write,
-                compat_mode: inner.compat_mode,
-                gds_threshold,
-                bounce_buffer_size: inner.bounce_buffer_size,
-                pool: inner.pool.clone(),
-                decision: inner.decision.clone(),
-                small_reads: Default::default(),
-            }),
-        })
+        let state = self.state.with_transfer_sizes(task_size, gds_threshold)?;
+        Ok(FileHandle { state: Arc::new(state) })
     }
 
     /// Device transfers smaller than this take the POSIX path even where cuFile is chosen.
     pub fn gds_threshold(&self) -> u64 {
-        self.inner.gds_threshold
+        self.state.settings.gds_threshold
     }
 
     /// The pool this handle's tasks run on.
     pub fn pool(&self) -> &Arc<IoPool> {
-        &self.inner.pool
+        &self.state.pool
     }
 
     /// The largest piece one task moves.
     pub fn task_size(&self) -> u64 {
-        self.inner.task_size
-    }
-}
-
-/// `Ok` for a regular file; `EISDIR` for a directory; [`Error::NotRegularFile`] for the rest.
-fn check_regular(path: &Path, kind: &std::fs::FileType) -> Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    let what = if kind.is_file() {
-        return Ok(());
-    } else if kind.is_dir() {
-        let e = std::io::Error::from_raw_os_error(libc::EISDIR);
-        return Err(Error::io("open", path, None, e));
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "a special file"
-    };
-    Err(Error::NotRegularFile { path: Some(path.to_path_buf()), what })
-}
-
-/// How the pieces of one read choose between the page cache and `O_DIRECT`
-/// (see `Inner::read_plan`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ReadPlan {
-    /// Every piece through the page cache.
-    Buffered,
-    /// The aligned middle of every piece with `O_DIRECT`.
-    Direct,
-    /// Each piece of 1 MiB or more asks the page cache what it holds.
-    PerPiece,
-}
-
-/// Reads shorter than this never ask the page cache what it holds (see [`DirectRead::Uncached`]).
-const UNCACHED_CHECK_MIN: u64 = 1 << 20;
-
-impl Inner {
-    pub(super) fn decision(&self) -> &(CompatDecision, Option<CuFileHandle>) {
-        self.decision.get_or_init(|| {
-            compat::decide(self.compat_mode, &self.path, self.flags.read, self.flags.write)
-                .unwrap_or_else(|e| {
-                    let reason = crate::error::Report(&e).to_string();
-                    (
-                        CompatDecision { requested: self.compat_mode, path: IoPath::Posix, reason },
-                        None,
-                    )
-                })
-        })
+        self.state.settings.task_size
     }
 
-    fn access_error(&self, op: &'static str) -> Error {
-        Error::AccessMode { path: self.path.clone(), mode: self.flags_text.clone(), op }
-    }
-
-    pub(super) fn check_read(&self) -> Result<()> {
-        if self.flags.read {
-            Ok(())
-        } else {
-            Err(self.access_error("reading"))
-        }
-    }
-
-    fn check_write(&self, op: &'static str) -> Result<()> {
-        if self.flags.write {
-            Ok(())
-        } else {
-            Err(self.access_error(op))
-        }
-    }
-
-    pub(super) fn check_positional_write(&self) -> Result<()> {
-        self.check_write("writing")?;
-        if self.flags.append {
-            // Linux's pwrite ignores the offset on O_APPEND descriptors; refuse rather than
-            // write somewhere the caller did not ask for.
-            return Err(self.access_error("writes at an offset (use append)"));
-        }
-        Ok(())
-    }
-
-    /// The part of `[offset, offset + len)` that may go through `O_DIRECT` for a buffer at
-    /// address `addr`: `None` when direct I/O is off for this direction, or the aligned middle
-    /// is empty, or the buffer is not page-aligned where the middle starts.
-    fn direct_middle(
-        &self,
-        enabled: bool,
-        addr: usize,
-        offset: u64,
-        len: u64,
-    ) -> Option<(&File, u64, u64)> {
-        let direct = self.direct.as_ref().filter(|_| enabled)?;
-        let split = direct_split(offset, len, PAGE_SIZE);
-        let middle_addr = addr as u64 + split.head.1;
-        (split.middle.1 > 0 && align::is_aligned(middle_addr, PAGE_SIZE)).then_some((
-            direct,
-            split.middle.0,
-            split.middle.1,
-        ))
-    }
-
-    /// How the pieces of a read of `[offset, offset + len)` choose between the page cache and
-    /// `O_DIRECT`, by the handle's [`DirectRead`] policy.
+    /// Reads into `dst` — device memory, or host memory standing in for it — from `offset`, in
+    /// parallel; returns the count read, short only where the file ends first.
     ///
-    /// Under `Uncached` the whole transfer is looked at first: when almost none of it is cached
-    /// every piece goes around the cache. Deciding piece by piece there would go wrong: one
-    /// buffered piece (an unaligned head, say) sets off the kernel's read-ahead, the next piece
-    /// then finds itself cached and reads buffered, which reads ahead further, and so on to
-    /// the end of the file.
-    pub(super) fn read_plan(&self, offset: u64, len: u64) -> ReadPlan {
-        match self.direct_io_read {
-            DirectRead::Off => ReadPlan::Buffered,
-            DirectRead::On => ReadPlan::Direct,
-            // Small reads stay buffered: the check would cost about as much as the read, and
-            // the kernel reads a lone small miss without read-ahead anyway.
-            DirectRead::Uncached if len < UNCACHED_CHECK_MIN || self.direct.is_none() => {
-                ReadPlan::Buffered
-            }
-            DirectRead::Uncached if self.mostly_uncached(offset, len) => ReadPlan::Direct,
-            DirectRead::Uncached => ReadPlan::PerPiece,
-        }
+    /// `dst` is anything that becomes a [`DeviceViewMut`]: `&mut DeviceBuffer`,
+    /// `buffer.view_mut()`, a [`CudaViewMut`], `&mut [u8]`.
+    pub fn read_device<'a>(&self, dst: impl Into<DeviceViewMut<'a>>, offset: u64) -> Result<usize> {
+        device_io::read_device(&self.state, dst.into(), offset)
     }
 
-    /// Whether less than an eighth of `[offset, offset + len)` is in the page cache; `false`
-    /// when the kernel will not say (or the range runs past the end): buffered is never far
-    /// wrong.
-    fn mostly_uncached(&self, offset: u64, len: u64) -> bool {
-        let range = crate::pagecache::ByteRange::new(offset, len);
-        match crate::pagecache::residency(&self.file, range) {
-            Ok(r) => r.cached_pages.is_some_and(|cached| cached * 8 < r.total_pages),
-            Err(_) => false,
-        }
+    /// Reads exactly `dst.len()` bytes into `dst`, or fails with
+    /// [`crate::Error::UnexpectedEof`].
+    pub fn read_device_exact<'a>(
+        &self,
+        dst: impl Into<DeviceViewMut<'a>>,
+        offset: u64,
+    ) -> Result<()> {
+        let dst = dst.into();
+        let wanted = dst.len() as u64;
+        let got = self.read_device(dst, offset)?;
+        self.expect_len(offset, wanted, got as u64)
     }
 
-    /// One task's read: buffered, or head buffered + middle direct + tail buffered, as `plan`
-    /// says.
-    pub(super) fn read_piece(&self, buf: &mut [u8], offset: u64, plan: ReadPlan) -> Result<usize> {
-        let len = buf.len() as u64;
-        let direct = match plan {
-            ReadPlan::Buffered => false,
-            ReadPlan::Direct => true,
-            ReadPlan::PerPiece => len >= UNCACHED_CHECK_MIN && self.mostly_uncached(offset, len),
-        };
-        let Some((direct, mid_off, mid_len)) =
-            self.direct_middle(direct, buf.as_ptr() as usize, offset, len)
-        else {
-            return posix::pread_full(&self.file, &self.path, buf, offset);
-        };
-        let head = (mid_off - offset) as usize;
-        let mid_end = head + mid_len as usize;
-        let got = posix::pread_full(&self.file, &self.path, &mut buf[..head], offset)?;
-        if got < head {
-            return Ok(got);
-        }
-        let got = posix::pread_full(direct, &self.path, &mut buf[head..mid_end], mid_off)?;
-        if got < mid_len as usize {
-            return Ok(head + got);
-        }
-        let tail =
-            posix::pread_full(&self.file, &self.path, &mut buf[mid_end..], mid_off + mid_len)?;
-        Ok(mid_end + tail)
+    /// Writes all of `src` — device memory, or host memory standing in for it — at `offset`,
+    /// in parallel; returns `src.len()`.
+    pub fn write_device<'a>(&self, src: impl Into<DeviceView<'a>>, offset: u64) -> Result<usize> {
+        device_io::write_device(&self.state, src.into(), offset)
     }
 
-    /// One task's write: buffered, or head buffered + middle direct + tail buffered.
-    pub(super) fn write_piece(&self, buf: &[u8], offset: u64) -> Result<usize> {
-        let len = buf.len() as u64;
-        let Some((direct, mid_off, mid_len)) =
-            self.direct_middle(self.direct_io_write, buf.as_ptr() as usize, offset, len)
-        else {
-            return posix::pwrite_all(&self.file, &self.path, buf, offset);
-        };
-        let head = (mid_off - offset) as usize;
-        let mid_end = head + mid_len as usize;
-        posix::pwrite_all(&self.file, &self.path, &buf[..head], offset)?;
-        posix::pwrite_all(direct, &self.path, &buf[head..mid_end], mid_off)?;
-        posix::pwrite_all(&self.file, &self.path, &buf[mid_end..], mid_off + mid_len)?;
-        Ok(buf.len())
+    /// Starts [`read_device`](Self::read_device) into the owned `dst` on the pool; the future
+    /// gives back `dst` and the count read.
+    ///
+    /// Small reads into GPU memory on the POSIX path (at most a quarter of a bounce buffer)
+    /// that are in flight together are coalesced: they queue on the handle, and pool threads
+    /// take them in groups that go through [`read_device_batch`](Self::read_device_batch)'s
+    /// path — one pinned buffer and one host-to-device copy per run of adjacent destinations
+    /// instead of one per read. A lone read is taken alone, at once.
+    pub fn pread_device<B: OwnedDeviceMemory>(&self, dst: B, offset: u64) -> IoFuture<(B, usize)> {
+        small_reads::pread_device(&self.state, dst, offset)
+    }
+
+    /// Starts [`write_device`](Self::write_device) of the owned `src` on the pool; the future
+    /// gives back `src` and the count written.
+    pub fn pwrite_device<B: OwnedDeviceSource>(&self, src: B, offset: u64) -> IoFuture<(B, usize)> {
+        device_io::pwrite_device(&self.state, src, offset)
+    }
+
+    /// File -> GPU memory the crate keeps live for the call (a pinned map range), in tasks of
+    /// at least `min_task` bytes on the POSIX path (0: as `read_device` splits it). A larger
+    /// least task suits reads that run many at once (a cache's read-ahead): concurrency comes
+    /// from the other reads, and each task's deeper pipeline is worth more than spreading one
+    /// read over every thread.
+    pub(crate) fn read_cuda_raw_in_tasks(
+        &self,
+        dst: RawRegion,
+        offset: u64,
+        min_task: u64,
+    ) -> Result<usize> {
+        device_io::read_cuda_in_tasks(&self.state, dst, offset, min_task)
+    }
+
+    /// GPU memory the crate keeps live for the call -> file.
+    pub(crate) fn write_cuda_raw(&self, src: RawRegion, offset: u64) -> Result<usize> {
+        device_io::write_cuda(&self.state, src, offset)
+    }
+
+    /// A read into GPU memory `dst` ordered on `stream`: it sees the work queued on `stream`
+    /// before the call, and work queued after the call sees its data.
+    ///
+    /// On the cuFile path this is `cuFileReadAsync`: the call returns at once and the read
+    /// runs when the stream reaches it. On the POSIX path (and below `gds_threshold`) there is
+    /// no way to run `pread` inside a stream, so — like KvikIO's compatibility mode — the
+    /// stream is synchronized, the read runs in parallel on the pool, and the call returns
+    /// when it is done; [`StreamTransfer::wait`] then returns at once.
+    pub fn read_async<'a>(
+        &self,
+        dst: CudaViewMut<'a>,
+        offset: u64,
+        stream: &Stream,
+    ) -> Result<StreamTransfer<'a>> {
+        stream::stream_ordered(&self.state, dst.raw, offset, stream, false)
+    }
+
+    /// A write of GPU memory `src` ordered on `stream` (see [`read_async`](Self::read_async)).
+    pub fn write_async<'a>(
+        &self,
+        src: CudaView<'a>,
+        offset: u64,
+        stream: &Stream,
+    ) -> Result<StreamTransfer<'a>> {
+        stream::stream_ordered(&self.state, src.raw, offset, stream, true)
+    }
+
+    /// Registers `region` with cuFile (`cuFileBufRegister`) for the life of the returned guard,
+    /// as KvikIO's `buffer_register`: worthwhile for a buffer that is the target of many
+    /// transfers on the cuFile path. On the POSIX path there is nothing to register and this
+    /// returns `Ok(None)`.
+    #[doc(alias = "cuFileBufRegister")]
+    pub fn buffer_register<'a>(
+        &self,
+        region: CudaView<'a>,
+    ) -> Result<Option<RegisteredBuffer<'a>>> {
+        device_io::register_buffer(&self.state, region)
+    }
+
+    /// Reads many (typically small, scattered) pieces into device memory — or host memory
+    /// standing in for it — and returns each one's count, in order (short only where the file
+    /// ends first). All destinations must be on one device.
+    ///
+    /// Where the file takes the cuFile path, the batch goes through cuFile's batch API
+    /// (`cuFileBatchIOSubmit`; pieces clipped to the file's length). On the POSIX path:
+    /// many small reads are limited by the cost of one host-to-device copy each (microseconds,
+    /// serialised in the driver; docs/decisions/0007-small-reads-packed.md has the figures),
+    /// not by the disk or the page cache. A batch pays it once per *run* instead: the pieces
+    /// are read into a pinned buffer packed in list order, and pieces whose destinations
+    /// follow one another in device memory (`dst` of one ending where the next begins) go up
+    /// in a single copy. Order the list by destination to get the most out of it. Pieces
+    /// larger than a bounce buffer take the ordinary path. Into host memory, each piece is
+    /// read straight into its destination, in parallel.
+    pub fn read_device_batch(&self, reads: &mut [DeviceRead<'_>]) -> Result<Vec<usize>> {
+        batch::read_device_batch(&self.state, reads)
+    }
+
+    /// Starts [`read_device_batch`](Self::read_device_batch) into the owned `dst` on the pool:
+    /// each piece's `len` bytes at its file `offset` go to `dst` at its `dst_offset` (pieces may
+    /// not overlap in `dst`). The future gives back `dst` and each piece's count.
+    pub fn pread_device_batch<B: OwnedDeviceMemory>(
+        &self,
+        dst: B,
+        pieces: Vec<BatchPiece>,
+    ) -> IoFuture<(B, Vec<usize>)> {
+        batch::pread_device_batch(&self.state, dst, pieces)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn flags_parse_like_fopen() {
-        let f: OpenFlags = "r".parse().unwrap();
-        assert!(f.read && !f.write && !f.create);
-        let f: OpenFlags = "w+b".parse().unwrap();
-        assert!(f.read && f.write && f.create && f.truncate && !f.append);
-        let f: OpenFlags = "a".parse().unwrap();
-        assert!(!f.read && f.write && f.append && !f.truncate);
-        for bad in ["", "x", "rw", "r++", "wa", "+"] {
-            assert!(
-                matches!(bad.parse::<OpenFlags>(), Err(Error::InvalidFlags(ref s)) if s == bad)
-            );
-        }
-    }
 
     #[test]
     fn transfer_sizes_variant_shares_the_file() {
@@ -726,7 +517,7 @@ mod tests {
         let fh = FileHandle::open(&dir, "r").unwrap();
         assert!(fh.with_transfer_sizes(0, 0).is_err());
         let same = fh.with_transfer_sizes(fh.task_size(), fh.gds_threshold()).unwrap();
-        assert!(Arc::ptr_eq(&same.inner, &fh.inner));
+        assert!(Arc::ptr_eq(&same.state, &fh.state));
         let small = fh.with_transfer_sizes(4096, 0).unwrap();
         assert_eq!((small.task_size(), small.gds_threshold()), (4096, 0));
         assert_eq!(fh.task_size(), Config::global().unwrap().task_size);

@@ -1,18 +1,49 @@
-//! Explicit file I/O: the thread pool, compat-mode decisions, and [`FileHandle`].
+//! Explicit file I/O: [`FileHandle`] and its options, the thread pool, compat-mode decisions,
+//! cuFile, and scratch files.
+//!
+//! # Layout
+//!
+//! [`FileHandle`]'s methods (in `file_handle`, beside [`HandleOptions`]) are thin calls into
+//! the modules that do the work, as functions over the state a handle's clones share
+//! (`handle_state`: descriptors, settings, pool, compat decision):
+//!
+//! - `host_io`: file <-> host memory, in parallel tasks or on the calling thread;
+//! - `direct`: when a transfer goes around the page cache (`O_DIRECT`, the `uncached` policy);
+//! - `device_io`: file <-> device memory, one region at a time (cuFile, or the pipelined
+//!   bounce path);
+//! - `batch`: many small reads in one call ([`DeviceRead`], [`BatchPiece`]);
+//! - `small_reads` and `small_read_queue`: `pread_device` futures, the small ones coalesced;
+//! - `stream`: transfers ordered on a CUDA stream ([`StreamTransfer`]);
+//! - `flags`: [`OpenFlags`], the `fopen` flags parsed.
+//!
+//! Beside them: [`pool`] ([`IoPool`], [`IoFuture`]), [`compat`] (cuFile or POSIX, and why),
+//! `gds_probe` (whether cuFile can be used here, and why not; reported by
+//! `Capabilities`), [`gds`] (cuFile's safe layer) and [`scratch`]
+//! ([`ScratchFile`]).
 #![forbid(unsafe_code)]
 
+mod batch;
 pub mod compat;
 mod device_io;
-pub use device_io::{BatchPiece, DeviceRead, StreamTransfer};
+mod direct;
 pub mod file_handle;
+mod flags;
 pub mod gds;
+pub(crate) mod gds_probe;
+mod handle_state;
+mod host_io;
 pub mod pool;
 pub mod scratch;
+mod small_read_queue;
+mod small_reads;
+mod stream;
 
+pub use batch::{BatchPiece, DeviceRead};
 pub use compat::{CompatDecision, IoPath};
 pub use file_handle::{FileHandle, HandleOptions, OpenFlags};
 pub use pool::{IoFuture, IoPool};
 pub use scratch::ScratchFile;
+pub use stream::StreamTransfer;
 
 /// Bytes this process may still write to the file system holding `path` (a file or a
 /// directory): `statvfs(2)`'s blocks available to unprivileged users times the block size. For

@@ -44,7 +44,7 @@ impl OpenFile {
                 // writes each made synchronous to the disk by O_DIRECT would crawl, and `sync`
                 // makes them durable.
                 let mut o = HandleOptions::from_config(crate::Config::global()?);
-                o.direct_io_write = false;
+                o.direct_write(false);
                 o
             }
         };

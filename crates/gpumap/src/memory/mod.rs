@@ -55,7 +55,7 @@ impl fmt::Debug for Device {
 
 impl Device {
     /// GPU 0 where there is one, else host memory. Why there is no GPU is logged (`tracing`,
-    /// debug level) and answered by [`crate::Capabilities::cuda_reason`].
+    /// debug level) and answered by `Capabilities::cuda_reason`.
     pub fn auto() -> Device {
         match CudaDevice::new(0) {
             Ok(device) => Device::Cuda(device),
@@ -471,7 +471,7 @@ impl<'a> From<&'a mut CudaBuffer> for DeviceViewMut<'a> {
 }
 
 /// Memory a transfer can run into in the background: owned (or borrowed for `'static`), so that
-/// nothing else can reach it until the [`crate::io::IoFuture`] hands it back. Implemented for
+/// nothing else can reach it until the I/O layer's `IoFuture` hands it back. Implemented for
 /// [`DeviceBuffer`], [`CudaBuffer`], [`HostBuffer`], `Vec<u8>`, `Box<[u8]>` and
 /// `DeviceViewMut<'static>` (what `unsafe` raw views from other stacks become).
 pub trait OwnedDeviceMemory: Send + 'static {

@@ -1,9 +1,11 @@
 //! Raw page-cache calls: `mincore`, `cachestat`, `posix_fadvise`, `mlock`, `faccessat`, `sync`.
 //!
-//! One function per system call, each mapping its status onto [`crate::Error`] with the
+//! One function per system call, each mapping its status onto [`Error`] with the
 //! [`std::io::Error`] kept intact, so callers can branch on the errno (`ENOSYS` from
-//! `cachestat` means "fall back to `mincore`"). The safe policy (which call to use, what a
-//! result means, when it cannot be trusted) lives in [`crate::pagecache`].
+//! `cachestat` means "fall back to `mincore`", and is remembered: [`cachestat_missing`]).
+//! Beside them, the windowed walk `mincore` needs for files larger than the address space.
+//! The safe policy (which call to use, what a result means, when it cannot be trusted) lives
+//! in the `pagecache` module; the I/O layer asks [`cachestat`] and [`mincore_pages`] directly.
 //!
 //! File mappings made here are never read through: their address is only handed to the
 //! kernel (`mincore`, `mlock`), which is why a file shrinking under a mapping cannot cause
@@ -14,6 +16,7 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use memmap2::{Mmap, MmapOptions};
@@ -24,6 +27,17 @@ use crate::error::{Error, Result};
 /// numbering for calls added after 5.1); the `libc` crate does not export it for x86_64.
 #[cfg(target_os = "linux")]
 const SYS_CACHESTAT: libc::c_long = 451;
+
+/// Bytes mapped at a time for `mincore`: small enough for any address space, large enough
+/// that a 1 TiB file needs only 1024 `mmap`/`munmap` pairs.
+#[cfg(target_pointer_width = "64")]
+const WINDOW_BYTES: u64 = 1 << 30;
+#[cfg(not(target_pointer_width = "64"))]
+const WINDOW_BYTES: u64 = 128 << 20;
+
+/// Set once `cachestat` answers `ENOSYS`: the kernel (or a seccomp filter) lacks it for the
+/// life of the process.
+static CACHESTAT_MISSING: AtomicBool = AtomicBool::new(false);
 
 /// An [`Error::Io`] whose path may be unknown (a caller handed us a bare file descriptor).
 fn io_error(
@@ -117,7 +131,11 @@ pub fn cachestat(
             )
         };
         if status != 0 {
-            return Err(io_error("cachestat", path, Some(offset), io::Error::last_os_error()));
+            let error = io::Error::last_os_error();
+            if error.raw_os_error() == Some(libc::ENOSYS) {
+                CACHESTAT_MISSING.store(true, Ordering::Relaxed);
+            }
+            return Err(io_error("cachestat", path, Some(offset), error));
         }
         Ok(CachestatCounts {
             cached: raw.nr_cache,
@@ -130,8 +148,54 @@ pub fn cachestat(
     #[cfg(not(target_os = "linux"))]
     {
         let _ = (fd, len, CachestatRange { off: 0, len: 0 }, CachestatRaw::default());
+        CACHESTAT_MISSING.store(true, Ordering::Relaxed);
         Err(io_error("cachestat", path, Some(offset), io::Error::from_raw_os_error(libc::ENOSYS)))
     }
+}
+
+/// Whether [`cachestat`] answered `ENOSYS` earlier in this process: the kernel (or a seccomp
+/// filter) lacks it for the life of the process, so callers can go straight to `mincore`.
+pub fn cachestat_missing() -> bool {
+    CACHESTAT_MISSING.load(Ordering::Relaxed)
+}
+
+/// Whether `mincore` may still answer where [`cachestat`] failed with `error`: `ENOSYS` (no
+/// such call), `EOPNOTSUPP` (hugetlbfs and the like), `EPERM` (either the kernel's
+/// write-permission rule, under which `mincore` is restricted too, or a seccomp filter that
+/// answers `EPERM` for calls it does not know), `EINVAL`. Any other error is the answer.
+pub fn mincore_may_answer(error: &Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) | Some(libc::EPERM) | Some(libc::EINVAL)
+    )
+}
+
+/// `mincore` over the pages of `[offset, offset + len)` (`offset` page-aligned), mapped in
+/// windows of at most 1 GiB (128 MiB on 32-bit targets) so that files larger than the address
+/// space work; `on_window(first_page, bytes)` sees each window's vector, its first page
+/// counted from `offset`. Returns the number of resident pages; see [`FileWindow::mincore`]
+/// for when the answer cannot be trusted.
+pub fn mincore_pages(
+    fd: BorrowedFd<'_>,
+    path: Option<&Path>,
+    offset: u64,
+    len: u64,
+    mut on_window: impl FnMut(u64, &[u8]),
+) -> Result<u64> {
+    let page = page_size();
+    let end = offset.checked_add(len).ok_or(Error::Overflow { offset, len })?;
+    let mut vec = Vec::new();
+    let mut cached = 0u64;
+    let mut at = offset;
+    while at < end {
+        let window_len = (end - at).min(WINDOW_BYTES);
+        let window = FileWindow::map(fd, path, at, window_len)?;
+        window.mincore(&mut vec, path, at)?;
+        cached += vec.iter().filter(|b| **b & 1 != 0).count() as u64;
+        on_window((at - offset) / page, &vec);
+        at += window_len;
+    }
+    Ok(cached)
 }
 
 /// A read-only shared mapping of part of a file, used only to ask the kernel about the pages

@@ -1,0 +1,309 @@
+//! The state one open file's handles share (a `FileHandle` and its clones hold it in an `Arc`):
+//! the descriptors, the settings its transfers run by, its pool, the compat decision and the
+//! queue of small device reads; opening, the access checks and the end-of-file errors.
+//!
+//! The transfers themselves are functions over this state in `host_io`, `device_io`,
+//! `batch`, `small_reads` and `stream`; `direct` says when they go around the page cache.
+#![forbid(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use crate::align::PAGE_SIZE;
+use crate::config::{CompatMode, Config, DirectRead};
+use crate::error::{Error, Result};
+use crate::io::compat::{self, CompatDecision, IoPath};
+use crate::io::flags::OpenFlags;
+use crate::io::gds::CuFileHandle;
+use crate::io::pool::IoPool;
+use crate::io::small_read_queue::SmallReadQueue;
+use crate::sys::posix;
+
+/// How an open file's transfers run: what `HandleOptions` sets, kept by the open file.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Settings {
+    /// cuFile or POSIX.
+    pub(super) compat_mode: CompatMode,
+    /// Largest piece a task moves.
+    pub(super) task_size: u64,
+    /// When the aligned middle of reads uses `O_DIRECT`.
+    pub(super) direct_io_read: DirectRead,
+    /// Whether the aligned middle of writes uses `O_DIRECT`.
+    pub(super) direct_io_write: bool,
+    /// Device transfers smaller than this take the POSIX path even where cuFile is chosen.
+    pub(super) gds_threshold: u64,
+    /// Size of each pinned bounce buffer (the POSIX path to device memory).
+    pub(super) bounce_buffer_size: u64,
+}
+
+impl Settings {
+    /// The settings `config` gives.
+    pub(super) fn from_config(config: &Config) -> Settings {
+        Settings {
+            compat_mode: config.compat_mode,
+            task_size: config.task_size,
+            direct_io_read: config.direct_io_read,
+            direct_io_write: config.direct_io_write,
+            gds_threshold: config.gds_threshold,
+            bounce_buffer_size: config.bounce_buffer_size,
+        }
+    }
+}
+
+/// One open file, as its handles share it.
+pub(super) struct HandleState {
+    pub(super) path: PathBuf,
+    /// The flags as given, for messages.
+    pub(super) flags_text: String,
+    pub(super) flags: OpenFlags,
+    /// The buffered descriptor.
+    pub(super) file: File,
+    /// The `O_DIRECT` descriptor, where a direct policy is on and the file system allows it.
+    pub(super) direct: Option<File>,
+    /// Whether the file system refused the `O_DIRECT` descriptor.
+    pub(super) direct_refused: bool,
+    pub(super) settings: Settings,
+    pub(super) pool: Arc<IoPool>,
+    /// The compat decision, made at open for `Off` (so the open fails with the reason) and at
+    /// the first device transfer otherwise (so host-only users never load cuFile).
+    decision: OnceLock<(CompatDecision, Option<CuFileHandle>)>,
+    /// Small device reads waiting to be coalesced (see `small_reads`).
+    pub(super) small_reads: parking_lot::Mutex<SmallReadQueue>,
+}
+
+impl HandleState {
+    /// Opens `path` with `fopen`-style `flags_text`, creating it with permission bits `mode`;
+    /// transfers run by `settings` on `pool` (`None`: the process-wide pool).
+    pub(super) fn open(
+        path: &Path,
+        flags_text: &str,
+        settings: Settings,
+        mode: u32,
+        pool: Option<&Arc<IoPool>>,
+    ) -> Result<HandleState> {
+        let flags: OpenFlags = flags_text.parse()?;
+        // What can be checked without the file is checked first, so that a bad option never
+        // leaves a created or truncated file behind.
+        if settings.task_size == 0 {
+            return Err(Error::InvalidArgument("task size 0: a task moves at least 1 byte".into()));
+        }
+        if settings.bounce_buffer_size == 0
+            || !settings.bounce_buffer_size.is_multiple_of(PAGE_SIZE)
+        {
+            return Err(Error::Unaligned {
+                what: "bounce buffer size",
+                value: settings.bounce_buffer_size,
+                alignment: PAGE_SIZE,
+            });
+        }
+        let pool = match pool {
+            Some(p) => p.clone(),
+            None => IoPool::global()?,
+        };
+        // A FIFO would block the open until a writer came, and "w" would truncate whatever the
+        // path names: refuse anything but a regular file before opening it, and again on the
+        // descriptor (the path may have changed in between). Non-blocking, the open itself
+        // cannot hang.
+        if let Ok(metadata) = std::fs::metadata(path) {
+            check_regular(path, &metadata.file_type())?;
+        }
+        let file = OpenOptions::new()
+            .read(flags.read)
+            .write(flags.write && !flags.append)
+            .append(flags.append)
+            .create(flags.create)
+            .truncate(flags.truncate)
+            .mode(mode)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| Error::io("open", path, None, e))?;
+        let metadata = file.metadata().map_err(|e| Error::io("fstat", path, None, e))?;
+        check_regular(path, &metadata.file_type())?;
+        if let Some(what) = posix::pseudo_file_system(&file, path)? {
+            return Err(Error::NotRegularFile { path: Some(path.to_path_buf()), what });
+        }
+        posix::clear_nonblocking(&file, path)?;
+        // The direct descriptor serves positional transfers only; appends stay buffered.
+        let wants_direct = !flags.append
+            && ((settings.direct_io_read != DirectRead::Off && flags.read)
+                || (settings.direct_io_write && flags.write));
+        let (direct, direct_refused) = if wants_direct {
+            match posix::open_direct(path, flags.read, flags.write) {
+                Ok(Some(f)) => (Some(f), false),
+                Ok(None) => (None, true),
+                // Permission quirks on a second open are not worth failing the first for.
+                Err(_) => (None, true),
+            }
+        } else {
+            (None, false)
+        };
+        let decision = OnceLock::new();
+        if settings.compat_mode == CompatMode::Off {
+            let _ = decision.set(compat::decide(CompatMode::Off, path, flags.read, flags.write)?);
+        }
+        Ok(HandleState {
+            path: path.to_path_buf(),
+            flags_text: flags_text.to_string(),
+            flags,
+            file,
+            direct,
+            direct_refused,
+            settings,
+            pool,
+            decision,
+            small_reads: Default::default(),
+        })
+    }
+
+    /// The same open file with `task_size` and `gds_threshold` in place of its own: the
+    /// descriptors duplicated (`dup`), everything else — flags, pool, compat decision and
+    /// cuFile registration — shared. A zero `task_size` is an error.
+    pub(super) fn with_transfer_sizes(
+        &self,
+        task_size: u64,
+        gds_threshold: u64,
+    ) -> Result<HandleState> {
+        if task_size == 0 {
+            return Err(Error::InvalidArgument("task size 0: expected at least 1 byte".into()));
+        }
+        let dup = |f: &File| f.try_clone().map_err(|e| Error::io("dup", &self.path, None, e));
+        Ok(HandleState {
+            path: self.path.clone(),
+            flags_text: self.flags_text.clone(),
+            flags: self.flags,
+            file: dup(&self.file)?,
+            direct: self.direct.as_ref().map(dup).transpose()?,
+            direct_refused: self.direct_refused,
+            settings: Settings { task_size, gds_threshold, ..self.settings },
+            pool: self.pool.clone(),
+            decision: self.decision.clone(),
+            small_reads: Default::default(),
+        })
+    }
+
+    /// The compat decision (made now if no device transfer made it yet) and, for the cuFile
+    /// path, the registered file.
+    pub(super) fn decision(&self) -> &(CompatDecision, Option<CuFileHandle>) {
+        self.decision.get_or_init(|| {
+            let mode = self.settings.compat_mode;
+            compat::decide(mode, &self.path, self.flags.read, self.flags.write).unwrap_or_else(
+                |e| {
+                    let reason = crate::error::Report(&e).to_string();
+                    (CompatDecision { requested: mode, path: IoPath::Posix, reason }, None)
+                },
+            )
+        })
+    }
+
+    /// The cuFile handle when a device transfer of `len` bytes takes the cuFile path (cuFile
+    /// chosen for the file and `len` at least `gds_threshold`); `None` for the POSIX path.
+    pub(super) fn cufile_for(&self, len: usize) -> Option<&CuFileHandle> {
+        let (decision, gds) = self.decision();
+        gds.as_ref().filter(|_| {
+            decision.path == IoPath::CuFile && len as u64 >= self.settings.gds_threshold
+        })
+    }
+
+    /// Whether the aligned middle of transfers can go through `O_DIRECT`, and if not, why.
+    pub(super) fn direct_io_status(&self) -> std::result::Result<(), &'static str> {
+        match (&self.direct, self.direct_refused) {
+            (Some(_), _) => Ok(()),
+            (None, true) => Err("the file system refused O_DIRECT"),
+            (None, false) if self.flags.append => {
+                Err("append handles write through the page cache")
+            }
+            (None, false) => Err("O_DIRECT is switched off (GPUMAP_AUTO_DIRECT_IO_READ/WRITE)"),
+        }
+    }
+
+    pub(super) fn access_error(&self, op: &'static str) -> Error {
+        Error::AccessMode { path: self.path.clone(), mode: self.flags_text.clone(), op }
+    }
+
+    /// `Ok` when the file was opened for reading.
+    pub(super) fn check_read(&self) -> Result<()> {
+        if self.flags.read {
+            Ok(())
+        } else {
+            Err(self.access_error("reading"))
+        }
+    }
+
+    /// `Ok` when the file was opened for writing; the error names `op`.
+    pub(super) fn check_write(&self, op: &'static str) -> Result<()> {
+        if self.flags.write {
+            Ok(())
+        } else {
+            Err(self.access_error(op))
+        }
+    }
+
+    /// `Ok` when writes at an offset are allowed: opened for writing, and not to append.
+    pub(super) fn check_positional_write(&self) -> Result<()> {
+        self.check_write("writing")?;
+        if self.flags.append {
+            // Linux's pwrite ignores the offset on O_APPEND descriptors; refuse rather than
+            // write somewhere the caller did not ask for.
+            return Err(self.access_error("writes at an offset (use append)"));
+        }
+        Ok(())
+    }
+
+    /// Size of the file in bytes (`fstat`).
+    pub(super) fn len(&self) -> Result<u64> {
+        posix::file_len(&self.file, &self.path)
+    }
+
+    /// [`Error::UnexpectedEof`] for a read of `wanted` bytes at `offset` that got `got`, with
+    /// the file's length now (where `fstat` fails, the end of what the read got).
+    pub(super) fn eof_error(&self, offset: u64, wanted: u64, got: u64) -> Error {
+        let file_len = self.len().unwrap_or(offset.saturating_add(got));
+        Error::UnexpectedEof { path: Some(self.path.clone()), offset, wanted, file_len }
+    }
+
+    /// `Ok` when a read of `wanted` bytes at `offset` got them all, else
+    /// [`Error::UnexpectedEof`] (see [`eof_error`](Self::eof_error)).
+    pub(super) fn expect_len(&self, offset: u64, wanted: u64, got: u64) -> Result<()> {
+        if got >= wanted {
+            return Ok(());
+        }
+        Err(self.eof_error(offset, wanted, got))
+    }
+
+    /// `Ok` when every `(offset, len)` of `ranges` lies within the file as long as it is now
+    /// (one `fstat`), else [`Error::UnexpectedEof`] for the first that does not.
+    pub(super) fn expect_ranges(&self, ranges: impl IntoIterator<Item = (u64, u64)>) -> Result<()> {
+        let len = self.len()?;
+        for (offset, wanted) in ranges {
+            if offset.saturating_add(wanted) > len {
+                let path = Some(self.path.clone());
+                return Err(Error::UnexpectedEof { path, offset, wanted, file_len: len });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `Ok` for a regular file; `EISDIR` for a directory; [`Error::NotRegularFile`] for the rest.
+fn check_regular(path: &Path, kind: &std::fs::FileType) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let what = if kind.is_file() {
+        return Ok(());
+    } else if kind.is_dir() {
+        let e = std::io::Error::from_raw_os_error(libc::EISDIR);
+        return Err(Error::io("open", path, None, e));
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    };
+    Err(Error::NotRegularFile { path: Some(path.to_path_buf()), what })
+}

@@ -1,0 +1,59 @@
+//! [`PinnedBuffer`]: page-locked host memory, what asynchronous copies stage through.
+#![forbid(unsafe_code)]
+
+use std::fmt;
+
+use super::device::CudaDevice;
+use crate::error::Result;
+use crate::sys::cuda as sys;
+
+/// Page-aligned, page-locked host memory (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_PORTABLE`, so
+/// every context can DMA from it), zero-initialised, owned, freed on drop.
+pub struct PinnedBuffer {
+    pub(crate) host: sys::PinnedHost,
+}
+
+impl fmt::Debug for PinnedBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PinnedBuffer")
+            .field("addr", &format_args!("{:#x}", self.host.addr()))
+            .field("len", &self.host.len())
+            .finish()
+    }
+}
+
+impl PinnedBuffer {
+    /// Allocates `len` bytes of pinned host memory. `device`'s context is bound to the calling
+    /// thread because the driver allocates in the current context. Costs milliseconds for
+    /// megabytes: allocate once and reuse, as the bounce pool (`memory::bounce`) does.
+    #[doc(alias = "cuMemHostAlloc")]
+    pub fn new(device: &CudaDevice, len: usize) -> Result<Self> {
+        device.bind_to_thread()?;
+        Ok(Self { host: sys::PinnedHost::new(len)? })
+    }
+
+    /// A zero-length buffer (no allocation, no driver call), used as a placeholder.
+    pub(crate) fn empty() -> Self {
+        Self { host: sys::PinnedHost::empty() }
+    }
+
+    /// The memory.
+    pub fn as_slice(&self) -> &[u8] {
+        self.host.as_slice()
+    }
+
+    /// The memory, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.host.as_mut_slice()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.host.len()
+    }
+
+    /// Whether the buffer has zero length.
+    pub fn is_empty(&self) -> bool {
+        self.host.len() == 0
+    }
+}
