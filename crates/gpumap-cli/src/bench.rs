@@ -23,7 +23,7 @@ pub struct BenchArgs {
     #[arg(long)]
     quick: bool,
     /// Thread counts for sequential reads, e.g. 1,4,8,16.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = crate::transfer::threads_arg)]
     threads: Option<Vec<usize>>,
     /// Measure host memory even where there is a GPU.
     #[arg(long)]

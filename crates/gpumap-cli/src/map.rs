@@ -66,8 +66,8 @@ pub struct MapArgs {
     #[arg(long, default_value = "512", value_parser = size_arg)]
     row_size: u64,
     /// Threads issuing the random reads at once.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    threads: u32,
+    #[arg(long, default_value_t = 1, value_parser = crate::transfer::threads_arg)]
+    threads: usize,
     /// Random ranges (or rows, with --rows) per call: 1 takes a view of each range; more gathers
     /// them into one buffer per call (DeviceCache::gather, or gather_rows with --rows).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
@@ -115,7 +115,7 @@ struct Report {
     schema: u32,
     memory: Memory,
     access: &'static str,
-    threads: u32,
+    threads: usize,
     batch: u32,
     views: u64,
     bytes_viewed: u64,
@@ -243,7 +243,7 @@ fn random(
                 let (next, blocks, device) = (&next, &blocks, &device);
                 s.spawn(move || -> CliResult {
                     let mut x = 0x2545_F491_4F6C_DD1Du64
-                        ^ (u64::from(t) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                        ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
                     let mut pick = || {
                         x ^= x << 13;
                         x ^= x >> 7;
@@ -342,7 +342,7 @@ fn rows(
                 let (next, table_rows, device) = (&next, &table_rows, &device);
                 s.spawn(move || -> CliResult {
                     let mut x = 0x2545_F491_4F6C_DD1Du64
-                        ^ (u64::from(t) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                        ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
                     let mut random = || {
                         x ^= x << 13;
                         x ^= x >> 7;

@@ -33,7 +33,7 @@ fn nonzero_size_arg(text: &str) -> std::result::Result<u64, String> {
 
 /// A thread count from 1 to [`MAX_THREADS`]: decimal digits only (no sign, no suffix), as
 /// `GPUMAP_NTHREADS` takes it.
-fn threads_arg(text: &str) -> std::result::Result<usize, String> {
+pub(crate) fn threads_arg(text: &str) -> std::result::Result<usize, String> {
     let digits = text.trim();
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("expected a whole number from 1 to {MAX_THREADS}"));

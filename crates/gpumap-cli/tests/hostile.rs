@@ -77,6 +77,9 @@ fn sizes_are_bounded_before_anything_is_allocated() {
         (&["read", "--threads", "0"][..], "--threads"),
         (&["read", "--threads", "100000"][..], "--threads"),
         (&["bench", "--threads", "1,5000"][..], "--threads"),
+        (&["bench", "--threads", "+8"][..], "--threads"),
+        (&["bench", "--threads", "4,-1"][..], "--threads"),
+        (&["map", "--threads", "+8", "--random", "1"][..], "--threads"),
     ] {
         let (code, _, err) = run_bounded(gpumap().args(args).arg(&file));
         assert_eq!(code, 2, "{args:?}: {err}");
