@@ -24,7 +24,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use gpumap::memory::cuda::{CudaDevice, CudaView, CudaViewMut};
-use gpumap::memory::{DeviceView, DeviceViewMut, OwnedDeviceMemory, OwnedDeviceSource};
+use gpumap::memory::{DeviceView, DeviceViewMut, OwnedDeviceMemory, OwnedDeviceSource, StreamRef};
 use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::intern;
@@ -601,15 +601,10 @@ fn synchronize_stream(py: Python<'_>, ptr: u64, stream: u64) -> PyResult<()> {
     // The wait may be long (the exporter's queued kernels): other Python threads run meanwhile.
     let rc = py.detach(move || -> Result<(), String> {
         let device = CudaDevice::new(ordinal).map_err(|e| e.to_string())?;
-        device.bind_to_thread().map_err(|e| e.to_string())?;
         // SAFETY: `stream` is the exporter's stream handle (or a special default-stream
-        // value), valid while the exporter is, which the caller holds; the driver checks it.
-        unsafe {
-            cudarc::driver::result::stream::synchronize(
-                stream as usize as cudarc::driver::sys::CUstream,
-            )
-        }
-        .map_err(|e| format!("{e:?}"))
+        // value), valid while the exporter is, which the caller holds.
+        let stream = unsafe { StreamRef::from_raw(&device, stream) }.map_err(|e| e.to_string())?;
+        stream.synchronize().map_err(|e| e.to_string())
     });
     rc.map_err(|e| {
         crate::errors::CudaError::new_err(format!(

@@ -50,6 +50,14 @@ impl<'a> StreamRef<'a> {
         self.ordinal
     }
 
+    /// Waits for the work queued on the stream so far (`cuStreamSynchronize`), with the
+    /// stream's device bound to the calling thread: before gpumap reads memory another stack
+    /// wrote on its stream.
+    pub fn synchronize(&self) -> Result<()> {
+        CudaDevice::new(self.ordinal)?.bind_to_thread()?;
+        self.handle.synchronize()
+    }
+
     /// The stream's handle, after checking that it is on the GPU `ordinal`.
     pub(crate) fn on(&self, ordinal: usize) -> Result<StreamHandle> {
         if self.ordinal != ordinal {
