@@ -1,10 +1,10 @@
 //! A bounded pool of page-aligned pinned bounce buffers, one pool per device.
 //!
-//! Pinning 16 MiB costs about 5 ms (`cuMemHostAlloc`), far more than moving 16 MiB over PCIe,
-//! so buffers are allocated lazily, once, and recycled: a [`BounceBuffer`] goes back to its pool
-//! when dropped. The pool never holds more than `max_buffers` (threads × 2 by default: one
-//! being filled and one being copied per worker), and [`BouncePool::acquire`] blocks when all
-//! are out.
+//! Pinning memory (`cuMemHostAlloc`) costs far more than moving the same bytes over PCIe
+//! (docs/decisions/0005-bounce-buffers-4mib.md), so buffers are allocated lazily, once, and
+//! recycled: a [`BounceBuffer`] goes back to its pool when dropped. The pool never holds more
+//! than `max_buffers` (threads × 2 by default: one being filled and one being copied per
+//! worker), and [`BouncePool::acquire`] blocks when all are out.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
