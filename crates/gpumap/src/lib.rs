@@ -89,7 +89,10 @@
 //!
 //! All `unsafe` code lives in the private `sys` module (CUDA driver, cuFile, page-cache system
 //! calls), each block with a `// SAFETY:` comment; every other module is
-//! `#![forbid(unsafe_code)]`. Views of memory borrow what they point to, as cudarc's
+//! `#![forbid(unsafe_code)]` — but for the three public `unsafe` constructors that take another
+//! CUDA stack's memory or stream on the caller's promise (`CudaView::from_raw`,
+//! `CudaViewMut::from_raw`, `StreamRef::from_raw`), which live with their types (`deny`, allowed
+//! on them alone; the stream's holds one `unsafe` block, a call into `sys`). Views of memory borrow what they point to, as cudarc's
 //! `CudaView<'a>` does: a [`memory::DeviceView`] or [`memory::cuda::CudaViewMut`] cannot
 //! outlive its buffer, and calls that return before a transfer is done take owned memory
 //! ([`memory::OwnedDeviceMemory`]) or borrow it in their guard. Raw device addresses from other

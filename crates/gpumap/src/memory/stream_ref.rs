@@ -1,7 +1,9 @@
 //! [`StreamRef`]: a CUDA stream gpumap queues work on without owning it — one of gpumap's own
 //! [`Stream`]s, or another stack's (PyTorch's current stream, a CuPy stream), so that gpumap's
 //! kernels run in order with the caller's work instead of after a device-wide wait.
-#![forbid(unsafe_code)]
+//! Another stack's stream enters through the `unsafe` [`StreamRef::from_raw`], whose one
+//! `unsafe` block calls the driver layer's `StreamHandle::foreign` on the caller's promise.
+#![deny(unsafe_code)]
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -67,5 +69,27 @@ impl<'a> StreamRef<'a> {
             )));
         }
         Ok(self.handle)
+    }
+}
+
+impl StreamRef<'static> {
+    /// Another CUDA stack's stream on `device`: a PyTorch stream's `cuda_stream`, a CuPy
+    /// stream's `ptr`, a `CUstream` from C; `0`, `1`, `2` for the legacy and per-thread default
+    /// streams. The driver is asked (`cuStreamGetCtx`) that it belongs to the device's primary
+    /// context, the one gpumap, PyTorch and CuPy share; another context's stream is
+    /// `InvalidArgument`.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a live stream (the driver dereferences the handle: one made up or destroyed
+    /// is undefined behaviour, not an error), and stay alive while work gpumap queued on it runs
+    /// — gpumap's calls that take a stream wait for their own work before they return.
+    #[doc(alias = "cuStreamGetCtx")]
+    #[allow(unsafe_code)] // the caller's promise, passed on to the driver layer
+    pub unsafe fn from_raw(device: &CudaDevice, raw: u64) -> Result<StreamRef<'static>> {
+        device.bind_to_thread()?;
+        // SAFETY: the caller's promise is `foreign`'s.
+        let handle = unsafe { crate::sys::cuda::StreamHandle::foreign(raw, device.context())? };
+        Ok(StreamRef::checked(handle, device))
     }
 }

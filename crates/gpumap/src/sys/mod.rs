@@ -11,4 +11,3 @@ pub mod pagecache;
 pub mod posix;
 pub(crate) mod registered_file;
 pub mod signals;
-mod views;

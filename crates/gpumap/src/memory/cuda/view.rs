@@ -1,12 +1,15 @@
 //! [`CudaView`] and [`CudaViewMut`]: device memory borrowed for a lifetime, to read from or to
-//! write into. The `unsafe` doors for raw addresses from other stacks (`from_raw`) are in the
-//! private `sys::views`, where the crate's `unsafe` lives.
-#![forbid(unsafe_code)]
+//! write into. Raw addresses from other stacks (another CUDA library, Python's
+//! `__cuda_array_interface__`, a C caller) enter through the `unsafe` `from_raw` constructors:
+//! there the caller promises what borrowing proves everywhere else, and the driver still checks
+//! what it can. They hold no `unsafe` block (`deny`, allowed on them alone).
+#![deny(unsafe_code)]
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::RangeBounds;
 
+use super::pointer::validate_device_range;
 use super::region::{check_range, resolve_range, RawRegion};
 use crate::error::{Error, Result};
 use crate::sys::cuda as sys;
@@ -67,6 +70,24 @@ impl<'a> CudaView<'a> {
         CudaView { raw, _borrow: PhantomData }
     }
 
+    /// Wraps device memory allocated by another CUDA stack, after checking through
+    /// `cuPointerGetAttributes` that `ptr` is device (or managed) memory and that
+    /// `[ptr, ptr + len)` lies inside one allocation. A host pointer is `InvalidArgument`, a
+    /// range past the allocation's end `BufferTooSmall`, an unknown (e.g. freed) address
+    /// `InvalidArgument`; without CUDA, `Unavailable`.
+    ///
+    /// # Safety
+    ///
+    /// The memory must stay allocated for `'a`, and nothing may write to it while gpumap reads
+    /// it through this view (or a copy or slice of it). The driver's checks cannot see a free
+    /// that happens later.
+    #[doc(alias = "cuPointerGetAttributes")]
+    #[doc(alias = "cuMemGetAddressRange")]
+    #[allow(unsafe_code)] // a contract for the caller; no unsafe block
+    pub unsafe fn from_raw(ptr: u64, len: usize) -> Result<CudaView<'a>> {
+        Ok(CudaView::assume_valid(validate_device_range(ptr, len)?))
+    }
+
     /// Wraps a cudarc device slice (`CudaSlice<u8>`, `CudaView<u8>`, ...), borrowing it.
     /// `stream` is the cudarc stream the slice is used on; it is synchronized here, so work
     /// cudarc queued on the memory has finished before gpumap's own streams read it.
@@ -125,6 +146,19 @@ impl<'a> CudaViewMut<'a> {
     /// A view of memory the crate knows to be live and exclusively its caller's for `'a`.
     pub(crate) fn assume_valid(raw: RawRegion) -> Self {
         CudaViewMut { raw, _borrow: PhantomData }
+    }
+
+    /// Wraps device memory allocated by another CUDA stack for writing, with the checks of
+    /// [`CudaView::from_raw`].
+    ///
+    /// # Safety
+    ///
+    /// The memory must stay allocated for `'a`, and nothing else may read or write it while
+    /// gpumap writes through this view (or a slice of it).
+    #[doc(alias = "cuPointerGetAttributes")]
+    #[allow(unsafe_code)] // a contract for the caller; no unsafe block
+    pub unsafe fn from_raw(ptr: u64, len: usize) -> Result<CudaViewMut<'a>> {
+        Ok(CudaViewMut::assume_valid(validate_device_range(ptr, len)?))
     }
 
     /// Wraps a cudarc device slice for writing, borrowing it exclusively. `stream` is
