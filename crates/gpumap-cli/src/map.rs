@@ -218,91 +218,55 @@ fn random(
     maps: &[DeviceMappedFile],
     count: u64,
 ) -> CliResult<(u64, u64)> {
-    if count > MAX_VIEWS {
-        return Err(CliError::Usage(format!("--random {count}: at most {MAX_VIEWS}")));
-    }
     let block = args.block;
-    if block == 0 || maps.iter().any(|m| block > m.len()) {
-        return Err(CliError::Usage(format!(
-            "--block {block} does not fit in every file (the smallest has {} bytes)",
-            maps.iter().map(|m| m.len()).min().unwrap_or(0)
-        )));
-    }
-    let batch = args.batch as u64;
-    let gather_bytes = batch.checked_mul(block).filter(|&b| b <= 4 << 30).ok_or_else(|| {
-        CliError::Usage(format!("--batch {batch} x --block {block} is more than 4 GiB per call"))
-    })?;
+    let (batch, gather_bytes) = check_units(args, maps, count, "--random", "--block", block)?;
     // A file is chosen in proportion to its blocks.
     let blocks: Vec<u64> = maps.iter().map(|m| m.len() / block).collect();
-    let total_blocks: u64 = blocks.iter().sum();
     let next = AtomicU64::new(0);
     let device = cache.device();
-    std::thread::scope(|s| -> CliResult {
-        let workers: Vec<_> = (0..args.threads)
-            .map(|t| {
-                let (next, blocks, device) = (&next, &blocks, &device);
-                s.spawn(move || -> CliResult {
-                    let mut x = 0x2545_F491_4F6C_DD1Du64
-                        ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                    let mut pick = || {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        let mut b = x % total_blocks;
-                        let mut file = 0;
-                        while b >= blocks[file] {
-                            b -= blocks[file];
-                            file += 1;
-                        }
-                        (file, b * block)
-                    };
-                    let mut rows = if batch > 1 {
-                        Some(DeviceBuffer::zeroed(device, gather_bytes as usize)?)
-                    } else {
-                        None
-                    };
-                    let mut seen = vec![0u8; gather_bytes as usize];
-                    loop {
-                        let taken = next.fetch_add(batch, Ordering::Relaxed);
-                        if taken >= count {
-                            return Ok(());
-                        }
-                        let n = batch.min(count - taken);
-                        let picks: Vec<(usize, u64)> = (0..n).map(|_| pick()).collect();
-                        match rows.as_mut() {
-                            None => {
-                                let (file, offset) = picks[0];
-                                let view = maps[file].view(offset, block)?;
-                                if args.verify_pattern {
-                                    view.copy_to_host(0, &mut seen[..block as usize])?;
-                                    check(&seen[..block as usize], offset, &maps[file])?;
-                                }
-                            }
-                            Some(rows) => {
-                                let ranges: Vec<_> =
-                                    picks.iter().map(|&(f, o)| maps[f].range(o, block)).collect();
-                                cache.gather(&ranges, rows.view_mut())?;
-                                if args.verify_pattern {
-                                    let got = &mut seen[..(n * block) as usize];
-                                    rows.copy_to_host(0, got)?;
-                                    for (i, &(f, o)) in picks.iter().enumerate() {
-                                        check(
-                                            &got[i * block as usize..][..block as usize],
-                                            o,
-                                            &maps[f],
-                                        )?;
-                                    }
-                                }
-                            }
+    in_threads(args.threads, |t| {
+        let mut picker = Picker::for_thread(t, &blocks);
+        let mut rows = if batch > 1 {
+            Some(DeviceBuffer::zeroed(&device, gather_bytes as usize)?)
+        } else {
+            None
+        };
+        let mut seen = vec![0u8; gather_bytes as usize];
+        loop {
+            let taken = next.fetch_add(batch, Ordering::Relaxed);
+            if taken >= count {
+                return Ok(());
+            }
+            let n = batch.min(count - taken);
+            let picks: Vec<(usize, u64)> = (0..n)
+                .map(|_| {
+                    let (file, b) = picker.pick();
+                    (file, b * block)
+                })
+                .collect();
+            match rows.as_mut() {
+                None => {
+                    let (file, offset) = picks[0];
+                    let view = maps[file].view(offset, block)?;
+                    if args.verify_pattern {
+                        view.copy_to_host(0, &mut seen[..block as usize])?;
+                        check(&seen[..block as usize], offset, &maps[file])?;
+                    }
+                }
+                Some(rows) => {
+                    let ranges: Vec<_> =
+                        picks.iter().map(|&(f, o)| maps[f].range(o, block)).collect();
+                    cache.gather(&ranges, rows.view_mut())?;
+                    if args.verify_pattern {
+                        let got = &mut seen[..(n * block) as usize];
+                        rows.copy_to_host(0, got)?;
+                        for (i, &(f, o)) in picks.iter().enumerate() {
+                            check(&got[i * block as usize..][..block as usize], o, &maps[f])?;
                         }
                     }
-                })
-            })
-            .collect();
-        for w in workers {
-            w.join().map_err(|_| CliError::Usage("a reading thread panicked".into()))??;
+                }
+            }
         }
-        Ok(())
     })?;
     Ok((count, count * block))
 }
@@ -316,76 +280,111 @@ fn rows(
     maps: &[DeviceMappedFile],
     count: u64,
 ) -> CliResult<(u64, u64)> {
-    if count > MAX_VIEWS {
-        return Err(CliError::Usage(format!("--rows {count}: at most {MAX_VIEWS}")));
-    }
     let row_size = args.row_size;
-    if row_size == 0 || maps.iter().any(|m| row_size > m.len()) {
+    let (batch, gather_bytes) = check_units(args, maps, count, "--rows", "--row-size", row_size)?;
+    let table_rows: Vec<u64> = maps.iter().map(|m| m.len() / row_size).collect();
+    let next = AtomicU64::new(0);
+    let device = cache.device();
+    in_threads(args.threads, |t| {
+        let mut picker = Picker::for_thread(t, &table_rows);
+        let mut dst = DeviceBuffer::zeroed(&device, gather_bytes as usize)?;
+        let mut seen = vec![0u8; gather_bytes as usize];
+        let mut indices = Vec::with_capacity(batch as usize);
+        loop {
+            let taken = next.fetch_add(batch, Ordering::Relaxed);
+            if taken >= count {
+                return Ok(());
+            }
+            let n = batch.min(count - taken);
+            let (file, _) = picker.pick();
+            indices.clear();
+            indices.extend((0..n).map(|_| (picker.next() % table_rows[file]) as i64));
+            maps[file].gather_rows(indices.as_slice(), row_size, dst.view_mut())?;
+            if args.verify_pattern {
+                let got = &mut seen[..(n * row_size) as usize];
+                dst.copy_to_host(0, got)?;
+                for (k, &i) in indices.iter().enumerate() {
+                    let row = &got[k * row_size as usize..][..row_size as usize];
+                    check(row, i as u64 * row_size, &maps[file])?;
+                }
+            }
+        }
+    })?;
+    Ok((count, count * row_size))
+}
+
+/// The checks of a random run (`--random` or `--rows`) of `count` units of `size` bytes: the
+/// count bounded, the unit in every file, `--batch` units per call within 4 GiB. Returns the
+/// batch and its bytes.
+fn check_units(
+    args: &MapArgs,
+    maps: &[DeviceMappedFile],
+    count: u64,
+    count_option: &str,
+    size_option: &str,
+    size: u64,
+) -> CliResult<(u64, u64)> {
+    if count > MAX_VIEWS {
+        return Err(CliError::Usage(format!("{count_option} {count}: at most {MAX_VIEWS}")));
+    }
+    if size == 0 || maps.iter().any(|m| size > m.len()) {
         return Err(CliError::Usage(format!(
-            "--row-size {row_size}: every file must hold a row (the smallest has {} bytes)",
+            "{size_option} {size} does not fit in every file (the smallest has {} bytes)",
             maps.iter().map(|m| m.len()).min().unwrap_or(0)
         )));
     }
     let batch = u64::from(args.batch);
-    let gather_bytes = batch.checked_mul(row_size).filter(|&b| b <= 4 << 30).ok_or_else(|| {
+    let bytes = batch.checked_mul(size).filter(|&b| b <= 4 << 30).ok_or_else(|| {
         CliError::Usage(format!(
-            "--batch {batch} x --row-size {row_size} is more than 4 GiB per call"
+            "--batch {batch} x {size_option} {size} is more than 4 GiB per call"
         ))
     })?;
-    let table_rows: Vec<u64> = maps.iter().map(|m| m.len() / row_size).collect();
-    let total_rows: u64 = table_rows.iter().sum();
-    let next = AtomicU64::new(0);
-    let device = cache.device();
-    std::thread::scope(|s| -> CliResult {
-        let workers: Vec<_> = (0..args.threads)
-            .map(|t| {
-                let (next, table_rows, device) = (&next, &table_rows, &device);
-                s.spawn(move || -> CliResult {
-                    let mut x = 0x2545_F491_4F6C_DD1Du64
-                        ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                    let mut random = || {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x
-                    };
-                    let mut dst = DeviceBuffer::zeroed(device, gather_bytes as usize)?;
-                    let mut seen = vec![0u8; gather_bytes as usize];
-                    let mut indices = Vec::with_capacity(batch as usize);
-                    loop {
-                        let taken = next.fetch_add(batch, Ordering::Relaxed);
-                        if taken >= count {
-                            return Ok(());
-                        }
-                        let n = batch.min(count - taken);
-                        let mut row = random() % total_rows;
-                        let mut file = 0;
-                        while row >= table_rows[file] {
-                            row -= table_rows[file];
-                            file += 1;
-                        }
-                        indices.clear();
-                        indices.extend((0..n).map(|_| (random() % table_rows[file]) as i64));
-                        maps[file].gather_rows(indices.as_slice(), row_size, dst.view_mut())?;
-                        if args.verify_pattern {
-                            let got = &mut seen[..(n * row_size) as usize];
-                            dst.copy_to_host(0, got)?;
-                            for (k, &i) in indices.iter().enumerate() {
-                                let at = k * row_size as usize;
-                                let row = &got[at..at + row_size as usize];
-                                check(row, i as u64 * row_size, &maps[file])?;
-                            }
-                        }
-                    }
-                })
-            })
-            .collect();
+    Ok((batch, bytes))
+}
+
+/// Runs `work(thread)` on `threads` threads at once; the first error, or a panic as one.
+fn in_threads(threads: usize, work: impl Fn(usize) -> CliResult + Sync) -> CliResult {
+    let work = &work;
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads).map(|t| s.spawn(move || work(t))).collect();
         for w in workers {
-            w.join().map_err(|_| CliError::Usage("a gathering thread panicked".into()))??;
+            w.join().map_err(|_| CliError::Usage("a worker thread panicked".into()))??;
         }
         Ok(())
-    })?;
-    Ok((count, count * row_size))
+    })
+}
+
+/// A thread's xorshift sequence, and picks of a unit (block or row) across the files in
+/// proportion to their units: the same for every run of the command.
+struct Picker<'a> {
+    x: u64,
+    units: &'a [u64],
+    total: u64,
+}
+
+impl<'a> Picker<'a> {
+    fn for_thread(thread: usize, units: &'a [u64]) -> Picker<'a> {
+        let x = 0x2545_F491_4F6C_DD1Du64 ^ (thread as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        Picker { x, units, total: units.iter().sum() }
+    }
+
+    fn next(&mut self) -> u64 {
+        self.x ^= self.x << 13;
+        self.x ^= self.x >> 7;
+        self.x ^= self.x << 17;
+        self.x
+    }
+
+    /// A file, and a unit of it.
+    fn pick(&mut self) -> (usize, u64) {
+        let mut unit = self.next() % self.total;
+        let mut file = 0;
+        while unit >= self.units[file] {
+            unit -= self.units[file];
+            file += 1;
+        }
+        (file, unit)
+    }
 }
 
 fn check(seen: &[u8], offset: u64, map: &DeviceMappedFile) -> CliResult {
