@@ -87,6 +87,7 @@ fn file_stats<'py>(py: Python<'py>, s: &FileStats) -> PyResult<Bound<'py, PyDict
     d.set_item("misses", s.misses)?;
     d.set_item("fault_reads", s.fault_reads)?;
     d.set_item("bytes_faulted", s.bytes_faulted)?;
+    d.set_item("rows_read_through", s.rows_read_through)?;
     d.set_item("evictions", s.evictions)?;
     d.set_item("bytes_written_back", s.bytes_written_back)?;
     d.set_item("write_errors", s.write_errors)?;
@@ -221,6 +222,15 @@ impl DeviceCache {
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
         let cache = self.inner.clone();
         nogil(py, move || cache.sync())
+    }
+
+    /// Waits until rows that gathers read past the full cache have been admitted to it.
+    fn wait_for_admissions(&self, py: Python<'_>) -> PyResult<()> {
+        let cache = self.inner.clone();
+        nogil(py, move || {
+            cache.wait_for_admissions();
+            Ok(())
+        })
     }
 
     /// Copies `ranges` (`(file, offset, length)`, files of this cache) packed one after another

@@ -32,6 +32,9 @@ on_host_and_gpu!(
     more_rows_than_one_pass,
     zero_copy_rows_match_the_file,
     hot_rows_stay_resident_under_cold_churn,
+    misses_past_a_full_cache_are_read_through_then_admitted,
+    a_writable_map_fills_the_cache_even_when_full,
+    gathers_past_a_full_cache_race_admissions_and_evictions,
 );
 
 fn scratch() -> tempfile::TempDir {
@@ -536,4 +539,110 @@ fn hot_rows_stay_resident_under_cold_churn(memory: Device) {
     // Every cold row once, the hot ones once at first and a few times while the marks build
     // up; without the harvest, every hot row is read again every few rounds.
     assert!(faults <= cold_rows + 3 * 100, "{memory:?}: {faults} reads for {cold_rows} cold rows");
+}
+
+/// Once the budget is full, a read-only file's misses are read from the file past the cache
+/// (the right bytes, rows of odd sizes across extents), and their extents are admitted in the
+/// background: after `wait_for_admissions` the next gather of those rows finds them resident.
+fn misses_past_a_full_cache_are_read_through_then_admitted(memory: Device) {
+    const ROW: usize = 3000;
+    let dir = scratch();
+    let path = dir.path().join("table");
+    let data = random_bytes((16 * MIB) as usize, 21);
+    fs::write(&path, &data).unwrap();
+    // One frame: 512 slots of 4 KiB, filled by the first gather.
+    let c = cache(memory.clone(), 2 * MIB, 4096);
+    let map = c.open(&path).unwrap();
+    let rows = data.len() as u64 / ROW as u64;
+    let fill = some_indices(rows, 2000, 22);
+    assert!(gather(&map, &memory, &fill, ROW) == expected(&data, &fill, ROW), "{memory:?}");
+    assert_eq!(c.stats().used_bytes, c.stats().budget, "{memory:?}: the cache is full");
+    c.wait_for_admissions();
+    // 100 rows of at most two extents each: they fit the budget once admitted.
+    // One gather at a time here: a gather's lookups running beside an admission may leave it
+    // no slot to reuse, and then it admits less.
+    let hot = some_indices(rows, 100, 23);
+    let before = map.stats();
+    let mut dst = DeviceBuffer::zeroed(&memory, hot.len() * ROW).unwrap();
+    map.gather_rows(hot.as_slice(), ROW as u64, dst.view_mut()).unwrap();
+    assert!(dst.to_vec().unwrap() == expected(&data, &hot, ROW), "{memory:?}");
+    let after = map.stats();
+    assert!(after.rows_read_through > before.rows_read_through, "{memory:?}: {after:?}");
+    c.wait_for_admissions();
+    let settled = map.stats();
+    let narrow: Vec<i32> = hot.iter().map(|&i| i as i32).collect();
+    let mut dst = DeviceBuffer::zeroed(&memory, hot.len() * ROW).unwrap();
+    map.gather_rows(narrow.as_slice(), ROW as u64, dst.view_mut()).unwrap();
+    assert!(dst.to_vec().unwrap() == expected(&data, &hot, ROW), "{memory:?}");
+    let last = map.stats();
+    assert_eq!(last.rows_read_through, settled.rows_read_through, "{memory:?}: {last:?}");
+    assert_eq!(last.hits - settled.hits, hot.len() as u64, "{memory:?}: {last:?}");
+}
+
+/// A writable map's newest bytes may be dirty in the cache: its misses always go through the
+/// cache, full or not.
+fn a_writable_map_fills_the_cache_even_when_full(memory: Device) {
+    const ROW: usize = 1000;
+    let dir = scratch();
+    let path = dir.path().join("table");
+    let mut model = random_bytes((8 * MIB) as usize, 24);
+    fs::write(&path, &model).unwrap();
+    let c = cache(memory.clone(), 2 * MIB, 4096);
+    let map = c.open_with(&path, MapOptions::new().writable(true)).unwrap();
+    let rows = model.len() as u64 / ROW as u64;
+    for round in 0..4u64 {
+        let written = some_indices(rows, 50, 25 + round);
+        for &r in &written {
+            let bytes = vec![round as u8 + 1; ROW];
+            map.write(r as u64 * ROW as u64, &bytes).unwrap();
+            model[r as usize * ROW..][..ROW].copy_from_slice(&bytes);
+        }
+        let asked = some_indices(rows, 1500, 30 + round);
+        assert!(gather(&map, &memory, &asked, ROW) == expected(&model, &asked, ROW));
+        assert!(gather(&map, &memory, &written, ROW) == expected(&model, &written, ROW));
+    }
+    assert_eq!(c.stats().used_bytes, c.stats().budget, "{memory:?}: the cache was full");
+    assert_eq!(map.stats().rows_read_through, 0, "{memory:?}");
+}
+
+/// Gathers of a read-only file under a full cache from several threads, while admissions run
+/// in the background and another thread evicts everything now and then (so the cache goes from
+/// full to empty and back): every row is the file's.
+fn gathers_past_a_full_cache_race_admissions_and_evictions(memory: Device) {
+    const ROW: usize = 700;
+    let dir = scratch();
+    let path = dir.path().join("table");
+    let data = random_bytes((12 * MIB) as usize, 26);
+    fs::write(&path, &data).unwrap();
+    let c = cache(memory.clone(), 2 * MIB, 4096);
+    let map = c.open(&path).unwrap();
+    let rows = data.len() as u64 / ROW as u64;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                map.evict().unwrap();
+                c.wait_for_admissions();
+            }
+        });
+        let readers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (map, memory, data) = (&map, &memory, &data);
+                s.spawn(move || {
+                    for round in 0..30 {
+                        let asked = some_indices(rows, 800, 100 * t + round);
+                        let got = gather(map, memory, &asked, ROW);
+                        assert!(got == expected(data, &asked, ROW), "thread {t} round {round}");
+                    }
+                })
+            })
+            .collect();
+        for r in readers {
+            r.join().unwrap();
+        }
+        stop.store(true, Ordering::Release);
+    });
+    c.wait_for_admissions();
+    assert!(map.stats().rows_read_through > 0, "{memory:?}: {:?}", map.stats());
 }

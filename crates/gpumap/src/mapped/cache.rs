@@ -101,6 +101,16 @@ impl DeviceCache {
         self.each_file(|entry| engine::sync(&self.engine, entry))
     }
 
+    /// Waits until the admission in the background has finished. Once the budget is full, row
+    /// gathers ([`DeviceMappedFile::gather_rows`]) of read-only files read their misses past
+    /// the cache and offer their extents to it; one thread at a time makes an offer resident,
+    /// and offers made meanwhile are dropped (the rows asked for most are offered again soon).
+    /// After this returns, what was offered last is resident unless others pushed it out since:
+    /// for tests and benchmarks that want a settled cache.
+    pub fn wait_for_admissions(&self) {
+        self.engine.admissions.wait_idle();
+    }
+
     /// Runs `f` on every open file; the first error is returned after all ran.
     fn each_file(&self, f: impl Fn(&engine::FileEntry) -> Result<()>) -> Result<()> {
         let mut first = None;

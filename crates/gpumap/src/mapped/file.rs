@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::engine::{self, Engine, PinFor, Pins};
+use super::engine::{self, AdmissionClaim, Engine, PinFor, Pins};
 use super::handle::{self, OpenFile};
 use super::map_options::{Advice, MapOptions};
 use super::read_ahead::{self, Walk};
@@ -395,7 +395,10 @@ impl DeviceMappedFile {
     ///
     /// On a GPU, one kernel launch finds the rows whose extents are resident (through the
     /// cache's directory) and copies them; the host reads the rest through the cache, which
-    /// keeps them for the next gather. Indices in GPU memory ([`RowIndices::on_device`]) stay
+    /// keeps them for the next gather. Once the budget is full, the missing rows of a read-only
+    /// file are read from the file on the pool's threads instead, and their extents are made
+    /// resident in the background, one batch at a time (see
+    /// [`DeviceCache::wait_for_admissions`](super::DeviceCache::wait_for_admissions)). Indices in GPU memory ([`RowIndices::on_device`]) stay
     /// there for every resident row. With [`MapOptions::zero_copy`], rows are read in place
     /// from the registered file. The kernel runs on gpumap's stream for the calling thread;
     /// [`gather_rows_on`](Self::gather_rows_on) puts it on yours.
@@ -453,7 +456,43 @@ impl DeviceMappedFile {
             (Some(s), Device::Cuda(d)) => Some(s.on(d.ordinal())?),
             _ => None,
         };
-        engine::gather_rows(self.engine(), self.entry(), indices.source(), row_size, dst, stream)
+        let entry = self.entry();
+        let read_through =
+            engine::gather_rows(self.engine(), entry, indices.source(), row_size, dst, stream)?;
+        if !read_through.is_empty() {
+            self.offer_for_admission(&read_through, row_size);
+        }
+        Ok(())
+    }
+
+    /// Offers the extents of rows a gather read past the full cache to the cache: made resident
+    /// on a thread of their own, unless an admission is running already (then they are not
+    /// taken; see `engine::admission`).
+    fn offer_for_admission(&self, rows: &[u64], row_size: u64) {
+        let Some(claim) = AdmissionClaim::try_take(self.engine()) else { return };
+        let extents = engine::extents_of_rows(self.engine(), rows, row_size);
+        let map = self.clone();
+        let spawned = std::thread::Builder::new().name("gpumap-admit".into()).spawn(move || {
+            let _claim = claim;
+            if let Err(e) = engine::admit(map.engine(), map.entry(), &extents) {
+                tracing::debug!(
+                    "admitting {} extents of {} skipped: {}",
+                    extents.len(),
+                    map.path().display(),
+                    crate::error::Report(&e)
+                );
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::debug!("no thread to admit rows read past the cache: {e}");
+        }
+    }
+
+    /// Waits until the cache's admission in the background (of rows that gathers read past the
+    /// full cache) has finished: after it, those rows are resident, unless others have pushed
+    /// them out since. See [`DeviceCache::wait_for_admissions`](super::DeviceCache::wait_for_admissions).
+    pub fn wait_for_admissions(&self) {
+        self.engine().admissions.wait_idle();
     }
 
     /// [`gather`](Self::gather) into the owned `dst` in the background; the future gives `dst`

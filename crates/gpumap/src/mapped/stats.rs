@@ -25,6 +25,9 @@ pub struct FileStats {
     pub bytes_written_back: u64,
     /// Write-backs that failed.
     pub write_errors: u64,
+    /// Rows of row gathers read from the file past the full cache (also counted in `misses`;
+    /// see [`DeviceMappedFile::gather_rows`]).
+    pub rows_read_through: u64,
     /// Bytes of the file resident (clean or dirty).
     pub resident_bytes: u64,
     /// Bytes waiting to be written back.
@@ -73,6 +76,7 @@ impl From<FileNumbers> for FileStats {
             evictions: c.evictions,
             bytes_written_back: c.bytes_written_back,
             write_errors: c.write_errors,
+            rows_read_through: c.rows_read_through,
             resident_bytes: n.resident_bytes,
             dirty_bytes: n.dirty_bytes,
             frames: n.frames,

@@ -367,14 +367,14 @@ impl Directory {
 impl Directory {
     /// The slots lookups found since the last harvest (each lookup that finds a slot marks it
     /// used), with the marks cleared — once an eighth of the slots has been replaced since
-    /// the last harvest; `None` before then, or when another caller is harvesting. The books
-    /// make the slots most recently used, so that rows the GPU finds often stay: a second
-    /// chance, as a clock gives it.
-    pub(crate) fn harvest_used(&self) -> Result<Option<Vec<SlotId>>> {
+    /// the last harvest, or whenever `now`; `None` before then, or when another caller is
+    /// harvesting. The books make the slots most recently used, so that rows the GPU finds
+    /// often stay: a second chance, as a clock gives it.
+    pub(crate) fn harvest_used(&self, now: bool) -> Result<Option<Vec<SlotId>>> {
         let retired = self.catalog.retired();
         let last = self.harvested_at.load(Ordering::Relaxed);
         let due = (self.slots as u64 / 8).max(64);
-        if retired.saturating_sub(last) < due
+        if (!now && retired.saturating_sub(last) < due)
             || self
                 .harvested_at
                 .compare_exchange(last, retired, Ordering::Relaxed, Ordering::Relaxed)

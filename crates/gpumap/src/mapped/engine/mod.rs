@@ -11,15 +11,19 @@
 //! - `plan` and `gather`: batched gathers, planned from a snapshot, then carried out;
 //! - `directory` and `rows`: the table of resident extents a GPU kernel reads, and row gathers
 //!   by index through it;
+//! - `read_through` and `admission`: row gathers' misses read past a full cache, and their
+//!   extents made resident in the background;
 //! - `writeback` and `sticky`: dirty extents out, and the errors that stick.
 #![forbid(unsafe_code)]
 
+mod admission;
 mod books;
 mod directory;
 mod gather;
 mod geometry;
 mod pins;
 mod plan;
+mod read_through;
 mod room;
 mod rows;
 mod state;
@@ -27,6 +31,7 @@ mod sticky;
 mod store;
 mod writeback;
 
+pub(crate) use admission::{admit, extents_of_rows, AdmissionClaim};
 pub(crate) use gather::{gather, GatherRange};
 pub(crate) use geometry::Geometry;
 pub(crate) use pins::{pin_extent, pin_frames, unpin_view, PinFor, Pins};

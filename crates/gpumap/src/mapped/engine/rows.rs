@@ -9,6 +9,10 @@
 //! is read: one out of range is an error naming it, never a fault. On host memory the same
 //! steps run on the CPU against the same table, so the tests exercise the directory's protocol.
 //!
+//! Once the budget is full, the misses of a read-only file are read past the cache instead
+//! (`read_through`): their rows alone, on the pool's threads; `gather_rows` returns their indices
+//! so that the caller can offer their extents to the cache in the background (`admission`).
+//!
 //! The gather waits for its kernel before it returns (the misses need its list), so `dst` is
 //! complete when it does; the kernel runs on the caller's stream, after the work queued there.
 #![forbid(unsafe_code)]
@@ -19,6 +23,7 @@ use std::collections::HashMap;
 use super::books::{key, SlotId};
 use super::directory::Directory;
 use super::gather::{gather_to, GatherRange};
+use super::read_through::{read_rows_through, reads_through};
 use super::state::{Engine, FileEntry};
 use super::store::Home;
 use crate::error::{Error, Result};
@@ -90,7 +95,8 @@ struct Found {
 }
 
 /// Copies rows `indices` of `entry`'s file, `row_size` bytes each, in order into `dst` (see the
-/// module docs). `stream`: the caller's stream (GPU only; default: the thread's own).
+/// module docs). `stream`: the caller's stream (GPU only; default: the thread's own). Returns
+/// the indices of the rows read past the cache, for admission.
 pub(crate) fn gather_rows(
     engine: &Engine,
     entry: &FileEntry,
@@ -98,24 +104,35 @@ pub(crate) fn gather_rows(
     row_size: u64,
     mut dst: DeviceViewMut<'_>,
     stream: Option<StreamHandle>,
-) -> Result<()> {
+) -> Result<Vec<u64>> {
     check_gather(&indices, row_size, dst.len())?;
-    refresh_recency(engine)?;
+    refresh_recency(engine, false)?;
     let count = indices.len();
     let mut at = 0;
+    let mut read_through = Vec::new();
     while at < count {
         let n = (count - at).min(ROWS_PER_PASS);
-        gather_pass(engine, entry, indices.part(at, n), at, row_size, dst.reborrow(), stream)?;
+        let part = indices.part(at, n);
+        read_through.extend(gather_pass(
+            engine,
+            entry,
+            part,
+            at,
+            row_size,
+            dst.reborrow(),
+            stream,
+        )?);
         at += n;
     }
-    Ok(())
+    Ok(read_through)
 }
 
 /// Gives the slots that lookups found since the last harvest a second chance: the books make
 /// them the most recently used (see `Directory::harvest_used`). Rows the kernel copies never
 /// pass through the books, so without this the rows gathered most would be evicted first.
-fn refresh_recency(engine: &Engine) -> Result<()> {
-    let Some(used) = engine.directory.harvest_used()? else { return Ok(()) };
+/// `now`: whether or not a harvest is due (before an admission evicts, say).
+pub(super) fn refresh_recency(engine: &Engine, now: bool) -> Result<()> {
+    let Some(used) = engine.directory.harvest_used(now)? else { return Ok(()) };
     let mut by_shard: Vec<Vec<SlotId>> = vec![Vec::new(); engine.shards.len()];
     for slot in used {
         by_shard[engine.shard_of_slot(slot)].push(slot);
@@ -177,7 +194,8 @@ fn check_devices(device: &CudaDevice, dst_ordinal: usize, indices: &IndexSource<
     Ok(())
 }
 
-/// One pass of `gather_rows`: `indices` are those from position `first` on.
+/// One pass of `gather_rows`: `indices` are those from position `first` on. Returns the
+/// indices of the rows it read past the cache.
 fn gather_pass(
     engine: &Engine,
     entry: &FileEntry,
@@ -186,7 +204,7 @@ fn gather_pass(
     row_size: u64,
     mut dst: DeviceViewMut<'_>,
     stream: Option<StreamHandle>,
-) -> Result<()> {
+) -> Result<Vec<u64>> {
     let count = indices.len();
     let rows_mapped = entry.len / row_size;
     // A file cut under its map: rows past its end now are errors, whatever the cache holds.
@@ -201,15 +219,20 @@ fn gather_pass(
         (_, dst) => on_host(engine, entry, &indices, first, rows, row_size, dst)?,
     };
     let hits = count - found.misses.len() as u64;
-    if let Some(c) = engine.shards[0].state.lock().books.counters_mut(entry.id) {
-        c.hits += hits;
-    }
     if found.misses.is_empty() {
-        return Ok(());
+        count_rows(engine, entry, hits, 0);
+        return Ok(Vec::new());
     }
     for &(position, index) in &found.misses {
         check_row(entry, first + position, index as i64, rows, rows_mapped, row_size)?;
     }
+    if reads_through(engine, entry, row_size) {
+        read_rows_through(engine, entry, &found.misses, row_size, out, &mut dst)?;
+        count_rows(engine, entry, hits, found.misses.len() as u64);
+        return Ok(found.misses.into_iter().map(|(_, index)| index).collect());
+    }
+    // The cache's fill counts its own misses.
+    count_rows(engine, entry, hits, 0);
     let ranges: Vec<GatherRange<'_>> = found
         .misses
         .iter()
@@ -217,7 +240,18 @@ fn gather_pass(
         .collect();
     let placed: Vec<u64> =
         found.misses.iter().map(|&(position, _)| out + position * row_size).collect();
-    gather_to(engine, &ranges, Some(&placed), Some(dst))
+    gather_to(engine, &ranges, Some(&placed), Some(dst))?;
+    Ok(Vec::new())
+}
+
+/// Adds rows a gather found resident (`hits`) and read past the cache (`read_through`) to
+/// `entry`'s counters.
+fn count_rows(engine: &Engine, entry: &FileEntry, hits: u64, read_through: u64) {
+    if let Some(c) = engine.shards[0].state.lock().books.counters_mut(entry.id) {
+        c.hits += hits;
+        c.misses += read_through;
+        c.rows_read_through += read_through;
+    }
 }
 
 /// `Ok` for a row within the file; else the error naming it: `RowIndex` past the rows mapped

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::admission::Admissions;
 use super::books::{Books, Catalog, FileCounters, FileId, FrameBudget, SlotId};
 use super::directory::Directory;
 use super::geometry::Geometry;
@@ -82,6 +83,8 @@ pub(crate) struct Engine {
     /// The table of resident slots the GPU's lookups read, kept from the catalog the shards'
     /// books share.
     pub(crate) directory: Directory,
+    /// The background admission of rows gathers read past the full cache.
+    pub(crate) admissions: Admissions,
 }
 
 /// One file's numbers, summed over the shards (its stats, in the engine's terms).
@@ -168,7 +171,13 @@ impl Engine {
             fault_nanos: AtomicU64::new(0),
             pin_wait,
             max_frames,
+            admissions: Admissions::default(),
         })
+    }
+
+    /// Whether the budget has a frame left to take: no eviction is needed to make room.
+    pub(crate) fn has_room(&self) -> bool {
+        self.budget.has_room()
     }
 
     /// Where the engine's memory is.

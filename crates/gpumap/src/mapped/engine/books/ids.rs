@@ -136,6 +136,8 @@ pub(crate) struct FileCounters {
     pub(crate) bytes_written_back: u64,
     /// Write-backs that failed.
     pub(crate) write_errors: u64,
+    /// Rows of row gathers read from the file past the full cache.
+    pub(crate) rows_read_through: u64,
 }
 
 impl FileCounters {
@@ -147,6 +149,7 @@ impl FileCounters {
         self.bytes_faulted += delta.bytes_faulted;
         self.evictions += delta.evictions;
         self.bytes_written_back += delta.bytes_written_back;
+        self.rows_read_through += delta.rows_read_through;
         self.write_errors += delta.write_errors;
     }
 }

@@ -1,0 +1,95 @@
+//! Admission in the background: the extents of rows a gather read past a full cache
+//! (`read_through`) are offered to the cache, and one thread at a time makes them resident, off
+//! the gathers' path. An offer made while an admission runs is dropped. The rows asked for most
+//! miss most often and so are offered again soon, which leans what gets in towards the hot
+//! rows; a stream of cold misses costs at most one thread's work and one batch of evictions at a
+//! time.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::gather::{gather_to, GatherRange};
+use super::rows::refresh_recency;
+use super::state::{Engine, FileEntry};
+use crate::error::Result;
+
+/// The most extents one admission takes: bounds its work (a few milliseconds of the books and
+/// its reads), so that what it admits reflects the latest misses.
+pub(crate) const MAX_EXTENTS_PER_ADMISSION: usize = 4096;
+
+/// Whether an admission is running, and a way to wait for none.
+#[derive(Default)]
+pub(crate) struct Admissions {
+    running: Mutex<bool>,
+    finished: Condvar,
+}
+
+impl Admissions {
+    /// Waits until no admission runs.
+    pub(crate) fn wait_idle(&self) {
+        let mut running = self.running.lock();
+        while *running {
+            self.finished.wait(&mut running);
+        }
+    }
+}
+
+/// The right to run the engine's one admission, given back when dropped.
+pub(crate) struct AdmissionClaim {
+    engine: Arc<Engine>,
+}
+
+impl AdmissionClaim {
+    /// The claim, or `None` while another admission runs.
+    pub(crate) fn try_take(engine: &Arc<Engine>) -> Option<AdmissionClaim> {
+        let mut running = engine.admissions.running.lock();
+        if *running {
+            return None;
+        }
+        *running = true;
+        Some(AdmissionClaim { engine: Arc::clone(engine) })
+    }
+}
+
+impl Drop for AdmissionClaim {
+    fn drop(&mut self) {
+        let admissions = &self.engine.admissions;
+        *admissions.running.lock() = false;
+        admissions.finished.notify_all();
+    }
+}
+
+/// The distinct extents of the rows `rows` (row indices, `row_size` bytes each) of a file, at
+/// most [`MAX_EXTENTS_PER_ADMISSION`], taken in the rows' order.
+pub(crate) fn extents_of_rows(engine: &Engine, rows: &[u64], row_size: u64) -> Vec<u64> {
+    let mut extents = Vec::new();
+    for &row in rows {
+        extents.extend(engine.geometry.extents_covering(row * row_size, row_size));
+        if extents.len() >= MAX_EXTENTS_PER_ADMISSION {
+            break;
+        }
+    }
+    extents.truncate(MAX_EXTENTS_PER_ADMISSION);
+    extents.sort_unstable();
+    extents.dedup();
+    extents
+}
+
+/// Makes extents `extents` of `entry` resident, evicting what the cache's LRU order gives up.
+/// The lookups' marks are harvested first, whether due or not, so that what gathers found
+/// before it is not what this admission evicts.
+pub(crate) fn admit(engine: &Engine, entry: &FileEntry, extents: &[u64]) -> Result<()> {
+    refresh_recency(engine, true)?;
+    let g = engine.geometry;
+    let ranges: Vec<GatherRange<'_>> = extents
+        .iter()
+        .map(|&e| {
+            let (offset, len) = g.bytes_of(e..e + 1, entry.len);
+            GatherRange { entry, offset, len }
+        })
+        .filter(|r| r.len > 0)
+        .collect();
+    gather_to(engine, &ranges, None, None)
+}
