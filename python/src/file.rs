@@ -18,7 +18,7 @@ use crate::future::{IOFuture, IOFutureStream, Pending};
 /// A blocking read of `dst` at `offset`. One task's worth runs on the calling thread, as it
 /// did; a longer read runs on the pool while this thread waits in steps, so that Ctrl-C stops
 /// it between tasks (see [`wait_interruptibly`]).
-fn read_blocking(
+pub(crate) fn read_blocking(
     py: Python<'_>,
     handle: &FileHandle,
     mut dst: OwnedDst,
