@@ -291,3 +291,19 @@ def test_zarr_store_opened_by_concurrent_first_calls(tmp_path):
         return [g.to_bytes() for g in got]
 
     assert asyncio.run(run()) == [bytes([i]) * 10 for i in range(16)]
+
+
+# The program written for KvikIO 26.10's API runs unchanged with gpumapio.
+
+
+def test_kvikio_program_runs_with_gpumapio(tmp_path):
+    pytest.importorskip("zarr")
+    import pathlib
+    import subprocess
+    import sys
+
+    program = pathlib.Path(__file__).parents[1] / "examples" / "kvikio_program.py"
+    run = subprocess.run([sys.executable, str(program), str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "all checks passed with gpumapio" in run.stdout
