@@ -41,7 +41,7 @@ fi
 # fault-injection: the hidden _native._arm_write_fault the tests use to make write-backs fail
 # (a test-only feature; release wheels are built without it).
 "$maturin" build --release -m python/Cargo.toml -i "$py" -o "$work/wheels" --features fault-injection
-"$py" -m pip install -q "$work"/wheels/gpumapio-*.whl numpy pytest 'zarr>=3' safetensors mypy hypothesis
+"$py" -m pip install -q "$work"/wheels/gpumapio-*.whl numpy pytest pytest-asyncio 'zarr>=3' safetensors mypy hypothesis
 
 echo "== Python: pytest (the installed wheel, not the source tree)"
 cd "$work"

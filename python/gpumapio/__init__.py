@@ -4,6 +4,9 @@ same code runs on any Linux machine.
 
 KvikIO's API (code written for ``kvikio`` runs with ``import gpumapio as kvikio``):
 
+- :class:`Mmap` (KvikIO's host-mmap reader: ``read``, ``pread``, ``file_size``, ``close``,
+  ``closed``), :func:`bounce_buffer_free`, :func:`stream_register` / :func:`stream_deregister`,
+  :func:`memory_register` / :func:`memory_deregister`, the page-cache helpers;
 - :class:`CuFile` (``read``, ``write``, ``pread``/``pwrite`` returning :class:`IOFuture`,
   ``raw_read``, ``raw_write``, ``raw_read_async``, ``raw_write_async``, ``close``, context
   manager, ``fileno``, ``open_flags``), :class:`CompatMode`, :mod:`gpumapio.defaults`,
@@ -31,13 +34,21 @@ from gpumapio._native import (
     CuFileError,
     IOFuture,
     IOFutureStream,
+    Mmap,
     OutOfBudgetError,
     UnavailableError,
     __version__,
 )
+from gpumapio.buffer import bounce_buffer_free, memory_deregister, memory_register
+from gpumapio.cufile import stream_deregister, stream_register
 from gpumapio.defaults import CompatMode
 from gpumapio.maps import DeviceCache, MappedFile, View, gather, gather_rows, map
-from gpumapio.pagecache import drop_file_page_cache, drop_system_page_cache, get_page_cache_info
+from gpumapio.pagecache import (
+    clear_page_cache,
+    drop_file_page_cache,
+    drop_system_page_cache,
+    get_page_cache_info,
+)
 from gpumapio.safetensors import load_safetensors
 
 __all__ = [
@@ -49,12 +60,15 @@ __all__ = [
     "IOFuture",
     "IOFutureStream",
     "MappedFile",
+    "Mmap",
     "OutOfBudgetError",
     "UnavailableError",
     "View",
     "__version__",
+    "bounce_buffer_free",
     "buffer",
     "capabilities",
+    "clear_page_cache",
     "cufile_driver",
     "defaults",
     "drop_file_page_cache",
@@ -66,6 +80,10 @@ __all__ = [
     "load_safetensors",
     "map",
     "maps",
+    "memory_deregister",
+    "memory_register",
     "pagecache",
     "read_file_to_device",
+    "stream_deregister",
+    "stream_register",
 ]

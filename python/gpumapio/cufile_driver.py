@@ -1,7 +1,13 @@
 """Low-level cuFile (GPUDirect Storage), as cuda-python's cuFile bindings and KvikIO's
 ``kvikio.cufile_driver`` offer it, where gpumap has it.
 
-- :func:`driver_open` / :func:`driver_close` / :func:`initialize`; :func:`properties`.
+- :func:`driver_open` / :func:`driver_close` / :func:`initialize`; :func:`libcufile_version`.
+- :data:`properties`: KvikIO's property accessors (``properties.is_gds_available``,
+  ``major_version``, ``minor_version``, ``allow_compat_mode``, ``per_buffer_cache_size``, and the
+  settable ``poll_mode``, ``poll_thresh_size``, ``max_device_cache_size``,
+  ``max_pinned_memory_size``); :func:`get` and :func:`set` by name, ``set`` returning a context
+  manager that restores the old values, as :func:`gpumapio.defaults.set` does. Calling
+  ``properties()`` gives gpumap's :class:`DriverProperties` record.
 - :class:`Handle`: a file registered with cuFile (``cuFileHandleRegister``): ``read`` /
   ``write`` (``cuFileRead`` / ``cuFileWrite``), ``read_batch`` (the batch API),
   ``read_async`` / ``write_async`` on a :class:`Stream` (``cuFileReadAsync`` /
@@ -15,6 +21,8 @@ the reason. :class:`gpumapio.CuFile` needs none of this: it picks cuFile or POSI
 from __future__ import annotations
 
 import dataclasses
+import threading
+from typing import Any, overload
 
 from gpumapio import _native
 from gpumapio._native import BufferRegistration, Handle, Stream
@@ -24,11 +32,15 @@ __all__ = [
     "DriverProperties",
     "Handle",
     "Stream",
+    "ConfigContextManager",
     "buf_register",
     "driver_close",
     "driver_open",
+    "get",
     "initialize",
+    "libcufile_version",
     "properties",
+    "set",
 ]
 
 
@@ -42,6 +54,12 @@ class DriverProperties:
     max_batch_io_size: int | None = None
     status_flags: int | None = None
     feature_flags: int | None = None
+    poll_mode: bool | None = None
+    allow_compat_mode: bool | None = None
+    poll_thresh_size_kb: int | None = None
+    max_device_cache_size_kb: int | None = None
+    per_buffer_cache_size_kb: int | None = None
+    max_pinned_memory_size_kb: int | None = None
 
     @property
     def is_gds_available(self) -> bool:
@@ -65,9 +83,145 @@ def initialize() -> None:
     driver_open()
 
 
-def properties() -> DriverProperties:
-    """The opened driver's library and properties."""
+def libcufile_version() -> tuple[int, int]:
+    """The cuFile library's version as ``(major, minor)`` (``cuFileGetVersion``; the driver is
+    not opened). ``(0, 0)`` where no cuFile library loads, or one older than 1.8."""
+    return tuple(_native.library_version())  # type: ignore[return-value]
+
+
+def _record() -> DriverProperties:
     return DriverProperties(**_native.driver_properties())
+
+
+class _Properties:
+    """KvikIO's ``cufile_driver.properties``: the opened driver's properties as attributes.
+
+    Reading one opens the driver (``UnavailableError``, a ``RuntimeError``, with the reason
+    where cuFile cannot be used), except ``is_gds_available``, which is then ``False``. The
+    sizes are in KiB, as cuFile and KvikIO give them. The settable ones are recorded and read
+    back; gpumap moves data in its own tasks and buffers, so cuFile's poll mode and caches do
+    not change its transfers.
+    """
+
+    _SETTABLE = {
+        "poll_mode": "poll_mode",
+        "poll_thresh_size": "poll_thresh_size_kb",
+        "max_device_cache_size": "max_device_cache_size_kb",
+        "max_pinned_memory_size": "max_pinned_memory_size_kb",
+    }
+    _READ_ONLY = ("is_gds_available", "major_version", "minor_version", "allow_compat_mode",
+                  "per_buffer_cache_size")
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_lock", threading.Lock())
+        object.__setattr__(self, "_set", {})
+
+    def __call__(self) -> DriverProperties:
+        """gpumap's record of the opened driver (its older ``properties()`` function)."""
+        return _record()
+
+    def __dir__(self) -> list[str]:
+        return sorted([*self._SETTABLE, *self._READ_ONLY])
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "is_gds_available":
+            try:
+                return _record().is_gds_available
+            except RuntimeError:
+                return False
+        if name in ("major_version", "minor_version"):
+            version = _record().nvfs_version or (0, 0)
+            return version[0] if name == "major_version" else version[1]
+        if name in ("allow_compat_mode", "per_buffer_cache_size"):
+            field = "allow_compat_mode" if name == "allow_compat_mode" else "per_buffer_cache_size_kb"
+            return getattr(_record(), field)
+        if name in self._SETTABLE:
+            record = _record()  # opens the driver, or says why it cannot
+            with self._lock:
+                if name in self._set:
+                    return self._set[name]
+            return getattr(record, self._SETTABLE[name])
+        raise AttributeError(f"cuFile driver property {name!r} does not exist")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._READ_ONLY:
+            raise AttributeError(f"cuFile driver property {name!r} is read-only")
+        if name not in self._SETTABLE:
+            raise AttributeError(f"cuFile driver property {name!r} does not exist")
+        if name == "poll_mode":
+            if not isinstance(value, (bool, int)):
+                raise TypeError(f"poll_mode has incorrect type (expected bool, got {type(value).__name__})")
+            value = bool(value)
+        else:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} has incorrect type (expected int, got {type(value).__name__})")
+            if value < 0:
+                raise OverflowError(f"{name} {value}: can't convert negative value to an unsigned size")
+        _record()  # as KvikIO: setting needs the driver
+        with self._lock:
+            self._set[name] = value
+
+
+properties = _Properties()
+
+
+class ConfigContextManager:
+    """Returned by :func:`set`: the new values are in force already; used in a ``with``
+    statement, the old values come back when the block ends."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        for name in config:
+            if name in _Properties._READ_ONLY:
+                raise KeyError("This property is read-only.")
+            if name not in _Properties._SETTABLE:
+                raise KeyError(name)
+        self._old: dict[str, Any] = {}
+        try:
+            for name, value in config.items():
+                old = getattr(properties, name)
+                setattr(properties, name, value)
+                self._old[name] = old
+        except BaseException:
+            self._restore()
+            raise
+
+    def _restore(self) -> None:
+        for name, value in reversed(list(self._old.items())):
+            setattr(properties, name, value)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._restore()
+
+
+@overload
+def set(config: dict[str, Any], /) -> ConfigContextManager: ...
+@overload
+def set(key: str, value: Any, /) -> ConfigContextManager: ...
+
+
+def set(*config: Any) -> ConfigContextManager:
+    """Sets settable driver properties (``set(name, value)`` or ``set({name: value})``) now;
+    the result restores the old values at the end of a ``with`` block. Unknown and read-only
+    names raise ``KeyError``."""
+    usage = (
+        "Valid arguments are gpumapio.cufile_driver.set(config: dict) or "
+        "gpumapio.cufile_driver.set(key: str, value: Any)"
+    )
+    if len(config) == 1 and isinstance(config[0], dict):
+        return ConfigContextManager(config[0])
+    if len(config) == 2 and isinstance(config[0], str):
+        return ConfigContextManager({config[0]: config[1]})
+    raise ValueError(usage)
+
+
+def get(config_name: str) -> Any:
+    """A driver property by name (``KeyError`` for unknown names)."""
+    if config_name not in _Properties._SETTABLE and config_name not in _Properties._READ_ONLY:
+        raise KeyError(config_name)
+    return getattr(properties, config_name)
 
 
 def buf_register(buf) -> BufferRegistration:

@@ -12,16 +12,27 @@ name                        meaning
 ``num_threads``             threads of the shared I/O pool, 1 to 1024 (resized in place)
 ``task_size``               largest piece one task moves, bytes (at least 1)
 ``gds_threshold``           device transfers below this use POSIX, bytes
-``bounce_buffer_size``      pinned staging buffer size, a multiple of 4096 bytes
+``bounce_buffer_size``      pinned staging buffer size, any size above zero (rounded up
+                            to whole pages where a file opens, as ``O_DIRECT`` needs)
 ``auto_direct_io_read``     ``O_DIRECT`` for reads: bool, or ``"uncached"`` (only where
                             the page cache holds almost nothing)
 ``auto_direct_io_write``    ``O_DIRECT`` for writes: bool
+``http_max_attempts``       attempts of a remote request before it fails (default 3)
+``http_status_codes``       list of HTTP statuses that are retried (default
+                            ``[429, 500, 502, 503, 504]``)
+``http_timeout``            seconds a remote request may take (default 60)
 ==========================  ===========================================================
+
+Bad values raise what KvikIO raises, with its key phrases: ``TypeError`` for a wrong type,
+``ValueError`` ("must be a positive integer") for a zero count or size, ``OverflowError``
+("can't convert negative value") for a negative one and ("too large to convert") for one
+beyond 64 bits. gpumap's own limit of 1024 threads is a ``ValueError`` naming it.
 
 The starting values come from ``GPUMAP_*`` environment variables, with KvikIO's ``KVIKIO_*``
 names accepted as aliases (``KVIKIO_COMPAT_MODE``, ``KVIKIO_NTHREADS``, ``KVIKIO_TASK_SIZE``,
 ``KVIKIO_GDS_THRESHOLD``, ``KVIKIO_BOUNCE_BUFFER_SIZE``, ``KVIKIO_AUTO_DIRECT_IO_READ``,
-``KVIKIO_AUTO_DIRECT_IO_WRITE``). A ``CuFile`` takes compat mode, bounce buffer size and the
+``KVIKIO_AUTO_DIRECT_IO_WRITE``, ``KVIKIO_HTTP_MAX_ATTEMPTS``, ``KVIKIO_HTTP_STATUS_CODES``
+(comma-separated), ``KVIKIO_HTTP_TIMEOUT``). A ``CuFile`` takes compat mode, bounce buffer size and the
 ``O_DIRECT`` settings when it is opened, task size and GDS threshold at each call.
 """
 
@@ -76,6 +87,9 @@ _NAMES = (
     "bounce_buffer_size",
     "auto_direct_io_read",
     "auto_direct_io_write",
+    "http_max_attempts",
+    "http_status_codes",
+    "http_timeout",
 )
 
 
@@ -226,7 +240,7 @@ def bounce_buffer_size() -> int:
 
 
 def bounce_buffer_size_reset(nbytes: int) -> None:
-    """Sets the bounce buffer size (a multiple of 4096)."""
+    """Sets the bounce buffer size (any size above zero)."""
     set("bounce_buffer_size", nbytes)
 
 

@@ -24,7 +24,9 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
     of ``like`` (a CuPy array for ``like=cupy.empty(())``; NumPy without ``like``). ``count``
     items (-1: all) of ``dtype`` from byte ``offset``, truncated to the file as NumPy does."""
     if sep != "":
-        raise NotImplementedError("only binary files (sep='') are supported")
+        raise NotImplementedError(
+            "Non-default value of the `sep` argument is not supported (gpumapio reads binary files only)"
+        )
     if offset < 0:
         raise ValueError(f"offset {offset} is negative")
     if count < -1:

@@ -27,6 +27,7 @@ from gpumapio import _native
 from gpumapio._native import LockedRange
 
 __all__ = [
+    "clear_page_cache",
     "EvictReport",
     "LockedRange",
     "Residency",
@@ -147,3 +148,14 @@ def drop_system_page_cache(reclaim_dentries_and_inodes: bool = True, sync_first:
     except OSError:
         return False
     return True
+
+
+def clear_page_cache(reclaim_dentries_and_inodes: bool = True, clear_dirty_pages: bool = True) -> bool:
+    """KvikIO's older name (deprecated there since 26.04) for
+    :func:`drop_system_page_cache`."""
+    import warnings
+
+    warnings.warn(
+        "clear_page_cache is deprecated; use drop_system_page_cache", DeprecationWarning, stacklevel=2
+    )
+    return drop_system_page_cache(reclaim_dentries_and_inodes, sync_first=clear_dirty_pages)

@@ -149,8 +149,7 @@ class GpumapStore(zarr.storage.LocalStore):
     ) -> Buffer | None:
         if prototype is None:
             prototype = default_buffer_prototype()
-        if not self._is_open:
-            await self._open()
+        await self._ensure_open_concurrently()
         _, path = _checked(self.root, key, prefix=key == "")
         try:
             return await asyncio.to_thread(_get, path, prototype, byte_range)
@@ -182,9 +181,21 @@ class GpumapStore(zarr.storage.LocalStore):
             await asyncio.gather(*(self.get(key, prototype, byte_range) for key, byte_range in key_ranges))
         )
 
-    async def _set(self, key: str, value: Buffer, exclusive: bool = False) -> None:
-        if not self._is_open:
+    async def _ensure_open_concurrently(self) -> None:
+        """Opens the store if it is not open. Concurrent first calls (every ``get`` of a
+        ``get_partial_values``, every ``set`` of a ``set_many``) all find it closed before any
+        has opened it, and zarr's ``_open`` raises "store is already open" for all but the
+        first: that refusal is fine once the store is open."""
+        if self._is_open:
+            return
+        try:
             await self._open()
+        except ValueError:
+            if not self._is_open:
+                raise
+
+    async def _set(self, key: str, value: Buffer, exclusive: bool = False) -> None:
+        await self._ensure_open_concurrently()
         self._check_writable()
         if not isinstance(value, Buffer):
             raise TypeError(f"GpumapStore.set(): `value` must be a Buffer instance, not {type(value)}")

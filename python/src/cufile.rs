@@ -38,8 +38,21 @@ pub fn driver_properties(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         d.set_item("max_batch_io_size", p.max_batch_io_size)?;
         d.set_item("status_flags", p.status_flags)?;
         d.set_item("feature_flags", p.feature_flags)?;
+        d.set_item("poll_mode", p.poll_mode)?;
+        d.set_item("allow_compat_mode", p.allow_compat_mode)?;
+        d.set_item("poll_thresh_size_kb", p.poll_thresh_size_kb)?;
+        d.set_item("max_device_cache_size_kb", p.max_device_cache_size_kb)?;
+        d.set_item("per_buffer_cache_size_kb", p.per_buffer_cache_size_kb)?;
+        d.set_item("max_pinned_memory_size_kb", p.max_pinned_memory_size_kb)?;
     }
     Ok(d)
+}
+
+/// The cuFile library's version as `(major, minor)` (`cuFileGetVersion`, no driver opened);
+/// `(0, 0)` where no cuFile library loads or it is older than that call (1.8).
+#[pyfunction]
+pub fn library_version(py: Python<'_>) -> (u32, u32) {
+    py.detach(|| CuFileDriver::library_version().ok().flatten().unwrap_or((0, 0)))
 }
 
 /// What the machine offers, every "no" with its reason, as a dict.

@@ -4,27 +4,82 @@
 //! aliases — and change through `defaults.set`. A `CuFile` takes compat mode, bounce buffer size
 //! and the `O_DIRECT` settings when it is opened; task size and GDS threshold at each call (as
 //! KvikIO does); the thread count is the size of the one shared pool, resized in place.
+//!
+//! Bad values raise what KvikIO 26.x raises, with its key phrases, so that code written for it
+//! keeps working: a wrong type is a `TypeError` ("incorrect type"), a zero count or size a
+//! `ValueError` ("must be a positive integer"), a negative one an `OverflowError` ("can't
+//! convert negative value"), a value beyond 64 bits an `OverflowError` ("too large to
+//! convert"). gpumap's own limits (1024 threads) are `ValueError`s naming the limit.
+//!
+//! The `http_*` settings (KvikIO's remote-file retries and timeout) are kept here, with KvikIO's
+//! defaults and `KVIKIO_HTTP_*` variables (`GPUMAP_HTTP_*` win), for the remote-file readers.
 
 use std::sync::Mutex;
 
-use gpumap::align::PAGE_SIZE as PAGE;
 use gpumap::config::{CompatMode, Config, DirectRead, MAX_THREADS};
 use gpumap::io::{HandleOptions, IoPool};
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyString};
+use pyo3::types::{PyBool, PyInt, PyList, PyString};
 
 use crate::errors::check;
 
 /// The settings that are not the pool's size.
-#[derive(Clone, Copy)]
+#[derive(Clone, Debug)]
 pub struct Settings {
     pub compat_mode: CompatMode,
     pub task_size: u64,
     pub gds_threshold: u64,
+    /// As set (any size above zero); files round it up to whole pages when they open.
     pub bounce_buffer_size: u64,
     pub direct_io_read: DirectRead,
     pub direct_io_write: bool,
+    /// Attempts of one remote request before its error is raised (KvikIO: 3).
+    pub http_max_attempts: u64,
+    /// HTTP statuses that are retried (KvikIO: 429, 500, 502, 503, 504).
+    pub http_status_codes: Vec<i32>,
+    /// Seconds one remote request may take (KvikIO: 60).
+    pub http_timeout: u64,
+}
+
+/// KvikIO's defaults for the remote settings.
+const HTTP_MAX_ATTEMPTS: u64 = 3;
+const HTTP_STATUS_CODES: [i32; 5] = [429, 500, 502, 503, 504];
+const HTTP_TIMEOUT: u64 = 60;
+
+/// The value of `GPUMAP_<name>`, else of `KVIKIO_<name>`, with the variable's name.
+fn variable(name: &str) -> Option<(String, String)> {
+    ["GPUMAP_", "KVIKIO_"].iter().find_map(|prefix| {
+        let var = format!("{prefix}{name}");
+        std::env::var(&var).ok().map(|value| (var, value))
+    })
+}
+
+fn invalid_variable(var: String, value: String, reason: &str) -> gpumap::Error {
+    gpumap::Error::InvalidConfig { var, value, reason: reason.to_string() }
+}
+
+/// A positive whole number from the environment, or `default`.
+fn positive_variable(name: &str, default: u64) -> gpumap::Result<u64> {
+    match variable(name) {
+        None => Ok(default),
+        Some((var, value)) => match value.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(invalid_variable(var, value, "expected a positive integer")),
+        },
+    }
+}
+
+/// Status codes from the environment (`"429,500,503"`), or KvikIO's.
+fn status_codes_variable() -> gpumap::Result<Vec<i32>> {
+    match variable("HTTP_STATUS_CODES") {
+        None => Ok(HTTP_STATUS_CODES.to_vec()),
+        Some((var, value)) => value
+            .split(',')
+            .map(|code| code.trim().parse::<i32>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| invalid_variable(var, value, "expected integers separated by commas")),
+    }
 }
 
 static SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
@@ -32,8 +87,8 @@ static SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
 /// The current settings (read from the environment on first use).
 pub fn current() -> gpumap::Result<Settings> {
     let mut guard = SETTINGS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = *guard {
-        return Ok(s);
+    if let Some(s) = &*guard {
+        return Ok(s.clone());
     }
     let c = Config::global()?;
     let s = Settings {
@@ -43,8 +98,11 @@ pub fn current() -> gpumap::Result<Settings> {
         bounce_buffer_size: c.bounce_buffer_size,
         direct_io_read: c.direct_io_read,
         direct_io_write: c.direct_io_write,
+        http_max_attempts: positive_variable("HTTP_MAX_ATTEMPTS", HTTP_MAX_ATTEMPTS)?,
+        http_status_codes: status_codes_variable()?,
+        http_timeout: positive_variable("HTTP_TIMEOUT", HTTP_TIMEOUT)?,
     };
-    *guard = Some(s);
+    *guard = Some(s.clone());
     Ok(s)
 }
 
@@ -69,7 +127,7 @@ pub fn handle_options() -> gpumap::Result<HandleOptions> {
 }
 
 /// The names `get` and `set` know, in KvikIO's spelling.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 10] = [
     "compat_mode",
     "num_threads",
     "task_size",
@@ -77,12 +135,14 @@ pub const NAMES: [&str; 7] = [
     "bounce_buffer_size",
     "auto_direct_io_read",
     "auto_direct_io_write",
+    "http_max_attempts",
+    "http_status_codes",
+    "http_timeout",
 ];
 
 fn unknown(name: &str) -> PyErr {
     PyKeyError::new_err(format!(
-        "{name:?} is not a setting gpumapio knows; the settings are {} (KvikIO's http_* \
-         settings are for remote files, which gpumap does not read)",
+        "{name:?} is not a setting gpumapio knows; the settings are {}",
         NAMES.join(", ")
     ))
 }
@@ -114,19 +174,35 @@ pub fn defaults_get(py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
             other => PyBool::new(py, other == DirectRead::On).to_owned().into_any().unbind(),
         },
         "auto_direct_io_write" => PyBool::new(py, s.direct_io_write).to_owned().into_any().unbind(),
+        "http_max_attempts" => s.http_max_attempts.into_pyobject(py)?.into_any().unbind(),
+        "http_status_codes" => PyList::new(py, &s.http_status_codes)?.into_any().unbind(),
+        "http_timeout" => s.http_timeout.into_pyobject(py)?.into_any().unbind(),
         other => return Err(unknown(other)),
     })
 }
 
-/// An int setting in `least..=most`: a bool or any other type is a `TypeError`, a value
-/// outside the range a `ValueError` naming the bound it crosses. Compared as Python ints, so a
-/// value of any size gets the same message (never an `OverflowError`).
+/// An int setting in `least..=most`, raising what KvikIO raises where it refuses the value too
+/// (see the module's documentation); `most` is gpumap's own limit, a `ValueError` naming it.
+/// Compared as Python ints, so a value of any size gets its message.
 fn size_value(name: &str, value: &Bound<'_, PyAny>, least: u64, most: u64) -> PyResult<u64> {
     if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
-            "{name} must be an int, not {}",
+            "{name} has incorrect type (expected int, got {})",
             value.get_type().name()?
         )));
+    }
+    if value.lt(0)? {
+        return Err(PyOverflowError::new_err(format!(
+            "{name} {value}: can't convert negative value to an unsigned size"
+        )));
+    }
+    if value.gt(u64::MAX)? {
+        return Err(PyOverflowError::new_err(format!(
+            "{name} {value} is too large to convert to a 64-bit size (at most {most})"
+        )));
+    }
+    if least == 1 && value.eq(0)? {
+        return Err(PyValueError::new_err(format!("{name} must be a positive integer, got 0")));
     }
     if value.lt(least)? {
         return Err(PyValueError::new_err(format!("{name} must be at least {least}, got {value}")));
@@ -138,6 +214,43 @@ fn size_value(name: &str, value: &Bound<'_, PyAny>, least: u64, most: u64) -> Py
         )));
     }
     value.extract()
+}
+
+/// KvikIO's `http_timeout` is a signed count of seconds: zero and negative values are both a
+/// `ValueError` ("must be a positive integer").
+fn seconds_value(name: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>() && value.le(0)? {
+        return Err(PyValueError::new_err(format!(
+            "{name} must be a positive integer, got {value}"
+        )));
+    }
+    size_value(name, value, 1, u64::MAX)
+}
+
+/// A list of ints (HTTP statuses), each fitting a C int as KvikIO's do; anything else is a
+/// `TypeError` (an `OverflowError` for an int too large).
+fn status_codes_value(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<i32>> {
+    let list = value.cast::<PyList>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{name} has incorrect type (expected list of int, got {})",
+            value.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })?;
+    list.iter()
+        .map(|code| {
+            if code.is_instance_of::<PyBool>() || !code.is_instance_of::<PyInt>() {
+                return Err(PyTypeError::new_err(format!(
+                    "{name} has incorrect type (expected list of int, holds {})",
+                    code.get_type().name()?
+                )));
+            }
+            code.extract::<i32>().map_err(|_| {
+                PyOverflowError::new_err(format!(
+                    "{name}: status {code} is too large to convert to a C int"
+                ))
+            })
+        })
+        .collect()
 }
 
 /// `value` as a small int, if it is an int (not a bool) that fits; `None` for ints of any size
@@ -223,13 +336,9 @@ pub fn defaults_set(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyR
             check(py, update(|s| s.gds_threshold = n))
         }
         "bounce_buffer_size" => {
-            let n = size_value(name, value, PAGE, u64::MAX - (PAGE - 1))?;
-            if n % PAGE != 0 {
-                return Err(PyValueError::new_err(format!(
-                    "bounce_buffer_size {n}: must be a multiple of 4096 (bounce buffers are used \
-                     for O_DIRECT)"
-                )));
-            }
+            // Any size above zero, as KvikIO takes it; files round it up to whole pages (what
+            // `O_DIRECT` needs) when they open. The ceiling leaves room for that rounding.
+            let n = size_value(name, value, 1, u64::MAX - 4095)?;
             check(py, update(|s| s.bounce_buffer_size = n))
         }
         "auto_direct_io_read" => {
@@ -253,6 +362,18 @@ pub fn defaults_set(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyR
         "auto_direct_io_write" => {
             let on = bool_value(name, value, BOOL)?;
             check(py, update(|s| s.direct_io_write = on))
+        }
+        "http_max_attempts" => {
+            let n = size_value(name, value, 1, u64::MAX)?;
+            check(py, update(|s| s.http_max_attempts = n))
+        }
+        "http_status_codes" => {
+            let codes = status_codes_value(name, value)?;
+            check(py, update(move |s| s.http_status_codes = codes))
+        }
+        "http_timeout" => {
+            let n = seconds_value(name, value)?;
+            check(py, update(|s| s.http_timeout = n))
         }
         other => Err(unknown(other)),
     }

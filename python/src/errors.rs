@@ -1,20 +1,26 @@
 //! gpumap's errors as Python exceptions, in one place.
 //!
+//! KvikIO raises `RuntimeError` for every failed I/O ("Unable to open file: ...", "Operation not
+//! permitted"); Python code expects `OSError` subclasses with an errno. Both work here: each
+//! `OSError` below is an instance of a class made from the `OSError` subclass Python picks for
+//! the errno *and* `RuntimeError` (named like its `OSError` base, in module `gpumapio`), and its
+//! message holds KvikIO's phrase.
+//!
 //! | gpumap | Python |
 //! |---|---|
-//! | `Io` with an errno | `OSError(errno, message, filename)`, which Python turns into its subclass for that errno (`FileNotFoundError`, `PermissionError`, `IsADirectoryError`, ...) |
-//! | `Io` without one | `OSError(message)` |
+//! | `Io` with an errno | `OSError(errno, message, filename)` as Python makes it for that errno (`FileNotFoundError`, `PermissionError`, `IsADirectoryError`, ...), also a `RuntimeError`; failed opens say "Unable to open file" |
+//! | `Io` without one | `OSError(message)`, also a `RuntimeError` |
 //! | `UnexpectedEof` | `EOFError` |
 //! | `RowIndex` (a row index out of range) | `IndexError` |
-//! | `AccessMode` | `io.UnsupportedOperation` (an `OSError` and a `ValueError`, as for Python's own files) |
+//! | `AccessMode` | `io.UnsupportedOperation` (an `OSError` and a `ValueError`, as for Python's own files) with errno `EBADF`, also a `RuntimeError` saying "Operation not permitted" |
 //! | bad arguments, ranges, sizes, flags, settings | `ValueError` |
 //! | `Unavailable` (no CUDA, no cuFile, no such GPU) | `gpumapio.UnavailableError` (a `RuntimeError`, as KvikIO raises) |
 //! | `Cuda` | `gpumapio.CudaError` (an `OSError`; `.code`, `.name`, `.op`) |
 //! | `CuFile` | `gpumapio.CuFileError` (an `OSError`; `.code`, `.name`, `.op`, `.filename`) |
 //! | `OutOfBudget` | `gpumapio.OutOfBudgetError` (a `MemoryError`) |
-//! | `WriteBack` (a map's write-back failed) | `OSError(errno, message, filename)`, as `Io` |
-//! | `FileShrank` (a mapped file was cut under the map) | `OSError(message, filename)` |
-//! | `NotRegularFile` (a FIFO, a device, a /proc file) | `OSError(message)` |
+//! | `WriteBack` (a map's write-back failed) | as `Io` |
+//! | `FileShrank` (a mapped file was cut under the map) | `OSError(message)`, also a `RuntimeError` |
+//! | `NotRegularFile` (a FIFO, a device, a /proc file) | `OSError(message)`, also a `RuntimeError` |
 //! | `ResourceLimit` (RLIMIT_MEMLOCK, available memory) | `MemoryError` |
 //! | a panic, in gpumap or here | `RuntimeError` with the panic message (never unwinds into Python) |
 
@@ -27,7 +33,8 @@ use pyo3::exceptions::{
     PyEOFError, PyIndexError, PyMemoryError, PyOSError, PyRuntimeError, PyValueError,
 };
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 pyo3::create_exception!(
     gpumapio,
@@ -60,25 +67,27 @@ pub fn to_py(py: Python<'_>, e: &Error) -> PyErr {
     // The whole chain ("write-back of x failed; 4096 bytes stay dirty: pwrite failed on x: Input/output error"), once.
     let message = gpumap::error::Report(e).to_string();
     match e {
-        Error::Io { path, source, .. } => match source.raw_os_error() {
-            Some(errno) => {
-                let filename = path.as_ref().map(|p| p.display().to_string());
-                match filename {
-                    Some(f) => PyOSError::new_err((errno, message, f)),
-                    None => PyOSError::new_err((errno, message)),
-                }
-            }
-            None => PyOSError::new_err(message),
-        },
+        Error::Io { op, path, source, .. } => {
+            let filename = path.as_ref().map(|p| p.display().to_string());
+            let message = match (*op, &filename) {
+                ("open", Some(f)) => format!("Unable to open file {f:?}: {source}"),
+                ("open", None) => format!("Unable to open file: {message}"),
+                _ => message,
+            };
+            os_error(py, source.raw_os_error(), message, filename)
+        }
         Error::UnexpectedEof { .. } => PyEOFError::new_err(message),
         Error::RowIndex { .. } => PyIndexError::new_err(message),
         Error::AccessMode { .. } => unsupported_operation(py, message),
+        // KvikIO's phrase first, for `match=` written for it.
+        Error::InvalidFlags(_) => {
+            PyValueError::new_err(format!("Unknown file open flag: {message}"))
+        }
         Error::OutOfRange { .. }
         | Error::OutOfView { .. }
         | Error::Overflow { .. }
         | Error::Unaligned { .. }
         | Error::BufferTooSmall { .. }
-        | Error::InvalidFlags(_)
         | Error::InvalidConfig { .. }
         | Error::InvalidArgument(_) => PyValueError::new_err(message),
         Error::Unavailable { .. } => UnavailableError::new_err(message),
@@ -102,24 +111,74 @@ pub fn to_py(py: Python<'_>, e: &Error) -> PyErr {
             err
         }
         Error::OutOfBudget { .. } => OutOfBudgetError::new_err(message),
-        Error::WriteBack { path, .. } => match e.raw_os_error() {
-            Some(errno) => PyOSError::new_err((errno, message, path.display().to_string())),
-            None => PyOSError::new_err(message),
-        },
-        Error::FileShrank { .. } | Error::NotRegularFile { .. } => PyOSError::new_err(message),
+        Error::WriteBack { path, .. } => {
+            os_error(py, e.raw_os_error(), message, Some(path.display().to_string()))
+        }
+        Error::FileShrank { .. } | Error::NotRegularFile { .. } => {
+            os_error(py, None, message, None)
+        }
         Error::ResourceLimit { .. } => PyMemoryError::new_err(message),
         Error::TaskPanicked(_) => PyRuntimeError::new_err(message),
         _ => PyRuntimeError::new_err(message),
     }
 }
 
-/// `io.UnsupportedOperation(message)`: what Python's own files raise for reading a file opened
-/// for writing only, and the reverse.
+/// The class that is both `base` (an `OSError` subclass) and `RuntimeError`, made once per base.
+fn also_runtime_error<'py>(base: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyType>> {
+    static MADE: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+    let py = base.py();
+    let made = MADE.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
+    if let Some(class) = made.get_item(base)? {
+        return Ok(class.cast_into::<PyType>()?);
+    }
+    let namespace = PyDict::new(py);
+    namespace.set_item("__module__", "gpumapio")?;
+    namespace.set_item(
+        "__doc__",
+        format!("{}, and a RuntimeError as KvikIO raises for failed I/O.", base.name()?),
+    )?;
+    let bases = PyTuple::new(py, [base.as_any(), py.get_type::<PyRuntimeError>().as_any()])?;
+    let class =
+        py.get_type::<PyType>().call1((base.name()?, bases, namespace))?.cast_into::<PyType>()?;
+    made.set_item(base, &class)?;
+    Ok(class)
+}
+
+/// `OSError(errno, message[, filename])` — of the subclass Python picks for the errno — that
+/// is also a `RuntimeError`.
+fn os_error(
+    py: Python<'_>,
+    errno: Option<i32>,
+    message: String,
+    filename: Option<String>,
+) -> PyErr {
+    let made = (|| -> PyResult<Bound<'_, PyAny>> {
+        let args = match (errno, filename) {
+            (Some(n), Some(f)) => (n, message.clone(), f).into_pyobject(py)?.into_any(),
+            (Some(n), None) => (n, message.clone()).into_pyobject(py)?.into_any(),
+            (None, _) => (message.clone(),).into_pyobject(py)?.into_any(),
+        };
+        let args = args.cast_into::<PyTuple>()?;
+        // OSError's constructor picks the subclass for the errno (FileNotFoundError, ...).
+        let plain = py.get_type::<PyOSError>().call1(args.clone())?;
+        also_runtime_error(&plain.get_type())?.call1(args)
+    })();
+    match made {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(_) => PyOSError::new_err(message),
+    }
+}
+
+/// `io.UnsupportedOperation(EBADF, message)`, also a `RuntimeError`: what Python's own files
+/// raise for reading a file opened for writing only, and the reverse; the message holds
+/// KvikIO's "Operation not permitted".
 fn unsupported_operation(py: Python<'_>, message: String) -> PyErr {
+    let message = format!("Operation not permitted: {message}");
     let made = py
         .import("io")
         .and_then(|io| io.getattr("UnsupportedOperation"))
-        .and_then(|cls| cls.call1(PyTuple::new(py, [message.clone()])?));
+        .and_then(|cls| also_runtime_error(cls.cast::<PyType>()?))
+        .and_then(|cls| cls.call1((libc::EBADF, message.clone())));
     match made {
         Ok(instance) => PyErr::from_value(instance),
         Err(_) => PyValueError::new_err(message),

@@ -18,7 +18,7 @@ use crate::future::{IOFuture, IOFutureStream, Pending};
 /// A blocking read of `dst` at `offset`. One task's worth runs on the calling thread, as it
 /// did; a longer read runs on the pool while this thread waits in steps, so that Ctrl-C stops
 /// it between tasks (see [`wait_interruptibly`]).
-fn read_blocking(
+pub(crate) fn read_blocking(
     py: Python<'_>,
     handle: &FileHandle,
     mut dst: OwnedDst,
@@ -49,6 +49,19 @@ fn write_blocking(
     let (src, n) = wait_interruptibly(py, handle.pwrite_device(src, offset))?;
     drop(src);
     Ok(n)
+}
+
+/// The error of a stream-ordered transfer the file's open mode does not allow, if it is one.
+/// KvikIO raises it when the result is checked (`check_bytes_done`), not when the transfer is
+/// queued, so the stream calls hand it to their future instead of raising it.
+fn refused_by_mode(handle: &FileHandle, mode: &str, read: bool) -> Option<gpumap::Error> {
+    let flags = handle.flags();
+    let allowed = if read { flags.read } else { flags.write };
+    (!allowed).then(|| gpumap::Error::AccessMode {
+        path: handle.path().to_path_buf(),
+        mode: mode.to_string(),
+        op: if read { "reading" } else { "writing" },
+    })
 }
 
 /// A stream-ordered transfer on one of gpumap's streams, and the memory it uses.
@@ -360,6 +373,9 @@ impl CuFile {
     ) -> PyResult<IOFutureStream> {
         let handle = self.handle()?;
         let mem = memory(buf, true)?;
+        if let Some(refused) = refused_by_mode(&handle, &self.flags, true) {
+            return Ok(IOFutureStream::ready(Err(refused)));
+        }
         if let Ok(stream) = raw_stream.cast::<Stream>() {
             let len = span(&mem, size, dev_offset)?;
             let (view, keep) = mem.into_cuda_dst(py, dev_offset, len)?;
@@ -388,6 +404,9 @@ impl CuFile {
     ) -> PyResult<IOFutureStream> {
         let handle = self.handle()?;
         let mem = memory(buf, false)?;
+        if let Some(refused) = refused_by_mode(&handle, &self.flags, false) {
+            return Ok(IOFutureStream::ready(Err(refused)));
+        }
         if let Ok(stream) = raw_stream.cast::<Stream>() {
             let len = span(&mem, size, dev_offset)?;
             let (view, keep) = mem.into_cuda_src(py, dev_offset, len)?;

@@ -9,6 +9,7 @@
 //! - [`future`]: `IOFuture` and `IOFutureStream`;
 //! - [`defaults`]: `gpumapio.defaults` (KvikIO's settings);
 //! - [`file`]: the `CuFile` class;
+//! - [`mmap`]: the `Mmap` class (KvikIO's host-mmap reader, over gpumap's page-cache path);
 //! - [`cufile`]: low-level cuFile (driver, handles, batches, stream-ordered I/O, buffer
 //!   registration), streams, and what the machine offers;
 //! - [`pagecache`]: residency, warm, evict, drop, lock;
@@ -22,6 +23,7 @@ mod errors;
 mod file;
 mod future;
 mod maps;
+mod mmap;
 mod pagecache;
 mod rows;
 
@@ -31,6 +33,7 @@ use pyo3::prelude::*;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<file::CuFile>()?;
+    m.add_class::<mmap::Mmap>()?;
     m.add_class::<future::IOFuture>()?;
     m.add_class::<future::IOFutureStream>()?;
     m.add_function(wrap_pyfunction!(defaults::defaults_get, m)?)?;
@@ -41,6 +44,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cufile::BufferRegistration>()?;
     m.add_function(wrap_pyfunction!(cufile::driver_open, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::driver_properties, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::library_version, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::buf_register, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::capabilities, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::gpu_count, m)?)?;

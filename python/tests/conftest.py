@@ -64,7 +64,8 @@ def data_file(tmp_path, rng):
 def _restore_defaults():
     """Every test starts and ends with the same settings."""
     names = ["compat_mode", "num_threads", "task_size", "gds_threshold", "bounce_buffer_size",
-             "auto_direct_io_read", "auto_direct_io_write"]
+             "auto_direct_io_read", "auto_direct_io_write", "http_max_attempts", "http_status_codes",
+             "http_timeout"]
     saved = {n: gpumapio.defaults.get(n) for n in names}
     yield
     gpumapio.defaults.set(saved)

@@ -286,10 +286,9 @@ impl Config {
                 }
                 Setting::BounceBufferSize => {
                     let n = parse_size(&value).map_err(invalid)?;
-                    if n == 0 || n % crate::align::PAGE_SIZE != 0 {
-                        return Err(invalid(
-                            "expected a multiple of 4096 bytes above zero (bounce buffers are used for O_DIRECT)".into(),
-                        ));
+                    if n == 0 {
+                        // Any other size is taken, rounded up to whole pages where files open.
+                        return Err(invalid("expected a size above zero".into()));
                     }
                     config.bounce_buffer_size = n;
                 }
@@ -474,7 +473,7 @@ mod tests {
             ("GPUMAP_TASK_SIZE", "1.5M"),
             ("GPUMAP_TASK_SIZE", "4 parsecs"),
             ("KVIKIO_GDS_THRESHOLD", "99999999999999999999"),
-            ("GPUMAP_BOUNCE_BUFFER_SIZE", "1000"),
+            ("GPUMAP_BOUNCE_BUFFER_SIZE", "0"),
             ("GPUMAP_COMPAT_MODE", "sometimes"),
             ("GPUMAP_AUTO_DIRECT_IO_READ", "maybe"),
         ] {
@@ -484,6 +483,14 @@ mod tests {
                 }
                 other => panic!("{var}={value}: expected InvalidConfig, got {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn any_positive_bounce_buffer_size_is_taken() {
+        for (value, want) in [("1", 1), ("1000", 1000), ("4097", 4097), ("4M", 4 << 20)] {
+            let c = with(&[("KVIKIO_BOUNCE_BUFFER_SIZE", value)]).unwrap();
+            assert_eq!(c.bounce_buffer_size, want, "{value}");
         }
     }
 

@@ -111,6 +111,7 @@ on_each_backend!(
     transfers_beyond_4_gib,
     a_read_only_handle_refuses_writes_before_any_io,
     concurrent_small_futures_coalesce_correctly,
+    bounce_buffers_of_any_size_move_the_right_bytes,
 );
 on_host_and_gpu!(batched_reads_match_the_file);
 
@@ -153,6 +154,28 @@ fn round_trips_at_odd_sizes_offsets_and_thread_counts(backend: &Backend) {
             fs::remove_file(&path).unwrap();
         }
     }
+}
+
+/// Bounce buffer sizes that are not whole pages (KvikIO takes any size above zero) are
+/// rounded up at open; transfers through them, `O_DIRECT` on, move exactly the bytes asked.
+fn bounce_buffers_of_any_size_move_the_right_bytes(backend: &Backend) {
+    let dir = test_dir();
+    let len = (3 << 20) + 777;
+    let data = random_bytes(len, 23);
+    for bounce in [1u64, 1000, 4097, 65_537] {
+        let path = dir.path().join(format!("bounce-{bounce}"));
+        let mut options = backend.options(3, 1 << 20);
+        options.bounce_buffer_size(bounce);
+        let fh = options.open(&path, "w+").unwrap();
+        let what = format!("{} bounce buffer {bounce}", backend.name());
+        assert_eq!(backend.write(&fh, &data, 4099).unwrap(), len, "{what}");
+        assert!(fs::read(&path).unwrap()[4099..] == data[..], "file content, {what}");
+        assert!(backend.read(&fh, len, 4099).unwrap() == data, "read back, {what}");
+        fs::remove_file(&path).unwrap();
+    }
+    let zero = backend.options(1, 1 << 20).bounce_buffer_size(0).open(dir.path().join("z"), "w");
+    assert!(matches!(zero, Err(Error::InvalidArgument(_))), "{zero:?}");
+    assert!(!dir.path().join("z").exists(), "a refused open creates nothing");
 }
 
 fn cold_reads_under_every_direct_read_policy(backend: &Backend) {

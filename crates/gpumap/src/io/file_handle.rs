@@ -111,8 +111,8 @@ impl HandleOptions {
         self
     }
 
-    /// Sets the size of each pinned bounce buffer (the POSIX path to device memory): a
-    /// non-zero multiple of the page size, checked at open.
+    /// Sets the size of each pinned bounce buffer (the POSIX path to device memory): any size
+    /// above zero, rounded up to whole pages at open (`O_DIRECT` reads fill them).
     pub fn bounce_buffer_size(&mut self, bytes: u64) -> &mut Self {
         self.settings.bounce_buffer_size = bytes;
         self

@@ -42,6 +42,18 @@ pub struct CuFileProperties {
     pub status_flags: u32,
     /// Raw feature flags (`CUfileFeatureFlags` bits: dynamic routing, batch, streams, ...).
     pub feature_flags: u32,
+    /// Whether cuFile polls for completion of small transfers (`CU_FILE_USE_POLL_MODE`).
+    pub poll_mode: bool,
+    /// Whether cuFile may fall back to its POSIX path (`CU_FILE_ALLOW_COMPAT_MODE`).
+    pub allow_compat_mode: bool,
+    /// Transfers up to this size poll in poll mode, KiB (as cuFile reports it).
+    pub poll_thresh_size_kb: usize,
+    /// Device memory cuFile keeps for its own bounce buffers, KiB.
+    pub max_device_cache_size_kb: u32,
+    /// Size of each of those buffers, KiB.
+    pub per_buffer_cache_size_kb: u32,
+    /// Device memory cuFile may pin, KiB.
+    pub max_pinned_memory_size_kb: u32,
 }
 
 impl CuFileDriver {
@@ -60,8 +72,22 @@ impl CuFileDriver {
                 max_batch_io_size: p.max_batch_io_size,
                 status_flags: p.status_flags,
                 feature_flags: p.feature_flags,
+                // CUfileDriverControlFlags: bit 0 poll mode, bit 1 compat mode allowed.
+                poll_mode: p.control_flags & 1 != 0,
+                allow_compat_mode: p.control_flags & 2 != 0,
+                poll_thresh_size_kb: p.poll_thresh_size_kb,
+                max_device_cache_size_kb: p.max_device_cache_size_kb,
+                per_buffer_cache_size_kb: p.per_buffer_cache_size_kb,
+                max_pinned_memory_size_kb: p.max_device_pinned_mem_size_kb,
             }),
         }))
+    }
+
+    /// The cuFile library's version as (major, minor), without opening the driver; `None`
+    /// where the library is older than `cuFileGetVersion` (1.8); `Unavailable` without one.
+    #[doc(alias = "cuFileGetVersion")]
+    pub fn library_version() -> Result<Option<(u32, u32)>> {
+        Ok(sys::library()?.version())
     }
 
     /// The library name (or override path) that was loaded, without opening the driver;

@@ -11,7 +11,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use crate::align::PAGE_SIZE;
+use crate::align::{align_up, PAGE_SIZE};
 use crate::config::{CompatMode, Config, DirectRead};
 use crate::error::{Error, Result};
 use crate::io::compat::{self, CompatDecision, IoPath};
@@ -89,15 +89,21 @@ impl HandleState {
         if settings.task_size == 0 {
             return Err(Error::InvalidArgument("task size 0: a task moves at least 1 byte".into()));
         }
-        if settings.bounce_buffer_size == 0
-            || !settings.bounce_buffer_size.is_multiple_of(PAGE_SIZE)
-        {
-            return Err(Error::Unaligned {
-                what: "bounce buffer size",
-                value: settings.bounce_buffer_size,
-                alignment: PAGE_SIZE,
-            });
-        }
+        // Any positive size is taken (as KvikIO takes it); the buffers are made a whole number
+        // of pages, since the `O_DIRECT` reads that fill them need page-aligned lengths.
+        let mut settings = settings;
+        settings.bounce_buffer_size = match settings.bounce_buffer_size {
+            0 => {
+                return Err(Error::InvalidArgument(
+                    "bounce buffer size 0: a bounce buffer holds at least 1 byte".into(),
+                ))
+            }
+            n => align_up(n, PAGE_SIZE).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "bounce buffer size {n}: too large to round up to whole pages of {PAGE_SIZE} bytes"
+                ))
+            })?,
+        };
         let pool = match pool {
             Some(p) => p.clone(),
             None => IoPool::global()?,

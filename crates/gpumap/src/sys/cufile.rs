@@ -158,6 +158,8 @@ struct Api {
     cuFileBatchIODestroy: Result<unsafe extern "C" fn(BatchHandle), String>,
     cuFileReadAsync: Result<AsyncFn, String>,
     cuFileWriteAsync: Result<AsyncFn, String>,
+    /// cuFile 1.8 and later.
+    cuFileGetVersion: Result<unsafe extern "C" fn(*mut c_int) -> FileStatus, String>,
 }
 
 /// The loaded cuFile library.
@@ -206,8 +208,22 @@ fn load_library() -> Result<Library, String> {
         cuFileBatchIODestroy: unsafe { symbol(lib, "cuFileBatchIODestroy") },
         cuFileReadAsync: unsafe { symbol(lib, "cuFileReadAsync") },
         cuFileWriteAsync: unsafe { symbol(lib, "cuFileWriteAsync") },
+        cuFileGetVersion: unsafe { symbol(lib, "cuFileGetVersion") },
     };
     Ok(Library { api, name })
+}
+
+impl Library {
+    /// `cuFileGetVersion` as (major, minor) — the number is `major * 1000 + minor * 10` —
+    /// or `None` where the library predates it or fails to say. Needs no open driver.
+    pub(crate) fn version(&self) -> Option<(u32, u32)> {
+        let get = self.api.cuFileGetVersion.as_ref().ok()?;
+        let mut version: c_int = 0;
+        // SAFETY: `version` is a valid out-pointer for the int the function writes.
+        let st = unsafe { get(&mut version) };
+        let version = u32::try_from(version).ok().filter(|_| st.err == CU_FILE_SUCCESS)?;
+        Some((version / 1000, (version % 1000) / 10))
+    }
 }
 
 /// The cuFile library, loaded once per process (no driver call is made).
@@ -233,6 +249,16 @@ pub(crate) struct DriverProps {
     pub(crate) status_flags: u32,
     /// Feature flags (batch, streams, ...).
     pub(crate) feature_flags: u32,
+    /// Driver control flags (`CU_FILE_USE_POLL_MODE`, `CU_FILE_ALLOW_COMPAT_MODE` bits).
+    pub(crate) control_flags: u32,
+    /// Reads and writes up to this size poll in poll mode, KiB.
+    pub(crate) poll_thresh_size_kb: usize,
+    /// Device memory cuFile keeps for its own bounce buffers, KiB.
+    pub(crate) max_device_cache_size_kb: u32,
+    /// Size of each of those buffers, KiB.
+    pub(crate) per_buffer_cache_size_kb: u32,
+    /// Device memory cuFile may pin, KiB.
+    pub(crate) max_device_pinned_mem_size_kb: u32,
 }
 
 /// The opened cuFile driver.
@@ -299,6 +325,11 @@ fn open_driver() -> Result<Driver, String> {
             max_batch_io_size: p.max_batch_io_size,
             status_flags: p.nvfs.dstatusflags,
             feature_flags: p.fflags,
+            control_flags: p.nvfs.dcontrolflags,
+            poll_thresh_size_kb: p.nvfs.poll_thresh_size,
+            max_device_cache_size_kb: p.max_device_cache_size,
+            per_buffer_cache_size_kb: p.per_buffer_cache_size,
+            max_device_pinned_mem_size_kb: p.max_device_pinned_mem_size,
         })
     });
     Ok(Driver { library, props })

@@ -1,0 +1,309 @@
+"""KvikIO 26.x's documented Python behaviour (issue 23), item by item: settings, their errors,
+the http_* settings, I/O errors that are OSErrors and RuntimeErrors, write-only files, the
+functions KvikIO has, ``Mmap``, and the zarr store opened by concurrent first calls. Host buffers
+everywhere; the same checks with CuPy buffers where a GPU is present (skipped visibly without)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import io
+import os
+
+import numpy as np
+import pytest
+
+import gpumapio as kvikio
+from conftest import need_gpu
+from gpumapio import cufile_driver, defaults
+
+# Buffer makers: NumPy always, CuPy on a GPU.
+BUFFERS = ["numpy", "cupy"]
+
+
+def _xp(kind):
+    return np if kind == "numpy" else need_gpu("cupy")
+
+
+def _host(array):
+    return array.get() if hasattr(array, "get") else array
+
+
+# Item 2: any positive bounce buffer size, and I/O correct through it.
+
+
+@pytest.mark.parametrize("kind", BUFFERS)
+@pytest.mark.parametrize("size", [1, 10, 100, 1000, 4097, 65537])
+def test_any_positive_bounce_buffer_size_reads_and_writes_correctly(tmp_path, data_file, kind, size):
+    xp = _xp(kind)
+    path, data = data_file
+    with defaults.set({"bounce_buffer_size": size, "auto_direct_io_read": True, "auto_direct_io_write": True}):
+        assert defaults.get("bounce_buffer_size") == size
+        with kvikio.CuFile(path, "r") as f:
+            buf = xp.zeros(len(data) - 4099, dtype=xp.uint8)
+            assert f.read(buf, file_offset=4099) == len(data) - 4099
+            assert _host(buf).tobytes() == data[4099:]
+        out = tmp_path / f"out-{size}.bin"
+        with kvikio.CuFile(out, "w") as f:
+            assert f.pwrite(xp.asarray(np.frombuffer(data, np.uint8)), file_offset=5).get() == len(data)
+        assert out.read_bytes()[5:] == data
+
+
+# Item 3: KvikIO's exception types and key phrases.
+
+
+@pytest.mark.parametrize("name", ["num_threads", "task_size", "bounce_buffer_size", "http_max_attempts"])
+def test_zero_is_a_value_error_naming_a_positive_integer(name):
+    with pytest.raises(ValueError, match="positive integer"):
+        defaults.set(name, 0)
+
+
+@pytest.mark.parametrize(
+    "name", ["num_threads", "task_size", "bounce_buffer_size", "gds_threshold", "http_max_attempts"]
+)
+def test_negative_is_an_overflow_error_naming_a_negative_value(name):
+    before = defaults.get(name)
+    with pytest.raises(OverflowError, match="negative value"):
+        defaults.set(name, -1)
+    assert defaults.get(name) == before
+
+
+@pytest.mark.parametrize("bad", [(429,), "429", 429, [429.0], [None], {429: 1}])
+def test_http_status_codes_not_a_list_of_ints_is_a_type_error(bad):
+    with pytest.raises(TypeError):
+        defaults.set("http_status_codes", bad)
+
+
+# Item 4: the remote settings, with KvikIO's defaults.
+
+
+def test_http_settings_have_kvikios_defaults_and_round_trip():
+    assert defaults.get("http_max_attempts") == 3
+    assert defaults.get("http_status_codes") == [429, 500, 502, 503, 504]
+    assert defaults.get("http_timeout") == 60
+    with defaults.set({"http_max_attempts": 7, "http_status_codes": [503], "http_timeout": 5}):
+        assert defaults.get("http_max_attempts") == 7
+        assert defaults.get("http_status_codes") == [503]
+        assert defaults.get("http_timeout") == 5
+    assert defaults.get("http_status_codes") == [429, 500, 502, 503, 504]
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="positive integer"):
+            defaults.set("http_timeout", bad)
+
+
+def test_http_settings_come_from_kvikio_variables():
+    from test_defaults import _in_child
+
+    code = (
+        "import json, gpumapio.defaults as d; "
+        "print(json.dumps([d.get(n) for n in ('http_max_attempts', 'http_status_codes', 'http_timeout')]))"
+    )
+    out = _in_child(
+        {"KVIKIO_HTTP_MAX_ATTEMPTS": "9", "KVIKIO_HTTP_STATUS_CODES": "500, 503", "KVIKIO_HTTP_TIMEOUT": "7"},
+        code,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[9, [500, 503], 7]"
+    out = _in_child({"KVIKIO_HTTP_TIMEOUT": "0"}, code)
+    assert out.returncode != 0 and "KVIKIO_HTTP_TIMEOUT" in out.stderr
+
+
+# Item 5: I/O errors are OSErrors with the errno and RuntimeErrors with KvikIO's phrases.
+
+
+def test_missing_file_is_file_not_found_and_runtime_error(tmp_path):
+    missing = tmp_path / "missing.bin"
+    for call in (lambda: kvikio.CuFile(missing, "r"), lambda: kvikio.get_page_cache_info(missing),
+                 lambda: kvikio.Mmap(missing)):
+        with pytest.raises(RuntimeError, match="Unable to open file.*No such file or directory") as e:
+            call()
+        assert isinstance(e.value, FileNotFoundError) and e.value.errno == errno.ENOENT
+
+
+@pytest.mark.parametrize("kind", BUFFERS)
+def test_wrong_access_mode_is_operation_not_permitted(tmp_path, kind):
+    xp = _xp(kind)
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 64)
+    buf = xp.zeros(8, dtype=xp.uint8)
+    with kvikio.CuFile(path, "r") as f:
+        with pytest.raises(RuntimeError, match="Operation not permitted") as e:
+            f.write(buf)
+        assert isinstance(e.value, io.UnsupportedOperation) and e.value.errno == errno.EBADF
+    with kvikio.CuFile(tmp_path / "w.bin", "w") as f:
+        with pytest.raises(RuntimeError, match="Operation not permitted"):
+            f.read(buf)
+        with pytest.raises(OSError, match="Operation not permitted"):
+            f.pread(buf).get()
+    assert path.read_bytes() == b"x" * 64
+
+
+# Item 6: a write-only file.
+
+
+@pytest.mark.parametrize("kind", BUFFERS)
+def test_write_only_file_flags_and_stream_read_fail_when_checked(tmp_path, kind):
+    xp = _xp(kind)
+    with kvikio.CuFile(tmp_path / "w.bin", "w") as f:
+        flags = f.open_flags()
+        assert flags & os.O_ACCMODE == os.O_WRONLY
+        assert flags & (os.O_CREAT | os.O_TRUNC) == 0  # F_GETFL keeps the access mode, not these
+        future = f.raw_read_async(xp.zeros(16, dtype=xp.uint8), 0)  # no error yet
+        with pytest.raises(RuntimeError, match="Operation not permitted"):
+            future.check_bytes_done()
+    with kvikio.CuFile(tmp_path / "w.bin", "w+") as f:
+        assert f.open_flags() & os.O_ACCMODE == os.O_RDWR
+    with kvikio.CuFile(tmp_path / "w.bin", "r") as f:
+        assert f.open_flags() & os.O_ACCMODE == os.O_RDONLY
+        future = f.raw_write_async(xp.zeros(16, dtype=xp.uint8), 0)
+        with pytest.raises(RuntimeError, match="Operation not permitted"):
+            future.check_bytes_done()
+
+
+# Item 7: the functions and properties KvikIO has.
+
+
+def test_top_level_functions_exist_and_behave():
+    for name in ("Mmap", "bounce_buffer_free", "stream_register", "stream_deregister", "memory_register",
+                 "memory_deregister", "get_page_cache_info", "drop_file_page_cache",
+                 "drop_system_page_cache", "clear_page_cache"):
+        assert callable(getattr(kvikio, name)), name
+    assert kvikio.bounce_buffer_free() == 0
+    assert kvikio.stream_register(0, 0) is None
+    assert kvikio.stream_deregister(0) is None
+    with pytest.raises(TypeError):
+        kvikio.stream_register("stream", 0)
+
+
+def test_libcufile_version_is_a_pair_of_ints():
+    version = cufile_driver.libcufile_version()
+    assert isinstance(version, tuple) and len(version) == 2 and all(isinstance(v, int) for v in version)
+    if not kvikio.capabilities()["cufile_library"]:
+        assert version == (0, 0)
+
+
+def test_cufile_driver_get_set_and_properties():
+    with pytest.raises(KeyError):
+        cufile_driver.get("no_such_property")
+    with pytest.raises(KeyError, match="read-only"):
+        cufile_driver.set("major_version", 3)
+    with pytest.raises(ValueError):
+        cufile_driver.set(1, 2, 3)
+    assert isinstance(cufile_driver.properties.is_gds_available, bool)
+    assert set(dir(cufile_driver.properties)) >= {"poll_mode", "poll_thresh_size", "max_device_cache_size",
+                                                  "max_pinned_memory_size", "allow_compat_mode"}
+    if not kvikio.capabilities()["cufile_usable"]:
+        # As KvikIO: reading or setting the driver's properties needs the driver.
+        assert cufile_driver.get("is_gds_available") is False
+        with pytest.raises(RuntimeError):
+            cufile_driver.get("poll_mode")
+        with pytest.raises(RuntimeError):
+            cufile_driver.set("poll_mode", True)
+        return
+    old = cufile_driver.get("poll_thresh_size")
+    with cufile_driver.set({"poll_mode": True, "poll_thresh_size": old + 4}):
+        assert cufile_driver.get("poll_mode") is True
+        assert cufile_driver.properties.poll_thresh_size == old + 4
+    assert cufile_driver.get("poll_thresh_size") == old
+
+
+def test_numpy_fromfile_refuses_sep_with_kvikios_phrase(data_file):
+    from gpumapio import numpy as knp
+
+    path, data = data_file
+    with pytest.raises(NotImplementedError, match="Non-default value of the `sep`"):
+        knp.fromfile(path, sep=",")
+    assert knp.fromfile(path, dtype="u1", count=5, offset=3).tobytes() == data[3:8]
+
+
+# Item 1: Mmap.
+
+
+@pytest.mark.parametrize("kind", BUFFERS)
+def test_mmap_reads_like_kvikio(data_file, kind):
+    xp = _xp(kind)
+    path, data = data_file
+    m = kvikio.Mmap(path)
+    assert (m.file_size(), m.closed(), m.initial_map_offset(), m.initial_map_size()) == (len(data), False, 0, len(data))
+    whole = xp.zeros(len(data), dtype=xp.uint8)
+    assert m.read(whole) == len(data)  # size defaults to the rest of the file
+    assert _host(whole).tobytes() == data
+    part = xp.zeros(1000, dtype=xp.uint8)
+    assert m.read(part, 100, 12345) == 100
+    assert _host(part)[:100].tobytes() == data[12345:12445]
+    future = m.pread(part, 1000, 777, task_size=64)
+    assert isinstance(future, kvikio.IOFuture) and future.get() == 1000
+    assert _host(part).tobytes() == data[777:1777]
+    assert m.read(part, 0, len(data)) == 0
+    with pytest.raises(ValueError, match="Size is greater than the size of the buffer"):
+        m.read(part)
+    with pytest.raises(IndexError, match="Offset is past the end of file"):
+        m.read(part, 1, len(data) + 1)
+    with pytest.raises(IndexError, match="Read is out of bound"):
+        m.pread(part, 100, len(data) - 50)
+    m.close()
+    m.close()
+    assert m.closed() and m.file_size() == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        m.read(part)
+
+
+def test_mmap_mapped_range_and_bad_arguments(data_file):
+    path, data = data_file
+    m = kvikio.Mmap(path, "r", 8192, 4096)
+    buf = np.zeros(100, np.uint8)
+    assert m.read(buf, 100, 4096 + 8000) == 100 and buf.tobytes() == data[12096:12196]
+    with pytest.raises(IndexError, match="Read is out of bound"):
+        m.read(buf, 100, 0)
+    with pytest.raises(IndexError, match="Read is out of bound"):
+        m.read(buf, 100, 4096 + 8100)
+    with pytest.raises(ValueError, match="should not be zero byte"):
+        kvikio.Mmap(path, "r", 0)
+    with pytest.raises(IndexError, match="Offset must be less than the file size"):
+        kvikio.Mmap(path, initial_map_offset=len(data))
+    with pytest.raises(IndexError, match="past the end of file"):
+        kvikio.Mmap(path, "r", len(data), 1)
+    with pytest.raises(RuntimeError, match="not supported"):
+        kvikio.Mmap(path, "w")
+    assert path.read_bytes() == data  # nothing truncated
+    with pytest.raises(OverflowError):
+        m.read(buf, 1, -1)
+    with kvikio.Mmap(path, "r", None, 0, 0o600, 0) as m2:
+        assert m2.read(bytearray(4), 4, 1) == 4
+    assert m2.closed()
+
+
+# Item 8: the zarr store, opened by concurrent first calls.
+
+
+def test_zarr_store_opened_by_concurrent_first_calls(tmp_path):
+    pytest.importorskip("zarr")
+    from zarr.core.buffer import cpu, default_buffer_prototype
+
+    from gpumapio.zarr import GDSStore
+
+    async def run():
+        store = GDSStore(str(tmp_path))
+        assert not store._is_open
+        await asyncio.gather(*(store.set(f"k{i}", cpu.Buffer.from_bytes(bytes([i]) * 10)) for i in range(16)))
+        reader = GDSStore(str(tmp_path))
+        got = await asyncio.gather(*(reader.get(f"k{i}", default_buffer_prototype()) for i in range(16)))
+        return [g.to_bytes() for g in got]
+
+    assert asyncio.run(run()) == [bytes([i]) * 10 for i in range(16)]
+
+
+# The program written for KvikIO 26.10's API runs unchanged with gpumapio.
+
+
+def test_kvikio_program_runs_with_gpumapio(tmp_path):
+    pytest.importorskip("zarr")
+    import pathlib
+    import subprocess
+    import sys
+
+    program = pathlib.Path(__file__).parents[1] / "examples" / "kvikio_program.py"
+    run = subprocess.run([sys.executable, str(program), str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "all checks passed with gpumapio" in run.stdout
