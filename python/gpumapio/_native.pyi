@@ -31,6 +31,7 @@ __all__ = [
     "buf_register",
     "capabilities",
     "gpu_count",
+    "read_files",
     "LockedRange",
     "residency",
     "warm",
@@ -139,6 +140,11 @@ class CuFile:
         file_offset: int = 0,
         dev_offset: int = 0,
     ) -> IOFutureStream: ...
+
+def read_files(buf: _Buffer, files: Sequence[CuFile], pieces: Sequence[tuple[int, int, int, int]]) -> list[int]:
+    """Reads ``pieces`` — ``(file index, file offset, size, buffer offset)`` each — of
+    ``files`` into ``buf``, every file's reads in flight together in one pipeline; returns each
+    piece's count (short only where its file ends first)."""
 
 def defaults_get(name: str) -> Any: ...
 def defaults_set(name: str, value: Any) -> None: ...

@@ -11,6 +11,7 @@
 //! - [`file`]: the `CuFile` class;
 //! - [`cufile`]: low-level cuFile (driver, handles, batches, stream-ordered I/O, buffer
 //!   registration), streams, and what the machine offers;
+//! - [`multi_read`]: pieces of many files into one buffer in one pipeline (checkpoints);
 //! - [`pagecache`]: residency, warm, evict, drop, lock;
 //! - [`maps`]: files in GPU memory through gpumap's `DeviceCache` (`DeviceCache`,
 //!   `MappedFile`, `View` exported through `__cuda_array_interface__` and `__dlpack__`).
@@ -22,6 +23,7 @@ mod errors;
 mod file;
 mod future;
 mod maps;
+mod multi_read;
 mod pagecache;
 mod rows;
 
@@ -44,6 +46,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cufile::buf_register, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::capabilities, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::gpu_count, m)?)?;
+    m.add_function(wrap_pyfunction!(multi_read::read_files, m)?)?;
     m.add_class::<pagecache::LockedRange>()?;
     m.add_function(wrap_pyfunction!(pagecache::residency, m)?)?;
     m.add_function(wrap_pyfunction!(pagecache::warm, m)?)?;
