@@ -21,7 +21,9 @@ cut at whole tensors) and ``model.safetensors.index.json``; the values are rando
 - ``safetensors-load_file``: ``safetensors.torch.load_file(shard, device="cuda")`` per shard;
 - ``transformers-from_pretrained``: ``LlamaForCausalLM.from_pretrained(DIR, dtype=bf16)`` to
   the GPU;
-- ``instanttensor``, ``fastsafetensors``: where they import (else reported as not installed);
+- ``instanttensor``, ``fastsafetensors``: where they import (else reported as not installed),
+  each with the settings of ``PEER_CONFIGS``, in a process of its own, tensors copied out of
+  their buffers as their documentation says (the copy is part of their time);
 - with ``--cold``: the whole-file read and load_checkpoint again, the page cache dropped
   before each (root).
 
@@ -195,6 +197,57 @@ def first_load(directory: str) -> None:
     print(json.dumps({"seconds": time.perf_counter() - start, "bytes": _nbytes(out)}))
 
 
+# The peers' settings tried, each in a process of its own (their environment variables are
+# read at import). InstantTensor: its defaults, then larger GPU buffers, I/O sizes and
+# concurrency (safe_open's buffer_size, chunk_size, concurrency), and its cuFile backend;
+# fastsafetensors: GPUDirect Storage where it works, else its POSIX path (nogds).
+PEER_CONFIGS: dict[str, list[dict]] = {
+    "instanttensor": [
+        {},
+        {"kwargs": {"buffer_size": 1 << 30, "chunk_size": 16 << 20, "concurrency": 16}},
+        {"kwargs": {"buffer_size": 4 << 30, "chunk_size": 64 << 20, "concurrency": 32}},
+        {"env": {"INSTANTTENSOR_USE_CUFILE": "1"}},
+    ],
+    "fastsafetensors": [{"kwargs": {"nogds": False}}, {"kwargs": {"nogds": True}}],
+}
+
+
+def peer(name: str, directory: str, config: dict, repeat: int) -> None:
+    """One peer in this process: ``repeat`` loads of every shard (a first one not timed),
+    their tensors checked against safetensors' once; prints the seconds and bytes as JSON."""
+    import torch
+    from safetensors.torch import load_file
+
+    index = json.load(open(os.path.join(directory, "model.safetensors.index.json")))
+    shards = [os.path.join(directory, s) for s in dict.fromkeys(index["weight_map"].values())]
+    kwargs = config.get("kwargs", {})
+    if name == "instanttensor":
+        from instanttensor import safe_open
+
+        def load() -> dict:
+            # Its tensors live in a reused buffer: copied out, as its documentation says to.
+            with safe_open(shards, framework="pt", device=0, **kwargs) as f:
+                return {k: t.clone() for k, t in f.tensors()}
+    else:
+        from fastsafetensors import SafeTensorsFileLoader, SingleGroup
+
+        def load() -> dict:
+            loader = SafeTensorsFileLoader(SingleGroup(), torch.device("cuda", 0), **kwargs)
+            loader.add_filenames({0: shards})
+            buffer = loader.copy_files_to_device()
+            out = {k: buffer.get_tensor(k).clone() for k in buffer.key_to_rank_lidx}
+            buffer.close()
+            loader.close()
+            return out
+
+    got = load()
+    want = {k: v for s in shards for k, v in load_file(s, device="cuda").items()}
+    _check(name, got, want)
+    del got, want
+    times, out = _timed(load, repeat)
+    print(json.dumps({"seconds": times, "bytes": _nbytes(out)}))
+
+
 def run(args: argparse.Namespace) -> None:
     import torch
 
@@ -298,15 +351,24 @@ def run(args: argparse.Namespace) -> None:
     except ImportError as e:
         print(f"transformers: not installed ({e})")
 
-    for peer in ("instanttensor", "fastsafetensors"):
+    for peer, configs in PEER_CONFIGS.items():
         try:
             __import__(peer)
         except ImportError as e:
             print(f"{peer}: not installed here ({e}); not measured")
             rows.append({"impl": peer, "note": f"not installed: {e}"})
             continue
-        print(f"{peer}: imports, but this bench has no driver for it yet; not measured")
-        rows.append({"impl": peer, "note": "importable; no driver in this bench yet"})
+        for config in configs:
+            env = dict(os.environ, **config.get("env", {}))
+            command = [sys.executable, __file__, "peer", peer, args.dir, "--config", json.dumps(config),
+                       "--repeat", str(args.repeat)]
+            child = subprocess.run(command, capture_output=True, text=True, env=env)
+            if child.returncode != 0:
+                print(f"{peer} {config}: failed: {child.stderr[-1500:]}", file=sys.stderr)
+                rows.append({"impl": peer, "note": f"{json.dumps(config)}: failed"})
+                continue
+            got = json.loads(child.stdout.strip().splitlines()[-1])
+            record(peer, got["seconds"], got["bytes"], json.dumps(config))
 
     if args.cold:
         if not _drop():
@@ -354,6 +416,11 @@ def main() -> None:
     p.add_argument("--shards", type=int, default=4)
     p = sub.add_parser("first-load")
     p.add_argument("dir")
+    p = sub.add_parser("peer")
+    p.add_argument("name", choices=sorted(PEER_CONFIGS))
+    p.add_argument("dir")
+    p.add_argument("--config", default="{}")
+    p.add_argument("--repeat", type=int, default=3)
     p = sub.add_parser("run")
     p.add_argument("dir")
     p.add_argument("--small")
@@ -369,6 +436,8 @@ def main() -> None:
         make_small(args.dir, args.tensors, args.shards)
     elif args.command == "first-load":
         first_load(args.dir)
+    elif args.command == "peer":
+        peer(args.name, args.dir, json.loads(args.config), args.repeat)
     else:
         run(args)
 

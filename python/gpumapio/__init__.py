@@ -37,9 +37,10 @@ from gpumapio._native import (
     UnavailableError,
     __version__,
 )
-from gpumapio.checkpoint import CheckpointError, empty_weights, load_checkpoint, load_into_model
+from gpumapio.checkpoint import CheckpointError, load_checkpoint
 from gpumapio.defaults import CompatMode
 from gpumapio.maps import DeviceCache, MappedFile, View, gather, gather_rows, map
+from gpumapio.models import empty_weights, load_into_model
 from gpumapio.pagecache import drop_file_page_cache, drop_system_page_cache, get_page_cache_info
 from gpumapio.safetensors import load_safetensors
 from gpumapio.tensor_parallel import TensorParallel

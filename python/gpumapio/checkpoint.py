@@ -1,6 +1,6 @@
 """Whole checkpoints in one call: every shard of a safetensors checkpoint read by one pipeline
 into one allocation, tensors returned as views of it; a filter, tensor-parallel slices and a
-dtype cast on the device; and loading straight into a model built on the ``meta`` device.
+dtype cast on the device. (Loading into a model: :mod:`gpumapio.models`.)
 
 Memory, stated: the device holds the tensors loaded (each placed at most 255 bytes past the
 one before it) and, with ``dtype=`` casting, two staging windows of ``staging_bytes / 2``
@@ -10,10 +10,9 @@ of ``bounce_buffer_size`` per I/O thread), never a copy of the checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-from typing import Any, Callable, Iterable, Iterator, Union
+from typing import Any, Callable, Iterable, Union
 
 from gpumapio._checkpoint_files import Catalogue, CheckpointError, open_catalogue
 from gpumapio._native import CuFile, read_files
@@ -21,7 +20,7 @@ from gpumapio._pieces import coalesce, split_shape, tensor_slice
 from gpumapio.safetensors import _DTYPES, TensorInfo, _torch_device
 from gpumapio.tensor_parallel import TensorParallel
 
-__all__ = ["CheckpointError", "empty_weights", "load_checkpoint", "load_into_model"]
+__all__ = ["CheckpointError", "load_checkpoint"]
 
 Source = Union[str, "os.PathLike[str]"]
 Selection = Union[Iterable[str], Callable[[str], bool], None]
@@ -325,54 +324,3 @@ def _merge_copies(copies: list[tuple[int, int, int, int, Any]], out_size: int) -
                 continue
         merged.append((src, n, dst, out_n, element))
     return merged
-
-
-@contextlib.contextmanager
-def empty_weights() -> Iterator[None]:
-    """Builds modules with their parameters on the ``meta`` device (no memory, no
-    initialisation) and their buffers where they would be — so that buffers a checkpoint does
-    not hold (rotary embeddings' ``inv_freq``) are computed as usual — for
-    :func:`load_into_model`. Every parameter registered inside the block is moved to ``meta``
-    as it is registered."""
-    import torch
-
-    original = torch.nn.Module.register_parameter
-
-    def register(module: torch.nn.Module, name: str, param: Any) -> None:
-        if param is not None and param.device.type != "meta":
-            param = type(param)(param.to("meta"), requires_grad=param.requires_grad)
-        original(module, name, param)
-
-    torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        torch.nn.Module.register_parameter = original  # type: ignore[method-assign]
-
-
-def load_into_model(
-    model: Any,
-    source: Source,
-    device: Any = "cuda",
-    *,
-    dtype: Any = None,
-    tp: TensorParallel | None = None,
-    strict: bool = True,
-) -> Any:
-    """Loads ``source`` into ``model`` (a ``torch.nn.Module``, a transformers model included,
-    typically built under :func:`empty_weights` or on the ``meta`` device): only the tensors
-    the model's state dict names are read, and they become its parameters and buffers
-    (``load_state_dict(..., assign=True)``: no copy). Tied weights are tied again
-    (transformers' ``tie_weights``). With ``strict``, a tensor of the model that the
-    checkpoint lacks, and is not tied to one it has, raises ``KeyError`` naming it. Returns
-    ``model``."""
-    wanted = set(model.state_dict().keys())
-    state = load_checkpoint(source, device, tensors=lambda n: n in wanted, dtype=dtype, tp=tp)
-    model.load_state_dict(state, strict=False, assign=True)
-    if hasattr(model, "tie_weights"):
-        model.tie_weights()
-    if strict:
-        left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
-        if left:
-            raise KeyError(f"the checkpoint has no tensor for {left[0]!r}" + (f" ({len(left)} left on meta)" if len(left) > 1 else ""))
-    return model

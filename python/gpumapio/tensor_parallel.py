@@ -54,5 +54,5 @@ class TensorParallel:
         """The dimension tensor ``name`` is split along, or ``None`` (loaded whole)."""
         for pattern, dim in self.rules.items():
             if fnmatch.fnmatchcase(name, pattern):
-                return _NAMED.get(dim, dim) if isinstance(dim, str) else dim
+                return _NAMED[dim] if isinstance(dim, str) else dim
         return None

@@ -352,7 +352,7 @@ def test_load_into_a_meta_module(sharded):
             self.up_proj = torch.nn.Linear(64, 96, bias=False)
             self.register_buffer("scale", torch.full((3,), 2.0), persistent=False)
 
-    with checkpoint.empty_weights():
+    with gpumapio.empty_weights():
         model = torch.nn.Module()
         model.mlp = Layer()
     assert model.mlp.up_proj.weight.device.type == "meta" and model.mlp.scale.device.type == "cpu"
@@ -361,7 +361,7 @@ def test_load_into_a_meta_module(sharded):
     gpumapio.load_into_model(model, os.path.join(directory, "..", "small.safetensors"), "cpu")
     assert torch.equal(model.mlp.up_proj.weight, torch.from_numpy(tensors["model.layers.2.mlp.up_proj.weight"]))
     assert isinstance(model.mlp.up_proj.weight, torch.nn.Parameter)
-    with checkpoint.empty_weights():
+    with gpumapio.empty_weights():
         bigger = torch.nn.Module()
         bigger.mlp = Layer()
         bigger.extra = torch.nn.Linear(2, 2)
