@@ -126,9 +126,12 @@ def _from_files(
         shards.append(Shard(path, tensors))
     if weight_map is not None:
         base = os.path.dirname(index_path or "")
+        # Each shard name of the index once, as the index of the file it names.
+        number = {os.path.normpath(s.path): i for i, s in enumerate(shards)}
+        named = {shard: number.get(os.path.normpath(os.path.join(base, shard))) for shard in set(weight_map.values())}
         for name, shard in weight_map.items():
             got = where.get(name)
-            if got is None or os.path.normpath(shards[got].path) != os.path.normpath(os.path.join(base, shard)):
+            if got is None or got != named[shard]:
                 found = "in no shard" if got is None else f"in {shards[got].path}"
                 raise CheckpointError(f"{index_path}: tensor {name!r} is mapped to {shard!r} but is {found}")
     return Catalogue(shards, where, metadata if isinstance(metadata, dict) else None)

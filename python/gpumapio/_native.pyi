@@ -141,10 +141,11 @@ class CuFile:
         dev_offset: int = 0,
     ) -> IOFutureStream: ...
 
-def read_files(buf: _Buffer, files: Sequence[CuFile], pieces: Sequence[tuple[int, int, int, int]]) -> list[int]:
-    """Reads ``pieces`` — ``(file index, file offset, size, buffer offset)`` each — of
-    ``files`` into ``buf``, every file's reads in flight together in one pipeline; returns each
-    piece's count (short only where its file ends first)."""
+def read_files(buf: _Buffer, files: Sequence[CuFile], pieces: Sequence[tuple[int, int, int, int, int, int]]) -> list[int]:
+    """Reads ``pieces`` — ``(file index, file offset, size, buffer offset, count, stride)``
+    each: ``count`` runs of ``size`` bytes, the ``k``-th at ``file offset + k * stride``, back
+    to back in the buffer — of ``files`` into ``buf``, every file's reads in flight together in
+    one pipeline; returns each piece's count (short only where its file ends first)."""
 
 def defaults_get(name: str) -> Any: ...
 def defaults_set(name: str, value: Any) -> None: ...

@@ -1,19 +1,34 @@
 """The arithmetic of partial tensor reads, with no I/O: which bytes of a tensor a
 tensor-parallel rank holds, and the coalescing of byte pieces into as few reads as possible.
 
-A piece is ``(src, length, dst)``: ``length`` bytes at offset ``src`` of the source (a tensor
-or a file) go to offset ``dst`` of the destination. Kept apart from the code that executes the
-reads so that it can be tested on tables and generated cases alone.
+A piece is a :class:`Run`: ``repeat`` runs of ``length`` bytes, the ``k``-th at
+``src + k * stride`` of the source (a tensor or a file), landing back to back from ``dst`` in
+the destination. A slice along an inner dimension is one strided piece, not one piece per row,
+so that planning a load costs the same whatever the tensors' shapes. Kept apart from the code
+that executes the reads so that it can be tested on tables and generated cases alone.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
-__all__ = ["Piece", "coalesce", "split_shape", "tensor_slice"]
+__all__ = ["Run", "coalesce", "split_shape", "tensor_slice"]
 
-Piece = tuple[int, int, int]
+
+class Run(NamedTuple):
+    """``repeat`` runs of ``length`` bytes from ``src`` every ``stride`` bytes, to ``dst`` and
+    on, back to back."""
+
+    src: int
+    length: int
+    dst: int
+    repeat: int = 1
+    stride: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.length * self.repeat
 
 
 def split_shape(name: str, shape: Sequence[int], dim: int, world_size: int) -> tuple[int, tuple[int, ...]]:
@@ -39,41 +54,46 @@ def split_shape(name: str, shape: Sequence[int], dim: int, world_size: int) -> t
     return dim, tuple(out)
 
 
-def tensor_slice(shape: Sequence[int], itemsize: int, dim: int, rank: int, world_size: int) -> list[Piece]:
+def tensor_slice(shape: Sequence[int], itemsize: int, dim: int, rank: int, world_size: int) -> list[Run]:
     """The pieces of rank ``rank``'s slice of a C-ordered tensor split into ``world_size``
     equal parts along ``dim`` (already checked by :func:`split_shape`): offsets in the tensor's
     bytes, and in the slice's own C-ordered bytes. Coalesced; empty for an empty slice.
 
     A split of the first dimension (or of any dimension with only ones before it) is one
-    contiguous piece; a split further in is one piece per index of the dimensions before it,
-    at a stride of a whole row (the strided reads of a column split).
+    contiguous piece; a split further in is one strided piece, a run per index of the
+    dimensions before it, a whole row apart (the strided reads of a column split).
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not one of 0..{world_size - 1}")
     outer = math.prod(shape[:dim])
-    part = shape[dim] // world_size
-    inner = math.prod(shape[dim + 1 :]) * itemsize
-    length = part * inner
+    length = shape[dim] // world_size * math.prod(shape[dim + 1 :]) * itemsize
     if length == 0 or outer == 0:
         return []
-    row = shape[dim] * inner
-    first = rank * length
-    if world_size == 1 or outer == 1:
-        return [(first, length * outer, 0)] if world_size == 1 else [(first, length, 0)]
-    return [(i * row + first, length, i * length) for i in range(outer)]
+    return coalesce([Run(rank * length, length, 0, outer, length * world_size)])
 
 
-def coalesce(pieces: Iterable[Piece]) -> list[Piece]:
-    """``pieces`` ordered by source, each run of pieces that follow one another both in the
-    source and in the destination merged into one; empty pieces dropped. The bytes moved, and
-    where each lands, are those of ``pieces``.
+def _normal(piece: Run) -> Run:
+    """The piece in its one canonical form: runs that touch as one run, a single run with no
+    stride."""
+    src, length, dst, repeat, stride = piece
+    if repeat == 1 or stride == length:
+        return Run(src, length * repeat, dst)
+    return Run(src, length, dst, repeat, stride)
+
+
+def coalesce(pieces: Iterable[Run | tuple[int, ...]]) -> list[Run]:
+    """``pieces`` ordered by source, each run of single pieces that follow one another both in
+    the source and in the destination merged into one; strided pieces whose runs touch become
+    single ones; empty pieces dropped. The bytes moved, and where each lands, are those of
+    ``pieces``.
     """
-    out: list[Piece] = []
-    for src, length, dst in sorted(p for p in pieces if p[1] > 0):
-        if out:
-            last_src, last_len, last_dst = out[-1]
-            if last_src + last_len == src and last_dst + last_len == dst:
-                out[-1] = (last_src, last_len + length, last_dst)
+    out: list[Run] = []
+    runs = (Run(*p) for p in pieces)
+    for piece in sorted(_normal(r) for r in runs if r.nbytes > 0):
+        if out and out[-1].repeat == 1 and piece.repeat == 1:
+            last = out[-1]
+            if last.src + last.length == piece.src and last.dst + last.length == piece.dst:
+                out[-1] = Run(last.src, last.length + piece.length, last.dst)
                 continue
-        out.append((src, length, dst))
+        out.append(piece)
     return out

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Union
 
 from gpumapio._checkpoint_files import Catalogue, CheckpointError, open_catalogue
 from gpumapio._native import CuFile, read_files
-from gpumapio._pieces import coalesce, split_shape, tensor_slice
+from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
 from gpumapio.safetensors import _DTYPES, TensorInfo, _torch_device
 from gpumapio.tensor_parallel import TensorParallel
 
@@ -40,7 +40,7 @@ class _Placed:
     info: TensorInfo
     shard: int
     shape: tuple[int, ...]
-    pieces: list[tuple[int, int, int]]
+    pieces: list[Run]
     nbytes: int  # of the slice, in the source dtype
     cast: bool = False
     at: int = 0  # in the allocation, in output bytes
@@ -73,13 +73,13 @@ def _plan(catalogue: Catalogue, names: list[str], tp: TensorParallel | None) -> 
             )
         dim = tp.split_dim(name) if tp is not None else None
         if dim is None:
-            pieces = [(0, info.nbytes, 0)] if info.nbytes else []
+            pieces = [Run(0, info.nbytes, 0)] if info.nbytes else []
             placed.append(_Placed(info, catalogue.where[name], info.shape, pieces, info.nbytes))
             continue
         assert tp is not None
         dim, shape = split_shape(name, info.shape, dim, tp.world_size)
         pieces = tensor_slice(info.shape, bits // 8, dim, tp.rank, tp.world_size)
-        nbytes = sum(p[1] for p in pieces)
+        nbytes = sum(p.nbytes for p in pieces)
         placed.append(_Placed(info, catalogue.where[name], shape, pieces, nbytes))
     return placed
 
@@ -105,8 +105,9 @@ class _Framework:
     """The array library the tensors come out in: allocation, views and casts."""
 
     def __init__(self, framework: str, device: Any, dtype: Any):
-        self.name = framework
+        self.name = "numpy" if framework == "np" else framework
         self.stream = None
+        self.typed: dict[Any, Any] = {}  # the allocation viewed as each element type
         if framework == "pt":
             import torch
 
@@ -153,16 +154,30 @@ class _Framework:
 
     def empty(self, size: int) -> Any:
         if self.name == "pt":
-            return self.torch.empty(size, dtype=self.torch.uint8, device=self.device)
+            out = self.torch.empty(size, dtype=self.torch.uint8, device=self.device)
+            if self.stream is not None:
+                # torch may hand out memory that work queued on its stream still uses; gpumap
+                # writes from its own streams, so that work must be done first.
+                self.stream.synchronize()
+            return out
         return self.numpy.empty(size, dtype=self.numpy.uint8)
 
     def view(self, flat: Any, at: int, nbytes: int, element: Any, shape: tuple[int, ...]) -> Any:
-        piece = flat[at : at + nbytes]
-        if self.name == "pt":
-            if at % element.itemsize:
-                piece = piece.clone()  # a view would be misaligned
-            return piece.view(element).reshape(shape)
-        return piece.view(element).reshape(shape)
+        """The tensor of ``shape`` at byte ``at`` of ``flat`` (whose length is a multiple of 16),
+        a view; one call per tensor, as checkpoints hold thousands."""
+        size = element.itemsize
+        if self.name == "numpy":
+            return self.numpy.ndarray(shape, element, buffer=flat, offset=at)
+        if at % size:
+            return flat[at : at + nbytes].clone().view(element).reshape(shape)  # a view would be misaligned
+        typed = self.typed.get(element)
+        if typed is None:
+            typed = self.typed[element] = flat.view(element)
+        strides, step = [], 1
+        for extent in reversed(shape):
+            strides.append(step)
+            step *= extent
+        return typed.as_strided(shape, tuple(reversed(strides)), at // size)
 
     def cast_into(self, out: Any, staging: Any, copies: list[tuple[int, int, int, int, Any]]) -> None:
         """``out[dst:dst + n_out] = staging[src:src + n]`` read as ``src_element``, cast."""
@@ -182,11 +197,17 @@ class _Framework:
         return event
 
 
-def _read(flat: Any, files: list[CuFile], pieces: list[tuple[int, int, int, int]], paths: list[str]) -> None:
+# A read of the native call: (file slot, file offset, bytes per run, buffer offset, runs, stride).
+_Read = tuple[int, int, int, int, int, int]
+
+
+def _read(flat: Any, files: list[CuFile], pieces: list[_Read], paths: list[str]) -> None:
     counts = read_files(flat, files, pieces)
-    for (shard, offset, size, _), got in zip(pieces, counts):
-        if got != size:
-            raise EOFError(f"{paths[shard]}: read {got} of {size} bytes at {offset} (the file was cut while loading)")
+    for (shard, offset, size, _, count, _), got in zip(pieces, counts):
+        if got != size * count:
+            raise EOFError(
+                f"{paths[shard]}: read {got} of {size * count} bytes at {offset} (the file was cut while loading)"
+            )
 
 
 def load_checkpoint(
@@ -227,20 +248,22 @@ def load_checkpoint(
         p.cast = fw.casts(p.info.dtype)
     out_dtype_size = fw.itemsize(fw.dtype) if fw.dtype is not None else 0
     total = _lay_out(placed, lambda p: out_dtype_size if p.cast else _DTYPES[p.info.dtype][0] // 8)
-    flat = fw.empty(total)
+    flat = fw.empty(-(-total // 16) * 16)  # whole elements of every dtype
     paths = [s.path for s in catalogue.shards]
     used = sorted({p.shard for p in placed})
     files: list[CuFile] = []
     try:
         files = [CuFile(paths[s], "r") for s in used]
         slot = {s: i for i, s in enumerate(used)}
-        direct: list[tuple[int, int, int, int]] = []
-        by_shard: dict[int, list[tuple[int, int, int]]] = {}
+        direct: list[_Read] = []
+        by_shard: dict[int, list[Run]] = {}
         for p in placed:
             if not p.cast:
-                by_shard.setdefault(p.shard, []).extend((p.info.start + s, n, p.at + d) for s, n, d in p.pieces)
+                by_shard.setdefault(p.shard, []).extend(
+                    Run(p.info.start + r.src, r.length, p.at + r.dst, r.repeat, r.stride) for r in p.pieces
+                )
         for shard, pieces in by_shard.items():
-            direct.extend((slot[shard], s, n, d) for s, n, d in coalesce(pieces))
+            direct.extend((slot[shard], r.src, r.length, r.dst, r.repeat, r.stride) for r in coalesce(pieces))
         if direct:
             _read(flat, files, direct, [paths[s] for s in used])
         casts = [p for p in placed if p.cast]
@@ -275,16 +298,17 @@ def _cast_through_staging(
     window -= window % 64  # whole elements of every dtype
     buffers = [fw.empty(window), fw.empty(window)]
     fences: list[Any] = [None, None]
-    chunks: list[tuple[int, int, int, int, Any]] = []  # (file slot, file offset, bytes, out at, element)
+    # (file slot, piece in the file, out at, element): each piece fits one window.
+    chunks: list[tuple[int, Run, int, Any]] = []
     for p in casts:
         size = _DTYPES[p.info.dtype][0] // 8
         element = fw.element(p.info.dtype)
-        for s, n, d in coalesce(p.pieces):
-            while n:
-                take = min(n, window)
-                chunks.append((slot[p.shard], p.info.start + s, take, p.at + d // size * out_size, element))
-                s, n, d = s + take, n - take, d + take
-    turn, used, reads, copies = 0, 0, [], []  # type: ignore[var-annotated]
+        for r in coalesce(p.pieces):
+            for piece in _fit(Run(p.info.start + r.src, r.length, r.dst, r.repeat, r.stride), window):
+                chunks.append((slot[p.shard], piece, p.at + piece.dst // size * out_size, element))
+    turn, used = 0, 0
+    reads: list[_Read] = []
+    copies: list[tuple[int, int, int, int, Any]] = []
 
     def flush() -> None:
         nonlocal turn, used, reads, copies
@@ -293,26 +317,45 @@ def _cast_through_staging(
         if fences[turn] is not None:
             fences[turn].synchronize()
         _read(buffers[turn], files, reads, paths)
-        fw.cast_into(flat, buffers[turn], _merge_copies(copies, out_size))
+        fw.cast_into(flat, buffers[turn], _merge_copies(copies))
         fences[turn] = fw.fence()
         turn, used, reads, copies = 1 - turn, 0, [], []
 
-    for file_slot, offset, n, out_at, element in chunks:
+    for file_slot, piece, out_at, element in chunks:
         # Every chunk starts 16-aligned in staging, so that torch can view it as any dtype.
         start = -(-used // 16) * 16
-        if start + n > window:
+        if start + piece.nbytes > window:
             flush()
             start = 0
-        reads.append((file_slot, offset, n, start))
-        copies.append((start, n, out_at, n // element.itemsize * out_size, element))
-        used = start + n
+        reads.append((file_slot, piece.src, piece.length, start, piece.repeat, piece.stride))
+        copies.append((start, piece.nbytes, out_at, piece.nbytes // element.itemsize * out_size, element))
+        used = start + piece.nbytes
     flush()
     for fence in fences:
         if fence is not None:
             fence.synchronize()
 
 
-def _merge_copies(copies: list[tuple[int, int, int, int, Any]], out_size: int) -> list[tuple[int, int, int, int, Any]]:
+def _fit(piece: Run, window: int) -> list[Run]:
+    """``piece`` cut into pieces of at most ``window`` bytes (a multiple of every itemsize),
+    ``dst`` kept as the offset in the tensor's slice: whole runs together where a run fits,
+    else each run in window-sized parts."""
+    if piece.repeat == 1:
+        return [Run(piece.src + at, min(window, piece.length - at), piece.dst + at) for at in range(0, piece.length, window)]
+    if piece.length <= window:
+        per = window // piece.length
+        return [
+            Run(piece.src + k * piece.stride, piece.length, piece.dst + k * piece.length, min(per, piece.repeat - k), piece.stride)
+            for k in range(0, piece.repeat, per)
+        ]
+    return [
+        part
+        for k in range(piece.repeat)
+        for part in _fit(Run(piece.src + k * piece.stride, piece.length, piece.dst + k * piece.length), window)
+    ]
+
+
+def _merge_copies(copies: list[tuple[int, int, int, int, Any]]) -> list[tuple[int, int, int, int, Any]]:
     """Casts that follow one another in staging and in the output, of one source dtype, as one
     (the strided pieces of a column split land back to back in both)."""
     merged: list[tuple[int, int, int, int, Any]] = []

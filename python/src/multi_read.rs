@@ -9,15 +9,17 @@ use crate::buffers::memory;
 use crate::errors::wait_interruptibly;
 use crate::file::CuFile;
 
-/// Reads `pieces` — `(file index, file offset, size, buffer offset)` each — of `files` into
-/// `buf`, every file's reads in flight together; returns each piece's count (short only where
-/// its file ends first). The GIL is released while it runs, and Ctrl-C stops it between tasks.
+/// Reads `pieces` — `(file index, file offset, size, buffer offset, count, stride)` each:
+/// `count` runs of `size` bytes, the `k`-th at `file offset + k * stride`, back to back in the
+/// buffer — of `files` into `buf`, every file's reads in flight together; returns each piece's
+/// count (short only where its file ends first). The GIL is released while it runs, and
+/// Ctrl-C stops it between tasks.
 #[pyfunction]
 pub fn read_files(
     py: Python<'_>,
     buf: &Bound<'_, PyAny>,
     files: Vec<Bound<'_, CuFile>>,
-    pieces: Vec<(usize, u64, usize, usize)>,
+    pieces: Vec<(usize, u64, usize, usize, usize, u64)>,
 ) -> PyResult<Vec<usize>> {
     let handles = files.iter().map(|f| f.get().handle()).collect::<PyResult<Vec<_>>>()?;
     let mem = memory(buf, true)?;
@@ -25,7 +27,14 @@ pub fn read_files(
     let dst = mem.into_dst(py, 0, len)?;
     let pieces = pieces
         .into_iter()
-        .map(|(file, offset, len, dst_offset)| FilePiece { file, offset, dst_offset, len })
+        .map(|(file, offset, len, dst_offset, count, stride)| FilePiece {
+            file,
+            offset,
+            dst_offset,
+            len,
+            count,
+            stride,
+        })
         .collect();
     let (dst, counts) = wait_interruptibly(py, gpumap::io::pread_files(handles, dst, pieces))?;
     drop(dst);

@@ -60,12 +60,12 @@ def sharded(tmp_path, rng):
 
 @pytest.fixture
 def recorded(monkeypatch):
-    """Every piece load_checkpoint reads: (file path, offset, size)."""
+    """Every piece load_checkpoint reads: (file, offset, bytes of all its runs)."""
     seen: list[tuple[str, int, int]] = []
     original = checkpoint.read_files
 
     def spy(buf, files, pieces):
-        seen.extend((files[f].__repr__(), off, n) for f, off, n, _ in pieces)
+        seen.extend((files[f].__repr__(), off, n * count) for f, off, n, _, count, _ in pieces)
         return original(buf, files, pieces)
 
     monkeypatch.setattr(checkpoint, "read_files", spy)
@@ -177,9 +177,17 @@ def test_tensor_parallel_ranks_tile_every_tensor(sharded, recorded, world):
 def test_tensor_parallel_column_split_is_strided_and_coalesced(sharded, recorded):
     directory, tensors = sharded
     name = "model.layers.0.mlp.down_proj.weight"  # (64, 96) f4: 64 rows of 192 bytes per rank of 2
-    got = load_checkpoint(directory, "cpu", framework="numpy", tensors=[name], tp=TensorParallel(1, 2, {name: 1}))
+    pieces = []
+    original = checkpoint.read_files
+    checkpoint.read_files = lambda buf, files, p: (pieces.extend(p), original(buf, files, p))[1]
+    try:
+        got = load_checkpoint(directory, "cpu", framework="numpy", tensors=[name], tp=TensorParallel(1, 2, {name: 1}))
+    finally:
+        checkpoint.read_files = original
     _same(got[name], np.ascontiguousarray(tensors[name][:, 48:]))
-    assert len(recorded) == 64 and all(n == 192 for _, _, n in recorded)
+    # One strided piece: 64 runs of 192 bytes, a row (384 bytes) apart, from the second half.
+    [(_, offset, size, _, count, stride)] = pieces
+    assert (size, count, stride) == (192, 64, 384)
 
 
 def test_tensor_parallel_refuses_bad_specs():

@@ -37,18 +37,48 @@ pub struct FileRead<'a> {
     pub dst: DeviceViewMut<'a>,
 }
 
-/// One piece of [`pread_files`]: `len` bytes of `files[file]` at `offset` into the buffer at
-/// `dst_offset`.
+/// One piece of [`pread_files`]: `count` runs of `len` bytes of `files[file]`, the `k`-th at
+/// `offset + k * stride` in the file, landing back to back in the buffer from `dst_offset`
+/// (`count` 1 for one plain range). A strided piece is what a slice of a tensor along an inner
+/// dimension reads: one run per row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FilePiece {
     /// Index of the file in the list of files.
     pub file: usize,
-    /// Where the bytes come from in the file.
+    /// Where the first run comes from in the file.
     pub offset: u64,
-    /// Where they go in the buffer.
+    /// Where the first run goes in the buffer; the others follow it.
     pub dst_offset: usize,
-    /// Bytes to read.
+    /// Bytes in each run.
     pub len: usize,
+    /// Runs (at least 1 for any bytes to be read).
+    pub count: usize,
+    /// From one run's start to the next's, in the file.
+    pub stride: u64,
+}
+
+impl FilePiece {
+    /// One plain range: `len` bytes at `offset` to `dst_offset`.
+    pub fn range(file: usize, offset: u64, dst_offset: usize, len: usize) -> FilePiece {
+        FilePiece { file, offset, dst_offset, len, count: 1, stride: 0 }
+    }
+
+    /// Bytes the piece fills in the buffer.
+    fn total(&self) -> Result<usize> {
+        self.len.checked_mul(self.count).ok_or_else(|| self.invalid("its size overflows"))
+    }
+
+    /// The file offset of run `k`.
+    fn run_offset(&self, k: usize) -> Result<u64> {
+        (k as u64)
+            .checked_mul(self.stride)
+            .and_then(|d| d.checked_add(self.offset))
+            .ok_or_else(|| self.invalid("its runs pass the largest file offset"))
+    }
+
+    fn invalid(&self, why: &str) -> Error {
+        Error::InvalidArgument(format!("pread_files: piece {self:?}: {why}"))
+    }
 }
 
 /// What one pool item does.
@@ -205,9 +235,10 @@ fn run(work: Work<'_>) -> Result<usize> {
     }
 }
 
-/// Starts [`read_files`] into the owned `dst` on the pool of `files[0]`: each piece's `len`
-/// bytes of `files[piece.file]` at its `offset` go to `dst` at its `dst_offset` (pieces may not
-/// overlap in `dst`). The future gives back `dst` and each piece's count.
+/// Starts [`read_files`] into the owned `dst` on the pool of `files[0]`: each piece's runs of
+/// `files[piece.file]` go to `dst` from its `dst_offset` (pieces may not overlap in `dst`).
+/// The future gives back `dst` and each piece's count (all its bytes, unless its file ended
+/// first).
 pub fn pread_files<B: OwnedDeviceMemory>(
     files: Vec<FileHandle>,
     dst: B,
@@ -233,16 +264,35 @@ pub fn pread_files<B: OwnedDeviceMemory>(
                 files.len()
             )));
         }
-        let ranges: Vec<(usize, usize)> = pieces.iter().map(|p| (p.dst_offset, p.len)).collect();
+        let ranges =
+            pieces.iter().map(|p| Ok((p.dst_offset, p.total()?))).collect::<Result<Vec<_>>>()?;
         let views = dst.device_view_mut().carve(&ranges)?;
-        let mut reads: Vec<FileRead<'_>> = views
-            .into_iter()
-            .zip(&pieces)
-            .map(|(view, p)| FileRead { file: &files[p.file], offset: p.offset, dst: view })
-            .collect();
+        // Every run of every piece as one read, and which piece it belongs to.
+        let mut reads: Vec<FileRead<'_>> = Vec::with_capacity(pieces.len());
+        let mut owner: Vec<usize> = Vec::with_capacity(pieces.len());
+        for (i, (view, p)) in views.into_iter().zip(&pieces).enumerate() {
+            if p.len == 0 || p.count == 0 {
+                continue;
+            }
+            let runs = if p.count == 1 { vec![view] } else { view.chunks_mut(p.len)? };
+            for (k, run) in runs.into_iter().enumerate() {
+                reads.push(FileRead { file: &files[p.file], offset: p.run_offset(k)?, dst: run });
+                owner.push(i);
+            }
+        }
         let counts = read_files(&mut reads)?;
         drop(reads);
-        Ok((dst, counts))
+        // A piece's count: the bytes of its runs up to and including the first that came up
+        // short (the file ended there).
+        let mut totals = vec![0usize; pieces.len()];
+        let mut short = vec![false; pieces.len()];
+        for (&i, n) in owner.iter().zip(counts) {
+            if !short[i] {
+                totals[i] += n;
+                short[i] = n < pieces[i].len;
+            }
+        }
+        Ok((dst, totals))
     })
 }
 
@@ -290,29 +340,49 @@ mod tests {
     fn pieces_land_in_place(device: &Device, tag: &str) {
         let f = files(tag, &[(9 << 20) + 123, 3 << 20, 70_000]);
         let mut pieces = vec![
-            FilePiece { file: 0, offset: 0, dst_offset: 0, len: f.data[0].len() },
-            FilePiece { file: 1, offset: 4096 + 5, dst_offset: 10 << 20, len: (2 << 20) + 1 },
-            FilePiece { file: 2, offset: 69_000, dst_offset: 13 << 20, len: 5000 },
-            FilePiece { file: 2, offset: 7, dst_offset: 14 << 20, len: 0 },
+            FilePiece::range(0, 0, 0, f.data[0].len()),
+            FilePiece::range(1, 4096 + 5, 10 << 20, (2 << 20) + 1),
+            FilePiece::range(2, 69_000, 13 << 20, 5000),
+            FilePiece::range(2, 7, 14 << 20, 0),
         ];
-        for row in 0..50usize {
-            pieces.push(FilePiece {
-                file: 2,
-                offset: (row * 1000 + 250) as u64,
-                dst_offset: (15 << 20) + row * 500,
-                len: 500,
-            });
-        }
+        // A column of a table of 50 rows of 1000 bytes: one strided piece; then one whose last
+        // runs pass the end of the file.
+        pieces.push(FilePiece {
+            file: 2,
+            offset: 250,
+            dst_offset: 15 << 20,
+            len: 500,
+            count: 50,
+            stride: 1000,
+        });
+        pieces.push(FilePiece {
+            file: 1,
+            offset: (3 << 20) - 2500,
+            dst_offset: (15 << 20) + 30_000,
+            len: 1000,
+            count: 4,
+            stride: 1200,
+        });
         let buf = DeviceBuffer::alloc(device, 16 << 20).unwrap();
         let (buf, counts) = pread_files(f.handles.clone(), buf, pieces.clone()).wait().unwrap();
         let host = buf.to_vec().unwrap();
         for (p, &n) in pieces.iter().zip(&counts) {
             let src = &f.data[p.file];
-            let want = src.len().saturating_sub(p.offset as usize).min(p.len);
+            let mut want = 0;
+            for k in 0..p.count {
+                let at = p.offset as usize + k * p.stride as usize;
+                let got = src.len().saturating_sub(at).min(p.len);
+                let to = p.dst_offset + k * p.len;
+                assert_eq!(&host[to..to + got], &src[at..at + got], "{p:?} run {k}");
+                want += got;
+                if got < p.len {
+                    break;
+                }
+            }
             assert_eq!(n, want, "{p:?}");
-            let at = p.offset as usize;
-            assert_eq!(&host[p.dst_offset..p.dst_offset + n], &src[at..at + n], "{p:?}");
         }
+        // The strided piece that passes the end: two whole runs and one of 100 bytes.
+        assert_eq!(counts[counts.len() - 1], 2100);
     }
 
     #[test]
@@ -334,18 +404,37 @@ mod tests {
     fn refuses_bad_pieces() {
         let f = files("bad", &[1000]);
         let buf = DeviceBuffer::alloc(&Device::Host, 100).unwrap();
-        let past = vec![FilePiece { file: 0, offset: 0, dst_offset: 50, len: 51 }];
+        let past = vec![FilePiece::range(0, 0, 50, 51)];
         assert!(pread_files(f.handles.clone(), buf, past).wait().is_err());
         let buf = DeviceBuffer::alloc(&Device::Host, 100).unwrap();
-        let no_file = vec![FilePiece { file: 3, offset: 0, dst_offset: 0, len: 1 }];
+        let no_file = vec![FilePiece::range(3, 0, 0, 1)];
         let err = pread_files(f.handles.clone(), buf, no_file).wait().unwrap_err();
         assert!(err.to_string().contains("file 3 of 1"), "{err}");
         let buf = DeviceBuffer::alloc(&Device::Host, 100).unwrap();
-        let overlap = vec![
-            FilePiece { file: 0, offset: 0, dst_offset: 0, len: 10 },
-            FilePiece { file: 0, offset: 0, dst_offset: 5, len: 10 },
-        ];
+        let overlap = vec![FilePiece::range(0, 0, 0, 10), FilePiece::range(0, 0, 5, 10)];
         assert!(pread_files(f.handles.clone(), buf, overlap).wait().is_err());
+        let buf = DeviceBuffer::alloc(&Device::Host, 100).unwrap();
+        let huge = vec![FilePiece {
+            file: 0,
+            offset: 0,
+            dst_offset: 0,
+            len: 1 << 40,
+            count: 1 << 40,
+            stride: 0,
+        }];
+        let err = pread_files(f.handles.clone(), buf, huge).wait().unwrap_err();
+        assert!(err.to_string().contains("overflows"), "{err}");
+        let buf = DeviceBuffer::alloc(&Device::Host, 100).unwrap();
+        let far = vec![FilePiece {
+            file: 0,
+            offset: 0,
+            dst_offset: 0,
+            len: 1,
+            count: 3,
+            stride: u64::MAX / 2 + 1,
+        }];
+        let err = pread_files(f.handles.clone(), buf, far).wait().unwrap_err();
+        assert!(err.to_string().contains("largest file offset"), "{err}");
         let buf = DeviceBuffer::alloc(&Device::Host, 1).unwrap();
         let (_, counts) = pread_files(Vec::new(), buf, Vec::new()).wait().unwrap();
         assert!(counts.is_empty());
