@@ -329,6 +329,26 @@ def test_empty_and_ambiguous_directories(tmp_path):
         load_checkpoint(tmp_path, "cpu", framework="numpy")
 
 
+def test_native_read_files(tmp_path):
+    from gpumapio._native import read_files
+
+    data = bytes(range(256)) * 40
+    (tmp_path / "a").write_bytes(data)
+    (tmp_path / "b").write_bytes(data[::-1])
+    out = np.zeros(64, dtype=np.uint8)
+    with gpumapio.CuFile(tmp_path / "a") as a, gpumapio.CuFile(tmp_path / "b") as b:
+        # A plain range of b, a strided piece of a (4 runs of 8 bytes every 100), one past a's end.
+        counts = read_files(out, [a, b], [(1, 0, 16, 0, 1, 0), (0, 3, 8, 16, 4, 100), (0, len(data) - 4, 8, 48, 1, 0)])
+        assert counts == [16, 32, 4]
+        assert out[:16].tobytes() == data[::-1][:16]
+        assert out[16:48].tobytes() == b"".join(data[3 + 100 * k : 11 + 100 * k] for k in range(4))
+        assert out[48:52].tobytes() == data[-4:]
+        with pytest.raises(ValueError, match="file 2 of 2"):
+            read_files(out, [a, b], [(2, 0, 1, 0, 1, 0)])
+        with pytest.raises(ValueError):
+            read_files(out, [a, b], [(0, 0, 8, 60, 1, 0)])  # past the end of the buffer
+
+
 def test_checkpoint_error_is_a_value_error():
     assert issubclass(CheckpointError, ValueError)
     assert gpumapio.CheckpointError is CheckpointError

@@ -308,9 +308,10 @@ mod tests {
     use super::*;
     use crate::memory::{Device, DeviceBuffer};
 
+    // How pieces land, on every backend: tests/conformance.rs (many_files_read_in_one_pipeline).
+
     struct Files {
         dir: std::path::PathBuf,
-        data: Vec<Vec<u8>>,
         handles: Vec<FileHandle>,
     }
 
@@ -323,81 +324,14 @@ mod tests {
     fn files(tag: &str, sizes: &[usize]) -> Files {
         let dir = std::env::temp_dir().join(format!("gpumap-multi-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut data = Vec::new();
         let mut handles = Vec::new();
         for (k, &n) in sizes.iter().enumerate() {
             let bytes: Vec<u8> = (0..n).map(|i| ((i * 31 + k * 7) % 251) as u8).collect();
             let path = dir.join(format!("f{k}"));
             std::fs::write(&path, &bytes).unwrap();
             handles.push(FileHandle::open(&path, "r").unwrap());
-            data.push(bytes);
         }
-        Files { dir, data, handles }
-    }
-
-    /// The pieces a checkpoint load makes: whole files, a slice, strided small pieces, a piece
-    /// cut by the end of its file, and an empty one — into `device`, checked byte by byte.
-    fn pieces_land_in_place(device: &Device, tag: &str) {
-        let f = files(tag, &[(9 << 20) + 123, 3 << 20, 70_000]);
-        let mut pieces = vec![
-            FilePiece::range(0, 0, 0, f.data[0].len()),
-            FilePiece::range(1, 4096 + 5, 10 << 20, (2 << 20) + 1),
-            FilePiece::range(2, 69_000, 13 << 20, 5000),
-            FilePiece::range(2, 7, 14 << 20, 0),
-        ];
-        // A column of a table of 50 rows of 1000 bytes: one strided piece; then one whose last
-        // runs pass the end of the file.
-        pieces.push(FilePiece {
-            file: 2,
-            offset: 250,
-            dst_offset: 15 << 20,
-            len: 500,
-            count: 50,
-            stride: 1000,
-        });
-        pieces.push(FilePiece {
-            file: 1,
-            offset: (3 << 20) - 2500,
-            dst_offset: (15 << 20) + 30_000,
-            len: 1000,
-            count: 4,
-            stride: 1200,
-        });
-        let buf = DeviceBuffer::alloc(device, 16 << 20).unwrap();
-        let (buf, counts) = pread_files(f.handles.clone(), buf, pieces.clone()).wait().unwrap();
-        let host = buf.to_vec().unwrap();
-        for (p, &n) in pieces.iter().zip(&counts) {
-            let src = &f.data[p.file];
-            let mut want = 0;
-            for k in 0..p.count {
-                let at = p.offset as usize + k * p.stride as usize;
-                let got = src.len().saturating_sub(at).min(p.len);
-                let to = p.dst_offset + k * p.len;
-                assert_eq!(&host[to..to + got], &src[at..at + got], "{p:?} run {k}");
-                want += got;
-                if got < p.len {
-                    break;
-                }
-            }
-            assert_eq!(n, want, "{p:?}");
-        }
-        // The strided piece that passes the end: two whole runs and one of 100 bytes.
-        assert_eq!(counts[counts.len() - 1], 2100);
-    }
-
-    #[test]
-    fn pieces_land_in_place_in_host_memory() {
-        pieces_land_in_place(&Device::Host, "host");
-    }
-
-    #[test]
-    fn pieces_land_in_place_on_the_gpu() {
-        let device = Device::auto();
-        if matches!(device, Device::Host) {
-            eprintln!("skipped: no GPU here");
-            return;
-        }
-        pieces_land_in_place(&device, "gpu");
+        Files { dir, handles }
     }
 
     #[test]
