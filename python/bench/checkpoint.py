@@ -215,6 +215,11 @@ PEER_CONFIGS: dict[str, list[dict]] = {
 def peer(name: str, directory: str, config: dict, repeat: int) -> None:
     """One peer in this process: ``repeat`` loads of every shard (a first one not timed),
     their tensors checked against safetensors' once; prints the seconds and bytes as JSON."""
+    try:
+        __import__(name)
+    except ImportError as e:
+        print(json.dumps({"missing": str(e)}))
+        return
     import torch
     from safetensors.torch import load_file
 
@@ -351,23 +356,23 @@ def run(args: argparse.Namespace) -> None:
     except ImportError as e:
         print(f"transformers: not installed ({e})")
 
+    # Each peer is imported only in its own process: a build for another torch may crash there.
     for peer, configs in PEER_CONFIGS.items():
-        try:
-            __import__(peer)
-        except ImportError as e:
-            print(f"{peer}: not installed here ({e}); not measured")
-            rows.append({"impl": peer, "note": f"not installed: {e}"})
-            continue
         for config in configs:
             env = dict(os.environ, **config.get("env", {}))
             command = [sys.executable, __file__, "peer", peer, args.dir, "--config", json.dumps(config),
                        "--repeat", str(args.repeat)]
             child = subprocess.run(command, capture_output=True, text=True, env=env)
-            if child.returncode != 0:
-                print(f"{peer} {config}: failed: {child.stderr[-1500:]}", file=sys.stderr)
-                rows.append({"impl": peer, "note": f"{json.dumps(config)}: failed"})
+            last = child.stdout.strip().splitlines()[-1:] if child.returncode == 0 else []
+            got = json.loads(last[0]) if last else None
+            if got is not None and "missing" in got:
+                print(f"{peer}: not installed here ({got['missing']}); not measured")
+                rows.append({"impl": peer, "note": f"not installed: {got['missing']}"})
+                break
+            if got is None:
+                print(f"{peer} {config}: failed (exit {child.returncode}): {child.stderr[-1500:]}", file=sys.stderr)
+                rows.append({"impl": peer, "note": f"{json.dumps(config)}: failed, exit {child.returncode}"})
                 continue
-            got = json.loads(child.stdout.strip().splitlines()[-1])
             record(peer, got["seconds"], got["bytes"], json.dumps(config))
 
     if args.cold:
