@@ -3,7 +3,7 @@
 # binaries, bins and bench binaries (../shared/gpu/stage.sh, plus the bench targets of
 # crates/gpumap-bench, which that script only builds for a root benches/ folder), the gpumapio
 # wheel (abi3, manylinux), and the pure-Python wheels the Python tests and bench need that the
-# machine lacks (zarr and its dependencies, pytest, hypothesis, fastsafetensors). NumPy is not carried:
+# machine lacks (zarr and its dependencies, pytest, hypothesis, fastsafetensors, instanttensor). NumPy is not carried:
 # CuPy and PyTorch there were built against theirs. The trybuild test (it needs cargo) stays.
 # Then, on the GPU machine (docs/gpu.md):
 #   bash .gpu/on-device.sh tests                      (GPUMAP_BIN=$PWD/.gpu/bin/gpumap for the CLI tests)
@@ -57,6 +57,10 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implement
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d "$tmp" fastsafetensors==0.5.0 \
   || echo "stage-gpu.sh: fastsafetensors not staged; the safetensors bench skips that row" >&2
+# InstantTensor, the checkpoint bench's peer (python/bench/checkpoint.py); it needs torch, there.
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d "$tmp" instanttensor==0.2.2 \
+  || echo "stage-gpu.sh: instanttensor not staged; the checkpoint bench reports it as not installed" >&2
 rm -f "$tmp"/numpy-*.whl
 mkdir -p .gpu/whl
 cp "$tmp"/*.whl .gpu/whl/

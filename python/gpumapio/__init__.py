@@ -15,6 +15,8 @@ KvikIO's API (code written for ``kvikio`` runs with ``import gpumapio as kvikio`
 
 And beyond it: :func:`read_file_to_device` (a whole file as one CuPy / torch / NumPy array),
 :func:`load_safetensors` (a checkpoint as torch tensors, one read into one allocation),
+:func:`load_checkpoint` (a sharded checkpoint — file, directory or index — in one pipeline
+into one allocation, with filters, tensor-parallel slices and casts; :func:`load_into_model`),
 :mod:`gpumapio.pagecache` (residency, warm, evict, drop, lock), :mod:`gpumapio.maps`: files
 in GPU memory with mmap semantics under a budget shared by many files (:func:`map`,
 :class:`DeviceCache`, views exported through ``__cuda_array_interface__`` and ``__dlpack__``,
@@ -26,7 +28,7 @@ Buffers: anything with ``__cuda_array_interface__`` (CuPy, PyTorch, Numba) or ``
 and host memory through the buffer protocol (NumPy, bytearray, memoryview).
 """
 
-from gpumapio import buffer, cufile_driver, defaults, maps, pagecache
+from gpumapio import buffer, cufile_driver, defaults, maps, pagecache, tensor_parallel
 from gpumapio._device import capabilities, gpu_count, read_file_to_device
 from gpumapio._native import (
     CudaError,
@@ -40,9 +42,11 @@ from gpumapio._native import (
     __version__,
 )
 from gpumapio.buffer import bounce_buffer_free, memory_deregister, memory_register
+from gpumapio.checkpoint import CheckpointError, load_checkpoint
 from gpumapio.cufile import stream_deregister, stream_register
 from gpumapio.defaults import CompatMode
 from gpumapio.maps import DeviceCache, MappedFile, View, gather, gather_rows, map
+from gpumapio.models import empty_weights, load_into_model
 from gpumapio.pagecache import (
     clear_page_cache,
     drop_file_page_cache,
@@ -50,8 +54,10 @@ from gpumapio.pagecache import (
     get_page_cache_info,
 )
 from gpumapio.safetensors import load_safetensors
+from gpumapio.tensor_parallel import TensorParallel
 
 __all__ = [
+    "CheckpointError",
     "CompatMode",
     "CuFile",
     "CuFileError",
@@ -62,6 +68,7 @@ __all__ = [
     "MappedFile",
     "Mmap",
     "OutOfBudgetError",
+    "TensorParallel",
     "UnavailableError",
     "View",
     "__version__",
@@ -72,11 +79,14 @@ __all__ = [
     "cufile_driver",
     "defaults",
     "drop_file_page_cache",
+    "empty_weights",
     "drop_system_page_cache",
     "gather",
     "gather_rows",
     "get_page_cache_info",
     "gpu_count",
+    "load_checkpoint",
+    "load_into_model",
     "load_safetensors",
     "map",
     "maps",
@@ -86,4 +96,5 @@ __all__ = [
     "read_file_to_device",
     "stream_deregister",
     "stream_register",
+    "tensor_parallel",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "buf_register",
     "capabilities",
     "gpu_count",
+    "read_files",
     "LockedRange",
     "residency",
     "warm",
@@ -164,6 +165,11 @@ class Mmap:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> bool: ...
     def read(self, buf: _Buffer, size: int | None = None, offset: int = 0) -> int: ...
     def pread(self, buf: _Buffer, size: int | None = None, offset: int = 0, task_size: int | None = None) -> IOFuture: ...
+def read_files(buf: _Buffer, files: Sequence[CuFile], pieces: Sequence[tuple[int, int, int, int, int, int]]) -> list[int]:
+    """Reads ``pieces`` — ``(file index, file offset, size, buffer offset, count, stride)``
+    each: ``count`` runs of ``size`` bytes, the ``k``-th at ``file offset + k * stride``, back
+    to back in the buffer — of ``files`` into ``buf``, every file's reads in flight together in
+    one pipeline; returns each piece's count (short only where its file ends first)."""
 
 def defaults_get(name: str) -> Any: ...
 def defaults_set(name: str, value: Any) -> None: ...

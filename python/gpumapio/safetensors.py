@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import stat
 import struct
 from typing import Any, Iterable
@@ -135,6 +136,32 @@ def _check_tree(root: Any) -> None:
                 raise _Malformed(f"string {_brief(node)} holds a lone surrogate (not Unicode text)") from None
 
 
+# Where a header's text has none of these, the slow hooks and the tree walk cannot find
+# anything: a lone surrogate comes only from an escape of U+D800 to U+DFFF (UTF-8 text cannot
+# hold one), and the integers _int reads as floats are -0 and those of more than 20
+# characters (so 20 digits at least).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_ODD_INTEGER = re.compile(r"-0(?![0-9.eE])|[0-9]{20}")
+# What JSON parses to, containers aside.
+_SCALARS = {int, float, str, bool, type(None)}
+
+
+def _shallow(header: Any) -> bool:
+    """Whether ``header`` is an object of objects or lists whose members hold no containers:
+    nested at most three levels, far from the limit, so that no walk is needed for depth."""
+    if not isinstance(header, dict):
+        return False
+    for value in header.values():
+        members = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for member in members:
+            if isinstance(member, dict):
+                return False
+            # map() keeps the per-element test in C: shapes of thousands of tensors pass here.
+            if isinstance(member, list) and not all(map(_SCALARS.__contains__, map(type, member))):
+                return False
+    return True
+
+
 def _brief(value: Any) -> str:
     """``repr(value)``, cut short: a hostile header can hold megabytes in one value."""
     text = repr(value)
@@ -178,14 +205,18 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], di
     if len(raw) != n:
         raise ValueError(f"{name}: read {len(raw)} of the header's {n} bytes (the file shrank)")
     try:
+        text = raw.decode("utf-8")
         header = json.loads(
-            raw.decode("utf-8"),
+            text,
             object_pairs_hook=_object,
-            parse_int=_int,
+            parse_int=_int if _ODD_INTEGER.search(text) else int,
             parse_float=_float,
             parse_constant=_constant,
         )
-        _check_tree(header)
+        # A checkpoint of many tensors is thousands of entries: walked only where the text
+        # could hold what the walk looks for.
+        if _SURROGATE_ESCAPE.search(text) or not _shallow(header):
+            _check_tree(header)
     except UnicodeDecodeError as e:
         raise ValueError(f"{name}: the header is not UTF-8: {e}") from None
     except json.JSONDecodeError as e:

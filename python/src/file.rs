@@ -101,7 +101,7 @@ fn closed_error() -> PyErr {
 }
 
 impl CuFile {
-    fn handle(&self) -> PyResult<FileHandle> {
+    pub(crate) fn handle(&self) -> PyResult<FileHandle> {
         self.handle.lock().unwrap_or_else(|p| p.into_inner()).clone().ok_or_else(closed_error)
     }
 

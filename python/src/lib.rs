@@ -12,6 +12,7 @@
 //! - [`mmap`]: the `Mmap` class (KvikIO's host-mmap reader, over gpumap's page-cache path);
 //! - [`cufile`]: low-level cuFile (driver, handles, batches, stream-ordered I/O, buffer
 //!   registration), streams, and what the machine offers;
+//! - [`multi_read`]: pieces of many files into one buffer in one pipeline (checkpoints);
 //! - [`pagecache`]: residency, warm, evict, drop, lock;
 //! - [`maps`]: files in GPU memory through gpumap's `DeviceCache` (`DeviceCache`,
 //!   `MappedFile`, `View` exported through `__cuda_array_interface__` and `__dlpack__`).
@@ -24,6 +25,7 @@ mod file;
 mod future;
 mod maps;
 mod mmap;
+mod multi_read;
 mod pagecache;
 mod rows;
 
@@ -48,6 +50,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cufile::buf_register, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::capabilities, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::gpu_count, m)?)?;
+    m.add_function(wrap_pyfunction!(multi_read::read_files, m)?)?;
     m.add_class::<pagecache::LockedRange>()?;
     m.add_function(wrap_pyfunction!(pagecache::residency, m)?)?;
     m.add_function(wrap_pyfunction!(pagecache::warm, m)?)?;

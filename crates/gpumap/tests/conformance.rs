@@ -10,7 +10,9 @@ use std::fs;
 use std::sync::Arc;
 
 use gpumap::config::CompatMode;
-use gpumap::io::{BatchPiece, DeviceRead, FileHandle, HandleOptions, IoPath, IoPool};
+use gpumap::io::{
+    pread_files, BatchPiece, DeviceRead, FileHandle, FilePiece, HandleOptions, IoPath, IoPool,
+};
 use gpumap::memory::cuda::{CudaBuffer, CudaView, CudaViewMut};
 use gpumap::memory::{Device, DeviceBuffer, DeviceViewMut};
 use gpumap::Error;
@@ -112,6 +114,7 @@ on_each_backend!(
     a_read_only_handle_refuses_writes_before_any_io,
     concurrent_small_futures_coalesce_correctly,
     bounce_buffers_of_any_size_move_the_right_bytes,
+    many_files_read_in_one_pipeline,
 );
 on_host_and_gpu!(batched_reads_match_the_file);
 
@@ -534,4 +537,62 @@ fn cudarc_slices_are_device_memory_too() {
     let region = CudaView::from_cudarc(&slice, &stream).unwrap();
     let registered = fh.buffer_register(region).unwrap();
     assert_eq!(registered.is_some(), fh.compat_decision().path == IoPath::CuFile);
+}
+
+/// The pieces a checkpoint load makes, from three files in one call: a whole file, a slice at
+/// an odd offset, a range cut by the end of its file, an empty one, a strided column of a
+/// table, and a strided piece whose last runs pass the end of its file.
+fn many_files_read_in_one_pipeline(backend: &Backend) {
+    let dir = test_dir();
+    let sizes = [(9 << 20) + 123, 3 << 20, 70_000];
+    let mut data = Vec::new();
+    let mut files = Vec::new();
+    for (k, &n) in sizes.iter().enumerate() {
+        let bytes = random_bytes(n, 40 + k as u64);
+        let path = dir.path().join(format!("shard-{k}"));
+        fs::write(&path, &bytes).unwrap();
+        files.push(backend.options(4, 1 << 20).open(&path, "r").unwrap());
+        data.push(bytes);
+    }
+    let pieces = vec![
+        FilePiece::range(0, 0, 0, sizes[0]),
+        FilePiece::range(1, 4096 + 5, 10 << 20, (2 << 20) + 1),
+        FilePiece::range(2, 69_000, 13 << 20, 5000),
+        FilePiece::range(2, 7, 14 << 20, 0),
+        FilePiece { file: 2, offset: 250, dst_offset: 15 << 20, len: 500, count: 50, stride: 1000 },
+        FilePiece {
+            file: 1,
+            offset: (3 << 20) - 2500,
+            dst_offset: (15 << 20) + 30_000,
+            len: 1000,
+            count: 4,
+            stride: 1200,
+        },
+    ];
+    let buf = backend.buffer(16 << 20, 0xEE).unwrap();
+    let (buf, counts) = pread_files(files, buf, pieces.clone()).wait().unwrap();
+    let mut host = vec![0u8; buf.len()];
+    buf.copy_to_host(0, &mut host).unwrap();
+    for (p, &n) in pieces.iter().zip(&counts) {
+        let src = &data[p.file];
+        let mut want = 0;
+        for k in 0..p.count {
+            let at = p.offset as usize + k * p.stride as usize;
+            let got = src.len().saturating_sub(at).min(p.len);
+            let to = p.dst_offset + k * p.len;
+            assert_eq!(
+                &host[to..to + got],
+                &src[at..at + got],
+                "{}: {p:?} run {k}",
+                backend.name()
+            );
+            want += got;
+            if got < p.len {
+                break;
+            }
+        }
+        assert_eq!(n, want, "{}: {p:?}", backend.name());
+    }
+    // The strided piece past the end: two whole runs and 100 bytes of the third.
+    assert_eq!(counts[5], 2100, "{}", backend.name());
 }

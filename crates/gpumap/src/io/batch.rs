@@ -132,7 +132,10 @@ fn mixed_batch() -> Error {
 
 /// A batch into GPU memory: cuFile's batch API on the cuFile path, else groups of one bounce
 /// buffer each, in parallel on the pool.
-fn read_cuda_batch(state: &HandleState, reads: &[(RawRegion, u64)]) -> Result<Vec<usize>> {
+pub(super) fn read_cuda_batch(
+    state: &HandleState,
+    reads: &[(RawRegion, u64)],
+) -> Result<Vec<usize>> {
     let _range = crate::profiling::Range::new(c"gpumap::read_device_batch");
     if let (decision, Some(gds)) = state.decision() {
         if decision.path == IoPath::CuFile {

@@ -162,7 +162,7 @@ struct Chunk {
 ///
 /// Long tasks of buffer-sized chunks beat both KvikIO's one chunk per task and bigger chunks
 /// (docs/decisions/0005-bounce-buffers-4mib.md has the sweep).
-fn span_size(state: &HandleState, len: usize) -> u64 {
+pub(super) fn span_size(state: &HandleState, len: usize) -> u64 {
     let chunk = state.settings.bounce_buffer_size;
     let share = (len as u64) / (4 * state.pool.nthreads() as u64);
     let span = (PIPELINE_CHUNKS * chunk).min(share).max(state.settings.task_size).max(chunk);
@@ -220,7 +220,7 @@ fn next_buffer(
 }
 
 /// File -> device for `[file_offset, file_offset + len)` into `dst` at `dst_offset`.
-fn read_span(
+pub(super) fn read_span(
     state: &HandleState,
     dst: RawRegion,
     dst_offset: usize,

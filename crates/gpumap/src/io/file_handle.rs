@@ -195,6 +195,11 @@ impl FileHandle {
         FileHandle::options()?.open(path, flags)
     }
 
+    /// The state this handle's clones share, for the transfers of other `io` modules.
+    pub(super) fn state(&self) -> &HandleState {
+        &self.state
+    }
+
     /// Options to open with, starting from the process defaults.
     pub fn options() -> Result<HandleOptions> {
         Ok(HandleOptions::from_config(Config::global()?))

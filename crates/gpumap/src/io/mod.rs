@@ -12,6 +12,8 @@
 //! - `device_io`: file <-> device memory, one region at a time (cuFile, or the pipelined
 //!   bounce path);
 //! - `batch`: many small reads in one call ([`DeviceRead`], [`BatchPiece`]);
+//! - `multi_file`: reads from many files in one pipeline ([`read_files`], [`pread_files`]:
+//!   a checkpoint's shards);
 //! - `small_reads` and `small_read_queue`: `pread_device` futures, the small ones coalesced;
 //! - `stream`: transfers ordered on a CUDA stream ([`StreamTransfer`]);
 //! - `flags`: [`OpenFlags`], the `fopen` flags parsed.
@@ -32,6 +34,7 @@ pub mod gds;
 pub(crate) mod gds_probe;
 mod handle_state;
 mod host_io;
+mod multi_file;
 pub mod pool;
 pub mod scratch;
 mod small_read_queue;
@@ -41,6 +44,7 @@ mod stream;
 pub use batch::{BatchPiece, DeviceRead};
 pub use compat::{CompatDecision, IoPath};
 pub use file_handle::{FileHandle, HandleOptions, OpenFlags};
+pub use multi_file::{pread_files, read_files, FilePiece, FileRead, SMALL_READ};
 pub use pool::{IoFuture, IoPool};
 pub use scratch::ScratchFile;
 pub use stream::StreamTransfer;

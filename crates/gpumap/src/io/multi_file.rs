@@ -1,0 +1,376 @@
+//! Reads from many files in one call ([`read_files`], [`pread_files`]): every file's reads are
+//! cut into tasks that run together on one pool, so that a load of many files (the shards of a
+//! checkpoint) keeps every thread busy from the first byte to the last, where one call per file
+//! pays each file's pipeline start and drain in turn.
+//!
+//! Large reads into GPU memory go through the pipelined bounce path (or cuFile) in tasks sized
+//! for the whole load; reads no larger than [`SMALL_READ`] are packed in batches per file (see
+//! `batch`); reads into host memory are read straight to their place.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use crate::align::{checked_end, split_tasks, Task};
+use crate::error::{Error, Result};
+use crate::io::batch;
+use crate::io::device_io;
+use crate::io::direct::{self, ReadPlan};
+use crate::io::file_handle::FileHandle;
+use crate::io::handle_state::HandleState;
+use crate::io::host_io;
+use crate::io::pool::{delivered_prefix, IoFuture};
+use crate::memory::cuda::RawRegion;
+use crate::memory::{DeviceViewMut, OwnedDeviceMemory};
+
+/// Reads into GPU memory up to this size are packed in batches (one pinned buffer and one
+/// copy kernel launch per group); larger ones are pipelined on their own.
+pub const SMALL_READ: usize = 1 << 20;
+
+/// One read of [`read_files`]: `dst.len()` bytes of `file` at `offset` into `dst`.
+#[derive(Debug)]
+pub struct FileRead<'a> {
+    /// The file, open for reading.
+    pub file: &'a FileHandle,
+    /// Where the bytes come from in the file.
+    pub offset: u64,
+    /// Where they go; its length is the read's length.
+    pub dst: DeviceViewMut<'a>,
+}
+
+/// One piece of [`pread_files`]: `count` runs of `len` bytes of `files[file]`, the `k`-th at
+/// `offset + k * stride` in the file, landing back to back in the buffer from `dst_offset`
+/// (`count` 1 for one plain range). A strided piece is what a slice of a tensor along an inner
+/// dimension reads: one run per row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilePiece {
+    /// Index of the file in the list of files.
+    pub file: usize,
+    /// Where the first run comes from in the file.
+    pub offset: u64,
+    /// Where the first run goes in the buffer; the others follow it.
+    pub dst_offset: usize,
+    /// Bytes in each run.
+    pub len: usize,
+    /// Runs (at least 1 for any bytes to be read).
+    pub count: usize,
+    /// From one run's start to the next's, in the file.
+    pub stride: u64,
+}
+
+impl FilePiece {
+    /// One plain range: `len` bytes at `offset` to `dst_offset`.
+    pub fn range(file: usize, offset: u64, dst_offset: usize, len: usize) -> FilePiece {
+        FilePiece { file, offset, dst_offset, len, count: 1, stride: 0 }
+    }
+
+    /// Bytes the piece fills in the buffer.
+    fn total(&self) -> Result<usize> {
+        self.len.checked_mul(self.count).ok_or_else(|| self.invalid("its size overflows"))
+    }
+
+    /// The file offset of run `k`.
+    fn run_offset(&self, k: usize) -> Result<u64> {
+        (k as u64)
+            .checked_mul(self.stride)
+            .and_then(|d| d.checked_add(self.offset))
+            .ok_or_else(|| self.invalid("its runs pass the largest file offset"))
+    }
+
+    fn invalid(&self, why: &str) -> Error {
+        Error::InvalidArgument(format!("pread_files: piece {self:?}: {why}"))
+    }
+}
+
+/// What one pool item does.
+enum Work<'r> {
+    /// One task of a large read into GPU memory: `len` bytes at `file_offset` into `dst` at
+    /// `at`, through cuFile where the file takes that path.
+    Cuda {
+        state: &'r HandleState,
+        dst: RawRegion,
+        at: usize,
+        len: usize,
+        file_offset: u64,
+        plan: ReadPlan,
+    },
+    /// One task of a read into host memory.
+    Host { state: &'r HandleState, buf: &'r mut [u8], file_offset: u64, plan: ReadPlan },
+    /// The small reads of one file into GPU memory, as one batch; counts land in `counts`.
+    Batch { state: &'r HandleState, reads: Vec<(RawRegion, u64)>, counts: &'r mut Vec<usize> },
+}
+
+/// Reads every one of `reads` — each from its own file, all into one device or all into host
+/// memory — in one pipeline on the first file's pool; each read's count, in order (short only
+/// where its file ends first: the bytes it delivered from its start).
+///
+/// Destinations may not overlap (they are mutable views, so they cannot). The first error in
+/// task order wins; reads already done keep their bytes.
+pub fn read_files<'a>(reads: &mut [FileRead<'a>]) -> Result<Vec<usize>> {
+    let _range = crate::profiling::Range::new(c"gpumap::read_files");
+    let Some(first) = reads.first() else { return Ok(Vec::new()) };
+    let pool = Arc::clone(&first.file.state().pool);
+    let device = first.dst.device_ordinal();
+    for r in reads.iter() {
+        r.file.state().check_read()?;
+        checked_end(r.offset, r.dst.len() as u64)?;
+        if r.dst.device_ordinal() != device {
+            return Err(Error::InvalidArgument(format!(
+                "read_files reads into one device; it mixes {} and {}",
+                describe(device),
+                describe(r.dst.device_ordinal())
+            )));
+        }
+    }
+    let batches = small_reads_by_file(reads);
+    let mut batch_counts: Vec<Vec<usize>> = vec![Vec::new(); batches.len()];
+    // Batches go first: each is one item that fans out on the pool itself.
+    let mut items: Vec<Work<'_>> = batches
+        .iter()
+        .zip(batch_counts.iter_mut())
+        .map(|((state, list), counts)| Work::Batch {
+            state,
+            reads: list.iter().map(|&(_, dst, offset)| (dst, offset)).collect(),
+            counts,
+        })
+        .collect();
+    let large: u64 =
+        reads.iter().map(|r| r.dst.len() as u64).filter(|&n| n > SMALL_READ as u64).sum();
+    // Task lists of each read (empty for batched and empty reads), to count what it delivered.
+    let mut tasks_of: Vec<Vec<Task>> = vec![Vec::new(); reads.len()];
+    for (r, tasks_out) in reads.iter_mut().zip(tasks_of.iter_mut()) {
+        let file: &'a FileHandle = r.file;
+        let state = file.state();
+        let len = r.dst.len();
+        if len == 0 {
+            continue;
+        }
+        let plan = direct::read_plan(state, r.offset, len as u64);
+        match &mut r.dst {
+            DeviceViewMut::Cuda(_) if len <= SMALL_READ => continue,
+            DeviceViewMut::Cuda(view) => {
+                let dst = view.raw;
+                let span = match state.cufile_for(len) {
+                    Some(_) => state.settings.task_size,
+                    None => device_io::span_size(state, large as usize),
+                };
+                let tasks = split_tasks(r.offset, len as u64, span);
+                items.extend(tasks.iter().map(|t| Work::Cuda {
+                    state,
+                    dst,
+                    at: t.buf_offset as usize,
+                    len: t.len as usize,
+                    file_offset: t.offset,
+                    plan,
+                }));
+                *tasks_out = tasks;
+            }
+            DeviceViewMut::Host(bytes) => {
+                let tasks = split_tasks(r.offset, len as u64, state.settings.task_size);
+                let mut rest: &mut [u8] = bytes;
+                for t in &tasks {
+                    let (piece, tail) = std::mem::take(&mut rest).split_at_mut(t.len as usize);
+                    rest = tail;
+                    items.push(Work::Host { state, buf: piece, file_offset: t.offset, plan });
+                }
+                *tasks_out = tasks;
+            }
+        }
+    }
+    let results = pool.run_each(items, run)?;
+    let mut counts = vec![0usize; reads.len()];
+    for ((_, list), got) in batches.iter().zip(&batch_counts) {
+        for (&(i, _, _), &n) in list.iter().zip(got) {
+            counts[i] = n;
+        }
+    }
+    let mut at = batches.len();
+    for (count, tasks) in counts.iter_mut().zip(&tasks_of) {
+        if !tasks.is_empty() {
+            *count = delivered_prefix(tasks, &results[at..at + tasks.len()]);
+            at += tasks.len();
+        }
+    }
+    Ok(counts)
+}
+
+/// A read of [`read_files`] small enough for a batch: its index, destination and file offset.
+type SmallRead = (usize, RawRegion, u64);
+
+/// The small reads into GPU memory, grouped by file (in the order files first appear), each
+/// group ordered by destination so that adjacent ones go up in one copy.
+fn small_reads_by_file<'a>(reads: &[FileRead<'a>]) -> Vec<(&'a HandleState, Vec<SmallRead>)> {
+    let mut by_file: Vec<(&'a HandleState, Vec<SmallRead>)> = Vec::new();
+    for (i, r) in reads.iter().enumerate() {
+        let DeviceViewMut::Cuda(view) = &r.dst else { continue };
+        if r.dst.is_empty() || r.dst.len() > SMALL_READ {
+            continue;
+        }
+        let state: &'a HandleState = r.file.state();
+        let entry = (i, view.raw, r.offset);
+        match by_file.iter_mut().find(|(s, _)| std::ptr::eq(*s, state)) {
+            Some((_, list)) => list.push(entry),
+            None => by_file.push((state, vec![entry])),
+        }
+    }
+    for (_, list) in by_file.iter_mut() {
+        list.sort_by_key(|(_, dst, _)| dst.ptr);
+    }
+    by_file
+}
+
+/// One pool item.
+fn run(work: Work<'_>) -> Result<usize> {
+    match work {
+        Work::Cuda { state, dst, at, len, file_offset, plan } => match state.cufile_for(dst.len) {
+            Some(gds) => gds.read_raw(dst, at, len, file_offset),
+            None => device_io::read_span(state, dst, at, len, file_offset, plan),
+        },
+        Work::Host { state, buf, file_offset, plan } => {
+            host_io::read_piece(state, buf, file_offset, plan)
+        }
+        Work::Batch { state, reads, counts } => {
+            *counts = batch::read_cuda_batch(state, &reads)?;
+            Ok(counts.iter().sum())
+        }
+    }
+}
+
+/// Starts [`read_files`] into the owned `dst` on the pool of `files[0]`: each piece's runs of
+/// `files[piece.file]` go to `dst` from its `dst_offset` (pieces may not overlap in `dst`).
+/// The future gives back `dst` and each piece's count (all its bytes, unless its file ended
+/// first).
+pub fn pread_files<B: OwnedDeviceMemory>(
+    files: Vec<FileHandle>,
+    dst: B,
+    pieces: Vec<FilePiece>,
+) -> IoFuture<(B, Vec<usize>)> {
+    let (future, completer) = IoFuture::pending();
+    let Some(first) = files.first() else {
+        let outcome = if pieces.is_empty() {
+            Ok((dst, Vec::new()))
+        } else {
+            Err(Error::InvalidArgument("pread_files: pieces but no files".into()))
+        };
+        completer.complete(outcome);
+        return future;
+    };
+    let pool = Arc::clone(&first.state().pool);
+    pool.spawn(move || {
+        let mut dst = dst;
+        if let Some(p) = pieces.iter().find(|p| p.file >= files.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "pread_files: a piece names file {} of {}",
+                p.file,
+                files.len()
+            )));
+        }
+        let ranges =
+            pieces.iter().map(|p| Ok((p.dst_offset, p.total()?))).collect::<Result<Vec<_>>>()?;
+        let views = dst.device_view_mut().carve(&ranges)?;
+        // Every run of every piece as one read, and which piece it belongs to.
+        let mut reads: Vec<FileRead<'_>> = Vec::with_capacity(pieces.len());
+        let mut owner: Vec<usize> = Vec::with_capacity(pieces.len());
+        for (i, (view, p)) in views.into_iter().zip(&pieces).enumerate() {
+            if p.len == 0 || p.count == 0 {
+                continue;
+            }
+            let runs = if p.count == 1 { vec![view] } else { view.chunks_mut(p.len)? };
+            for (k, run) in runs.into_iter().enumerate() {
+                reads.push(FileRead { file: &files[p.file], offset: p.run_offset(k)?, dst: run });
+                owner.push(i);
+            }
+        }
+        let counts = read_files(&mut reads)?;
+        drop(reads);
+        // A piece's count: the bytes of its runs up to and including the first that came up
+        // short (the file ended there).
+        let mut totals = vec![0usize; pieces.len()];
+        let mut short = vec![false; pieces.len()];
+        for (&i, n) in owner.iter().zip(counts) {
+            if !short[i] {
+                totals[i] += n;
+                short[i] = n < pieces[i].len;
+            }
+        }
+        Ok((dst, totals))
+    })
+}
+
+fn describe(ordinal: Option<usize>) -> String {
+    match ordinal {
+        Some(o) => format!("GPU {o}"),
+        None => "host memory".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{Device, DeviceBuffer};
+
+    // How pieces land, on every backend: tests/conformance.rs (many_files_read_in_one_pipeline).
+
+    struct Files {
+        dir: std::path::PathBuf,
+        handles: Vec<FileHandle>,
+    }
+
+    impl Drop for Files {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn files(tag: &str, sizes: &[usize]) -> Files {
+        let dir = std::env::temp_dir().join(format!("gpumap-multi-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut handles = Vec::new();
+        for (k, &n) in sizes.iter().enumerate() {
+            let bytes: Vec<u8> = (0..n).map(|i| ((i * 31 + k * 7) % 251) as u8).collect();
+            let path = dir.join(format!("f{k}"));
+            std::fs::write(&path, &bytes).unwrap();
+            handles.push(FileHandle::open(&path, "r").unwrap());
+        }
+        Files { dir, handles }
+    }
+
+    #[test]
+    fn refuses_bad_pieces() {
+        let f = files("bad", &[1000]);
+        let buf = DeviceBuffer::alloc(&Device::Host, 100).unwrap();
+        let past = vec![FilePiece::range(0, 0, 50, 51)];
+        assert!(pread_files(f.handles.clone(), buf, past).wait().is_err());
+        let buf = DeviceBuffer::alloc(&Device::Host, 100).unwrap();
+        let no_file = vec![FilePiece::range(3, 0, 0, 1)];
+        let err = pread_files(f.handles.clone(), buf, no_file).wait().unwrap_err();
+        assert!(err.to_string().contains("file 3 of 1"), "{err}");
+        let buf = DeviceBuffer::alloc(&Device::Host, 100).unwrap();
+        let overlap = vec![FilePiece::range(0, 0, 0, 10), FilePiece::range(0, 0, 5, 10)];
+        assert!(pread_files(f.handles.clone(), buf, overlap).wait().is_err());
+        let buf = DeviceBuffer::alloc(&Device::Host, 100).unwrap();
+        let huge = vec![FilePiece {
+            file: 0,
+            offset: 0,
+            dst_offset: 0,
+            len: 1 << 40,
+            count: 1 << 40,
+            stride: 0,
+        }];
+        let err = pread_files(f.handles.clone(), buf, huge).wait().unwrap_err();
+        assert!(err.to_string().contains("overflows"), "{err}");
+        let buf = DeviceBuffer::alloc(&Device::Host, 100).unwrap();
+        let far = vec![FilePiece {
+            file: 0,
+            offset: 0,
+            dst_offset: 0,
+            len: 1,
+            count: 3,
+            stride: u64::MAX / 2 + 1,
+        }];
+        let err = pread_files(f.handles.clone(), buf, far).wait().unwrap_err();
+        assert!(err.to_string().contains("largest file offset"), "{err}");
+        let buf = DeviceBuffer::alloc(&Device::Host, 1).unwrap();
+        let (_, counts) = pread_files(Vec::new(), buf, Vec::new()).wait().unwrap();
+        assert!(counts.is_empty());
+    }
+}

@@ -1,0 +1,137 @@
+"""Which files make a checkpoint, and which tensor lives where: a single safetensors file, a
+directory, or a ``model.safetensors.index.json`` — every header and the index checked before
+anything is allocated or read."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+from gpumapio.safetensors import TensorInfo, _brief, _object, read_header
+
+__all__ = ["Catalogue", "CheckpointError", "Shard", "open_catalogue"]
+
+# An index maps names to file names; one past this size is not an index (safetensors' own
+# header limit, used again).
+_MAX_INDEX = 100_000_000
+_INDEX_SUFFIX = ".safetensors.index.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded as it is: a malformed index or header, a shard
+    missing, a tensor in two shards or not where the index says; the message names the file
+    and the values at fault."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One safetensors file of a checkpoint and its tensors (file offsets absolute)."""
+
+    path: str
+    tensors: dict[str, TensorInfo]
+
+
+@dataclasses.dataclass(frozen=True)
+class Catalogue:
+    """A checkpoint's shards and, for each tensor, the index of the shard holding it."""
+
+    shards: list[Shard]
+    where: dict[str, int]
+    metadata: dict[str, Any] | None
+
+    def info(self, name: str) -> TensorInfo:
+        return self.shards[self.where[name]].tensors[name]
+
+
+def open_catalogue(source: str | os.PathLike[str]) -> Catalogue:
+    """The catalogue of ``source``: a ``.safetensors`` file, an index JSON, or a directory
+    (its ``model.safetensors.index.json``, else its one ``*.safetensors.index.json``, else
+    every ``*.safetensors`` file in it)."""
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        names = sorted(os.listdir(path))
+        indices = [n for n in names if n.endswith(_INDEX_SUFFIX)]
+        if "model.safetensors.index.json" in indices:
+            indices = ["model.safetensors.index.json"]
+        if len(indices) > 1:
+            raise CheckpointError(f"{path}: {len(indices)} index files ({', '.join(indices)}); name the one to load")
+        if indices:
+            return _from_index(os.path.join(path, indices[0]))
+        files = [os.path.join(path, n) for n in names if n.endswith(".safetensors")]
+        if not files:
+            raise CheckpointError(f"{path}: no *.safetensors file and no *{_INDEX_SUFFIX} in this directory")
+        return _from_files(files, None, None)
+    if path.endswith(".json"):
+        return _from_index(path)
+    return _from_files([path], None, None)
+
+
+def _from_index(index_path: str) -> Catalogue:
+    with open(index_path, "rb") as f:
+        raw = f.read(_MAX_INDEX + 1)
+    if len(raw) > _MAX_INDEX:
+        raise CheckpointError(f"{index_path}: more than {_MAX_INDEX} bytes; not a checkpoint index")
+    try:
+        index = json.loads(raw.decode("utf-8"), object_pairs_hook=_object)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
+        raise CheckpointError(f"{index_path}: not a JSON index: {e}") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"{index_path}: no \"weight_map\" object mapping tensor names to shard files")
+    base = os.path.dirname(index_path)
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard:
+            raise CheckpointError(f"{index_path}: tensor {name!r} maps to {_brief(shard)}, not a shard file name")
+        parts = shard.replace("\\", "/").split("/")
+        if os.path.isabs(shard) or ".." in parts:
+            raise CheckpointError(
+                f"{index_path}: tensor {name!r} maps to {shard!r}, outside the index's directory "
+                f"(shards are named relative to it, with no '..')"
+            )
+    shard_names = list(dict.fromkeys(weight_map.values()))
+    missing = [s for s in shard_names if not os.path.isfile(os.path.join(base, s))]
+    if missing:
+        named = [n for n, s in weight_map.items() if s == missing[0]]
+        raise CheckpointError(
+            f"{index_path}: shard {missing[0]!r} (holding {len(named)} tensors, {named[0]!r} first) "
+            f"is not a file in {base or '.'}" + (f"; {len(missing) - 1} more missing" if len(missing) > 1 else "")
+        )
+    metadata = index.get("metadata")
+    return _from_files([os.path.join(base, s) for s in shard_names], weight_map, index_path, metadata)
+
+
+def _from_files(
+    paths: list[str],
+    weight_map: dict[str, str] | None,
+    index_path: str | None,
+    metadata: Any = None,
+) -> Catalogue:
+    shards: list[Shard] = []
+    where: dict[str, int] = {}
+    for i, path in enumerate(paths):
+        try:
+            tensors, file_metadata = read_header(path)
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
+        if metadata is None and len(paths) == 1:
+            metadata = file_metadata
+        for name in tensors:
+            if name in where:
+                raise CheckpointError(
+                    f"tensor {name!r} is in two shards: {shards[where[name]].path} and {path}"
+                )
+            where[name] = i
+        shards.append(Shard(path, tensors))
+    if weight_map is not None:
+        base = os.path.dirname(index_path or "")
+        # Each shard name of the index once, as the index of the file it names.
+        number = {os.path.normpath(s.path): i for i, s in enumerate(shards)}
+        named = {shard: number.get(os.path.normpath(os.path.join(base, shard))) for shard in set(weight_map.values())}
+        for name, shard in weight_map.items():
+            got = where.get(name)
+            if got is None or got != named[shard]:
+                found = "in no shard" if got is None else f"in {shards[got].path}"
+                raise CheckpointError(f"{index_path}: tensor {name!r} is mapped to {shard!r} but is {found}")
+    return Catalogue(shards, where, metadata if isinstance(metadata, dict) else None)

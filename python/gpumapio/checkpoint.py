@@ -1,0 +1,369 @@
+"""Whole checkpoints in one call: every shard of a safetensors checkpoint read by one pipeline
+into one allocation, tensors returned as views of it; a filter, tensor-parallel slices and a
+dtype cast on the device. (Loading into a model: :mod:`gpumapio.models`.)
+
+Memory, stated: the device holds the tensors loaded (each placed at most 255 bytes past the
+one before it) and, with ``dtype=`` casting, two staging windows of ``staging_bytes / 2``
+each; the host holds the headers, the plan, and gpumap's pinned bounce buffers (at most two
+of ``bounce_buffer_size`` per I/O thread), never a copy of the checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable, Iterable, Union
+
+from gpumapio._checkpoint_files import Catalogue, CheckpointError, open_catalogue
+from gpumapio._native import CuFile, read_files
+from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
+from gpumapio.safetensors import _DTYPES, TensorInfo, _torch_device
+from gpumapio.tensor_parallel import TensorParallel
+
+__all__ = ["CheckpointError", "load_checkpoint"]
+
+Source = Union[str, "os.PathLike[str]"]
+Selection = Union[Iterable[str], Callable[[str], bool], None]
+
+# Where a run of tensors starts in the allocation, modulo this, is where it starts in its
+# file: the tensors keep the alignment they have in the file (safetensors aligns them).
+_ALIGN = 256
+# The default staging for casts: two windows of half this.
+_STAGING = 256 << 20
+
+
+@dataclasses.dataclass
+class _Placed:
+    """One tensor of the load: its source, its shape once sliced, where its bytes go, and the
+    pieces that put them there (offsets in the tensor's bytes and in its slice's bytes)."""
+
+    info: TensorInfo
+    shard: int
+    shape: tuple[int, ...]
+    pieces: list[Run]
+    nbytes: int  # of the slice, in the source dtype
+    cast: bool = False
+    at: int = 0  # in the allocation, in output bytes
+
+
+def _select(catalogue: Catalogue, tensors: Selection) -> list[str]:
+    if tensors is None:
+        names = list(catalogue.where)
+    elif callable(tensors):
+        names = [n for n in catalogue.where if tensors(n)]
+    else:
+        names = list(dict.fromkeys(tensors))
+        missing = [n for n in names if n not in catalogue.where]
+        if missing:
+            raise KeyError(f"the checkpoint has no tensor {missing[0]!r}" + (f" ({len(missing)} missing)" if len(missing) > 1 else ""))
+    # Shard by shard, in file order: neighbours in a file are neighbours in memory.
+    names.sort(key=lambda n: (catalogue.where[n], catalogue.info(n).start))
+    return names
+
+
+def _plan(catalogue: Catalogue, names: list[str], tp: TensorParallel | None) -> list[_Placed]:
+    placed = []
+    for name in names:
+        info = catalogue.info(name)
+        bits = _DTYPES[info.dtype][0]
+        if bits % 8:
+            raise ValueError(
+                f"{catalogue.shards[catalogue.where[name]].path}: tensor {name!r} is {info.dtype}, packed below "
+                f"a byte; torch and NumPy have no such dtype (leave it out with tensors=)"
+            )
+        dim = tp.split_dim(name) if tp is not None else None
+        if dim is None:
+            pieces = [Run(0, info.nbytes, 0)] if info.nbytes else []
+            placed.append(_Placed(info, catalogue.where[name], info.shape, pieces, info.nbytes))
+            continue
+        assert tp is not None
+        dim, shape = split_shape(name, info.shape, dim, tp.world_size)
+        pieces = tensor_slice(info.shape, bits // 8, dim, tp.rank, tp.world_size)
+        nbytes = sum(p.nbytes for p in pieces)
+        placed.append(_Placed(info, catalogue.where[name], shape, pieces, nbytes))
+    return placed
+
+
+def _lay_out(placed: list[_Placed], out_itemsize: Callable[[_Placed], int]) -> int:
+    """Places every tensor in one allocation; returns its size. A whole, uncast tensor that
+    follows the one before it in its file follows it in memory too, so their reads merge."""
+    at, before = 0, None
+    for p in placed:
+        whole = not p.cast and p.nbytes == p.info.nbytes
+        if whole and before is not None and before.shard == p.shard and before.info.end == p.info.start:
+            p.at = at
+        elif whole:
+            p.at = -(-at // _ALIGN) * _ALIGN + p.info.start % _ALIGN
+        else:
+            p.at = -(-at // _ALIGN) * _ALIGN
+        at = p.at + p.nbytes // (_DTYPES[p.info.dtype][0] // 8) * out_itemsize(p)
+        before = p if whole else None
+    return at
+
+
+class _Framework:
+    """The array library the tensors come out in: allocation, views and casts."""
+
+    def __init__(self, framework: str, device: Any, dtype: Any):
+        self.name = "numpy" if framework == "np" else framework
+        self.stream = None
+        self.typed: dict[Any, Any] = {}  # the allocation viewed as each element type
+        if framework == "pt":
+            import torch
+
+            self.torch = torch
+            self.device = _torch_device(device)
+            # "bfloat16" is taken for torch.bfloat16, as transformers takes it.
+            self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+            if self.dtype is not None and not isinstance(self.dtype, torch.dtype):
+                raise TypeError(f"dtype {dtype!r} is not a torch dtype")
+            if self.device.type == "cuda":
+                self.stream = torch.cuda.current_stream(self.device)
+        elif framework in ("np", "numpy"):
+            import numpy
+
+            if device not in (None, "cpu"):
+                raise ValueError(f"framework='numpy' loads into host memory; device={device!r} is not 'cpu'")
+            self.numpy = numpy
+            self.dtype = numpy.dtype(dtype) if dtype is not None else None
+        else:
+            raise ValueError(f"framework {framework!r}: expected 'pt' or 'numpy'")
+
+    def element(self, safetensors_dtype: str) -> Any:
+        _, torch_name, numpy_name = _DTYPES[safetensors_dtype]
+        if self.name == "pt":
+            found = getattr(self.torch, torch_name or "", None)
+            if found is None:
+                raise ValueError(f"this torch has no {torch_name} ({safetensors_dtype})")
+            return found
+        if numpy_name is None:
+            raise ValueError(f"NumPy has no {safetensors_dtype}; use framework='pt'")
+        return self.numpy.dtype(numpy_name)
+
+    def casts(self, safetensors_dtype: str) -> bool:
+        """Whether a tensor of this dtype is cast: floating-point ones, when a dtype is asked."""
+        if self.dtype is None:
+            return False
+        element = self.element(safetensors_dtype)
+        if self.name == "pt":
+            return element.is_floating_point and element != self.dtype
+        return element.kind == "f" and element != self.dtype
+
+    def itemsize(self, element: Any) -> int:
+        return element.itemsize
+
+    def empty(self, size: int) -> Any:
+        if self.name == "pt":
+            out = self.torch.empty(size, dtype=self.torch.uint8, device=self.device)
+            if self.stream is not None:
+                # torch may hand out memory that work queued on its stream still uses; gpumap
+                # writes from its own streams, so that work must be done first.
+                self.stream.synchronize()
+            return out
+        return self.numpy.empty(size, dtype=self.numpy.uint8)
+
+    def view(self, flat: Any, at: int, nbytes: int, element: Any, shape: tuple[int, ...]) -> Any:
+        """The tensor of ``shape`` at byte ``at`` of ``flat`` (whose length is a multiple of 16),
+        a view; one call per tensor, as checkpoints hold thousands."""
+        size = element.itemsize
+        if self.name == "numpy":
+            return self.numpy.ndarray(shape, element, buffer=flat, offset=at)
+        if at % size:
+            return flat[at : at + nbytes].clone().view(element).reshape(shape)  # a view would be misaligned
+        typed = self.typed.get(element)
+        if typed is None:
+            typed = self.typed[element] = flat.view(element)
+        strides, step = [], 1
+        for extent in reversed(shape):
+            strides.append(step)
+            step *= extent
+        return typed.as_strided(shape, tuple(reversed(strides)), at // size)
+
+    def cast_into(self, out: Any, staging: Any, copies: list[tuple[int, int, int, int, Any]]) -> None:
+        """``out[dst:dst + n_out] = staging[src:src + n]`` read as ``src_element``, cast."""
+        for src, length, dst, out_len, element in copies:
+            source = staging[src : src + length].view(element)
+            if self.name == "pt":
+                out[dst : dst + out_len].view(self.dtype).copy_(source)
+            else:
+                out[dst : dst + out_len].view(self.dtype)[...] = source
+
+    def fence(self) -> Any:
+        """A mark after the casts queued so far, to wait on before their staging is reused."""
+        if self.stream is None:
+            return None
+        event = self.torch.cuda.Event()
+        event.record(self.stream)
+        return event
+
+
+# A read of the native call: (file slot, file offset, bytes per run, buffer offset, runs, stride).
+_Read = tuple[int, int, int, int, int, int]
+
+
+def _read(flat: Any, files: list[CuFile], pieces: list[_Read], paths: list[str]) -> None:
+    counts = read_files(flat, files, pieces)
+    for (shard, offset, size, _, count, _), got in zip(pieces, counts):
+        if got != size * count:
+            raise EOFError(
+                f"{paths[shard]}: read {got} of {size * count} bytes at {offset} (the file was cut while loading)"
+            )
+
+
+def load_checkpoint(
+    source: Source,
+    device: Any = "cuda",
+    *,
+    tensors: Selection = None,
+    dtype: Any = None,
+    tp: TensorParallel | None = None,
+    framework: str = "pt",
+    staging_bytes: int = _STAGING,
+) -> dict[str, Any]:
+    """Loads a safetensors checkpoint: ``{name: tensor}``.
+
+    ``source`` is a ``.safetensors`` file, a ``model.safetensors.index.json`` (or any
+    ``*.safetensors.index.json``), or a directory holding either. Every header and the index
+    are checked first (:class:`CheckpointError` names the file and the values: a shard
+    missing, a tensor in two shards or not where the index says, offsets that overlap or pass
+    the end of a file); then the bytes of every shard are read by one pipeline, all shards in
+    flight together, into one allocation, and each tensor is a view of it.
+
+    - ``device``, ``framework``: as :func:`gpumapio.load_safetensors` — torch tensors on
+      ``device`` (``"cuda"``, ``"cuda:1"``, ``1``, ``"cpu"``), or NumPy arrays in host memory
+      with ``framework="numpy"``.
+    - ``tensors``: names to load (``KeyError`` for one the checkpoint lacks) or a predicate
+      on names; other tensors' bytes are not read.
+    - ``dtype``: floating-point tensors are cast to it (a torch dtype, or a NumPy one for
+      ``framework="numpy"``) on the device, read once through ``staging_bytes`` of staging;
+      integer and bool tensors are left as they are.
+    - ``tp``: a :class:`~gpumapio.tensor_parallel.TensorParallel`: tensors its rules match
+      are loaded as this rank's slice only, and only the slice's bytes are read.
+    """
+    catalogue = open_catalogue(source)
+    names = _select(catalogue, tensors)
+    fw = _Framework(framework, device, dtype)
+    placed = _plan(catalogue, names, tp)
+    for p in placed:
+        p.cast = fw.casts(p.info.dtype)
+    out_dtype_size = fw.itemsize(fw.dtype) if fw.dtype is not None else 0
+    total = _lay_out(placed, lambda p: out_dtype_size if p.cast else _DTYPES[p.info.dtype][0] // 8)
+    flat = fw.empty(-(-total // 16) * 16)  # whole elements of every dtype
+    paths = [s.path for s in catalogue.shards]
+    used = sorted({p.shard for p in placed})
+    files: list[CuFile] = []
+    try:
+        files = [CuFile(paths[s], "r") for s in used]
+        slot = {s: i for i, s in enumerate(used)}
+        direct: list[_Read] = []
+        by_shard: dict[int, list[Run]] = {}
+        for p in placed:
+            if not p.cast:
+                by_shard.setdefault(p.shard, []).extend(
+                    Run(p.info.start + r.src, r.length, p.at + r.dst, r.repeat, r.stride) for r in p.pieces
+                )
+        for shard, pieces in by_shard.items():
+            direct.extend((slot[shard], r.src, r.length, r.dst, r.repeat, r.stride) for r in coalesce(pieces))
+        if direct:
+            _read(flat, files, direct, [paths[s] for s in used])
+        casts = [p for p in placed if p.cast]
+        if casts:
+            _cast_through_staging(fw, flat, casts, files, slot, [paths[s] for s in used], staging_bytes)
+    finally:
+        for f in files:
+            f.close()
+    out: dict[str, Any] = {}
+    for p in placed:
+        element = fw.element(p.info.dtype)
+        if p.cast:
+            element = fw.dtype
+        size = p.nbytes // (_DTYPES[p.info.dtype][0] // 8) * fw.itemsize(element)
+        out[p.info.name] = fw.view(flat, p.at, size, element, p.shape)
+    return {n: out[n] for n in names}
+
+
+def _cast_through_staging(
+    fw: _Framework,
+    flat: Any,
+    casts: list[_Placed],
+    files: list[CuFile],
+    slot: dict[int, int],
+    paths: list[str],
+    staging_bytes: int,
+) -> None:
+    """Reads the tensors to cast window by window into two staging buffers in turn and casts
+    each window into place, the reads of one window overlapping the casts of the other."""
+    out_size = fw.itemsize(fw.dtype)
+    window = max(staging_bytes // 2, 1 << 16)
+    window -= window % 64  # whole elements of every dtype
+    buffers = [fw.empty(window), fw.empty(window)]
+    fences: list[Any] = [None, None]
+    # (file slot, piece in the file, out at, element): each piece fits one window.
+    chunks: list[tuple[int, Run, int, Any]] = []
+    for p in casts:
+        size = _DTYPES[p.info.dtype][0] // 8
+        element = fw.element(p.info.dtype)
+        for r in coalesce(p.pieces):
+            for piece in _fit(Run(p.info.start + r.src, r.length, r.dst, r.repeat, r.stride), window):
+                chunks.append((slot[p.shard], piece, p.at + piece.dst // size * out_size, element))
+    turn, used = 0, 0
+    reads: list[_Read] = []
+    copies: list[tuple[int, int, int, int, Any]] = []
+
+    def flush() -> None:
+        nonlocal turn, used, reads, copies
+        if not reads:
+            return
+        if fences[turn] is not None:
+            fences[turn].synchronize()
+        _read(buffers[turn], files, reads, paths)
+        fw.cast_into(flat, buffers[turn], _merge_copies(copies))
+        fences[turn] = fw.fence()
+        turn, used, reads, copies = 1 - turn, 0, [], []
+
+    for file_slot, piece, out_at, element in chunks:
+        # Every chunk starts 16-aligned in staging, so that torch can view it as any dtype.
+        start = -(-used // 16) * 16
+        if start + piece.nbytes > window:
+            flush()
+            start = 0
+        reads.append((file_slot, piece.src, piece.length, start, piece.repeat, piece.stride))
+        copies.append((start, piece.nbytes, out_at, piece.nbytes // element.itemsize * out_size, element))
+        used = start + piece.nbytes
+    flush()
+    for fence in fences:
+        if fence is not None:
+            fence.synchronize()
+
+
+def _fit(piece: Run, window: int) -> list[Run]:
+    """``piece`` cut into pieces of at most ``window`` bytes (a multiple of every itemsize),
+    ``dst`` kept as the offset in the tensor's slice: whole runs together where a run fits,
+    else each run in window-sized parts."""
+    if piece.repeat == 1:
+        return [Run(piece.src + at, min(window, piece.length - at), piece.dst + at) for at in range(0, piece.length, window)]
+    if piece.length <= window:
+        per = window // piece.length
+        return [
+            Run(piece.src + k * piece.stride, piece.length, piece.dst + k * piece.length, min(per, piece.repeat - k), piece.stride)
+            for k in range(0, piece.repeat, per)
+        ]
+    return [
+        part
+        for k in range(piece.repeat)
+        for part in _fit(Run(piece.src + k * piece.stride, piece.length, piece.dst + k * piece.length), window)
+    ]
+
+
+def _merge_copies(copies: list[tuple[int, int, int, int, Any]]) -> list[tuple[int, int, int, int, Any]]:
+    """Casts that follow one another in staging and in the output, of one source dtype, as one
+    (the strided pieces of a column split land back to back in both)."""
+    merged: list[tuple[int, int, int, int, Any]] = []
+    for src, n, dst, out_n, element in copies:
+        if merged:
+            ps, pn, pd, pon, pe = merged[-1]
+            if pe == element and ps + pn == src and pd + pon == dst:
+                merged[-1] = (ps, pn + n, pd, pon + out_n, pe)
+                continue
+        merged.append((src, n, dst, out_n, element))
+    return merged

@@ -1,0 +1,417 @@
+"""load_checkpoint against checkpoints written by the safetensors package, sharded as
+transformers shards them: whole loads, filters, tensor-parallel slices, casts, hostile indices
+and headers. Host memory (NumPy) everywhere; torch where it imports; the GPU in the tests
+marked so (skipped, with the reason, where there is none)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+st_numpy = pytest.importorskip("safetensors.numpy")
+
+import gpumapio  # noqa: E402
+import gpumapio.checkpoint as checkpoint  # noqa: E402
+from conftest import need_gpu  # noqa: E402
+from gpumapio import CheckpointError, TensorParallel, load_checkpoint  # noqa: E402
+
+
+def _model(rng, layers=3, hidden=64, inter=96, vocab=50):
+    """A Llama-shaped set of tensors: big matrices, small norms, an int buffer."""
+    out = {"model.embed_tokens.weight": rng.standard_normal((vocab, hidden)).astype("<f4")}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        out[p + "input_layernorm.weight"] = rng.standard_normal(hidden).astype("<f4")
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            out[p + f"self_attn.{name}.weight"] = rng.standard_normal((hidden, hidden)).astype("<f4")
+        out[p + "mlp.gate_proj.weight"] = rng.standard_normal((inter, hidden)).astype("<f4")
+        out[p + "mlp.up_proj.weight"] = rng.standard_normal((inter, hidden)).astype("<f4")
+        out[p + "mlp.down_proj.weight"] = rng.standard_normal((hidden, inter)).astype("<f4")
+    out["model.norm.weight"] = rng.standard_normal(hidden).astype("<f2")
+    out["model.position_ids"] = np.arange(hidden, dtype="<i8")
+    return out
+
+
+def _save_sharded(tensors, directory, shards=3):
+    """Shards as transformers writes them: files model-0000k-of-0000n.safetensors and an index."""
+    os.makedirs(directory, exist_ok=True)
+    names = list(tensors)
+    per = -(-len(names) // shards)
+    weight_map = {}
+    for k in range(shards):
+        file = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[k * per : (k + 1) * per]}
+        st_numpy.save_file(part, os.path.join(directory, file), metadata={"format": "pt"})
+        weight_map.update({n: file for n in part})
+    index = {"metadata": {"total_size": sum(t.nbytes for t in tensors.values())}, "weight_map": weight_map}
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f)
+    return directory
+
+
+@pytest.fixture
+def sharded(tmp_path, rng):
+    tensors = _model(rng)
+    return _save_sharded(tensors, str(tmp_path / "ckpt")), tensors
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Every piece load_checkpoint reads: (file, offset, bytes of all its runs)."""
+    seen: list[tuple[str, int, int]] = []
+    original = checkpoint.read_files
+
+    def spy(buf, files, pieces):
+        seen.extend((files[f].__repr__(), off, n * count) for f, off, n, _, count, _ in pieces)
+        return original(buf, files, pieces)
+
+    monkeypatch.setattr(checkpoint, "read_files", spy)
+    return seen
+
+
+def _same(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("form", ["directory", "index", "single file"])
+def test_whole_checkpoint_byte_for_byte(sharded, tmp_path, form):
+    directory, tensors = sharded
+    if form == "index":
+        source = os.path.join(directory, "model.safetensors.index.json")
+    elif form == "directory":
+        source = directory
+    else:
+        source = str(tmp_path / "one.safetensors")
+        st_numpy.save_file(tensors, source)
+    got = load_checkpoint(source, "cpu", framework="numpy")
+    assert set(got) == set(tensors)
+    for name, want in tensors.items():
+        _same(got[name], want)
+
+
+def test_one_allocation_one_read_per_shard(sharded, recorded):
+    directory, tensors = sharded
+    got = load_checkpoint(directory, "cpu", framework="numpy")
+    roots = set()
+    for a in got.values():
+        while a.base is not None:
+            a = a.base
+        roots.add(id(a))
+    assert len(roots) == 1, "every tensor is a view of one allocation"
+    # The tensors of a shard tile its data section, so each shard is one read, all in one call.
+    assert len(recorded) == 3
+    assert sum(n for _, _, n in recorded) == sum(t.nbytes for t in tensors.values())
+
+
+def test_directory_without_index_takes_every_file(sharded):
+    directory, tensors = sharded
+    os.remove(os.path.join(directory, "model.safetensors.index.json"))
+    got = load_checkpoint(directory, "cpu", framework="numpy")
+    assert set(got) == set(tensors)
+
+
+@pytest.mark.parametrize("how", ["names", "predicate"])
+def test_filter_reads_only_the_chosen_tensors(sharded, recorded, how):
+    directory, tensors = sharded
+    chosen = ["model.layers.1.mlp.up_proj.weight", "model.norm.weight", "model.layers.1.mlp.down_proj.weight"]
+    selection = chosen if how == "names" else (lambda n: n in chosen)
+    got = load_checkpoint(directory, "cpu", framework="numpy", tensors=selection)
+    assert set(got) == set(chosen)
+    for name in chosen:
+        _same(got[name], tensors[name])
+    assert sum(n for _, _, n in recorded) == sum(tensors[n].nbytes for n in chosen)
+
+
+def test_filter_unknown_name(sharded):
+    directory, _ = sharded
+    with pytest.raises(KeyError, match="nope"):
+        load_checkpoint(directory, "cpu", framework="numpy", tensors=["model.norm.weight", "nope"])
+    assert load_checkpoint(directory, "cpu", framework="numpy", tensors=[]) == {}
+
+
+RULES = {
+    "*.q_proj.weight": "row",
+    "*.k_proj.weight": 0,
+    "*.v_proj.weight": 0,
+    "*.gate_proj.weight": "row",
+    "*.up_proj.weight": "row",
+    "*.o_proj.weight": "column",
+    "*.down_proj.weight": 1,
+    "*.embed_tokens.weight": 0,
+}
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_tensor_parallel_ranks_tile_every_tensor(sharded, recorded, world):
+    directory, tensors = sharded
+    if world == 4:
+        # The vocabulary of 50 does not split 4 ways: the error names the tensor.
+        with pytest.raises(ValueError, match="embed_tokens.*divide into 4"):
+            load_checkpoint(directory, "cpu", framework="numpy", tp=TensorParallel(0, 4, RULES))
+        rules = {k: v for k, v in RULES.items() if "embed" not in k}
+    else:
+        rules = RULES
+    ranks = []
+    for rank in range(world):
+        recorded.clear()
+        tp = TensorParallel(rank, world, rules)
+        got = load_checkpoint(directory, "cpu", framework="numpy", tp=tp)
+        assert sum(n for _, _, n in recorded) == sum(a.nbytes for a in got.values()), "only the rank's bytes are read"
+        ranks.append(got)
+    probe = TensorParallel(0, world, rules)
+    for name, want in tensors.items():
+        dim = probe.split_dim(name)
+        if dim is None:
+            for got in ranks:
+                _same(got[name], want)
+        else:
+            parts = [got[name] for got in ranks]
+            assert all(p.shape[dim] == want.shape[dim] // world for p in parts)
+            _same(np.concatenate(parts, axis=dim), want)
+
+
+def test_tensor_parallel_column_split_is_strided_and_coalesced(sharded, recorded):
+    directory, tensors = sharded
+    name = "model.layers.0.mlp.down_proj.weight"  # (64, 96) f4: 64 rows of 192 bytes per rank of 2
+    pieces = []
+    original = checkpoint.read_files
+    checkpoint.read_files = lambda buf, files, p: (pieces.extend(p), original(buf, files, p))[1]
+    try:
+        got = load_checkpoint(directory, "cpu", framework="numpy", tensors=[name], tp=TensorParallel(1, 2, {name: 1}))
+    finally:
+        checkpoint.read_files = original
+    _same(got[name], np.ascontiguousarray(tensors[name][:, 48:]))
+    # One strided piece: 64 runs of 192 bytes, a row (384 bytes) apart, from the second half.
+    [(_, offset, size, _, count, stride)] = pieces
+    assert (size, count, stride) == (192, 64, 384)
+
+
+def test_tensor_parallel_refuses_bad_specs():
+    with pytest.raises(ValueError, match="rank 2"):
+        TensorParallel(2, 2)
+    with pytest.raises(ValueError, match="world_size 0"):
+        TensorParallel(0, 0)
+    with pytest.raises(ValueError, match="'diagonal'"):
+        TensorParallel(0, 2, {"*": "diagonal"})
+    tp = TensorParallel(0, 2, {"a.*": 1, "*": 0})
+    assert (tp.split_dim("a.x"), tp.split_dim("b"), TensorParallel(0, 1).split_dim("b")) == (1, 0, None)
+
+
+@pytest.mark.parametrize("staging", [1 << 16, 256 << 20])
+def test_cast_on_the_fly(sharded, staging):
+    directory, tensors = sharded
+    got = load_checkpoint(directory, "cpu", framework="numpy", dtype="f2", staging_bytes=staging)
+    for name, want in tensors.items():
+        if want.dtype.kind == "f":
+            _same(got[name], want.astype("<f2"))
+        else:
+            _same(got[name], want)  # integers are left as they are
+
+
+def test_cast_with_tensor_parallel_slices(sharded):
+    directory, tensors = sharded
+    tp = TensorParallel(1, 2, {"*.down_proj.weight": 1, "*.q_proj.weight": 0})
+    got = load_checkpoint(directory, "cpu", framework="numpy", dtype="f8", tp=tp, staging_bytes=1 << 16)
+    _same(got["model.layers.2.mlp.down_proj.weight"], tensors["model.layers.2.mlp.down_proj.weight"][:, 48:].astype("<f8"))
+    _same(got["model.layers.0.self_attn.q_proj.weight"], tensors["model.layers.0.self_attn.q_proj.weight"][32:].astype("<f8"))
+
+
+# Hostile checkpoints: every one refused before anything is read, naming the culprit.
+
+
+def _index(directory):
+    path = os.path.join(directory, "model.safetensors.index.json")
+    with open(path) as f:
+        return path, json.load(f)
+
+
+def _rewrite(path, index):
+    with open(path, "w") as f:
+        json.dump(index, f)
+
+
+def test_missing_shard(sharded):
+    directory, _ = sharded
+    os.remove(os.path.join(directory, "model-00002-of-00003.safetensors"))
+    with pytest.raises(CheckpointError, match=r"shard 'model-00002-of-00003.safetensors' \(holding \d+ tensors"):
+        load_checkpoint(directory, "cpu", framework="numpy")
+
+
+def test_truncated_shard(sharded):
+    directory, _ = sharded
+    shard = os.path.join(directory, "model-00003-of-00003.safetensors")
+    os.truncate(shard, os.path.getsize(shard) - 10)
+    with pytest.raises(CheckpointError, match="model-00003-of-00003.safetensors.*past the end of the file"):
+        load_checkpoint(directory, "cpu", framework="numpy")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "not a JSON index"),
+        ('{"weight_map": 3}', "no \"weight_map\""),
+        ("[]", "no \"weight_map\""),
+        ('{"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}}', "key 'a' appears more than once"),
+        ('{"weight_map": {"a": 7}}', "tensor 'a' maps to 7"),
+        ('{"weight_map": {"a": "../outside.safetensors"}}', "outside the index's directory"),
+        ('{"weight_map": {"a": "/etc/passwd"}}', "outside the index's directory"),
+        (b"\xff\xfe", "not a JSON index"),
+    ],
+)
+def test_bad_index(sharded, text, message):
+    directory, _ = sharded
+    path = os.path.join(directory, "model.safetensors.index.json")
+    with open(path, "wb") as f:
+        f.write(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(directory, "cpu", framework="numpy")
+
+
+def test_index_names_the_wrong_shard(sharded):
+    directory, _ = sharded
+    path, index = _index(directory)
+    index["weight_map"]["model.norm.weight"] = "model-00001-of-00003.safetensors"
+    _rewrite(path, index)
+    with pytest.raises(CheckpointError, match="'model.norm.weight' is mapped to 'model-00001-of-00003.safetensors' but is in .*00003"):
+        load_checkpoint(path, "cpu", framework="numpy")
+    index["weight_map"]["ghost"] = "model-00001-of-00003.safetensors"
+    del index["weight_map"]["model.norm.weight"]
+    _rewrite(path, index)
+    with pytest.raises(CheckpointError, match="'ghost' .* is in no shard"):
+        load_checkpoint(path, "cpu", framework="numpy")
+
+
+def test_tensor_in_two_shards(tmp_path, rng):
+    directory = tmp_path / "twice"
+    directory.mkdir()
+    st_numpy.save_file({"w": np.zeros(4, "<f4"), "x": np.ones(2, "<f4")}, str(directory / "a.safetensors"))
+    st_numpy.save_file({"w": np.ones(4, "<f4")}, str(directory / "b.safetensors"))
+    with pytest.raises(CheckpointError, match="tensor 'w' is in two shards: .*a.safetensors and .*b.safetensors"):
+        load_checkpoint(directory, "cpu", framework="numpy")
+
+
+def test_overlapping_offsets_in_a_shard(tmp_path):
+    header = json.dumps({
+        "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+        "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]},
+    }).encode()
+    path = tmp_path / "overlap.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(24))
+    with pytest.raises(CheckpointError, match=r"tensor 'b': data_offsets \[8, 24\] overlap tensor 'a'"):
+        load_checkpoint(path, "cpu", framework="numpy")
+
+
+def test_shard_cut_while_loading(sharded, monkeypatch):
+    directory, _ = sharded
+    shard = os.path.join(directory, "model-00002-of-00003.safetensors")
+    original = checkpoint.open_catalogue
+
+    def then_cut(source):
+        catalogue = original(source)
+        os.truncate(shard, os.path.getsize(shard) - 100)  # after the checks, before the read
+        return catalogue
+
+    monkeypatch.setattr(checkpoint, "open_catalogue", then_cut)
+    with pytest.raises(EOFError, match=r"model-00002-of-00003.safetensors: read \d+ of \d+ bytes .*the file was cut"):
+        load_checkpoint(directory, "cpu", framework="numpy")
+
+
+def test_empty_and_ambiguous_directories(tmp_path):
+    with pytest.raises(CheckpointError, match="no \\*.safetensors file"):
+        load_checkpoint(tmp_path, "cpu", framework="numpy")
+    for name in ("a.safetensors.index.json", "b.safetensors.index.json"):
+        (tmp_path / name).write_text('{"weight_map": {}}')
+    with pytest.raises(CheckpointError, match="2 index files"):
+        load_checkpoint(tmp_path, "cpu", framework="numpy")
+
+
+def test_native_read_files(tmp_path):
+    from gpumapio._native import read_files
+
+    data = bytes(range(256)) * 40
+    (tmp_path / "a").write_bytes(data)
+    (tmp_path / "b").write_bytes(data[::-1])
+    out = np.zeros(64, dtype=np.uint8)
+    with gpumapio.CuFile(tmp_path / "a") as a, gpumapio.CuFile(tmp_path / "b") as b:
+        # A plain range of b, a strided piece of a (4 runs of 8 bytes every 100), one past a's end.
+        counts = read_files(out, [a, b], [(1, 0, 16, 0, 1, 0), (0, 3, 8, 16, 4, 100), (0, len(data) - 4, 8, 48, 1, 0)])
+        assert counts == [16, 32, 4]
+        assert out[:16].tobytes() == data[::-1][:16]
+        assert out[16:48].tobytes() == b"".join(data[3 + 100 * k : 11 + 100 * k] for k in range(4))
+        assert out[48:52].tobytes() == data[-4:]
+        with pytest.raises(ValueError, match="file 2 of 2"):
+            read_files(out, [a, b], [(2, 0, 1, 0, 1, 0)])
+        with pytest.raises(ValueError):
+            read_files(out, [a, b], [(0, 0, 8, 60, 1, 0)])  # past the end of the buffer
+
+
+def test_checkpoint_error_is_a_value_error():
+    assert issubclass(CheckpointError, ValueError)
+    assert gpumapio.CheckpointError is CheckpointError
+
+
+# torch: CPU tensors here, CUDA where there is a GPU.
+
+
+def test_torch_bf16_views_and_cast(sharded):
+    torch = pytest.importorskip("torch")
+    directory, tensors = sharded
+    got = load_checkpoint(directory, "cpu", dtype=torch.bfloat16)
+    for name, want in tensors.items():
+        ref = torch.from_numpy(want.copy())
+        if ref.is_floating_point():
+            assert got[name].dtype == torch.bfloat16
+            assert torch.equal(got[name], ref.to(torch.bfloat16)), name
+        else:
+            assert torch.equal(got[name], ref), name
+
+
+def test_load_into_a_meta_module(sharded):
+    torch = pytest.importorskip("torch")
+    directory, tensors = sharded
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up_proj = torch.nn.Linear(64, 96, bias=False)
+            self.register_buffer("scale", torch.full((3,), 2.0), persistent=False)
+
+    with gpumapio.empty_weights():
+        model = torch.nn.Module()
+        model.mlp = Layer()
+    assert model.mlp.up_proj.weight.device.type == "meta" and model.mlp.scale.device.type == "cpu"
+    renamed = {"mlp.up_proj.weight": "model.layers.2.mlp.up_proj.weight"}
+    st_numpy.save_file({k: tensors[v] for k, v in renamed.items()}, os.path.join(directory, "..", "small.safetensors"))
+    gpumapio.load_into_model(model, os.path.join(directory, "..", "small.safetensors"), "cpu")
+    assert torch.equal(model.mlp.up_proj.weight, torch.from_numpy(tensors["model.layers.2.mlp.up_proj.weight"]))
+    assert isinstance(model.mlp.up_proj.weight, torch.nn.Parameter)
+    with gpumapio.empty_weights():
+        bigger = torch.nn.Module()
+        bigger.mlp = Layer()
+        bigger.extra = torch.nn.Linear(2, 2)
+    with pytest.raises(KeyError, match="extra.weight"):
+        gpumapio.load_into_model(bigger, os.path.join(directory, "..", "small.safetensors"), "cpu")
+
+
+def test_gpu_sharded_tp_and_cast(sharded):
+    torch = need_gpu("torch")
+    directory, tensors = sharded
+    got = load_checkpoint(directory, "cuda")
+    for name, want in tensors.items():
+        assert got[name].is_cuda
+        assert torch.equal(got[name].cpu(), torch.from_numpy(want.copy())), name
+    # Ranks on their own streams, as a process per GPU would have.
+    rules = {k: v for k, v in RULES.items() if "embed" not in k}
+    parts = []
+    for rank in range(4):
+        with torch.cuda.stream(torch.cuda.Stream()):
+            parts.append(load_checkpoint(directory, "cuda", tp=TensorParallel(rank, 4, rules), dtype=torch.bfloat16, staging_bytes=1 << 17))
+    torch.cuda.synchronize()
+    for name in ("model.layers.1.mlp.down_proj.weight", "model.layers.1.self_attn.q_proj.weight"):
+        dim = TensorParallel(0, 4, rules).split_dim(name)
+        whole = torch.cat([p[name] for p in parts], dim=dim).cpu()
+        assert torch.equal(whole, torch.from_numpy(tensors[name]).to(torch.bfloat16)), name
