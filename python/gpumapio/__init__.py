@@ -10,6 +10,10 @@ KvikIO's API (code written for ``kvikio`` runs with ``import gpumapio as kvikio`
   :mod:`gpumapio.cufile_driver`, :mod:`gpumapio.buffer`, :mod:`gpumapio.zarr` (``GDSStore``),
   and the ``KVIKIO_*`` environment variables (``GPUMAP_*`` win where both are set).
 
+- :class:`RemoteFile` (``open_http``, ``open_s3``, ``open_s3_url``, ``open_s3_presigned_url``,
+  ``open``; ``read``, ``pread``, ``nbytes``): S3 and HTTP objects read with parallel ranged
+  GETs into host or device memory (docs/remote.md).
+
 And beyond it: :func:`read_file_to_device` (a whole file as one CuPy / torch / NumPy array),
 :func:`load_safetensors` (a checkpoint as torch tensors, one read into one allocation),
 :mod:`gpumapio.pagecache` (residency, warm, evict, drop, lock), :mod:`gpumapio.maps`: files
@@ -32,6 +36,7 @@ from gpumapio._native import (
     IOFuture,
     IOFutureStream,
     OutOfBudgetError,
+    RemoteFile,
     UnavailableError,
     __version__,
 )
@@ -48,6 +53,7 @@ __all__ = [
     "DeviceCache",
     "IOFuture",
     "IOFutureStream",
+    "RemoteFile",
     "MappedFile",
     "OutOfBudgetError",
     "UnavailableError",

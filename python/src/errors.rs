@@ -16,15 +16,18 @@
 //! | `FileShrank` (a mapped file was cut under the map) | `OSError(message, filename)` |
 //! | `NotRegularFile` (a FIFO, a device, a /proc file) | `OSError(message)` |
 //! | `ResourceLimit` (RLIMIT_MEMLOCK, available memory) | `MemoryError` |
+//! | `Remote` (an S3 or HTTP object) | by kind: a bad URL `ValueError`; not found `FileNotFoundError`; refused credentials `PermissionError`; a timeout `TimeoutError`; a failed or broken connection `ConnectionError`; any other status or a malformed answer `OSError` — each with `.url` (no credentials) and `.status` (the HTTP status or `None`) |
 //! | a panic, in gpumap or here | `RuntimeError` with the panic message (never unwinds into Python) |
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
+use gpumap::error::RemoteErrorKind;
 use gpumap::io::IoFuture;
 use gpumap::Error;
 use pyo3::exceptions::{
-    PyEOFError, PyIndexError, PyMemoryError, PyOSError, PyRuntimeError, PyValueError,
+    PyConnectionError, PyEOFError, PyFileNotFoundError, PyIndexError, PyMemoryError, PyOSError,
+    PyPermissionError, PyRuntimeError, PyTimeoutError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -109,6 +112,20 @@ pub fn to_py(py: Python<'_>, e: &Error) -> PyErr {
         Error::FileShrank { .. } | Error::NotRegularFile { .. } => PyOSError::new_err(message),
         Error::ResourceLimit { .. } => PyMemoryError::new_err(message),
         Error::TaskPanicked(_) => PyRuntimeError::new_err(message),
+        Error::Remote { url, kind, status, .. } => {
+            let err = match kind {
+                RemoteErrorKind::InvalidUrl => PyValueError::new_err(message),
+                RemoteErrorKind::NotFound => PyFileNotFoundError::new_err(message),
+                RemoteErrorKind::AccessDenied => PyPermissionError::new_err(message),
+                RemoteErrorKind::Timeout => PyTimeoutError::new_err(message),
+                RemoteErrorKind::Connection => PyConnectionError::new_err(message),
+                _ => PyOSError::new_err(message),
+            };
+            let value = err.value(py);
+            let _ = value.setattr("url", url.as_str());
+            let _ = value.setattr("status", *status);
+            err
+        }
         _ => PyRuntimeError::new_err(message),
     }
 }

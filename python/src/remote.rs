@@ -1,0 +1,342 @@
+//! `RemoteFile`: KvikIO's remote file (S3, HTTP, presigned S3 URLs), over
+//! [`gpumap::remote::RemoteFile`].
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use gpumap::remote::{RemoteFile as Remote, RemoteOptions, RemoteUrl};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::buffers::memory;
+use crate::errors::{check, nogil, wait_interruptibly};
+use crate::future::IOFuture;
+
+/// The settings every constructor takes as keywords, beyond KvikIO's `nbytes`: the retry
+/// settings (`None`: KvikIO's defaults, 3 attempts, 429/500/502/503/504, 60 s) and gpumap's
+/// own (requests in flight, request size, S3 endpoint and region).
+#[derive(Default)]
+struct Settings {
+    nbytes: Option<u64>,
+    http_max_attempts: Option<u32>,
+    http_status_codes: Option<Vec<u16>>,
+    http_timeout: Option<f64>,
+    max_in_flight: Option<usize>,
+    request_size: Option<u64>,
+    s3_endpoint: Option<String>,
+    s3_region: Option<String>,
+}
+
+impl Settings {
+    fn options(&self) -> gpumap::Result<RemoteOptions> {
+        let mut o = RemoteOptions::default();
+        o.known_len(self.nbytes).s3_endpoint(self.s3_endpoint.clone());
+        o.s3_region(self.s3_region.clone());
+        if let Some(n) = self.http_max_attempts {
+            o.max_attempts(n)?;
+        }
+        if let Some(codes) = &self.http_status_codes {
+            o.retry_status_codes(codes)?;
+        }
+        if let Some(seconds) = self.http_timeout {
+            let timeout = Duration::try_from_secs_f64(seconds).map_err(|_| {
+                gpumap::Error::InvalidArgument(format!("http_timeout {seconds} is not a duration"))
+            })?;
+            o.timeout(timeout)?;
+        }
+        o.max_in_flight(self.max_in_flight)?;
+        if let Some(bytes) = self.request_size {
+            o.request_size(bytes)?;
+        }
+        Ok(o)
+    }
+
+    fn open(&self, py: Python<'_>, url: RemoteUrl) -> PyResult<RemoteFile> {
+        let options = check(py, self.options())?;
+        let file = nogil(py, move || Remote::open_url(url, &options))?;
+        Ok(RemoteFile { file: Mutex::new(Some(file)) })
+    }
+}
+
+/// A read-only remote file: an S3 object or an HTTP(S) URL, read with parallel ranged GETs
+/// into host or device memory. Open it with one of the constructors (`open_http`,
+/// `open_s3`, `open_s3_url`, `open_s3_presigned_url`, `open`).
+#[pyclass(module = "gpumapio", name = "RemoteFile", frozen)]
+pub struct RemoteFile {
+    /// `None` once closed.
+    file: Mutex<Option<Remote>>,
+}
+
+fn parse(py: Python<'_>, url: &str) -> PyResult<RemoteUrl> {
+    check(py, RemoteUrl::parse(url))
+}
+
+macro_rules! settings {
+    ($nbytes:expr, $a:expr, $c:expr, $t:expr, $f:expr, $r:expr, $e:expr, $g:expr) => {
+        Settings {
+            nbytes: $nbytes,
+            http_max_attempts: $a,
+            http_status_codes: $c,
+            http_timeout: $t,
+            max_in_flight: $f,
+            request_size: $r,
+            s3_endpoint: $e,
+            s3_region: $g,
+        }
+    };
+}
+
+#[pymethods]
+impl RemoteFile {
+    /// Opens an `http://` or `https://` URL.
+    #[staticmethod]
+    #[pyo3(signature = (url, nbytes = None, *, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open_http(
+        py: Python<'_>,
+        url: &str,
+        nbytes: Option<u64>,
+        http_max_attempts: Option<u32>,
+        http_status_codes: Option<Vec<u16>>,
+        http_timeout: Option<f64>,
+        max_in_flight: Option<usize>,
+        request_size: Option<u64>,
+    ) -> PyResult<RemoteFile> {
+        let parsed = parse(py, url)?;
+        if !matches!(parsed, RemoteUrl::Http(_)) {
+            return Err(PyValueError::new_err(format!("{parsed} is not an http(s):// URL")));
+        }
+        settings!(
+            nbytes,
+            http_max_attempts,
+            http_status_codes,
+            http_timeout,
+            max_in_flight,
+            request_size,
+            None,
+            None
+        )
+        .open(py, parsed)
+    }
+
+    /// Opens the S3 object `object_name` of `bucket_name`, with credentials, region and
+    /// endpoint from the AWS environment variables (`aws_endpoint_url` and `aws_region`
+    /// override the last two).
+    #[staticmethod]
+    #[pyo3(signature = (bucket_name, object_name, nbytes = None, *, aws_region = None, aws_endpoint_url = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open_s3(
+        py: Python<'_>,
+        bucket_name: &str,
+        object_name: &str,
+        nbytes: Option<u64>,
+        aws_region: Option<String>,
+        aws_endpoint_url: Option<String>,
+        http_max_attempts: Option<u32>,
+        http_status_codes: Option<Vec<u16>>,
+        http_timeout: Option<f64>,
+        max_in_flight: Option<usize>,
+        request_size: Option<u64>,
+    ) -> PyResult<RemoteFile> {
+        let url = check(py, RemoteUrl::s3(bucket_name, object_name))?;
+        settings!(
+            nbytes,
+            http_max_attempts,
+            http_status_codes,
+            http_timeout,
+            max_in_flight,
+            request_size,
+            aws_endpoint_url,
+            aws_region
+        )
+        .open(py, url)
+    }
+
+    /// Opens an `s3://bucket/key` URL, as `open_s3` does.
+    #[staticmethod]
+    #[pyo3(signature = (url, nbytes = None, *, aws_region = None, aws_endpoint_url = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open_s3_url(
+        py: Python<'_>,
+        url: &str,
+        nbytes: Option<u64>,
+        aws_region: Option<String>,
+        aws_endpoint_url: Option<String>,
+        http_max_attempts: Option<u32>,
+        http_status_codes: Option<Vec<u16>>,
+        http_timeout: Option<f64>,
+        max_in_flight: Option<usize>,
+        request_size: Option<u64>,
+    ) -> PyResult<RemoteFile> {
+        let parsed = parse(py, url)?;
+        if !matches!(parsed, RemoteUrl::S3 { .. }) {
+            return Err(PyValueError::new_err(format!(
+                "{parsed} is not an s3:// URL (https S3 URLs: use open_s3(bucket, key) or \
+                 open_http for a presigned one)"
+            )));
+        }
+        settings!(
+            nbytes,
+            http_max_attempts,
+            http_status_codes,
+            http_timeout,
+            max_in_flight,
+            request_size,
+            aws_endpoint_url,
+            aws_region
+        )
+        .open(py, parsed)
+    }
+
+    /// Opens a presigned S3 URL: plain HTTPS whose query string carries the signature (never
+    /// shown in messages).
+    #[staticmethod]
+    #[pyo3(signature = (presigned_url, nbytes = None, *, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open_s3_presigned_url(
+        py: Python<'_>,
+        presigned_url: &str,
+        nbytes: Option<u64>,
+        http_max_attempts: Option<u32>,
+        http_status_codes: Option<Vec<u16>>,
+        http_timeout: Option<f64>,
+        max_in_flight: Option<usize>,
+        request_size: Option<u64>,
+    ) -> PyResult<RemoteFile> {
+        Self::open_http(
+            py,
+            presigned_url,
+            nbytes,
+            http_max_attempts,
+            http_status_codes,
+            http_timeout,
+            max_in_flight,
+            request_size,
+        )
+    }
+
+    /// Opens `url`, its kind inferred from the scheme: `s3://` (signed with the environment's
+    /// credentials) or `http(s)://` (a presigned URL among them).
+    #[staticmethod]
+    #[pyo3(signature = (url, nbytes = None, *, aws_region = None, aws_endpoint_url = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        py: Python<'_>,
+        url: &str,
+        nbytes: Option<u64>,
+        aws_region: Option<String>,
+        aws_endpoint_url: Option<String>,
+        http_max_attempts: Option<u32>,
+        http_status_codes: Option<Vec<u16>>,
+        http_timeout: Option<f64>,
+        max_in_flight: Option<usize>,
+        request_size: Option<u64>,
+    ) -> PyResult<RemoteFile> {
+        let parsed = parse(py, url)?;
+        settings!(
+            nbytes,
+            http_max_attempts,
+            http_status_codes,
+            http_timeout,
+            max_in_flight,
+            request_size,
+            aws_endpoint_url,
+            aws_region
+        )
+        .open(py, parsed)
+    }
+
+    /// The object's size in bytes.
+    fn nbytes(&self) -> PyResult<u64> {
+        Ok(self.file()?.len())
+    }
+
+    /// The URL, without credentials or query string.
+    #[getter]
+    fn url(&self) -> PyResult<String> {
+        Ok(self.file()?.url().to_string())
+    }
+
+    /// Reads `size` bytes (default: the buffer's size) at `file_offset` into `buf` (host or
+    /// device memory) and returns the count; the range must lie inside the object.
+    #[pyo3(signature = (buf, size = None, file_offset = 0))]
+    fn read(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+    ) -> PyResult<usize> {
+        let file = self.file()?;
+        let dst = destination(py, buf, size)?;
+        let (dst, n) = wait_interruptibly(py, file.pread_device(dst, file_offset))?;
+        drop(dst);
+        Ok(n)
+    }
+
+    /// Starts [`read`](Self::read) in the background; returns an `IOFuture` whose `get()`
+    /// gives the count.
+    #[pyo3(signature = (buf, size = None, file_offset = 0))]
+    fn pread(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+    ) -> PyResult<IOFuture> {
+        let file = self.file()?;
+        let dst = destination(py, buf, size)?;
+        Ok(IOFuture::pending(Box::new(file.pread_device(dst, file_offset))))
+    }
+
+    /// Closes the file; reads in flight finish.
+    fn close(&self) {
+        self.file.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) {
+        self.close();
+    }
+
+    fn __repr__(&self) -> String {
+        match self.file.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some(f) => format!("<gpumapio.RemoteFile {} ({} bytes)>", f.url(), f.len()),
+            None => "<gpumapio.RemoteFile (closed)>".to_owned(),
+        }
+    }
+}
+
+impl RemoteFile {
+    fn file(&self) -> PyResult<Remote> {
+        self.file
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("I/O operation on a closed RemoteFile"))
+    }
+}
+
+/// The first `size` bytes of `buf` (default: all of it), as memory a read may fill.
+fn destination(
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    size: Option<usize>,
+) -> PyResult<crate::buffers::OwnedDst> {
+    let mem = memory(buf, true)?;
+    let len = match size {
+        None => mem.len(),
+        Some(n) if n <= mem.len() => n,
+        Some(n) => {
+            return Err(PyValueError::new_err(format!(
+                "Size is greater than the size of the buffer: {n} bytes asked, the buffer has {}",
+                mem.len()
+            )))
+        }
+    };
+    mem.into_dst(py, 0, len)
+}
