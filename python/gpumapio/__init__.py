@@ -10,7 +10,7 @@ KvikIO's API (code written for ``kvikio`` runs with ``import gpumapio as kvikio`
   :mod:`gpumapio.cufile_driver`, :mod:`gpumapio.buffer`, :mod:`gpumapio.zarr` (``GDSStore``),
   and the ``KVIKIO_*`` environment variables (``GPUMAP_*`` win where both are set).
 
-- :class:`RemoteFile` (``open_http``, ``open_s3``, ``open_s3_url``, ``open_s3_presigned_url``,
+- :class:`RemoteFile` and :class:`RemoteEndpointType` (``open_http``, ``open_s3``, ``open_s3_url``, ``open_s3_presigned_url``,
   ``open``; ``read``, ``pread``, ``nbytes``): S3 and HTTP objects read with parallel ranged
   GETs into host or device memory (docs/remote.md).
 
@@ -43,6 +43,7 @@ from gpumapio._native import (
 from gpumapio.defaults import CompatMode
 from gpumapio.maps import DeviceCache, MappedFile, View, gather, gather_rows, map
 from gpumapio.pagecache import drop_file_page_cache, drop_system_page_cache, get_page_cache_info
+from gpumapio.remote_file import RemoteEndpointType
 from gpumapio.safetensors import load_safetensors
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "DeviceCache",
     "IOFuture",
     "IOFutureStream",
+    "RemoteEndpointType",
     "RemoteFile",
     "MappedFile",
     "OutOfBudgetError",

@@ -142,6 +142,8 @@ class RemoteFile:
     @staticmethod
     def open(
         url: str,
+        remote_endpoint_type: object = None,
+        allow_list: Sequence[object] | None = None,
         nbytes: int | None = None,
         *,
         aws_region: str | None = None,

@@ -216,13 +216,17 @@ impl RemoteFile {
     }
 
     /// Opens `url`, its kind inferred from the scheme: `s3://` (signed with the environment's
-    /// credentials) or `http(s)://` (a presigned URL among them).
+    /// credentials) or `http(s)://` (a presigned URL among them). `remote_endpoint_type` (a
+    /// `RemoteEndpointType` or its name; `None` or `AUTO`: inferred) must agree with the URL,
+    /// and the kind must be in `allow_list` where one is given.
     #[staticmethod]
-    #[pyo3(signature = (url, nbytes = None, *, aws_region = None, aws_endpoint_url = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
+    #[pyo3(signature = (url, remote_endpoint_type = None, allow_list = None, nbytes = None, *, aws_region = None, aws_endpoint_url = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
         url: &str,
+        remote_endpoint_type: Option<&Bound<'_, PyAny>>,
+        allow_list: Option<Vec<Bound<'_, PyAny>>>,
         nbytes: Option<u64>,
         aws_region: Option<String>,
         aws_endpoint_url: Option<String>,
@@ -233,6 +237,34 @@ impl RemoteFile {
         request_size: Option<u64>,
     ) -> PyResult<RemoteFile> {
         let parsed = parse(py, url)?;
+        let inferred = match &parsed {
+            RemoteUrl::S3 { .. } => "S3",
+            RemoteUrl::Http(u) if u.query().is_some_and(|q| q.contains("X-Amz-Signature")) => {
+                "S3_PRESIGNED_URL"
+            }
+            _ => "HTTP",
+        };
+        let asked = match remote_endpoint_type {
+            Some(kind) => endpoint_name(kind)?,
+            None => "AUTO".to_owned(),
+        };
+        // A presigned URL is also a plain HTTP URL: either name accepts it.
+        let agrees =
+            |name: &str| name == inferred || (inferred == "S3_PRESIGNED_URL" && name == "HTTP");
+        if asked != "AUTO" && !agrees(&asked) {
+            return Err(PyValueError::new_err(format!(
+                "{parsed} is not a {asked} endpoint (gpumapio reads S3, S3_PRESIGNED_URL and \
+                 HTTP endpoints)"
+            )));
+        }
+        if let Some(allowed) = allow_list {
+            let names = allowed.iter().map(endpoint_name).collect::<PyResult<Vec<_>>>()?;
+            if !names.iter().any(|n| agrees(n)) {
+                return Err(PyValueError::new_err(format!(
+                    "{parsed} is a {inferred} endpoint, not in the allow list {names:?}"
+                )));
+            }
+        }
         settings!(
             nbytes,
             http_max_attempts,
@@ -319,6 +351,15 @@ impl RemoteFile {
             .clone()
             .ok_or_else(|| PyValueError::new_err("I/O operation on a closed RemoteFile"))
     }
+}
+
+/// The name of a `RemoteEndpointType` member (its `.name`), or the name given as a string.
+fn endpoint_name(kind: &Bound<'_, PyAny>) -> PyResult<String> {
+    let name: String = match kind.getattr("name") {
+        Ok(name) => name.extract()?,
+        Err(_) => kind.extract()?,
+    };
+    Ok(name.to_ascii_uppercase())
 }
 
 /// The first `size` bytes of `buf` (default: all of it), as memory a read may fill.

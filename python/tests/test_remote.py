@@ -111,6 +111,23 @@ def test_kvikio_constructors_agree(served):
         assert f.nbytes() == len(data)
 
 
+def test_open_checks_the_endpoint_type(served, monkeypatch):
+    _, url, data = served
+    kinds = gpumapio.RemoteEndpointType
+    assert RemoteFile.open(url, kinds.HTTP).nbytes() == len(data)
+    assert RemoteFile.open(url, kinds.AUTO, [kinds.HTTP], len(data)).nbytes() == len(data)
+    presigned = url + "?X-Amz-Signature=abc"
+    assert RemoteFile.open(presigned, kinds.S3_PRESIGNED_URL).nbytes() == len(data)
+    assert RemoteFile.open(presigned, allow_list=[kinds.HTTP]).nbytes() == len(data)
+    for kind in [kinds.S3, kinds.WEBHDFS, kinds.S3_PUBLIC]:
+        with pytest.raises(ValueError, match="not a"):
+            RemoteFile.open(url, kind)
+    with pytest.raises(ValueError, match="allow list"):
+        RemoteFile.open(url, allow_list=[kinds.S3])
+    with pytest.raises(ValueError, match="not a S3 endpoint"):
+        RemoteFile.open(url, "s3")
+
+
 def test_503s_are_retried_then_reported(served):
     server, url, data = served
     f = RemoteFile.open_http(url, http_max_attempts=3)
@@ -163,6 +180,29 @@ def test_missing_objects_bad_urls_and_closed_files(served):
     f.close()
     with pytest.raises(ValueError, match="closed"):
         f.nbytes()
+
+
+def test_reads_release_the_gil(served):
+    server, url, _ = served
+    f = RemoteFile.open_http(url)
+    server.faults[:] = [0.5]
+    started, done = threading.Event(), threading.Event()
+
+    def read():
+        started.set()
+        f.read(np.empty(1000, dtype="u1"))
+        done.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    started.wait()
+    spins = 0
+    while not done.is_set():
+        spins += 1
+    reader.join()
+    # The read waits half a second on the server; had it held the GIL, this thread would
+    # have had no turn meanwhile.
+    assert spins > 100_000
 
 
 def test_read_file_to_device_takes_urls(served):

@@ -13,7 +13,7 @@ use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, RetryConfig};
 
 use crate::error::{Error, RemoteErrorKind, Result};
-use crate::remote::failure::Failure;
+use crate::remote::failure::{self, Failure};
 use crate::remote::options::RemoteOptions;
 use crate::remote::url::RemoteUrl;
 
@@ -34,9 +34,10 @@ impl Client {
             // The caller chose the scheme; an http:// endpoint is as deliberate as https://.
             .with_allow_http(true);
         let no_retries = RetryConfig { max_retries: 0, ..RetryConfig::default() };
+        // A builder's message may quote the URL it was given: scrubbed like any other.
         let fail = |e: object_store::Error| {
-            Failure::new(RemoteErrorKind::InvalidUrl, None, e.to_string())
-                .into_error(url, "open", 0)
+            let reason = failure::scrub(&e.to_string(), url);
+            Failure::new(RemoteErrorKind::InvalidUrl, None, reason).into_error(url, "open", 0)
         };
         match url {
             RemoteUrl::S3 { bucket, key } => {

@@ -27,21 +27,31 @@ pub(crate) struct Fetch<'a> {
 }
 
 impl Fetch<'_> {
-    /// The object's size (a HEAD request), with retries.
+    /// The object's size, with retries: a HEAD request, or for a URL with a query string (a
+    /// presigned URL, signed for GET alone) a GET of its first byte, whose `Content-Range`
+    /// gives the size.
     pub(crate) async fn len(self) -> Result<u64> {
+        let by_get = matches!(self.url, RemoteUrl::Http(url) if url.query().is_some());
+        let op = if by_get { "GET bytes 0-0 of" } else { "HEAD" };
         let mut attempt = 1;
         loop {
-            let outcome = tokio::time::timeout(
-                self.options.timeout,
-                self.client.store.head(&self.client.path),
-            )
-            .await;
-            let failure = match outcome {
-                Ok(Ok(meta)) => return Ok(meta.size),
+            let ask = async {
+                if by_get {
+                    let first = GetOptions {
+                        range: Some(GetRange::Bounded(0..1)),
+                        ..GetOptions::default()
+                    };
+                    self.client.store.get_opts(&self.client.path, first).await.map(|r| r.meta.size)
+                } else {
+                    self.client.store.head(&self.client.path).await.map(|meta| meta.size)
+                }
+            };
+            let failure = match tokio::time::timeout(self.options.timeout, ask).await {
+                Ok(Ok(size)) => return Ok(size),
                 Ok(Err(e)) => Failure::from_store(&e, self.url),
                 Err(_) => self.timed_out(),
             };
-            attempt = self.retry_or_fail(failure, "HEAD", attempt).await?;
+            attempt = self.retry_or_fail(failure, op, attempt).await?;
         }
     }
 
@@ -135,6 +145,7 @@ pub(crate) async fn read_host(fetch: Fetch<'_>, dst: &mut [u8], offset: u64) -> 
     let size = request_size(fetch.options);
     let chunks = dst.len().div_ceil(size);
     let in_flight = fetch.options.in_flight_for(chunks);
+    tracing::debug!(url = %fetch.url, offset, len = dst.len(), chunks, in_flight, "remote read into host memory");
     let requests = dst
         .chunks_mut(size)
         .enumerate()
@@ -144,11 +155,13 @@ pub(crate) async fn read_host(fetch: Fetch<'_>, dst: &mut [u8], offset: u64) -> 
 
 /// Reads `dst.len` bytes at `offset` into GPU memory: each range lands in host memory of its
 /// own, then goes to the device through pinned bounce buffers, one copy in flight while the
-/// next range is placed. Host memory held is bounded by the requests in flight.
+/// next range is placed. Host memory held is bounded by the requests in flight, which are
+/// lowered to stay within [`MAX_STAGED_BYTES`](crate::remote::MAX_STAGED_BYTES).
 pub(crate) async fn read_cuda(fetch: Fetch<'_>, dst: RawRegion, offset: u64) -> Result<()> {
     let size = request_size(fetch.options);
     let chunks = dst.len.div_ceil(size);
-    let in_flight = fetch.options.in_flight_for(chunks);
+    let in_flight = fetch.options.staged_in_flight_for(chunks);
+    tracing::debug!(url = %fetch.url, offset, len = dst.len, chunks, in_flight, "remote read into GPU memory");
     let mut uploader = Uploader::new(dst)?;
     let requests = (0..chunks).map(|i| async move {
         let at = i * size;

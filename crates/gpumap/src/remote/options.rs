@@ -17,6 +17,10 @@ pub const MAX_IN_FLIGHT: usize = 1024;
 /// they are placed.
 pub const MAX_REQUEST_SIZE: u64 = 1 << 30;
 
+/// The most host memory one read into GPU memory stages at once (each range in flight lands
+/// in host memory of its own before its upload): requests in flight are lowered to fit.
+pub const MAX_STAGED_BYTES: u64 = 4 << 30;
+
 /// Requests in flight when none is asked for: object stores serve each connection far slower
 /// than a NIC can take, so throughput grows with requests in flight (cuDF #23633); the bound
 /// keeps a default read within `AUTO_IN_FLIGHT × request_size` bytes of memory.
@@ -173,6 +177,13 @@ impl RemoteOptions {
         self.max_in_flight.unwrap_or(AUTO_IN_FLIGHT).min(chunks).max(1)
     }
 
+    /// Requests in flight for a read of `chunks` requests into GPU memory: as
+    /// [`in_flight_for`](Self::in_flight_for), within [`MAX_STAGED_BYTES`].
+    pub(crate) fn staged_in_flight_for(&self, chunks: usize) -> usize {
+        let fit = usize::try_from(MAX_STAGED_BYTES / self.request_size).unwrap_or(usize::MAX);
+        self.in_flight_for(chunks).min(fit).max(1)
+    }
+
     /// The wait before attempt `attempt + 1` (after `attempt` failed).
     pub(crate) fn backoff_after(&self, attempt: u32) -> Duration {
         let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
@@ -213,6 +224,10 @@ mod tests {
         assert_eq!(o.in_flight_for(10_000), AUTO_IN_FLIGHT);
         o.max_in_flight(Some(256)).unwrap();
         assert_eq!(o.in_flight_for(10_000), 256);
+        // Staged for a GPU: within MAX_STAGED_BYTES of host memory.
+        assert_eq!(o.staged_in_flight_for(10_000), 256);
+        o.request_size(MAX_REQUEST_SIZE).unwrap();
+        assert_eq!(o.staged_in_flight_for(10_000), (MAX_STAGED_BYTES / MAX_REQUEST_SIZE) as usize);
     }
 
     #[test]
