@@ -41,7 +41,9 @@ fi
 # fault-injection: the hidden _native._arm_write_fault the tests use to make write-backs fail
 # (a test-only feature; release wheels are built without it).
 "$maturin" build --release -m python/Cargo.toml -i "$py" -o "$work/wheels" --features fault-injection
-"$py" -m pip install -q "$work"/wheels/gpumapio-*.whl numpy pytest pytest-asyncio 'zarr>=3' safetensors mypy hypothesis
+# moto[server]: the S3 server python/tests/test_remote.py reads from on 127.0.0.1, as KvikIO's
+# remote tests do; pytest-asyncio: zarr's own StoreTests are async.
+"$py" -m pip install -q "$work"/wheels/gpumapio-*.whl numpy pytest pytest-asyncio 'zarr>=3' safetensors mypy hypothesis 'moto[server]'
 
 echo "== Python: pytest (the installed wheel, not the source tree)"
 cd "$work"

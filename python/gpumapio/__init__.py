@@ -13,6 +13,10 @@ KvikIO's API (code written for ``kvikio`` runs with ``import gpumapio as kvikio`
   :mod:`gpumapio.cufile_driver`, :mod:`gpumapio.buffer`, :mod:`gpumapio.zarr` (``GDSStore``),
   and the ``KVIKIO_*`` environment variables (``GPUMAP_*`` win where both are set).
 
+- :class:`RemoteFile` and :class:`RemoteEndpointType` (``open_http``, ``open_s3``, ``open_s3_url``, ``open_s3_presigned_url``,
+  ``open``; ``read``, ``pread``, ``nbytes``): S3 and HTTP objects read with parallel ranged
+  GETs into host or device memory (docs/remote.md).
+
 And beyond it: :func:`read_file_to_device` (a whole file as one CuPy / torch / NumPy array),
 :func:`load_safetensors` (a checkpoint as torch tensors, one read into one allocation),
 :func:`load_checkpoint` (a sharded checkpoint — file, directory or index — in one pipeline
@@ -38,6 +42,7 @@ from gpumapio._native import (
     IOFutureStream,
     Mmap,
     OutOfBudgetError,
+    RemoteFile,
     UnavailableError,
     __version__,
 )
@@ -53,6 +58,7 @@ from gpumapio.pagecache import (
     drop_system_page_cache,
     get_page_cache_info,
 )
+from gpumapio.remote_file import RemoteEndpointType
 from gpumapio.safetensors import load_safetensors
 from gpumapio.tensor_parallel import TensorParallel
 
@@ -65,6 +71,8 @@ __all__ = [
     "DeviceCache",
     "IOFuture",
     "IOFutureStream",
+    "RemoteEndpointType",
+    "RemoteFile",
     "MappedFile",
     "Mmap",
     "OutOfBudgetError",

@@ -71,14 +71,19 @@ def read_file_to_device(
     This is the one call that replaces ``cupy.asarray(np.fromfile(path, dtype=np.uint8))``:
     no host copy where cuFile reaches the GPU directly, and a pipelined, parallel copy through
     pinned memory where it does not.
+
+    ``path`` may also be an ``s3://bucket/key`` or ``http(s)://`` URL: the object is read with
+    parallel ranged GETs (:class:`gpumapio.RemoteFile`, credentials from the AWS environment
+    variables).
     """
     if offset < 0:
         raise ValueError(f"offset {offset} is negative")
     if size is not None and size < 0:
         raise ValueError(f"size {size} is negative")
-    from gpumapio._native import CuFile
+    from gpumapio._native import CuFile, RemoteFile
 
-    with CuFile(path, "r") as f:
+    remote = isinstance(path, str) and path.split("://", 1)[0].lower() in ("s3", "http", "https")
+    with RemoteFile.open(path) if remote else CuFile(path, "r") as f:
         # The range is checked against the file before memory is allocated for it.
         file_size = f.nbytes()
         if size is None:

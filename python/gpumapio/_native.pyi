@@ -21,6 +21,7 @@ __all__ = [
     "IOFuture",
     "IOFutureStream",
     "Mmap",
+    "RemoteFile",
     "defaults_get",
     "defaults_set",
     "is_compat_mode_preferred",
@@ -86,6 +87,88 @@ class IOFutureStream:
     def check_bytes_done(self) -> int:
         """Waits for the transfer and returns the bytes moved."""
     def done(self) -> bool: ...
+
+@final
+class RemoteFile:
+    """A read-only S3 object or HTTP(S) URL, read with parallel ranged GETs into host or
+    device memory. Open it with a constructor."""
+
+    @staticmethod
+    def open_http(
+        url: str,
+        nbytes: int | None = None,
+        *,
+        http_max_attempts: int | None = None,
+        http_status_codes: Sequence[int] | None = None,
+        http_timeout: float | None = None,
+        max_in_flight: int | None = None,
+        request_size: int | None = None,
+    ) -> RemoteFile: ...
+    @staticmethod
+    def open_s3(
+        bucket_name: str,
+        object_name: str,
+        nbytes: int | None = None,
+        *,
+        aws_region: str | None = None,
+        aws_endpoint_url: str | None = None,
+        http_max_attempts: int | None = None,
+        http_status_codes: Sequence[int] | None = None,
+        http_timeout: float | None = None,
+        max_in_flight: int | None = None,
+        request_size: int | None = None,
+    ) -> RemoteFile: ...
+    @staticmethod
+    def open_s3_url(
+        url: str,
+        nbytes: int | None = None,
+        *,
+        aws_region: str | None = None,
+        aws_endpoint_url: str | None = None,
+        http_max_attempts: int | None = None,
+        http_status_codes: Sequence[int] | None = None,
+        http_timeout: float | None = None,
+        max_in_flight: int | None = None,
+        request_size: int | None = None,
+    ) -> RemoteFile: ...
+    @staticmethod
+    def open_s3_presigned_url(
+        presigned_url: str,
+        nbytes: int | None = None,
+        *,
+        http_max_attempts: int | None = None,
+        http_status_codes: Sequence[int] | None = None,
+        http_timeout: float | None = None,
+        max_in_flight: int | None = None,
+        request_size: int | None = None,
+    ) -> RemoteFile: ...
+    @staticmethod
+    def open(
+        url: str,
+        remote_endpoint_type: object = None,
+        allow_list: Sequence[object] | None = None,
+        nbytes: int | None = None,
+        *,
+        aws_region: str | None = None,
+        aws_endpoint_url: str | None = None,
+        http_max_attempts: int | None = None,
+        http_status_codes: Sequence[int] | None = None,
+        http_timeout: float | None = None,
+        max_in_flight: int | None = None,
+        request_size: int | None = None,
+    ) -> RemoteFile: ...
+    def nbytes(self) -> int:
+        """The object's size in bytes."""
+    @property
+    def url(self) -> str:
+        """The URL, without credentials or query string."""
+    def read(self, buf: _Buffer, size: int | None = None, file_offset: int = 0) -> int:
+        """Reads ``size`` bytes (default: the buffer's) at ``file_offset``; returns the count."""
+    def pread(self, buf: _Buffer, size: int | None = None, file_offset: int = 0) -> IOFuture:
+        """Starts ``read`` in the background."""
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *_args: object) -> None: ...
 
 @final
 class CuFile:

@@ -22,15 +22,18 @@
 //! | `FileShrank` (a mapped file was cut under the map) | `OSError(message)`, also a `RuntimeError` |
 //! | `NotRegularFile` (a FIFO, a device, a /proc file) | `OSError(message)`, also a `RuntimeError` |
 //! | `ResourceLimit` (RLIMIT_MEMLOCK, available memory) | `MemoryError` |
+//! | `Remote` (an S3 or HTTP object) | by kind: a bad URL `ValueError`; not found `FileNotFoundError`; refused credentials `PermissionError`; a timeout `TimeoutError`; a failed or broken connection `ConnectionError`; any other status or a malformed answer `OSError` — each but the first also a `RuntimeError` (as KvikIO raises), and each with `.url` (no credentials) and `.status` (the HTTP status or `None`) |
 //! | a panic, in gpumap or here | `RuntimeError` with the panic message (never unwinds into Python) |
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
+use gpumap::error::RemoteErrorKind;
 use gpumap::io::IoFuture;
 use gpumap::Error;
 use pyo3::exceptions::{
-    PyEOFError, PyIndexError, PyMemoryError, PyOSError, PyRuntimeError, PyValueError,
+    PyConnectionError, PyEOFError, PyFileNotFoundError, PyIndexError, PyMemoryError, PyOSError,
+    PyPermissionError, PyRuntimeError, PyTimeoutError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -119,6 +122,27 @@ pub fn to_py(py: Python<'_>, e: &Error) -> PyErr {
         }
         Error::ResourceLimit { .. } => PyMemoryError::new_err(message),
         Error::TaskPanicked(_) => PyRuntimeError::new_err(message),
+        Error::Remote { url, kind, status, .. } => {
+            // Failed transfers are also `RuntimeError`s, as KvikIO's `RemoteFile` raises them.
+            let err = match kind {
+                RemoteErrorKind::InvalidUrl => PyValueError::new_err(message),
+                RemoteErrorKind::NotFound => {
+                    runtime_too(&py.get_type::<PyFileNotFoundError>(), message)
+                }
+                RemoteErrorKind::AccessDenied => {
+                    runtime_too(&py.get_type::<PyPermissionError>(), message)
+                }
+                RemoteErrorKind::Timeout => runtime_too(&py.get_type::<PyTimeoutError>(), message),
+                RemoteErrorKind::Connection => {
+                    runtime_too(&py.get_type::<PyConnectionError>(), message)
+                }
+                _ => runtime_too(&py.get_type::<PyOSError>(), message),
+            };
+            let value = err.value(py);
+            let _ = value.setattr("url", url.as_str());
+            let _ = value.setattr("status", *status);
+            err
+        }
         _ => PyRuntimeError::new_err(message),
     }
 }
@@ -164,6 +188,14 @@ fn os_error(
         also_runtime_error(&plain.get_type())?.call1(args)
     })();
     match made {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(_) => PyOSError::new_err(message),
+    }
+}
+
+/// `base(message)` — an `OSError` subclass — that is also a `RuntimeError`.
+fn runtime_too(base: &Bound<'_, PyType>, message: String) -> PyErr {
+    match also_runtime_error(base).and_then(|cls| cls.call1((message.clone(),))) {
         Ok(instance) => PyErr::from_value(instance),
         Err(_) => PyOSError::new_err(message),
     }

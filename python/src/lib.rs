@@ -27,6 +27,7 @@ mod maps;
 mod mmap;
 mod multi_read;
 mod pagecache;
+mod remote;
 mod rows;
 
 use pyo3::prelude::*;
@@ -38,6 +39,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<mmap::Mmap>()?;
     m.add_class::<future::IOFuture>()?;
     m.add_class::<future::IOFutureStream>()?;
+    m.add_class::<remote::RemoteFile>()?;
     m.add_function(wrap_pyfunction!(defaults::defaults_get, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::defaults_set, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::is_compat_mode_preferred, m)?)?;

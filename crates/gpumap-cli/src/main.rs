@@ -9,6 +9,7 @@ mod map;
 mod output;
 mod pagecache;
 mod pattern;
+mod remote_read;
 mod schema;
 mod transfer;
 

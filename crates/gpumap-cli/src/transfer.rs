@@ -59,10 +59,10 @@ pub struct TransferOptions {
     #[arg(long)]
     direct: Option<DirectRead>,
     #[command(flatten)]
-    placement: MemoryArgs,
+    pub(crate) placement: MemoryArgs,
     /// Print one JSON object instead of text (errors too; see docs/cli-json.md).
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// Where a command's bytes live: `--device N` or `--host` (`gpumap read`, `write`, `map`).
@@ -159,20 +159,23 @@ impl TransferOptions {
 /// Arguments of `gpumap read`.
 #[derive(Args, Debug)]
 pub struct ReadArgs {
-    /// The file to read.
+    /// The file to read: a path, or an s3://bucket/key or http(s):// URL (credentials from
+    /// the AWS environment variables; see docs/remote.md).
     file: PathBuf,
     /// Where to start, in bytes (suffixes such as 4KiB allowed); past the end is an error.
     #[arg(long, default_value = "0", value_parser = size_arg)]
-    offset: u64,
+    pub(crate) offset: u64,
     /// How many bytes (default: to the end of the file).
     #[arg(long, value_parser = size_arg)]
-    len: Option<u64>,
+    pub(crate) len: Option<u64>,
     #[command(flatten)]
-    options: TransferOptions,
+    pub(crate) options: TransferOptions,
+    #[command(flatten)]
+    pub(crate) remote: crate::remote_read::RemoteArgs,
     /// Check the bytes read against the pattern `gpumap write` generates (exit status 3 when
     /// they differ).
     #[arg(long)]
-    verify_pattern: bool,
+    pub(crate) verify_pattern: bool,
     /// Check the bytes read against a plain host read of the same range (exit status 3 when
     /// they differ).
     #[arg(long)]
@@ -180,11 +183,28 @@ pub struct ReadArgs {
     /// Read the range this many times and report the fastest (the first pays for warming
     /// caches and allocating pinned buffers).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    repeat: u32,
+    pub(crate) repeat: u32,
     /// Drop the range from the page cache before each read (fdatasync where needed, then
     /// POSIX_FADV_DONTNEED), so every read comes from the disk.
     #[arg(long)]
     cold: bool,
+}
+
+impl ReadArgs {
+    /// The first option given that only a local file takes, for refusing it with a URL.
+    pub(crate) fn local_only_flag(&self) -> Option<&'static str> {
+        let o = &self.options;
+        [
+            (self.cold, "--cold"),
+            (self.verify, "--verify"),
+            (o.direct.is_some(), "--direct"),
+            (o.compat_mode.is_some(), "--compat-mode"),
+            (o.task_size.is_some(), "--task-size"),
+            (o.threads.is_some(), "--threads"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
 }
 
 /// Arguments of `gpumap write`.
@@ -357,7 +377,7 @@ fn progress_bar(total: u64, json: bool, what: &str) -> ProgressBar {
 
 /// The length `gpumap read` reads: `len`, or to the end of the file. An offset past the end
 /// is an error either way; an offset at the end reads 0 bytes.
-fn read_len(offset: u64, len: Option<u64>, file_len: u64) -> Result<u64> {
+pub(crate) fn read_len(offset: u64, len: Option<u64>, file_len: u64) -> Result<u64> {
     let len = len.unwrap_or(file_len.saturating_sub(offset));
     match offset.checked_add(len) {
         Some(end) if end <= file_len => Ok(len),
@@ -368,6 +388,9 @@ fn read_len(offset: u64, len: Option<u64>, file_len: u64) -> Result<u64> {
 
 /// `gpumap read`.
 pub fn read(args: &ReadArgs) -> CliResult {
+    if let Some(url) = args.file.to_str().filter(|f| gpumap::remote::is_remote_url(f)) {
+        return crate::remote_read::read(args, url);
+    }
     let (device, memory) = args.options.placement.memory()?;
     let (handle, pool) = args.options.open(&args.file, "r")?;
     let len = read_len(args.offset, args.len, handle.len()?)?;

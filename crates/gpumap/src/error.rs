@@ -250,6 +250,88 @@ pub enum Error {
         /// What to do about it.
         hint: &'static str,
     },
+
+    /// A remote object (`s3://`, `http(s)://`) could not be opened or read. The URL is shown
+    /// without credentials: no user or password, and a query string (a presigned URL's
+    /// signature) only as `?…`.
+    #[error("{op} {url} failed{}{}: {reason}; {}", StatusText(*status), Attempts(*attempts), kind.hint())]
+    Remote {
+        /// The URL, credentials removed.
+        url: String,
+        /// What was being done (`"open"`, `"HEAD"`, `"GET bytes 0-4194303 of"`).
+        op: String,
+        /// What kind of failure it was, and so what to do about it.
+        kind: RemoteErrorKind,
+        /// The HTTP status the server answered, where it answered with one.
+        status: Option<u16>,
+        /// Requests made before giving up (1 where the failure was not retried).
+        attempts: u32,
+        /// What went wrong, in words (never credentials).
+        reason: String,
+    },
+}
+
+/// What kind of failure an [`Error::Remote`] is.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteErrorKind {
+    /// The URL is malformed, of an unsupported scheme, or carries credentials inline.
+    InvalidUrl,
+    /// The server says the object does not exist (HTTP 404).
+    NotFound,
+    /// The server refused the credentials or the request (HTTP 401, 403).
+    AccessDenied,
+    /// Any other HTTP status that is not success (retried first when configured as retryable).
+    Status,
+    /// A request took longer than the configured timeout.
+    Timeout,
+    /// The connection could not be made, or broke before the response was complete.
+    Connection,
+    /// The server's answer is not what was asked for: a wrong range, a short or long body.
+    BadResponse,
+}
+
+impl RemoteErrorKind {
+    /// What a person can do about this kind of failure.
+    pub fn hint(self) -> &'static str {
+        match self {
+            RemoteErrorKind::InvalidUrl => {
+                "use s3://bucket/key or http(s)://host/path, with credentials in the \
+                 environment (AWS_ACCESS_KEY_ID, ...) rather than in the URL"
+            }
+            RemoteErrorKind::NotFound => "check the bucket, key or path",
+            RemoteErrorKind::AccessDenied => {
+                "check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, \
+                 AWS_SESSION_TOKEN), the region, and that they may read this object; a \
+                 presigned URL may have expired"
+            }
+            RemoteErrorKind::Status => {
+                "the server refused the request; if the status is transient, list it among the \
+                 retried status codes or raise the attempts"
+            }
+            RemoteErrorKind::Timeout => "raise the timeout, or check the server and the network",
+            RemoteErrorKind::Connection => {
+                "check that the server is up and reachable (endpoint, proxy, DNS)"
+            }
+            RemoteErrorKind::BadResponse => {
+                "the server does not serve byte ranges as asked; check that it supports HTTP \
+                 Range requests"
+            }
+        }
+    }
+
+    /// A stable `snake_case` name (`"not_found"`, `"timeout"`, ...).
+    pub fn code(self) -> &'static str {
+        match self {
+            RemoteErrorKind::InvalidUrl => "invalid_url",
+            RemoteErrorKind::NotFound => "not_found",
+            RemoteErrorKind::AccessDenied => "access_denied",
+            RemoteErrorKind::Status => "status",
+            RemoteErrorKind::Timeout => "timeout",
+            RemoteErrorKind::Connection => "connection",
+            RemoteErrorKind::BadResponse => "bad_response",
+        }
+    }
 }
 
 impl Error {
@@ -278,6 +360,7 @@ impl Error {
             Error::ResourceLimit { .. } => "resource_limit",
             Error::WriteBack { .. } => "write_back",
             Error::FileShrank { .. } => "file_shrank",
+            Error::Remote { .. } => "remote",
         }
     }
 
@@ -311,6 +394,15 @@ impl Error {
             Error::OutOfBudget { .. } => io::ErrorKind::OutOfMemory,
             Error::WriteBack { source, .. } => source.kind(),
             Error::FileShrank { .. } => io::ErrorKind::UnexpectedEof,
+            Error::Remote { kind, .. } => match kind {
+                RemoteErrorKind::InvalidUrl => io::ErrorKind::InvalidInput,
+                RemoteErrorKind::NotFound => io::ErrorKind::NotFound,
+                RemoteErrorKind::AccessDenied => io::ErrorKind::PermissionDenied,
+                RemoteErrorKind::Timeout => io::ErrorKind::TimedOut,
+                RemoteErrorKind::Connection => io::ErrorKind::ConnectionAborted,
+                RemoteErrorKind::BadResponse => io::ErrorKind::InvalidData,
+                RemoteErrorKind::Status => io::ErrorKind::Other,
+            },
             _ => io::ErrorKind::Other,
         }
     }
@@ -398,6 +490,14 @@ impl Error {
                 requested: *requested,
                 available: *available,
                 hint,
+            },
+            Error::Remote { url, op, kind, status, attempts, reason } => Error::Remote {
+                url: url.clone(),
+                op: op.clone(),
+                kind: *kind,
+                status: *status,
+                attempts: *attempts,
+                reason: reason.clone(),
             },
         }
     }
@@ -489,6 +589,30 @@ impl fmt::Display for BudgetMessage {
                  budget in use and none can be evicted"
             )
         }
+    }
+}
+
+/// Formats " with HTTP status N" where the server answered with one.
+struct StatusText(Option<u16>);
+
+impl fmt::Display for StatusText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(status) => write!(f, " with HTTP status {status}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Formats " after N attempts" where a request was retried.
+struct Attempts(u32);
+
+impl fmt::Display for Attempts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 > 1 {
+            write!(f, " after {} attempts", self.0)?;
+        }
+        Ok(())
     }
 }
 
@@ -588,6 +712,39 @@ mod tests {
         let e = Error::RowIndex { position: 7, index: -3, rows: 100 };
         assert_eq!(e.to_string(), "row index -3 at position 7 is outside the file's 100 rows");
         assert_eq!((e.code(), e.kind()), ("row_index", io::ErrorKind::InvalidInput));
+    }
+
+    #[test]
+    fn remote_errors_name_the_url_status_attempts_and_what_to_do() {
+        let e = Error::Remote {
+            url: "s3://bucket/key".into(),
+            op: "GET bytes 0-9 of".into(),
+            kind: RemoteErrorKind::Status,
+            status: Some(503),
+            attempts: 3,
+            reason: "the server answered 503 Service Unavailable".into(),
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "GET bytes 0-9 of s3://bucket/key failed with HTTP status 503 after 3 attempts: \
+                 the server answered 503"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with(RemoteErrorKind::Status.hint()), "{text}");
+        assert_eq!((e.code(), e.kind()), ("remote", io::ErrorKind::Other));
+        let e = Error::Remote {
+            url: "https://h/x?…".into(),
+            op: "open".into(),
+            kind: RemoteErrorKind::NotFound,
+            status: Some(404),
+            attempts: 1,
+            reason: "no such object".into(),
+        };
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(!e.to_string().contains("attempts"), "{e}");
+        assert_eq!(e.duplicate().to_string(), e.to_string());
     }
 
     #[test]

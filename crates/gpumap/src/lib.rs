@@ -112,6 +112,8 @@ pub mod mapped;
 pub mod memory;
 pub mod pagecache;
 pub mod profiling;
+#[cfg(feature = "remote")]
+pub mod remote;
 mod sys;
 
 pub use capabilities::Capabilities;

@@ -1,0 +1,102 @@
+//! The object_store client behind a [`RemoteFile`](super::RemoteFile), and the runtime that
+//! drives it.
+//!
+//! object_store is async; gpumap's calls are blocking (and its futures run on the I/O pool),
+//! so one multi-threaded tokio runtime of the library's own, made at the first remote open,
+//! runs every request. Its own retries are off: [`super::fetch`] retries with the caller's
+//! status codes and backoff.
+#![forbid(unsafe_code)]
+
+use std::sync::{Arc, OnceLock};
+
+use object_store::path::Path as StorePath;
+use object_store::{ClientOptions, ObjectStore, RetryConfig};
+
+use crate::error::{Error, RemoteErrorKind, Result};
+use crate::remote::failure::{self, Failure};
+use crate::remote::options::RemoteOptions;
+use crate::remote::url::RemoteUrl;
+
+/// A store and the object in it.
+#[derive(Debug, Clone)]
+pub(crate) struct Client {
+    pub(crate) store: Arc<dyn ObjectStore>,
+    pub(crate) path: StorePath,
+}
+
+impl Client {
+    /// A client for `url`: S3 with credentials, region and endpoint from the standard AWS
+    /// environment variables (the options' endpoint and region override them), or plain HTTP.
+    pub(crate) fn connect(url: &RemoteUrl, options: &RemoteOptions) -> Result<Client> {
+        let client_options = ClientOptions::new()
+            .with_timeout(options.timeout)
+            .with_connect_timeout(options.connect_timeout)
+            // The caller chose the scheme; an http:// endpoint is as deliberate as https://.
+            .with_allow_http(true);
+        let no_retries = RetryConfig { max_retries: 0, ..RetryConfig::default() };
+        // A builder's message may quote the URL it was given: scrubbed like any other.
+        let fail = |e: object_store::Error| {
+            let reason = failure::scrub(&e.to_string(), url);
+            Failure::new(RemoteErrorKind::InvalidUrl, None, reason).into_error(url, "open", 0)
+        };
+        match url {
+            RemoteUrl::S3 { bucket, key } => {
+                let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_client_options(client_options)
+                    .with_retry(no_retries);
+                if let Some(endpoint) = &options.s3_endpoint {
+                    builder = builder.with_endpoint(endpoint);
+                }
+                if let Some(region) = &options.s3_region {
+                    builder = builder.with_region(region);
+                }
+                let store = builder.build().map_err(fail)?;
+                Ok(Client { store: Arc::new(store), path: StorePath::from(key.as_str()) })
+            }
+            RemoteUrl::Http(full) => {
+                // The whole URL is the store's base and the object's path is empty, so the
+                // request goes to exactly the URL given, query string (a presigned URL's
+                // signature) included.
+                let store = object_store::http::HttpBuilder::new()
+                    .with_url(full.as_str())
+                    .with_client_options(client_options)
+                    .with_retry(no_retries)
+                    .build()
+                    .map_err(fail)?;
+                Ok(Client { store: Arc::new(store), path: StorePath::default() })
+            }
+        }
+    }
+}
+
+/// The runtime every remote request runs on, made at first use.
+pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
+        OnceLock::new();
+    let made = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .thread_name("gpumap-remote")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    });
+    made.as_ref().map_err(|reason| Error::Unavailable {
+        what: "the remote I/O runtime",
+        reason: reason.clone(),
+    })
+}
+
+/// Runs `work` to completion on the runtime from a blocking caller. A caller already inside an
+/// async runtime would deadlock a worker (tokio panics instead): it gets an error telling it to
+/// use the `p*` futures or `spawn_blocking`.
+pub(crate) fn block_on<T>(work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Error::InvalidArgument(
+            "a blocking remote read was called from inside an async runtime; call it from \
+             tokio::task::spawn_blocking, or use the pread futures"
+                .to_owned(),
+        ));
+    }
+    runtime()?.block_on(work)
+}

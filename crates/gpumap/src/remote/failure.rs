@@ -1,0 +1,193 @@
+//! One failed request, classified: what kind of failure, the HTTP status, and a reason that
+//! carries no credentials. [`Failure::retryable`] decides retries; [`Failure::into_error`]
+//! makes the [`Error::Remote`] a caller sees.
+#![forbid(unsafe_code)]
+
+use crate::error::{Error, RemoteErrorKind};
+use crate::remote::options::RemoteOptions;
+use crate::remote::url::RemoteUrl;
+
+/// What went wrong with one attempt of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    pub(crate) kind: RemoteErrorKind,
+    pub(crate) status: Option<u16>,
+    pub(crate) reason: String,
+}
+
+impl Failure {
+    pub(crate) fn new(
+        kind: RemoteErrorKind,
+        status: Option<u16>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self { kind, status, reason: reason.into() }
+    }
+
+    /// Classifies an object_store error. object_store keeps the status of a failed request in a
+    /// crate-private type, so the status is read from its message ("...status code: 503 ...");
+    /// the transport's kind (timeout, connect) from its public `HttpError`.
+    pub(crate) fn from_store(error: &object_store::Error, url: &RemoteUrl) -> Self {
+        use object_store::Error as E;
+        let reason = scrub(&innermost(error), url);
+        match error {
+            E::NotFound { .. } => Self::new(RemoteErrorKind::NotFound, Some(404), reason),
+            E::PermissionDenied { .. } => {
+                Self::new(RemoteErrorKind::AccessDenied, Some(403), reason)
+            }
+            E::Unauthenticated { .. } => {
+                Self::new(RemoteErrorKind::AccessDenied, Some(401), reason)
+            }
+            _ => {
+                if let Some(status) = status_in_chain(error) {
+                    let kind = match status {
+                        404 => RemoteErrorKind::NotFound,
+                        401 | 403 => RemoteErrorKind::AccessDenied,
+                        _ => RemoteErrorKind::Status,
+                    };
+                    return Self::new(kind, Some(status), reason);
+                }
+                let kind = match transport_kind(error) {
+                    Some(object_store::client::HttpErrorKind::Timeout) => RemoteErrorKind::Timeout,
+                    Some(object_store::client::HttpErrorKind::Decode) => {
+                        RemoteErrorKind::BadResponse
+                    }
+                    Some(_) => RemoteErrorKind::Connection,
+                    // Not a transport failure and no status: object_store refused the answer
+                    // itself (not a 206, a Content-Range other than the one asked for).
+                    None => RemoteErrorKind::BadResponse,
+                };
+                Self::new(kind, None, reason)
+            }
+        }
+    }
+
+    /// Whether another attempt may succeed: a status configured as retryable, or a connection
+    /// that failed or broke mid-body. Timeouts, refusals and malformed answers are final.
+    pub(crate) fn retryable(&self, options: &RemoteOptions) -> bool {
+        match self.kind {
+            RemoteErrorKind::Connection => true,
+            _ => self.status.is_some_and(|s| options.retry_status_codes.contains(&s)),
+        }
+    }
+
+    /// The error a caller sees, after `attempts` requests.
+    pub(crate) fn into_error(self, url: &RemoteUrl, op: impl Into<String>, attempts: u32) -> Error {
+        Error::Remote {
+            url: url.redacted(),
+            op: op.into(),
+            kind: self.kind,
+            status: self.status,
+            attempts,
+            reason: self.reason,
+        }
+    }
+}
+
+/// The deepest message of the chain: the one that says what happened (the connection was
+/// refused, the status and body) without the layers above that repeat the request's URL.
+fn innermost(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut deepest = error;
+    while let Some(next) = deepest.source() {
+        deepest = next;
+    }
+    let text = deepest.to_string();
+    // A status error's body can be a whole XML document: its first line is enough.
+    let first: String = text.lines().next().unwrap_or_default().chars().take(300).collect();
+    if first.len() < text.len() {
+        format!("{first}…")
+    } else {
+        first
+    }
+}
+
+/// The HTTP status of a failed request, from the message object_store writes for it.
+fn status_in_chain(error: &(dyn std::error::Error + 'static)) -> Option<u16> {
+    const MARKER: &str = "status code: ";
+    let mut current = Some(error);
+    while let Some(e) = current {
+        let text = e.to_string();
+        if let Some(at) = text.find(MARKER) {
+            let digits: String =
+                text[at + MARKER.len()..].chars().take_while(char::is_ascii_digit).collect();
+            if let Ok(status) = digits.parse::<u16>() {
+                return Some(status);
+            }
+        }
+        current = e.source();
+    }
+    None
+}
+
+fn transport_kind(
+    error: &(dyn std::error::Error + 'static),
+) -> Option<object_store::client::HttpErrorKind> {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(http) = e.downcast_ref::<object_store::client::HttpError>() {
+            return Some(http.kind());
+        }
+        current = e.source();
+    }
+    None
+}
+
+/// `text` with every secret of `url` (the URL itself where it has a query string, the query
+/// string) replaced, since lower layers print the URLs they requested.
+pub(crate) fn scrub(text: &str, url: &RemoteUrl) -> String {
+    let mut secrets = url.secrets();
+    // Longest first, so that the whole URL goes before its query string is looked for.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.iter().fold(text.to_owned(), |text, secret| text.replace(secret.as_str(), "[redacted]"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_read_from_the_chain() {
+        #[derive(Debug)]
+        struct Outer(Inner);
+        #[derive(Debug)]
+        struct Inner;
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("Error performing GET http://h/k?sig=s in 1ms")
+            }
+        }
+        impl std::fmt::Display for Inner {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("Server returned non-2xx status code: 503 Service Unavailable: busy")
+            }
+        }
+        impl std::error::Error for Inner {}
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        assert_eq!(status_in_chain(&Outer(Inner)), Some(503));
+        assert!(innermost(&Outer(Inner)).starts_with("Server returned"));
+        assert_eq!(status_in_chain(&std::io::Error::other("status code: none")), None);
+    }
+
+    #[test]
+    fn secrets_are_scrubbed_from_messages() {
+        let url = RemoteUrl::parse("https://h/k?X-Amz-Signature=deadbeef").unwrap();
+        let text =
+            scrub("GET https://h/k?X-Amz-Signature=deadbeef: X-Amz-Signature=deadbeef", &url);
+        assert!(!text.contains("deadbeef"), "{text}");
+    }
+
+    #[test]
+    fn only_configured_statuses_and_broken_connections_are_retried() {
+        let o = RemoteOptions::default();
+        assert!(Failure::new(RemoteErrorKind::Status, Some(503), "").retryable(&o));
+        assert!(!Failure::new(RemoteErrorKind::Status, Some(501), "").retryable(&o));
+        assert!(!Failure::new(RemoteErrorKind::NotFound, Some(404), "").retryable(&o));
+        assert!(Failure::new(RemoteErrorKind::Connection, None, "").retryable(&o));
+        assert!(!Failure::new(RemoteErrorKind::Timeout, None, "").retryable(&o));
+        assert!(!Failure::new(RemoteErrorKind::BadResponse, None, "").retryable(&o));
+    }
+}

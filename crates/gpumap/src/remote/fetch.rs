@@ -1,0 +1,191 @@
+//! Ranged GETs of one object: each range with its retries and timeout, many ranges in flight
+//! at once (bounded), into host memory or through pinned bounce buffers into GPU memory.
+//!
+//! A range's body is written where it belongs as it arrives, and must be exactly the bytes
+//! asked for: a short, long or misplaced answer fails the range (no partial buffer is ever
+//! reported as complete). The first range that fails for good ends the read, cancelling the
+//! requests still in flight.
+#![forbid(unsafe_code)]
+
+use futures_util::{StreamExt, TryStreamExt};
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+
+use crate::error::{Error, RemoteErrorKind, Result};
+use crate::memory::cuda::RawRegion;
+use crate::remote::client::Client;
+use crate::remote::failure::Failure;
+use crate::remote::options::RemoteOptions;
+use crate::remote::upload::Uploader;
+use crate::remote::url::RemoteUrl;
+
+/// What a read needs to make its requests.
+#[derive(Clone, Copy)]
+pub(crate) struct Fetch<'a> {
+    pub(crate) client: &'a Client,
+    pub(crate) options: &'a RemoteOptions,
+    pub(crate) url: &'a RemoteUrl,
+}
+
+impl Fetch<'_> {
+    /// The object's size, with retries: a HEAD request, or for a URL with a query string (a
+    /// presigned URL, signed for GET alone) a GET of its first byte, whose `Content-Range`
+    /// gives the size.
+    pub(crate) async fn len(self) -> Result<u64> {
+        let by_get = matches!(self.url, RemoteUrl::Http(url) if url.query().is_some());
+        let op = if by_get { "GET bytes 0-0 of" } else { "HEAD" };
+        let mut attempt = 1;
+        loop {
+            let ask = async {
+                if by_get {
+                    let first = GetOptions {
+                        range: Some(GetRange::Bounded(0..1)),
+                        ..GetOptions::default()
+                    };
+                    self.client.store.get_opts(&self.client.path, first).await.map(|r| r.meta.size)
+                } else {
+                    self.client.store.head(&self.client.path).await.map(|meta| meta.size)
+                }
+            };
+            let failure = match tokio::time::timeout(self.options.timeout, ask).await {
+                Ok(Ok(size)) => return Ok(size),
+                Ok(Err(e)) => Failure::from_store(&e, self.url),
+                Err(_) => self.timed_out(),
+            };
+            attempt = self.retry_or_fail(failure, op, attempt).await?;
+        }
+    }
+
+    /// `dst.len()` bytes from `offset` into `dst`, with retries.
+    pub(crate) async fn range(self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let mut attempt = 1;
+        loop {
+            let failure = match tokio::time::timeout(
+                self.options.timeout,
+                self.range_once(offset, dst),
+            )
+            .await
+            {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(failure)) => failure,
+                Err(_) => self.timed_out(),
+            };
+            let op = format!("GET bytes {offset}-{} of", offset + dst.len() as u64 - 1);
+            attempt = self.retry_or_fail(failure, &op, attempt).await?;
+        }
+    }
+
+    /// After attempt `attempt` failed with `failure`: waits and returns the next attempt's
+    /// number, or the error when the failure is final or the attempts are spent.
+    async fn retry_or_fail(self, failure: Failure, op: &str, attempt: u32) -> Result<u32> {
+        if attempt >= self.options.max_attempts || !failure.retryable(self.options) {
+            return Err(failure.into_error(self.url, op, attempt));
+        }
+        let wait = self.options.backoff_after(attempt);
+        tracing::warn!(
+            url = %self.url, op, attempt, status = ?failure.status, reason = %failure.reason,
+            wait_ms = wait.as_millis() as u64, "remote request failed; retrying"
+        );
+        tokio::time::sleep(wait).await;
+        Ok(attempt + 1)
+    }
+
+    fn timed_out(self) -> Failure {
+        Failure::new(
+            RemoteErrorKind::Timeout,
+            None,
+            format!("no complete answer within {:?}", self.options.timeout),
+        )
+    }
+
+    async fn range_once(self, offset: u64, dst: &mut [u8]) -> Result<(), Failure> {
+        let want = offset..offset + dst.len() as u64;
+        let request =
+            GetOptions { range: Some(GetRange::Bounded(want.clone())), ..GetOptions::default() };
+        let answer = self
+            .client
+            .store
+            .get_opts(&self.client.path, request)
+            .await
+            .map_err(|e| Failure::from_store(&e, self.url))?;
+        if answer.range != want {
+            return Err(Failure::new(
+                RemoteErrorKind::BadResponse,
+                None,
+                format!("the server sent bytes {:?} for bytes {want:?}", answer.range),
+            ));
+        }
+        let mut body = answer.into_stream();
+        let mut filled = 0usize;
+        while let Some(piece) = body.next().await {
+            let piece = piece.map_err(|e| Failure::from_store(&e, self.url))?;
+            let Some(room) = dst.get_mut(filled..filled + piece.len()) else {
+                return Err(Failure::new(
+                    RemoteErrorKind::BadResponse,
+                    None,
+                    format!("the body runs past the {} bytes asked for", dst.len()),
+                ));
+            };
+            room.copy_from_slice(&piece);
+            filled += piece.len();
+        }
+        if filled != dst.len() {
+            // The connection closed early: a server dying mid-body, or a proxy cutting it.
+            return Err(Failure::new(
+                RemoteErrorKind::Connection,
+                None,
+                format!("the body ended after {filled} of {} bytes", dst.len()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Reads `dst.len()` bytes at `offset` into host memory, many ranges in flight.
+pub(crate) async fn read_host(fetch: Fetch<'_>, dst: &mut [u8], offset: u64) -> Result<()> {
+    let size = request_size(fetch.options);
+    let chunks = dst.len().div_ceil(size);
+    let in_flight = fetch.options.in_flight_for(chunks);
+    tracing::debug!(url = %fetch.url, offset, len = dst.len(), chunks, in_flight, "remote read into host memory");
+    let requests = dst
+        .chunks_mut(size)
+        .enumerate()
+        .map(|(i, piece)| fetch.range(offset + (i * size) as u64, piece));
+    futures_util::stream::iter(requests).buffer_unordered(in_flight).try_collect::<()>().await
+}
+
+/// Reads `dst.len` bytes at `offset` into GPU memory: each range lands in host memory of its
+/// own, then goes to the device through pinned bounce buffers, one copy in flight while the
+/// next range is placed. Host memory held is bounded by the requests in flight, which are
+/// lowered to stay within [`MAX_STAGED_BYTES`](crate::remote::MAX_STAGED_BYTES).
+pub(crate) async fn read_cuda(fetch: Fetch<'_>, dst: RawRegion, offset: u64) -> Result<()> {
+    let size = request_size(fetch.options);
+    let chunks = dst.len.div_ceil(size);
+    let in_flight = fetch.options.staged_in_flight_for(chunks);
+    tracing::debug!(url = %fetch.url, offset, len = dst.len, chunks, in_flight, "remote read into GPU memory");
+    let mut uploader = Uploader::new(dst)?;
+    let requests = (0..chunks).map(|i| async move {
+        let at = i * size;
+        let mut body = vec![0u8; size.min(dst.len - at)];
+        fetch.range(offset + at as u64, &mut body).await.map(|()| (at, body))
+    });
+    let mut done = futures_util::stream::iter(requests).buffer_unordered(in_flight);
+    while let Some(landed) = done.next().await {
+        let (at, body) = landed?;
+        uploader.upload(&body, at)?;
+    }
+    uploader.finish()
+}
+
+/// The request size as a `usize` (options cap it far below `usize::MAX`).
+fn request_size(options: &RemoteOptions) -> usize {
+    usize::try_from(options.request_size).unwrap_or(usize::MAX)
+}
+
+/// Checks that `[offset, offset + len)` lies inside an object of `object_len` bytes.
+pub(crate) fn check_range(offset: u64, len: usize, object_len: u64) -> Result<()> {
+    let end = offset.checked_add(len as u64).ok_or(Error::Overflow { offset, len: len as u64 })?;
+    if end > object_len {
+        return Err(Error::OutOfRange { offset, len: len as u64, file_len: object_len });
+    }
+    Ok(())
+}

@@ -1,0 +1,129 @@
+//! [`RemoteFile`]: one remote object, opened once, read at any offset into host or device
+//! memory.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::io::{IoFuture, IoPool};
+use crate::memory::{DeviceViewMut, OwnedDeviceMemory};
+use crate::remote::client::{self, Client};
+use crate::remote::fetch::{self, Fetch};
+use crate::remote::options::RemoteOptions;
+use crate::remote::url::RemoteUrl;
+
+/// A read-only remote object: `s3://bucket/key`, or an `http(s)://` URL (a presigned S3 URL is
+/// one). Reads are ranged GETs, many in flight; see the [module docs](crate::remote).
+///
+/// Cloning is cheap and clones share the connection pool.
+#[derive(Debug, Clone)]
+pub struct RemoteFile {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    url: RemoteUrl,
+    client: Client,
+    options: RemoteOptions,
+    len: u64,
+}
+
+impl RemoteFile {
+    /// Opens `url` (`s3://bucket/key`, `http://...`, `https://...`) with default options.
+    pub fn open(url: &str) -> Result<RemoteFile> {
+        Self::open_with(url, &RemoteOptions::default())
+    }
+
+    /// Opens `url` with `options`: the object's size comes from the options' known length, or
+    /// from a HEAD request.
+    pub fn open_with(url: &str, options: &RemoteOptions) -> Result<RemoteFile> {
+        Self::open_url(RemoteUrl::parse(url)?, options)
+    }
+
+    /// Opens the S3 object `key` of `bucket`.
+    pub fn open_s3(bucket: &str, key: &str, options: &RemoteOptions) -> Result<RemoteFile> {
+        Self::open_url(RemoteUrl::s3(bucket, key)?, options)
+    }
+
+    /// Opens a parsed URL.
+    pub fn open_url(url: RemoteUrl, options: &RemoteOptions) -> Result<RemoteFile> {
+        let client = Client::connect(&url, options)?;
+        let len = match options.known_len {
+            Some(len) => len,
+            None => {
+                let fetch = Fetch { client: &client, options, url: &url };
+                client::block_on(fetch.len())?
+            }
+        };
+        tracing::debug!(url = %url, len, "opened remote object");
+        Ok(RemoteFile { inner: Arc::new(Inner { url, client, options: options.clone(), len }) })
+    }
+
+    /// The URL, without credentials.
+    pub fn url(&self) -> &RemoteUrl {
+        &self.inner.url
+    }
+
+    /// The object's size in bytes, as known at open (KvikIO's `nbytes`).
+    pub fn len(&self) -> u64 {
+        self.inner.len
+    }
+
+    /// Whether the object is empty.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &RemoteOptions {
+        &self.inner.options
+    }
+
+    /// Reads `buf.len()` bytes at `offset` into host memory and returns the count. The range
+    /// must lie inside the object ([`Error::OutOfRange`](crate::Error::OutOfRange) otherwise):
+    /// a read is whole or an error, never short.
+    pub fn read(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.read_device(DeviceViewMut::Host(buf), offset)
+    }
+
+    /// Reads `dst.len()` bytes at `offset` into GPU memory (through pinned bounce buffers) or
+    /// host memory, as [`read`](Self::read) does.
+    pub fn read_device(&self, dst: DeviceViewMut<'_>, offset: u64) -> Result<usize> {
+        let len = dst.len();
+        fetch::check_range(offset, len, self.inner.len)?;
+        if len == 0 {
+            return Ok(0);
+        }
+        let fetch = self.fetch();
+        match dst {
+            DeviceViewMut::Host(bytes) => client::block_on(fetch::read_host(fetch, bytes, offset))?,
+            DeviceViewMut::Cuda(view) => {
+                client::block_on(fetch::read_cuda(fetch, view.raw, offset))?
+            }
+        }
+        Ok(len)
+    }
+
+    /// Starts [`read_device`](Self::read_device) into the owned `dst` on the I/O pool; the
+    /// future gives back `dst` and the count.
+    pub fn pread_device<B: OwnedDeviceMemory>(&self, dst: B, offset: u64) -> IoFuture<(B, usize)> {
+        let file = self.clone();
+        match IoPool::global() {
+            Ok(pool) => pool.spawn(move || {
+                let mut dst = dst;
+                let n = file.read_device(dst.device_view_mut(), offset)?;
+                Ok((dst, n))
+            }),
+            Err(e) => {
+                let (future, completer) = IoFuture::pending();
+                completer.complete(Err(e));
+                future
+            }
+        }
+    }
+
+    fn fetch(&self) -> Fetch<'_> {
+        Fetch { client: &self.inner.client, options: &self.inner.options, url: &self.inner.url }
+    }
+}

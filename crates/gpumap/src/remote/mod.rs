@@ -1,0 +1,42 @@
+//! Remote objects — S3 and HTTP(S) — read straight into host or GPU memory (the `remote`
+//! feature).
+//!
+//! ```no_run
+//! use gpumap::remote::{RemoteFile, RemoteOptions};
+//!
+//! let mut options = RemoteOptions::default();
+//! options.max_in_flight(Some(128))?;
+//! let file = RemoteFile::open_with("s3://my-bucket/weights.bin", &options)?;
+//! let mut bytes = vec![0u8; file.len() as usize];
+//! file.read(&mut bytes, 0)?;
+//! # Ok::<(), gpumap::Error>(())
+//! ```
+//!
+//! - **Requests.** A read is cut into ranged GETs of `request_size` bytes (4 MiB by default),
+//!   up to `max_in_flight` of them at once (chosen from the read's size unless set). Each body
+//!   must be exactly the bytes asked for.
+//! - **Into the GPU.** Each range lands in host memory, then goes to the device through the
+//!   same pinned bounce-buffer pool and per-thread stream as the local device path, one copy
+//!   in flight while the next is staged.
+//! - **Retries.** A request answered with one of `retry_status_codes`, or whose connection
+//!   failed or broke mid-body, is retried up to `max_attempts` in all, with exponential
+//!   backoff; every attempt has `timeout` to complete. Defaults are KvikIO's.
+//! - **Credentials** come from the standard AWS environment (`AWS_ACCESS_KEY_ID`,
+//!   `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL`,
+//!   web identity, container credentials) through object_store. They never appear in an
+//!   error: [`Error::Remote`](crate::Error::Remote) names the URL without user, password or
+//!   query string.
+#![forbid(unsafe_code)]
+
+mod client;
+mod failure;
+mod fetch;
+mod file;
+mod options;
+mod upload;
+mod url;
+
+pub use crate::error::RemoteErrorKind;
+pub use file::RemoteFile;
+pub use options::{RemoteOptions, MAX_IN_FLIGHT, MAX_REQUEST_SIZE, MAX_STAGED_BYTES};
+pub use url::{is_remote_url, RemoteUrl, MAX_URL_LEN};

@@ -1,0 +1,241 @@
+//! [`RemoteOptions`]: how a [`RemoteFile`](super::RemoteFile) talks to its server.
+//!
+//! The retry settings default to KvikIO's (`KVIKIO_HTTP_MAX_ATTEMPTS`,
+//! `KVIKIO_HTTP_STATUS_CODES`, `KVIKIO_HTTP_TIMEOUT`), so that code moving from KvikIO sees
+//! the same behaviour; the Python binding hands its settings over explicitly.
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The most requests one read keeps in flight, whatever is asked: each holds a connection and
+/// up to one request's bytes, so the bound caps both.
+pub const MAX_IN_FLIGHT: usize = 1024;
+
+/// The largest request size accepted: the bytes one ranged GET brings, held in memory until
+/// they are placed.
+pub const MAX_REQUEST_SIZE: u64 = 1 << 30;
+
+/// The most host memory one read into GPU memory stages at once (each range in flight lands
+/// in host memory of its own before its upload): requests in flight are lowered to fit.
+pub const MAX_STAGED_BYTES: u64 = 4 << 30;
+
+/// Requests in flight when none is asked for: object stores serve each connection far slower
+/// than a NIC can take, so throughput grows with requests in flight (cuDF #23633); the bound
+/// keeps a default read within `AUTO_IN_FLIGHT × request_size` bytes of memory.
+const AUTO_IN_FLIGHT: usize = 64;
+
+/// Settings of a remote read. Build with [`RemoteOptions::default`] and the setters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteOptions {
+    pub(crate) max_attempts: u32,
+    pub(crate) retry_status_codes: Vec<u16>,
+    pub(crate) timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) backoff_initial: Duration,
+    pub(crate) backoff_max: Duration,
+    pub(crate) max_in_flight: Option<usize>,
+    pub(crate) request_size: u64,
+    pub(crate) known_len: Option<u64>,
+    pub(crate) s3_endpoint: Option<String>,
+    pub(crate) s3_region: Option<String>,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            retry_status_codes: vec![429, 500, 502, 503, 504],
+            timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+            backoff_initial: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(4),
+            max_in_flight: None,
+            // One request fills one pinned bounce buffer of the default size on the way to a
+            // GPU (crate::config's bounce buffer size).
+            request_size: 4 << 20,
+            known_len: None,
+            s3_endpoint: None,
+            s3_region: None,
+        }
+    }
+}
+
+impl RemoteOptions {
+    /// Requests made for one range before giving up: 1 means no retry (at least 1).
+    pub fn max_attempts(&mut self, attempts: u32) -> Result<&mut Self> {
+        if attempts == 0 {
+            return Err(Error::InvalidArgument(
+                "max_attempts must be at least 1 (1: no retry)".to_owned(),
+            ));
+        }
+        self.max_attempts = attempts;
+        Ok(self)
+    }
+
+    /// The HTTP statuses that are retried (with backoff) rather than failing at once.
+    pub fn retry_status_codes(&mut self, codes: &[u16]) -> Result<&mut Self> {
+        if let Some(bad) = codes.iter().find(|c| !(100..=599).contains(*c)) {
+            return Err(Error::InvalidArgument(format!(
+                "{bad} is not an HTTP status code (100 to 599)"
+            )));
+        }
+        self.retry_status_codes = codes.to_vec();
+        Ok(self)
+    }
+
+    /// The longest one request may take, body included (above zero).
+    pub fn timeout(&mut self, timeout: Duration) -> Result<&mut Self> {
+        if timeout.is_zero() {
+            return Err(Error::InvalidArgument("the timeout must be above zero".to_owned()));
+        }
+        self.timeout = timeout;
+        self.connect_timeout = self.connect_timeout.min(timeout);
+        Ok(self)
+    }
+
+    /// The first wait before a retry, doubled after each one up to `max` (tests shorten it).
+    pub fn backoff(&mut self, initial: Duration, max: Duration) -> &mut Self {
+        self.backoff_initial = initial;
+        self.backoff_max = max.max(initial);
+        self
+    }
+
+    /// Ranged GETs one read keeps in flight: `None` (the default) picks it from the read's
+    /// size; at most [`MAX_IN_FLIGHT`].
+    pub fn max_in_flight(&mut self, requests: Option<usize>) -> Result<&mut Self> {
+        if let Some(n) = requests {
+            if n == 0 || n > MAX_IN_FLIGHT {
+                return Err(Error::InvalidArgument(format!(
+                    "max_in_flight {n} is outside 1..={MAX_IN_FLIGHT}"
+                )));
+            }
+        }
+        self.max_in_flight = requests;
+        Ok(self)
+    }
+
+    /// Bytes one ranged GET asks for (at least 1, at most [`MAX_REQUEST_SIZE`]).
+    pub fn request_size(&mut self, bytes: u64) -> Result<&mut Self> {
+        if bytes == 0 || bytes > MAX_REQUEST_SIZE {
+            return Err(Error::InvalidArgument(format!(
+                "request_size {bytes} is outside 1..={MAX_REQUEST_SIZE}"
+            )));
+        }
+        self.request_size = bytes;
+        Ok(self)
+    }
+
+    /// The object's size, when the caller knows it: the open then asks the server nothing
+    /// (KvikIO's `nbytes` argument).
+    pub fn known_len(&mut self, len: Option<u64>) -> &mut Self {
+        self.known_len = len;
+        self
+    }
+
+    /// An S3-compatible endpoint (`http://127.0.0.1:9000`, MinIO, moto) instead of AWS's;
+    /// `AWS_ENDPOINT_URL` sets it from the environment.
+    pub fn s3_endpoint(&mut self, endpoint: Option<String>) -> &mut Self {
+        self.s3_endpoint = endpoint;
+        self
+    }
+
+    /// The S3 region, instead of `AWS_DEFAULT_REGION` / `AWS_REGION`.
+    pub fn s3_region(&mut self, region: Option<String>) -> &mut Self {
+        self.s3_region = region;
+        self
+    }
+
+    /// Requests made for one range before giving up.
+    pub fn get_max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The retried HTTP statuses.
+    pub fn get_retry_status_codes(&self) -> &[u16] {
+        &self.retry_status_codes
+    }
+
+    /// The longest one request may take.
+    pub fn get_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Ranged GETs in flight at most, where set (`None`: picked from each read's size).
+    pub fn get_max_in_flight(&self) -> Option<usize> {
+        self.max_in_flight
+    }
+
+    /// Bytes one ranged GET asks for.
+    pub fn get_request_size(&self) -> u64 {
+        self.request_size
+    }
+
+    /// Requests in flight for a read of `chunks` requests.
+    pub(crate) fn in_flight_for(&self, chunks: usize) -> usize {
+        self.max_in_flight.unwrap_or(AUTO_IN_FLIGHT).min(chunks).max(1)
+    }
+
+    /// Requests in flight for a read of `chunks` requests into GPU memory: as
+    /// [`in_flight_for`](Self::in_flight_for), within [`MAX_STAGED_BYTES`].
+    pub(crate) fn staged_in_flight_for(&self, chunks: usize) -> usize {
+        let fit = usize::try_from(MAX_STAGED_BYTES / self.request_size).unwrap_or(usize::MAX);
+        self.in_flight_for(chunks).min(fit).max(1)
+    }
+
+    /// The wait before attempt `attempt + 1` (after `attempt` failed).
+    pub(crate) fn backoff_after(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.backoff_initial.saturating_mul(factor).min(self.backoff_max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_kvikios() {
+        let o = RemoteOptions::default();
+        assert_eq!(o.max_attempts, 3);
+        assert_eq!(o.retry_status_codes, [429, 500, 502, 503, 504]);
+        assert_eq!(o.timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let mut o = RemoteOptions::default();
+        assert!(o.max_attempts(0).is_err());
+        assert!(o.retry_status_codes(&[503, 99]).is_err());
+        assert!(o.timeout(Duration::ZERO).is_err());
+        assert!(o.max_in_flight(Some(0)).is_err());
+        assert!(o.max_in_flight(Some(MAX_IN_FLIGHT + 1)).is_err());
+        assert!(o.request_size(0).is_err());
+        assert!(o.request_size(MAX_REQUEST_SIZE + 1).is_err());
+        assert_eq!(o, RemoteOptions::default());
+    }
+
+    #[test]
+    fn in_flight_is_bounded_by_the_work_and_the_setting() {
+        let mut o = RemoteOptions::default();
+        assert_eq!(o.in_flight_for(1), 1);
+        assert_eq!(o.in_flight_for(0), 1);
+        assert_eq!(o.in_flight_for(10_000), AUTO_IN_FLIGHT);
+        o.max_in_flight(Some(256)).unwrap();
+        assert_eq!(o.in_flight_for(10_000), 256);
+        // Staged for a GPU: within MAX_STAGED_BYTES of host memory.
+        assert_eq!(o.staged_in_flight_for(10_000), 256);
+        o.request_size(MAX_REQUEST_SIZE).unwrap();
+        assert_eq!(o.staged_in_flight_for(10_000), (MAX_STAGED_BYTES / MAX_REQUEST_SIZE) as usize);
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let mut o = RemoteOptions::default();
+        o.backoff(Duration::from_millis(10), Duration::from_millis(50));
+        let waits: Vec<_> = (1..=5).map(|a| o.backoff_after(a).as_millis()).collect();
+        assert_eq!(waits, [10, 20, 40, 50, 50]);
+        assert_eq!(o.backoff_after(u32::MAX), Duration::from_millis(50));
+    }
+}

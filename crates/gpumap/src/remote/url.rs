@@ -1,0 +1,307 @@
+//! The URLs a [`RemoteFile`](super::RemoteFile) opens: parsed, checked, and shown without
+//! credentials.
+//!
+//! Checking happens here, before any request: a URL that could smuggle a second request line
+//! (control characters), carries a password inline, or names a scheme gpumap does not read is
+//! refused with [`RemoteErrorKind::InvalidUrl`], naming the URL as [`RemoteUrl::redacted`]
+//! shows it.
+#![forbid(unsafe_code)]
+
+use std::fmt;
+
+use crate::error::{Error, RemoteErrorKind, Result};
+
+/// The longest URL accepted. S3 keys are at most 1024 bytes and HTTP servers commonly refuse
+/// request lines over 8 KiB, so nothing longer is a real object; the bound keeps a hostile
+/// argument from being carried into every request and message.
+pub const MAX_URL_LEN: usize = 8192;
+
+/// Where a remote object lives, and how it is reached.
+#[derive(Clone, PartialEq, Eq)]
+pub enum RemoteUrl {
+    /// An S3 object, signed with credentials from the environment.
+    S3 {
+        /// The bucket.
+        bucket: String,
+        /// The object's key (as given, not percent-decoded).
+        key: String,
+    },
+    /// A plain `http(s)://` URL read with ranged GETs; a presigned S3 URL is one (its query
+    /// string carries the signature and is kept).
+    Http(url::Url),
+}
+
+impl RemoteUrl {
+    /// Parses `text` by its scheme: `s3://bucket/key`, or `http://` / `https://` URLs.
+    pub fn parse(text: &str) -> Result<RemoteUrl> {
+        check_text(text)?;
+        match text.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("s3") => parse_s3(text, rest),
+            Some((scheme, _))
+                if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
+            {
+                parse_http(text)
+            }
+            Some((scheme, _)) => Err(invalid(
+                &redact_text(text),
+                format!("the scheme {:?} is not supported (s3, http and https are)", scheme),
+            )),
+            None => Err(invalid(&redact_text(text), "the URL has no scheme (s3://, https://)")),
+        }
+    }
+
+    /// An S3 object named by its bucket and key.
+    pub fn s3(bucket: &str, key: &str) -> Result<RemoteUrl> {
+        let text = format!("s3://{bucket}/{key}");
+        check_text(&text)?;
+        check_s3(&text, bucket, key)?;
+        Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), key: key.to_owned() })
+    }
+
+    /// The URL as it may be shown: no user or password, and any query string (a presigned
+    /// URL's signature and credential) as `?…`.
+    pub fn redacted(&self) -> String {
+        match self {
+            RemoteUrl::S3 { bucket, key } => format!("s3://{bucket}/{key}"),
+            RemoteUrl::Http(url) => redact_url(url),
+        }
+    }
+
+    /// Whether the URL carries a query string (for a presigned URL, its signature): words to
+    /// scrub from any message a lower layer writes.
+    pub(crate) fn secrets(&self) -> Vec<String> {
+        match self {
+            RemoteUrl::S3 { .. } => Vec::new(),
+            RemoteUrl::Http(url) => {
+                let mut secrets = vec![url.as_str().to_owned()];
+                if let Some(query) = url.query().filter(|q| !q.is_empty()) {
+                    secrets.push(query.to_owned());
+                }
+                secrets
+            }
+        }
+    }
+}
+
+impl fmt::Display for RemoteUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl fmt::Debug for RemoteUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RemoteUrl({})", self.redacted())
+    }
+}
+
+/// Whether `text` looks like a URL gpumap reads remotely rather than a local path: the
+/// callers that take both (the CLI, Python's `read_file_to_device`) ask this first.
+pub fn is_remote_url(text: &str) -> bool {
+    let lower = text.get(..8).unwrap_or(text).to_ascii_lowercase();
+    lower.starts_with("s3://") || lower.starts_with("http://") || lower.starts_with("https://")
+}
+
+/// Refusals that do not depend on the scheme: length, and characters that could end a request
+/// line or hide in a log.
+fn check_text(text: &str) -> Result<()> {
+    if text.len() > MAX_URL_LEN {
+        let shown: String = text.chars().take(64).collect();
+        return Err(invalid(
+            &format!("{shown}…"),
+            format!("the URL is {} bytes long; at most {MAX_URL_LEN} are accepted", text.len()),
+        ));
+    }
+    if let Some(c) = text.chars().find(|c| c.is_control() || c.is_whitespace()) {
+        return Err(invalid(
+            &redact_text(text).escape_debug().to_string(),
+            format!("the URL contains the character {:?}; encode it as %XX", c),
+        ));
+    }
+    Ok(())
+}
+
+fn parse_s3(text: &str, rest: &str) -> Result<RemoteUrl> {
+    let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.contains(['@', '?', '#']) || key.contains(['?', '#']) {
+        return Err(invalid(
+            &redact_text(text),
+            "an s3:// URL is s3://bucket/key, with no user, query or fragment",
+        ));
+    }
+    check_s3(text, bucket, key)?;
+    Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), key: key.to_owned() })
+}
+
+/// S3's own rules for bucket names (3 to 63 of lowercase letters, digits, `.` and `-`) and the
+/// keys object_store can address (no empty, `.` or `..` segment, at most 1024 bytes).
+fn check_s3(text: &str, bucket: &str, key: &str) -> Result<()> {
+    let bucket_ok = (3..=63).contains(&bucket.len())
+        && bucket
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+    if !bucket_ok {
+        return Err(invalid(
+            &redact_text(text),
+            format!(
+                "{bucket:?} is not a bucket name (3 to 63 lowercase letters, digits, '.' or '-')"
+            ),
+        ));
+    }
+    if key.is_empty() {
+        return Err(invalid(&redact_text(text), "the URL names a bucket but no key"));
+    }
+    if key.len() > 1024 {
+        return Err(invalid(&redact_text(text), "S3 keys are at most 1024 bytes long"));
+    }
+    if key.split('/').any(|part| part.is_empty() || part == "." || part == "..") {
+        return Err(invalid(
+            &redact_text(text),
+            "keys with an empty, '.' or '..' segment (a leading, trailing or doubled '/') are \
+             not supported",
+        ));
+    }
+    Ok(())
+}
+
+fn parse_http(text: &str) -> Result<RemoteUrl> {
+    // WHATWG parsing reads `http:///path` as host `path`; a URL whose host is empty as written
+    // is refused rather than guessed at.
+    if text
+        .split_once("://")
+        .is_some_and(|(_, rest)| rest.is_empty() || rest.starts_with(['/', '?', '#']))
+    {
+        return Err(invalid(&redact_text(text), "the URL has no host"));
+    }
+    let url = url::Url::parse(text)
+        .map_err(|e| invalid(&redact_text(text), format!("not a valid URL: {e}")))?;
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(invalid(&redact_url(&url), "the URL has no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid(
+            &redact_url(&url),
+            "credentials inside the URL are not accepted (they would end up in logs)",
+        ));
+    }
+    Ok(RemoteUrl::Http(url))
+}
+
+fn redact_url(url: &url::Url) -> String {
+    let mut shown = url.clone();
+    // Neither can fail on an http(s) URL with a host, the only kind that gets here.
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_fragment(None);
+    if shown.query().is_some() {
+        shown.set_query(None);
+        format!("{shown}?…")
+    } else {
+        shown.to_string()
+    }
+}
+
+/// [`RemoteUrl::redacted`] for text that did not parse: everything from `?` on, and any
+/// `user:password@`, dropped.
+fn redact_text(text: &str) -> String {
+    let (head, had_query) = match text.split_once(['?', '#']) {
+        Some((head, _)) => (head, true),
+        None => (text, false),
+    };
+    let head = match head.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            match rest[..authority_end].rfind('@') {
+                Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+                None => head.to_owned(),
+            }
+        }
+        None => head.to_owned(),
+    };
+    if had_query {
+        format!("{head}?…")
+    } else {
+        head
+    }
+}
+
+fn invalid(shown: &str, reason: impl Into<String>) -> Error {
+    Error::Remote {
+        url: shown.to_owned(),
+        op: "open".to_owned(),
+        kind: RemoteErrorKind::InvalidUrl,
+        status: None,
+        attempts: 0,
+        reason: reason.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(text: &str) -> String {
+        match RemoteUrl::parse(text) {
+            Err(Error::Remote { kind: RemoteErrorKind::InvalidUrl, url, .. }) => url,
+            other => panic!("{text:?} was not refused as an invalid URL: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn s3_urls_split_into_bucket_and_key() {
+        let url = RemoteUrl::parse("s3://my-bucket/dir/file.bin").unwrap();
+        assert_eq!(url, RemoteUrl::S3 { bucket: "my-bucket".into(), key: "dir/file.bin".into() });
+        assert_eq!(url.redacted(), "s3://my-bucket/dir/file.bin");
+        assert!(url.secrets().is_empty());
+    }
+
+    #[test]
+    fn hostile_and_malformed_urls_are_refused_by_kind() {
+        for text in [
+            "ftp://host/file",
+            "file:///etc/passwd",
+            "gs://bucket/key",
+            "no-scheme/at/all",
+            "s3://",
+            "s3://bucket",
+            "s3://bucket/",
+            "s3://Bucket/key",
+            "s3://b/key",
+            "s3://bucket//key",
+            "s3://bucket/a/../b",
+            "s3://bucket/key?x=1",
+            "http://",
+            "http:///path",
+            "https://host/a\r\nHost: evil",
+            "https://host/a b",
+            "https://host/\u{0}",
+        ] {
+            refused(text);
+        }
+        let long = format!("https://host/{}", "a".repeat(MAX_URL_LEN));
+        assert!(refused(&long).len() < 100);
+    }
+
+    #[test]
+    fn credentials_never_appear_in_what_is_shown() {
+        let shown = refused("https://user:hunter2@host/key?X-Amz-Signature=abc");
+        assert!(!shown.contains("hunter2") && !shown.contains("abc"), "{shown}");
+        let shown = refused("https://user:hunter2@host/a b?sig=abc");
+        assert!(!shown.contains("hunter2") && !shown.contains("abc"), "{shown}");
+        let url = RemoteUrl::parse(
+            "https://bucket.s3.amazonaws.com/key?X-Amz-Credential=AKIA&X-Amz-Signature=abc",
+        )
+        .unwrap();
+        assert_eq!(url.redacted(), "https://bucket.s3.amazonaws.com/key?…");
+        assert_eq!(format!("{url:?}"), "RemoteUrl(https://bucket.s3.amazonaws.com/key?…)");
+        assert!(url.secrets().iter().any(|s| s.contains("X-Amz-Signature=abc")));
+    }
+
+    #[test]
+    fn remote_urls_are_told_from_paths() {
+        assert!(is_remote_url("s3://b/k") && is_remote_url("HTTPS://h/x"));
+        assert!(is_remote_url("http://h"));
+        assert!(!is_remote_url("/data/s3://x") && !is_remote_url("file.bin"));
+        assert!(!is_remote_url("é"));
+    }
+}

@@ -1,0 +1,424 @@
+//! RemoteFile against servers on 127.0.0.1 only: the same cases against a plain HTTP range
+//! server and an S3-compatible responder (tests/remote/server.rs), byte for byte against the
+//! source bytes, with faults injected (503s, stalls, bodies cut short, wrong ranges, garbage).
+#![cfg(feature = "remote")]
+
+mod common;
+#[path = "remote/server.rs"]
+mod server;
+
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use gpumap::error::{Error, RemoteErrorKind};
+use gpumap::memory::{Device, DeviceBuffer};
+use gpumap::remote::{RemoteFile, RemoteOptions};
+use server::{Fault, Server};
+
+const KEY_ID: &str = "GPUMAPTESTKEYID";
+const SECRET: &str = "gpumap-test-secret-never-shown";
+
+/// The standard AWS variables, set once before any test opens an S3 object (every test calls
+/// this first, so no test reads the environment while it changes).
+fn aws_environment() {
+    static SET: Once = Once::new();
+    SET.call_once(|| {
+        std::env::set_var("AWS_ACCESS_KEY_ID", KEY_ID);
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", SECRET);
+        std::env::set_var("AWS_DEFAULT_REGION", "us-east-1");
+        std::env::remove_var("AWS_ENDPOINT_URL");
+        std::env::remove_var("AWS_SESSION_TOKEN");
+    });
+}
+
+/// Which server a case runs against.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Http,
+    S3,
+}
+
+/// A server of one kind with one object on it, and how to open it.
+struct Target {
+    kind: Kind,
+    server: Server,
+    url: String,
+    bytes: Vec<u8>,
+}
+
+impl Target {
+    fn new(kind: Kind, len: usize) -> Target {
+        aws_environment();
+        let bytes = common::random_bytes(len, len as u64 + 7);
+        let (server, path, url) = match kind {
+            Kind::Http => {
+                let server = Server::http();
+                let url = format!("{}/data/object.bin", server.endpoint());
+                (server, "/data/object.bin", url)
+            }
+            Kind::S3 => (
+                Server::s3(KEY_ID),
+                "/test-bucket/dir/object.bin",
+                "s3://test-bucket/dir/object.bin".to_owned(),
+            ),
+        };
+        server.put(path, bytes.clone());
+        Target { kind, server, url, bytes }
+    }
+
+    /// Options that reach this server, with short waits so that retries and timeouts are quick.
+    fn options(&self) -> RemoteOptions {
+        let mut options = RemoteOptions::default();
+        options.backoff(Duration::from_millis(5), Duration::from_millis(20));
+        if let Kind::S3 = self.kind {
+            options.s3_endpoint(Some(self.server.endpoint()));
+        }
+        options
+    }
+
+    fn open(&self, options: &RemoteOptions) -> gpumap::Result<RemoteFile> {
+        RemoteFile::open_with(&self.url, options)
+    }
+
+    /// The URL of an object that is not there.
+    fn missing(&self) -> String {
+        match self.kind {
+            Kind::Http => format!("{}/data/missing.bin", self.server.endpoint()),
+            Kind::S3 => "s3://test-bucket/missing.bin".to_owned(),
+        }
+    }
+}
+
+/// Declares `name::http` and `name::s3` for each `fn name(kind: Kind)`.
+macro_rules! on_both_servers {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn http() {
+                super::$name(super::Kind::Http)
+            }
+
+            #[test]
+            fn s3() {
+                super::$name(super::Kind::S3)
+            }
+        }
+    )*};
+}
+
+on_both_servers!(
+    reads_are_byte_exact_at_odd_sizes_and_offsets,
+    a_known_size_skips_the_head_request,
+    injected_503s_are_retried_until_the_attempts_run_out,
+    statuses_not_configured_are_not_retried,
+    a_stalled_server_times_out,
+    a_body_cut_short_is_an_error_never_a_short_read,
+    wrong_ranges_and_garbage_are_refused,
+    missing_objects_are_not_found,
+    reads_outside_the_object_are_refused,
+    requests_in_flight_are_bounded_and_parallel,
+    concurrent_readers_each_get_their_bytes,
+    futures_read_into_owned_buffers,
+);
+
+fn reads_are_byte_exact_at_odd_sizes_and_offsets(kind: Kind) {
+    let len = (3 << 20) + 4099;
+    let target = Target::new(kind, len);
+    let mut options = target.options();
+    // Small requests, so that every read below spans several and ends mid-request.
+    options.request_size(65_537).unwrap();
+    let file = target.open(&options).unwrap();
+    assert_eq!(file.len(), len as u64);
+    for (offset, n) in [
+        (0, len),
+        (0, 1),
+        (1, 4095),
+        (4095, 65_537 * 3 + 1),
+        (len - 1, 1),
+        (12_345, 1 << 20),
+        (len - 70_000, 70_000),
+        (7, 0),
+    ] {
+        let mut buf = vec![0xA5u8; n];
+        assert_eq!(file.read(&mut buf, offset as u64).unwrap(), n, "{kind:?} {offset}+{n}");
+        assert!(buf == target.bytes[offset..offset + n], "{kind:?}: bytes differ at {offset}+{n}");
+    }
+}
+
+fn a_known_size_skips_the_head_request(kind: Kind) {
+    let target = Target::new(kind, 10_000);
+    let file = target.open(&target.options()).unwrap();
+    assert_eq!((file.len(), target.server.heads()), (10_000, 1));
+    let mut options = target.options();
+    options.known_len(Some(10_000));
+    let file = target.open(&options).unwrap();
+    assert_eq!(target.server.heads(), 1, "a known size must not be asked for");
+    let mut buf = vec![0u8; 10_000];
+    file.read(&mut buf, 0).unwrap();
+    assert_eq!(buf, target.bytes);
+}
+
+fn injected_503s_are_retried_until_the_attempts_run_out(kind: Kind) {
+    let target = Target::new(kind, 50_000);
+    let mut options = target.options();
+    options.max_attempts(3).unwrap();
+    let file = target.open(&options).unwrap();
+    // Two 503s, then a good answer: the third attempt succeeds.
+    target.server.inject([Fault::Status(503), Fault::Status(503)]);
+    let before = target.server.gets();
+    let mut buf = vec![0u8; 50_000];
+    file.read(&mut buf, 0).unwrap();
+    assert_eq!(buf, target.bytes);
+    assert_eq!(target.server.gets() - before, 3);
+    // Three 503s with three attempts: the error names the URL, the status and the attempts.
+    target.server.inject([Fault::Status(503), Fault::Status(503), Fault::Status(503)]);
+    let e = file.read(&mut buf, 0).unwrap_err();
+    match &e {
+        Error::Remote {
+            kind: RemoteErrorKind::Status,
+            status: Some(503),
+            attempts: 3,
+            url,
+            ..
+        } => {
+            assert!(target.url.starts_with(url.as_str()), "{url}")
+        }
+        other => panic!("{kind:?}: {other:?}"),
+    }
+    let text = e.to_string();
+    assert!(text.contains("503") && text.contains("after 3 attempts"), "{text}");
+    assert!(!text.contains(SECRET), "{text}");
+}
+
+fn statuses_not_configured_are_not_retried(kind: Kind) {
+    let target = Target::new(kind, 5_000);
+    let mut options = target.options();
+    options.retry_status_codes(&[503]).unwrap();
+    let file = target.open(&options).unwrap();
+    target.server.inject([Fault::Status(500)]);
+    let before = target.server.gets();
+    let e = file.read(&mut [0u8; 100], 0).unwrap_err();
+    assert!(matches!(e, Error::Remote { status: Some(500), attempts: 1, .. }), "{e:?}");
+    assert_eq!(target.server.gets() - before, 1);
+}
+
+fn a_stalled_server_times_out(kind: Kind) {
+    let target = Target::new(kind, 5_000);
+    let mut options = target.options();
+    options.timeout(Duration::from_millis(300)).unwrap();
+    let file = target.open(&options).unwrap();
+    target.server.inject([Fault::Stall(Duration::from_secs(5))]);
+    let start = Instant::now();
+    let e = file.read(&mut [0u8; 100], 0).unwrap_err();
+    assert!(matches!(e, Error::Remote { kind: RemoteErrorKind::Timeout, .. }), "{e:?}");
+    assert!(start.elapsed() < Duration::from_secs(3), "took {:?}", start.elapsed());
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+}
+
+fn a_body_cut_short_is_an_error_never_a_short_read(kind: Kind) {
+    let target = Target::new(kind, 200_000);
+    let mut options = target.options();
+    options.max_attempts(1).unwrap();
+    let file = target.open(&options).unwrap();
+    target.server.inject([Fault::Truncate]);
+    let mut buf = vec![0u8; 200_000];
+    let e = file.read(&mut buf, 0).unwrap_err();
+    assert!(matches!(e, Error::Remote { kind: RemoteErrorKind::Connection, .. }), "{e:?}");
+    // With a second attempt, the broken connection is retried and the read completes.
+    let mut options = target.options();
+    options.max_attempts(2).unwrap();
+    let file = target.open(&options).unwrap();
+    target.server.inject([Fault::Truncate]);
+    file.read(&mut buf, 0).unwrap();
+    assert_eq!(buf, target.bytes);
+}
+
+fn wrong_ranges_and_garbage_are_refused(kind: Kind) {
+    let target = Target::new(kind, 100_000);
+    let mut options = target.options();
+    options.max_attempts(1).unwrap();
+    let file = target.open(&options).unwrap();
+    for fault in [Fault::WrongRange, Fault::IgnoreRange, Fault::Garbage] {
+        target.server.inject([fault.clone()]);
+        let e = file.read(&mut vec![0u8; 5_000], 10).unwrap_err();
+        let Error::Remote { kind: error_kind, .. } = &e else { panic!("{fault:?}: {e:?}") };
+        // Bytes that are not HTTP break the connection's parse; a well-formed answer with the
+        // wrong bytes is refused as such.
+        let wanted = match fault {
+            Fault::Garbage => RemoteErrorKind::Connection,
+            _ => RemoteErrorKind::BadResponse,
+        };
+        assert_eq!(*error_kind, wanted, "{fault:?}: {e}");
+    }
+}
+
+fn missing_objects_are_not_found(kind: Kind) {
+    let target = Target::new(kind, 10);
+    let e = RemoteFile::open_with(&target.missing(), &target.options()).unwrap_err();
+    assert!(
+        matches!(e, Error::Remote { kind: RemoteErrorKind::NotFound, status: Some(404), .. }),
+        "{e:?}"
+    );
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    assert!(e.to_string().contains("missing.bin"), "{e}");
+}
+
+fn reads_outside_the_object_are_refused(kind: Kind) {
+    let target = Target::new(kind, 1000);
+    let file = target.open(&target.options()).unwrap();
+    let before = target.server.gets();
+    let e = file.read(&mut [0u8; 10], 995).unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { offset: 995, len: 10, file_len: 1000 }), "{e:?}");
+    assert!(matches!(file.read(&mut [0u8; 10], u64::MAX), Err(Error::Overflow { .. })));
+    assert_eq!(target.server.gets(), before, "a refused read sends nothing");
+}
+
+fn requests_in_flight_are_bounded_and_parallel(kind: Kind) {
+    let target = Target::new(kind, 40 * 4096);
+    let mut options = target.options();
+    options.request_size(4096).unwrap().max_in_flight(Some(4)).unwrap();
+    let file = target.open(&options).unwrap();
+    target.server.delay_gets(Duration::from_millis(30));
+    let mut buf = vec![0u8; 40 * 4096];
+    file.read(&mut buf, 0).unwrap();
+    assert_eq!(buf, target.bytes);
+    let most = target.server.max_active_gets();
+    assert!((2..=4).contains(&most), "{kind:?}: {most} GETs at once, wanted 2 to 4");
+}
+
+fn concurrent_readers_each_get_their_bytes(kind: Kind) {
+    let len = 1 << 20;
+    let target = Target::new(kind, len);
+    let mut options = target.options();
+    options.request_size(10_000).unwrap();
+    let file = target.open(&options).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8usize {
+            let (file, bytes) = (file.clone(), &target.bytes);
+            s.spawn(move || {
+                let offset = t * 100_003 % (len - 50_000);
+                let mut buf = vec![0u8; 50_000];
+                file.read(&mut buf, offset as u64).unwrap();
+                assert!(buf == bytes[offset..offset + 50_000], "reader {t}");
+            });
+        }
+    });
+}
+
+fn futures_read_into_owned_buffers(kind: Kind) {
+    let target = Target::new(kind, 300_000);
+    let file = target.open(&target.options()).unwrap();
+    let futures: Vec<_> = (0..4)
+        .map(|i| file.pread_device(DeviceBuffer::alloc(&Device::Host, 50_000).unwrap(), i * 60_000))
+        .collect();
+    for (i, future) in futures.into_iter().enumerate() {
+        let (buf, n) = future.wait().unwrap();
+        assert_eq!(n, 50_000);
+        assert!(buf.to_vec().unwrap() == target.bytes[i * 60_000..i * 60_000 + 50_000]);
+    }
+}
+
+#[test]
+fn s3_requests_are_signed_with_the_environments_key_and_refused_without_it() {
+    aws_environment();
+    // A server that wants another key id refuses this process's credentials: 403, typed, and
+    // the secret is nowhere in the message.
+    let server = Server::s3("SOMEOTHERKEYID");
+    server.put("/test-bucket/k.bin", vec![1; 10]);
+    let mut options = RemoteOptions::default();
+    options.s3_endpoint(Some(server.endpoint()));
+    let e = RemoteFile::open_with("s3://test-bucket/k.bin", &options).unwrap_err();
+    assert!(
+        matches!(e, Error::Remote { kind: RemoteErrorKind::AccessDenied, status: Some(403), .. }),
+        "{e:?}"
+    );
+    let text = gpumap::error::Report(&e).to_string();
+    assert!(!text.contains(SECRET), "{text}");
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+    // open_s3 names the same object by bucket and key.
+    let server = Server::s3(KEY_ID);
+    server.put("/test-bucket/k.bin", vec![1; 10]);
+    options.s3_endpoint(Some(server.endpoint()));
+    let file = RemoteFile::open_s3("test-bucket", "k.bin", &options).unwrap();
+    assert_eq!(file.len(), 10);
+}
+
+#[test]
+fn presigned_urls_keep_their_query_and_never_show_it() {
+    let server = Server::http();
+    server.put("/bucket/key.bin", vec![3; 4000]);
+    let url = format!(
+        "{}/bucket/key.bin?X-Amz-Credential=AKIAX&X-Amz-Signature=s3cr3tsig",
+        server.endpoint()
+    );
+    let file = RemoteFile::open(&url).unwrap();
+    // Its size came from a GET of one byte: a presigned URL is signed for GET alone.
+    assert_eq!((file.len(), server.heads(), server.gets()), (4000, 0, 1));
+    let mut buf = vec![0u8; 3999];
+    file.read(&mut buf, 1).unwrap();
+    assert!(buf.iter().all(|&b| b == 3));
+    assert!(!file.url().to_string().contains("s3cr3tsig"));
+    let missing = url.replace("key.bin", "nope.bin");
+    let e = RemoteFile::open(&missing).unwrap_err();
+    let text = gpumap::error::Report(&e).to_string();
+    assert!(
+        text.contains("nope.bin") && !text.contains("s3cr3tsig") && !text.contains("AKIAX"),
+        "{text}"
+    );
+}
+
+#[test]
+fn hostile_urls_are_refused_before_any_request() {
+    let server = Server::http();
+    for url in [
+        "ftp://127.0.0.1/x".to_owned(),
+        "file:///etc/passwd".to_owned(),
+        format!("{}/a\r\nX-Injected: 1", server.endpoint()),
+        format!("http://user:pw@{}/x", server.endpoint().trim_start_matches("http://")),
+        "s3://UPPER/key".to_owned(),
+        "s3://bucket".to_owned(),
+        format!("{}/{}", server.endpoint(), "a".repeat(gpumap::remote::MAX_URL_LEN)),
+    ] {
+        let e = RemoteFile::open(&url).unwrap_err();
+        assert!(
+            matches!(e, Error::Remote { kind: RemoteErrorKind::InvalidUrl, .. }),
+            "{url:.80}: {e:?}"
+        );
+        assert!(!e.to_string().contains("pw@"), "{e}");
+    }
+    assert_eq!(server.heads() + server.gets(), 0);
+}
+
+#[test]
+fn a_server_that_is_gone_fails_fast_with_a_connection_error() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut options = RemoteOptions::default();
+    options.max_attempts(2).unwrap().backoff(Duration::from_millis(5), Duration::from_millis(5));
+    let start = Instant::now();
+    let e = RemoteFile::open_with(&format!("http://127.0.0.1:{port}/x"), &options).unwrap_err();
+    assert!(
+        matches!(e, Error::Remote { kind: RemoteErrorKind::Connection, attempts: 2, .. }),
+        "{e:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
+fn reads_land_in_gpu_memory_through_bounce_buffers() {
+    let Some(device) = common::gpu() else { return };
+    for kind in [Kind::Http, Kind::S3] {
+        let len = (9 << 20) + 333;
+        let target = Target::new(kind, len);
+        let mut options = target.options();
+        options.request_size((1 << 20) + 1).unwrap();
+        let file = target.open(&options).unwrap();
+        let mut dst = DeviceBuffer::zeroed(&Device::Cuda(device.clone()), len - 10).unwrap();
+        assert_eq!(file.read_device(dst.view_mut(), 10).unwrap(), len - 10);
+        assert!(dst.to_vec().unwrap() == target.bytes[10..], "{kind:?}");
+        let (dst, n) = file.pread_device(dst, 0).wait().unwrap();
+        assert_eq!(n, len - 10);
+        assert!(dst.to_vec().unwrap() == target.bytes[..len - 10], "{kind:?}");
+    }
+}

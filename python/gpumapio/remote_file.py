@@ -1,0 +1,23 @@
+"""KvikIO's ``kvikio.remote_file`` names: :class:`RemoteFile` (native, see
+docs/remote.md) and :class:`RemoteEndpointType`, which ``RemoteFile.open`` takes."""
+
+from __future__ import annotations
+
+import enum
+
+from gpumapio._native import RemoteFile
+
+__all__ = ["RemoteEndpointType", "RemoteFile"]
+
+
+class RemoteEndpointType(enum.Enum):
+    """The kinds of remote endpoint, as KvikIO names them. gpumapio reads ``S3``,
+    ``S3_PRESIGNED_URL`` and ``HTTP``; ``AUTO`` infers the kind from the URL; ``S3_PUBLIC``
+    and ``WEBHDFS`` are refused with ``ValueError``."""
+
+    AUTO = 0
+    S3 = 1
+    S3_PUBLIC = 2
+    S3_PRESIGNED_URL = 3
+    WEBHDFS = 4
+    HTTP = 5

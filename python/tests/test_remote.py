@@ -1,0 +1,291 @@
+"""gpumapio.RemoteFile against servers on 127.0.0.1 only: a range server written here (faults
+injected: 503s, stalls, bodies cut short) and moto's S3 server; byte for byte against the
+source bytes."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import gpumapio
+from gpumapio import RemoteFile
+
+from conftest import need_gpu
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _object(self):
+        data = self.server.objects.get(self.path.split("?")[0])
+        if data is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        return data
+
+    def do_HEAD(self):
+        data = self._object()
+        if data is not None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+
+    def do_GET(self):
+        self.server.gets += 1
+        fault = self.server.faults.pop(0) if self.server.faults else None
+        if isinstance(fault, int):
+            self.send_response(fault)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if isinstance(fault, float):
+            time.sleep(fault)
+        data = self._object()
+        if data is None:
+            return
+        start, end = self.headers["Range"].removeprefix("bytes=").split("-")
+        start, end = int(start), min(int(end), len(data) - 1)
+        body = data[start : end + 1]
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if fault == "truncate":
+            self.wfile.write(body[: len(body) // 2])
+            self.close_connection = True
+            return
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def server():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    srv.objects, srv.faults, srv.gets = {}, [], 0
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def served(server, rng):
+    data = rng.integers(0, 256, size=(2 << 20) + 4099, dtype="u1").tobytes()
+    server.objects["/data/object.bin"] = data
+    return server, f"{server.url}/data/object.bin", data
+
+
+def test_http_reads_are_byte_exact_at_odd_offsets(served):
+    _, url, data = served
+    with RemoteFile.open_http(url, request_size=65537, max_in_flight=8) as f:
+        assert f.nbytes() == len(data)
+        assert f.url == url
+        for offset, size in [(0, len(data)), (1, 4095), (4095, 3 * 65537 + 1), (len(data) - 1, 1)]:
+            out = np.zeros(size, dtype="u1")
+            assert f.read(out, size, offset) == size
+            assert out.tobytes() == data[offset : offset + size]
+        # size defaults to the buffer's; pread returns a future.
+        out = bytearray(100_000)
+        futures = [f.pread(memoryview(out)[i * 50_000 : (i + 1) * 50_000], None, i * 70_000) for i in range(2)]
+        assert [fut.get() for fut in futures] == [50_000, 50_000]
+        assert bytes(out[:50_000]) == data[:50_000]
+        assert bytes(out[50_000:]) == data[70_000:120_000]
+
+
+def test_kvikio_constructors_agree(served):
+    _, url, data = served
+    for f in [RemoteFile.open(url), RemoteFile.open_s3_presigned_url(url), RemoteFile.open_http(url, nbytes=len(data))]:
+        out = np.empty(1000, dtype="u1")
+        f.read(out, file_offset=123)
+        assert out.tobytes() == data[123:1123]
+        assert f.nbytes() == len(data)
+
+
+def test_open_checks_the_endpoint_type(served, monkeypatch):
+    _, url, data = served
+    kinds = gpumapio.RemoteEndpointType
+    assert RemoteFile.open(url, kinds.HTTP).nbytes() == len(data)
+    assert RemoteFile.open(url, kinds.AUTO, [kinds.HTTP], len(data)).nbytes() == len(data)
+    presigned = url + "?X-Amz-Signature=abc"
+    assert RemoteFile.open(presigned, kinds.S3_PRESIGNED_URL).nbytes() == len(data)
+    assert RemoteFile.open(presigned, allow_list=[kinds.HTTP]).nbytes() == len(data)
+    for kind in [kinds.S3, kinds.WEBHDFS, kinds.S3_PUBLIC]:
+        with pytest.raises(ValueError, match="not a"):
+            RemoteFile.open(url, kind)
+    with pytest.raises(ValueError, match="allow list"):
+        RemoteFile.open(url, allow_list=[kinds.S3])
+    with pytest.raises(ValueError, match="not a S3 endpoint"):
+        RemoteFile.open(url, "s3")
+
+
+def test_503s_are_retried_then_reported(served):
+    server, url, data = served
+    f = RemoteFile.open_http(url, http_max_attempts=3)
+    server.faults[:] = [503, 503]
+    out = np.empty(10_000, dtype="u1")
+    assert f.read(out) == 10_000
+    assert out.tobytes() == data[:10_000]
+    server.faults[:] = [503, 503, 503]
+    with pytest.raises(OSError) as info:
+        f.read(out)
+    assert info.value.status == 503 and info.value.url == url
+    assert "after 3 attempts" in str(info.value)
+    # Not among the retried codes: at once.
+    f = RemoteFile.open_http(url, http_status_codes=[503])
+    server.faults[:] = [500]
+    before = server.gets
+    with pytest.raises(OSError, match="500"):
+        f.read(out)
+    assert server.gets - before == 1
+
+
+def test_retry_settings_come_from_the_defaults_when_not_given(served):
+    server, url, data = served
+    out = np.empty(10_000, dtype="u1")
+    # One attempt from the defaults: the first 503 is the answer, and it is also the
+    # RuntimeError that code written for KvikIO catches.
+    with gpumapio.defaults.set("http_max_attempts", 1):
+        f = RemoteFile.open_http(url)
+    server.faults[:] = [503]
+    before = server.gets
+    with pytest.raises(RuntimeError) as info:
+        f.read(out)
+    assert isinstance(info.value, OSError) and info.value.status == 503
+    assert server.gets - before == 1
+    # 500 retried only where the defaults list it.
+    with gpumapio.defaults.set({"http_max_attempts": 2, "http_status_codes": [500]}):
+        f = RemoteFile.open_http(url)
+    server.faults[:] = [500]
+    assert f.read(out) == 10_000 and out.tobytes() == data[:10_000]
+    # An explicit keyword wins over the defaults.
+    with gpumapio.defaults.set("http_max_attempts", 1):
+        f = RemoteFile.open_http(url, http_max_attempts=2)
+    server.faults[:] = [503]
+    assert f.read(out) == 10_000
+
+
+def test_timeouts_and_broken_bodies_are_errors(served):
+    server, url, _ = served
+    f = RemoteFile.open_http(url, http_timeout=0.3, http_max_attempts=1)
+    server.faults[:] = [3.0]
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        f.read(np.empty(100, dtype="u1"))
+    assert time.monotonic() - start < 2.5
+    server.faults[:] = ["truncate"]
+    with pytest.raises(ConnectionError):
+        f.read(np.empty(100_000, dtype="u1"))
+
+
+def test_missing_objects_bad_urls_and_closed_files(served):
+    server, url, _ = served
+    with pytest.raises(FileNotFoundError) as info:
+        RemoteFile.open(f"{server.url}/nope.bin?X-Amz-Signature=topsecret")
+    assert info.value.status == 404 and "topsecret" not in str(info.value)
+    assert isinstance(info.value, RuntimeError)
+    for bad in ["ftp://h/x", "s3://bucket", "https://u:pw@h/x", "http://h/a\r\nX: y"]:
+        with pytest.raises(ValueError):
+            RemoteFile.open(bad)
+    with pytest.raises(ValueError):
+        RemoteFile.open_s3_url(url)
+    with pytest.raises(ValueError):
+        RemoteFile.open_http("s3://bucket/key")
+    f = RemoteFile.open(url)
+    with pytest.raises(ValueError):
+        f.read(np.empty(10, dtype="u1"), 10, f.nbytes() - 5)
+    f.close()
+    with pytest.raises(ValueError, match="closed"):
+        f.nbytes()
+
+
+def test_reads_release_the_gil(served):
+    server, url, _ = served
+    f = RemoteFile.open_http(url)
+    server.faults[:] = [0.5]
+    started, done = threading.Event(), threading.Event()
+
+    def read():
+        started.set()
+        f.read(np.empty(1000, dtype="u1"))
+        done.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    started.wait()
+    spins = 0
+    while not done.is_set():
+        spins += 1
+    reader.join()
+    # The read waits half a second on the server; had it held the GIL, this thread would
+    # have had no turn meanwhile.
+    assert spins > 100_000
+
+
+def test_read_file_to_device_takes_urls(served):
+    _, url, data = served
+    out = gpumapio.read_file_to_device(url, offset=10, size=5000, output="numpy")
+    assert out.tobytes() == data[10:5010]
+
+
+@pytest.fixture
+def moto_s3(monkeypatch):
+    """moto's S3 server on 127.0.0.1 with one object, and credentials in the environment."""
+    moto_server = pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    for name, value in [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")]:
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    srv.start()
+    host, port = srv.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    data = np.random.default_rng(7).integers(0, 256, size=(1 << 20) + 333, dtype="u1").tobytes()
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket="gpumap-bucket")
+    client.put_object(Bucket="gpumap-bucket", Key="dir/object.bin", Body=data)
+    yield endpoint, data
+    srv.stop()
+
+
+def test_s3_through_moto(moto_s3, monkeypatch):
+    endpoint, data = moto_s3
+    files = [
+        RemoteFile.open_s3("gpumap-bucket", "dir/object.bin", aws_endpoint_url=endpoint, request_size=100_000),
+        RemoteFile.open_s3_url("s3://gpumap-bucket/dir/object.bin", aws_endpoint_url=endpoint),
+    ]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    files.append(RemoteFile.open("s3://gpumap-bucket/dir/object.bin"))
+    for f in files:
+        assert f.nbytes() == len(data)
+        out = np.empty(len(data) - 77, dtype="u1")
+        assert f.read(out, file_offset=77) == len(out)
+        assert out.tobytes() == data[77:]
+    with pytest.raises(FileNotFoundError):
+        RemoteFile.open("s3://gpumap-bucket/missing.bin")
+    out = gpumapio.read_file_to_device("s3://gpumap-bucket/dir/object.bin", output="numpy")
+    assert out.tobytes() == data
+
+
+def test_reads_into_gpu_memory(served):
+    cupy = need_gpu("cupy")
+    _, url, data = served
+    f = RemoteFile.open_http(url, request_size=(1 << 20) + 1)
+    out = cupy.empty(len(data) - 9, dtype=cupy.uint8)
+    assert f.read(out, file_offset=9) == len(out)
+    assert cupy.asnumpy(out).tobytes() == data[9:]
+    out[:] = 0
+    assert f.pread(out, file_offset=0).get() == len(out)
+    assert cupy.asnumpy(out).tobytes() == data[: len(out)]
+    got = gpumapio.read_file_to_device(url, output="cupy")
+    assert cupy.asnumpy(got).tobytes() == data
