@@ -3,7 +3,7 @@
 # binaries, bins and bench binaries (../shared/gpu/stage.sh, plus the bench targets of
 # crates/gpumap-bench, which that script only builds for a root benches/ folder), the gpumapio
 # wheel (abi3, manylinux), and the pure-Python wheels the Python tests and bench need that the
-# machine lacks (zarr and its dependencies, pytest, hypothesis, fastsafetensors, instanttensor). NumPy is not carried:
+# machine lacks (zarr and its dependencies, pytest, pytest-asyncio, hypothesis, fastsafetensors, instanttensor). NumPy is not carried:
 # CuPy and PyTorch there were built against theirs. The trybuild test (it needs cargo) stays.
 # Then, on the GPU machine (docs/gpu.md):
 #   bash .gpu/on-device.sh tests                      (GPUMAP_BIN=$PWD/.gpu/bin/gpumap for the CLI tests)
@@ -53,7 +53,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  -d "$tmp" 'zarr>=3' pytest hypothesis
+  -d "$tmp" 'zarr>=3' pytest pytest-asyncio hypothesis
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d "$tmp" fastsafetensors==0.5.0 \
   || echo "stage-gpu.sh: fastsafetensors not staged; the safetensors bench skips that row" >&2
