@@ -63,6 +63,7 @@ def main():
         m.close()
     try:
         import kvikio
+        import kvikio.defaults
 
         kvikio.defaults.set("num_threads", args.threads)
         km = kvikio.Mmap(args.file)

@@ -19,6 +19,10 @@ use crate::memory::{Device, DeviceViewMut};
 /// per group, as the cache's own gather groups (docs/decisions/0008-gather-groups-4mib.md).
 const GROUP_BYTES: u64 = 4 << 20;
 
+/// The least a group reads (a row more where a row is larger): below it a group's upload and
+/// launch cost more than its reads, so a small gather's misses stay on one or a few threads.
+const MIN_GROUP_BYTES: u64 = 64 << 10;
+
 /// Whether the misses of a row gather of `entry` (rows of `row_size` bytes) are read past the
 /// cache: a read-only file, rows that fit a group, and a budget with no frame left to take.
 pub(crate) fn reads_through(engine: &Engine, entry: &FileEntry, row_size: u64) -> bool {
@@ -40,11 +44,11 @@ pub(crate) fn read_rows_through(
         return Ok(());
     }
     let pool = entry.file.pool();
-    // Enough groups for every pool thread to take two, none over a staging buffer.
-    let per_group = misses
-        .len()
-        .div_ceil(2 * pool.nthreads().max(1))
-        .clamp(1, (GROUP_BYTES / row_size).max(1) as usize);
+    // Enough groups for every pool thread to take two, none over a staging buffer nor under
+    // the least worth a launch.
+    let fewest = (MIN_GROUP_BYTES / row_size).max(1) as usize;
+    let most = (GROUP_BYTES / row_size).max(1) as usize;
+    let per_group = misses.len().div_ceil(2 * pool.nthreads().max(1)).max(fewest).min(most);
     let groups: Vec<&[(u64, u64)]> = misses.chunks(per_group).collect();
     let row = row_size as usize;
     match (engine.store.device(), &mut *dst) {
