@@ -59,13 +59,13 @@ enum State {
 }
 
 /// Shared by both future classes.
-struct Slot {
+struct SharedOutcome {
     state: Mutex<State>,
 }
 
-impl Slot {
-    fn new(state: State) -> Slot {
-        Slot { state: Mutex::new(state) }
+impl SharedOutcome {
+    fn new(state: State) -> SharedOutcome {
+        SharedOutcome { state: Mutex::new(state) }
     }
 
     /// Waits for the work in steps of [`SIGNAL_POLL`], with the GIL released, running Python's
@@ -152,18 +152,18 @@ impl Slot {
 /// The result of a `CuFile.pread` / `pwrite`: `get()` waits and returns the bytes moved.
 #[pyclass(module = "gpumapio", name = "IOFuture", frozen)]
 pub struct IOFuture {
-    slot: Slot,
+    slot: SharedOutcome,
 }
 
 impl IOFuture {
     /// A future of work in flight.
     pub fn pending(work: Box<dyn Pending>) -> IOFuture {
-        IOFuture { slot: Slot::new(State::Pending(work)) }
+        IOFuture { slot: SharedOutcome::new(State::Pending(work)) }
     }
 
     /// A future that is already complete.
     pub fn ready(result: gpumap::Result<usize>) -> IOFuture {
-        IOFuture { slot: Slot::new(State::Done(result.map_err(Arc::new))) }
+        IOFuture { slot: SharedOutcome::new(State::Done(result.map_err(Arc::new))) }
     }
 }
 
@@ -190,18 +190,18 @@ impl IOFuture {
 /// `check_bytes_done()` waits for it and returns the bytes moved. Keep it alive until then.
 #[pyclass(module = "gpumapio", name = "IOFutureStream", frozen)]
 pub struct IOFutureStream {
-    slot: Slot,
+    slot: SharedOutcome,
 }
 
 impl IOFutureStream {
     /// A stream transfer in flight.
     pub fn pending(work: Box<dyn Pending>) -> IOFutureStream {
-        IOFutureStream { slot: Slot::new(State::Pending(work)) }
+        IOFutureStream { slot: SharedOutcome::new(State::Pending(work)) }
     }
 
     /// A stream transfer that completed before the call returned.
     pub fn ready(result: gpumap::Result<usize>) -> IOFutureStream {
-        IOFutureStream { slot: Slot::new(State::Done(result.map_err(Arc::new))) }
+        IOFutureStream { slot: SharedOutcome::new(State::Done(result.map_err(Arc::new))) }
     }
 }
 

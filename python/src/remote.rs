@@ -17,7 +17,7 @@ use crate::future::IOFuture;
 /// `http_timeout` when the file opens) and gpumap's own (requests in flight, request size, S3
 /// endpoint and region).
 #[derive(Default)]
-struct Settings {
+struct RemoteSettings {
     nbytes: Option<u64>,
     http_max_attempts: Option<u32>,
     http_status_codes: Option<Vec<u16>>,
@@ -28,7 +28,7 @@ struct Settings {
     s3_region: Option<String>,
 }
 
-impl Settings {
+impl RemoteSettings {
     fn options(&self) -> gpumap::Result<RemoteOptions> {
         let mut o = RemoteOptions::default();
         o.known_len(self.nbytes).s3_endpoint(self.s3_endpoint.clone());
@@ -88,7 +88,7 @@ fn parse(py: Python<'_>, url: &str) -> PyResult<RemoteUrl> {
 
 macro_rules! settings {
     ($nbytes:expr, $a:expr, $c:expr, $t:expr, $f:expr, $r:expr, $e:expr, $g:expr) => {
-        Settings {
+        RemoteSettings {
             nbytes: $nbytes,
             http_max_attempts: $a,
             http_status_codes: $c,

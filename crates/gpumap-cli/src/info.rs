@@ -34,7 +34,7 @@ struct InfoReport {
     wsl: bool,
     /// The memory `read`, `write` and `map` use without `--device`/`--host`.
     default_memory: Memory,
-    settings: Settings,
+    settings: ShownSettings,
 }
 
 #[derive(Serialize)]
@@ -86,7 +86,7 @@ struct Setting<T> {
 }
 
 #[derive(Serialize)]
-struct Settings {
+struct ShownSettings {
     compat_mode: Setting<String>,
     nthreads: Setting<usize>,
     task_size: Setting<u64>,
@@ -102,8 +102,8 @@ fn on_off(value: bool) -> String {
     if value { "on" } else { "off" }.to_owned()
 }
 
-impl Settings {
-    fn of(config: &Config) -> Settings {
+impl ShownSettings {
+    fn of(config: &Config) -> ShownSettings {
         fn setting<T>(config: &Config, name: &str, value: T) -> Setting<T> {
             let source = match config.source(name) {
                 Source::Default => "default".to_owned(),
@@ -111,7 +111,7 @@ impl Settings {
             };
             Setting { value, source }
         }
-        Settings {
+        ShownSettings {
             compat_mode: setting(config, "compat_mode", config.compat_mode.to_string()),
             nthreads: setting(config, "nthreads", config.nthreads),
             task_size: setting(config, "task_size", config.task_size),
@@ -165,7 +165,7 @@ fn report(caps: &Capabilities, config: &Config) -> InfoReport {
         udev_database: Availability::from(&caps.run_udev),
         wsl: caps.wsl,
         default_memory: Memory::new(&device, fallback),
-        settings: Settings::of(config),
+        settings: ShownSettings::of(config),
     }
 }
 
@@ -178,7 +178,7 @@ pub fn info(args: &InfoArgs) -> CliResult {
     }
     output::try_line(caps)?;
     output::try_line("settings:")?;
-    let settings = Settings::of(&config);
+    let settings = ShownSettings::of(&config);
     let rows: [(&str, String, &str); 7] = [
         ("compat_mode", settings.compat_mode.value.clone(), &settings.compat_mode.source),
         ("nthreads", settings.nthreads.value.to_string(), &settings.nthreads.source),

@@ -18,7 +18,7 @@ use crate::io::batch::{self, BatchPiece, DeviceRead};
 use crate::io::compat::CompatDecision;
 use crate::io::device_io;
 use crate::io::gds::RegisteredBuffer;
-use crate::io::handle_state::{HandleState, Settings};
+use crate::io::handle_state::{HandleSettings, HandleState};
 use crate::io::host_io;
 use crate::io::pool::{IoFuture, IoPool};
 use crate::io::small_reads;
@@ -44,7 +44,7 @@ pub use crate::io::flags::OpenFlags;
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct HandleOptions {
-    settings: Settings,
+    settings: HandleSettings,
     /// Permission bits of a file the open creates (before the umask).
     mode: u32,
     /// The pool that runs the handle's tasks; `None` = the process-wide pool.
@@ -70,7 +70,7 @@ impl std::fmt::Debug for HandleOptions {
 impl HandleOptions {
     /// The options [`Config::global`] gives.
     pub fn from_config(config: &Config) -> HandleOptions {
-        HandleOptions { settings: Settings::from_config(config), mode: 0o644, pool: None }
+        HandleOptions { settings: HandleSettings::from_config(config), mode: 0o644, pool: None }
     }
 
     /// Sets the compat mode: cuFile or POSIX (see [`CompatMode`]).

@@ -23,7 +23,7 @@ use crate::sys::posix;
 
 /// How an open file's transfers run: what `HandleOptions` sets, kept by the open file.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Settings {
+pub(super) struct HandleSettings {
     /// cuFile or POSIX.
     pub(super) compat_mode: CompatMode,
     /// Largest piece a task moves.
@@ -38,10 +38,10 @@ pub(super) struct Settings {
     pub(super) bounce_buffer_size: u64,
 }
 
-impl Settings {
+impl HandleSettings {
     /// The settings `config` gives.
-    pub(super) fn from_config(config: &Config) -> Settings {
-        Settings {
+    pub(super) fn from_config(config: &Config) -> HandleSettings {
+        HandleSettings {
             compat_mode: config.compat_mode,
             task_size: config.task_size,
             direct_io_read: config.direct_io_read,
@@ -64,7 +64,7 @@ pub(super) struct HandleState {
     pub(super) direct: Option<File>,
     /// Whether the file system refused the `O_DIRECT` descriptor.
     pub(super) direct_refused: bool,
-    pub(super) settings: Settings,
+    pub(super) settings: HandleSettings,
     pub(super) pool: Arc<IoPool>,
     /// The compat decision, made at open for `Off` (so the open fails with the reason) and at
     /// the first device transfer otherwise (so host-only users never load cuFile).
@@ -79,7 +79,7 @@ impl HandleState {
     pub(super) fn open(
         path: &Path,
         flags_text: &str,
-        settings: Settings,
+        settings: HandleSettings,
         mode: u32,
         pool: Option<&Arc<IoPool>>,
     ) -> Result<HandleState> {
@@ -182,7 +182,7 @@ impl HandleState {
             file: dup(&self.file)?,
             direct: self.direct.as_ref().map(dup).transpose()?,
             direct_refused: self.direct_refused,
-            settings: Settings { task_size, gds_threshold, ..self.settings },
+            settings: HandleSettings { task_size, gds_threshold, ..self.settings },
             pool: self.pool.clone(),
             decision: self.decision.clone(),
             small_reads: Default::default(),

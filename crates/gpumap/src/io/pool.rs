@@ -178,7 +178,7 @@ impl IoPool {
         T: Send + 'static,
         F: FnOnce() -> Result<T> + Send + 'static,
     {
-        let slot = Arc::new(Slot::default());
+        let slot = Arc::new(FutureSlot::default());
         let done = slot.clone();
         self.threads.read().spawn(move || {
             let flag = done.cancelled.clone();
@@ -243,36 +243,36 @@ fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
     Error::TaskPanicked(msg)
 }
 
-struct Slot<T> {
-    state: Mutex<SlotState<T>>,
+struct FutureSlot<T> {
+    state: Mutex<FutureSlotState<T>>,
     ready: Condvar,
     /// Set by [`IoFuture::cancel`]; read by the tasks of the work (see [`with_cancel`]).
     cancelled: CancelFlag,
 }
 
-struct SlotState<T> {
+struct FutureSlotState<T> {
     result: Option<Result<T>>,
     finished: bool,
     waker: Option<Waker>,
 }
 
-impl<T> Default for SlotState<T> {
+impl<T> Default for FutureSlotState<T> {
     fn default() -> Self {
-        SlotState { result: None, finished: false, waker: None }
+        FutureSlotState { result: None, finished: false, waker: None }
     }
 }
 
-impl<T> Default for Slot<T> {
+impl<T> Default for FutureSlot<T> {
     fn default() -> Self {
-        Slot {
-            state: Mutex::new(SlotState::default()),
+        FutureSlot {
+            state: Mutex::new(FutureSlotState::default()),
             ready: Condvar::new(),
             cancelled: Arc::new(AtomicBool::new(false)),
         }
     }
 }
 
-impl<T> Slot<T> {
+impl<T> FutureSlot<T> {
     fn complete(&self, result: Result<T>) {
         let waker = {
             let mut state = self.state.lock();
@@ -294,7 +294,7 @@ impl<T> Slot<T> {
 /// buffer it owns is freed then.
 #[must_use = "the transfer's result (and its buffer) come back only through the future"]
 pub struct IoFuture<T> {
-    slot: Arc<Slot<T>>,
+    slot: Arc<FutureSlot<T>>,
 }
 
 impl<T> IoFuture<T> {
@@ -335,7 +335,7 @@ impl<T> IoFuture<T> {
 impl<T> IoFuture<T> {
     /// A future completed later through its [`Completer`].
     pub(crate) fn pending() -> (IoFuture<T>, Completer<T>) {
-        let slot = Arc::new(Slot::default());
+        let slot = Arc::new(FutureSlot::default());
         (IoFuture { slot: slot.clone() }, Completer { slot: Some(slot) })
     }
 }
@@ -343,7 +343,7 @@ impl<T> IoFuture<T> {
 /// The completing side of [`IoFuture::pending`]. Dropped without completing, it completes the
 /// future with an error, so that no waiter hangs.
 pub(crate) struct Completer<T> {
-    slot: Option<Arc<Slot<T>>>,
+    slot: Option<Arc<FutureSlot<T>>>,
 }
 
 impl<T> Completer<T> {
@@ -363,7 +363,7 @@ impl<T> Drop for Completer<T> {
     }
 }
 
-fn take<T>(state: &mut SlotState<T>) -> Result<T> {
+fn take<T>(state: &mut FutureSlotState<T>) -> Result<T> {
     state.result.take().unwrap_or_else(|| {
         Err(Error::TaskPanicked("the result of this transfer was already taken".into()))
     })
