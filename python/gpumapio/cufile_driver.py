@@ -25,6 +25,7 @@ import threading
 from typing import Any, overload
 
 from gpumapio import _native
+from gpumapio._restoring import Restoring, config_of
 from gpumapio._native import BufferRegistration, Handle, Stream
 
 __all__ = [
@@ -165,9 +166,11 @@ class _Properties:
 properties = _Properties()
 
 
-class ConfigContextManager:
+class ConfigContextManager(Restoring):
     """Returned by :func:`set`: the new values are in force already; used in a ``with``
     statement, the old values come back when the block ends."""
+
+    __slots__ = ()
 
     def __init__(self, config: dict[str, Any]) -> None:
         for name in config:
@@ -175,25 +178,11 @@ class ConfigContextManager:
                 raise KeyError("This property is read-only.")
             if name not in _Properties._SETTABLE:
                 raise KeyError(name)
-        self._old: dict[str, Any] = {}
-        try:
-            for name, value in config.items():
-                old = getattr(properties, name)
-                setattr(properties, name, value)
-                self._old[name] = old
-        except BaseException:
-            self._restore()
-            raise
-
-    def _restore(self) -> None:
-        for name, value in reversed(list(self._old.items())):
-            setattr(properties, name, value)
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self._restore()
+        super().__init__(
+            config,
+            lambda name: getattr(properties, name),
+            lambda name, value: setattr(properties, name, value),
+        )
 
 
 @overload
@@ -206,15 +195,7 @@ def set(*config: Any) -> ConfigContextManager:
     """Sets settable driver properties (``set(name, value)`` or ``set({name: value})``) now;
     the result restores the old values at the end of a ``with`` block. Unknown and read-only
     names raise ``KeyError``."""
-    usage = (
-        "Valid arguments are gpumapio.cufile_driver.set(config: dict) or "
-        "gpumapio.cufile_driver.set(key: str, value: Any)"
-    )
-    if len(config) == 1 and isinstance(config[0], dict):
-        return ConfigContextManager(config[0])
-    if len(config) == 2 and isinstance(config[0], str):
-        return ConfigContextManager({config[0]: config[1]})
-    raise ValueError(usage)
+    return ConfigContextManager(config_of(config, "gpumapio.cufile_driver.set"))
 
 
 def get(config_name: str) -> Any:

@@ -42,6 +42,7 @@ import enum
 from typing import Any, overload
 
 from gpumapio import _native
+from gpumapio._restoring import Restoring, config_of
 
 __all__ = [
     "CompatMode",
@@ -103,35 +104,17 @@ def get(config_name: str) -> Any:
     return value
 
 
-class ConfigContextManager:
+class ConfigContextManager(Restoring):
     """Returned by :func:`set`: the new values are in force already; used in a ``with``
     statement, the old values come back when the block ends."""
 
-    __slots__ = ("_old",)
+    __slots__ = ()
 
     def __init__(self, config: dict[str, Any]):
         for name in config:
             if not isinstance(name, str) or name not in _NAMES:
                 _native.defaults_get(name if isinstance(name, str) else repr(name))
-        self._old: dict[str, Any] = {}
-        try:
-            for name, value in config.items():
-                old = get(name)
-                _native.defaults_set(name, value)
-                self._old[name] = old
-        except BaseException:
-            self._restore()
-            raise
-
-    def _restore(self) -> None:
-        for name, value in reversed(list(self._old.items())):
-            _native.defaults_set(name, value)
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self._restore()
+        super().__init__(config, get, _native.defaults_set)
 
 
 @overload
@@ -145,19 +128,7 @@ def set(*config: Any) -> ConfigContextManager:
     returns a context manager that restores the old values at the end of a ``with`` block.
     Unknown names raise ``KeyError``; bad values ``ValueError`` or ``TypeError`` (and nothing
     is changed)."""
-    usage = (
-        "Valid arguments are gpumapio.defaults.set(config: dict) or "
-        "gpumapio.defaults.set(key: str, value: Any)"
-    )
-    if len(config) == 1:
-        if not isinstance(config[0], dict):
-            raise ValueError(usage)
-        return ConfigContextManager(config[0])
-    if len(config) == 2:
-        if not isinstance(config[0], str):
-            raise ValueError(usage)
-        return ConfigContextManager({config[0]: config[1]})
-    raise ValueError(usage)
+    return ConfigContextManager(config_of(config, "gpumapio.defaults.set"))
 
 
 def is_compat_mode_preferred() -> bool:
