@@ -484,9 +484,7 @@ fn run_round_on_device(
                 let (offset, len) = g.bytes_of(miss.e..miss.e + 1, entry.len);
                 let piece = &mut buffer[k * extent..(k + 1) * extent];
                 let got = entry.file.read_at(&mut piece[..len as usize], offset)?;
-                if (got as u64) < len {
-                    return Err(entry.file.eof_error(offset, len, got as u64));
-                }
+                entry.file.expect_len(offset, len, got as u64)?;
                 piece[got..].fill(0);
                 let at = k * extent;
                 if !matches!(miss.place, Place::Through) {
@@ -562,9 +560,7 @@ fn run_round_through_host(
                 }
                 None => entry.file.read_at(&mut bytes.lock()[..len as usize], offset)?,
             };
-            if (got as u64) < len {
-                return Err(entry.file.eof_error(offset, len, got as u64));
-            }
+            entry.file.expect_len(offset, len, got as u64)?;
             Ok(got)
         })?;
     }

@@ -441,10 +441,8 @@ fn load_into_frames(
             fill,
             min_task,
         )?;
-        if (got as u64) < len {
-            // The file shrank under the map: what it no longer has is an error, not zeros.
-            return Err(entry.file.eof_error(offset, len, got as u64));
-        }
+        // The file shrank under the map: what it no longer has is an error, not zeros.
+        entry.file.expect_len(offset, len, got as u64)?;
         Ok(got)
     });
     engine.add_fault_time(t);

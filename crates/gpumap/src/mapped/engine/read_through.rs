@@ -103,8 +103,5 @@ pub(crate) fn read_rows_through(
 fn read_row(entry: &FileEntry, index: u64, row: &mut [u8]) -> Result<()> {
     let (offset, len) = (index * row.len() as u64, row.len() as u64);
     let got = entry.file.read_at(row, offset)?;
-    if (got as u64) < len {
-        return Err(entry.file.eof_error(offset, len, got as u64));
-    }
-    Ok(())
+    entry.file.expect_len(offset, len, got as u64)
 }
