@@ -4,7 +4,7 @@ people use for it today, on the same file and the same indices, in the shared JS
 
     python3 python/bench/rows.py FILE --jsonl OUT.jsonl [--row-size 512] [--batch 100000]
         [--batches 20] [--budget BYTES] [--memory-max BYTES] [--numpy-batch N]
-        [--max-seconds S] [--only gpumap,zero-copy,numpy,uva] [--workloads uniform,skewed]
+        [--max-seconds S] [--only gpumap,zero-copy,in-place,numpy,uva] [--workloads uniform,skewed]
 
 FILE is read, never written; it is a table of ``row_size``-byte rows. Each workload gathers
 ``batches`` batches of ``batch`` rows, chosen uniformly (``uniform``) or with a power law
@@ -16,6 +16,9 @@ indices already on the GPU and the rows landing in a CuPy array:
   cache, ``hot`` the passes after it;
 - ``gpumap-rows-zero-copy``: ``gather_rows`` on a zero-copy map (a kernel reading the file's
   host-registered pages);
+- ``gpumap-rows-misses-in-place``: ``gpumapio.map(FILE, budget=..., zero_copy="misses")``: the
+  cache in front of the zero-copy tier, one kernel copying the resident rows from GPU memory and
+  reading the others in place, their extents admitted into the cache in the background;
 - ``numpy-memmap``: ``np.memmap(FILE)[indices]`` then ``torch.from_numpy(...).pin_memory()
   .cuda()`` (``cupy.asarray`` without torch), the indices copied to the host first, as such code
   must;
@@ -132,7 +135,7 @@ def report(out, impl, workload, times, batch, row_size, **extra):
 
 
 def bench_gpumap(cp, out, path, row_size, workloads, budget, zero_copy):
-    impl = "gpumap-rows-zero-copy" if zero_copy else "gpumap-rows"
+    impl = {False: "gpumap-rows", True: "gpumap-rows-zero-copy", "misses": "gpumap-rows-misses-in-place"}[zero_copy]
     for name, host_batches in workloads:
         m = gpumapio.map(path, budget=budget, extent_size=4096, zero_copy=zero_copy)
         batches = [cp.asarray(b) for b in host_batches]
@@ -148,7 +151,7 @@ def bench_gpumap(cp, out, path, row_size, workloads, budget, zero_copy):
         check(path, row_size, host_batches[len(first) - 1], cp.asnumpy(dst))
         hot = timed_batches(cp, run, batches)
         extra = {"budget": budget}
-        if not zero_copy:
+        if zero_copy is not True:
             extra["stats"] = {k: v for k, v in m.stats().items() if isinstance(v, int)}
         report(out, impl, f"{name}_first", first, batch, row_size, **extra)
         report(out, impl, f"{name}_hot", hot, batch, row_size, budget=budget)
@@ -258,7 +261,7 @@ def main():
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--budget", type=int, default=None, help="the GPU cache's (default: a quarter of the file)")
     ap.add_argument("--memory-max", type=int, default=None)
-    ap.add_argument("--only", default="gpumap,zero-copy,numpy,uva")
+    ap.add_argument("--only", default="gpumap,zero-copy,in-place,numpy,uva")
     ap.add_argument("--numpy-batch", type=int, default=None, help="rows per NumPy batch (default --batch)")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="per pass of one implementation")
     ap.add_argument("--workloads", default="uniform,skewed")
@@ -286,12 +289,14 @@ def main():
             bench_gpumap(cp, out, a.file, a.row_size, workloads, budget, zero_copy=False)
         elif which == "zero-copy":
             bench_gpumap(cp, out, a.file, a.row_size, workloads, budget, zero_copy=True)
+        elif which == "in-place":
+            bench_gpumap(cp, out, a.file, a.row_size, workloads, budget, zero_copy="misses")
         elif which == "numpy":
             bench_numpy(cp, out, a.file, a.row_size, workloads, a.numpy_batch or a.batch)
         elif which == "uva":
             bench_uva(cp, out, a.file, a.row_size, workloads)
         else:
-            sys.exit(f"--only {which}: expected gpumap, zero-copy, numpy or uva")
+            sys.exit(f"--only {which}: expected gpumap, zero-copy, in-place, numpy or uva")
 
 
 if __name__ == "__main__":

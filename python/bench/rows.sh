@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The row-gather table of docs/benchmarks.md, on one file, in one process per case:
 #   1. warm page cache, 512 B rows, uniform and skewed: gpumap (budget file/4), its zero-copy
-#      tier, np.memmap + torch, and the CuPy kernel over a cudaHostRegister'ed mmap;
+#      tier, the cache in front of the zero-copy tier (misses read in place), np.memmap + torch,
+#      and the CuPy kernel over a cudaHostRegister'ed mmap;
 #   2. the process limited to less memory than the file (cgroup v2 memory.max): gpumap
 #      (budget --limit-budget) against np.memmap, skewed;
 #   3. the Rust engine without Python: `gpumap map --rows` (GPUMAP_BIN) on the same file.
@@ -34,9 +35,9 @@ if [ -x "${GPUMAP_BIN:-}" ]; then
   # Case 2 dropped the page cache: warm it again, as case 1 had it.
   cat "$file" > /dev/null
   echo "== 3. the Rust engine: gpumap map --rows (512 B rows, uniform, budget file/4)"
-  for threads_batch in "1 100000" "16 64"; do
-    set -- $threads_batch
+  for case in "1 100000 off" "16 64 off" "1 100000 misses"; do
+    set -- $case
     "$GPUMAP_BIN" map --rows 2000000 --row-size 512 --extent 4KiB --budget "$(((gib << 30) / 4))" \
-      --threads "$1" --batch "$2" --json "$file" | tee -a "$out/rows-cli.jsonl"
+      --threads "$1" --batch "$2" --zero-copy "$3" --json "$file" | tee -a "$out/rows-cli.jsonl"
   done
 fi

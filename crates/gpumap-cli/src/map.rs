@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use gpumap::mapped::{
     Advice, CacheOptions, CacheStats, DeviceCache, DeviceMappedFile, FileStats, MapOptions,
+    ZeroCopy,
 };
 use gpumap::memory::DeviceBuffer;
 
@@ -75,6 +76,11 @@ pub struct MapArgs {
     /// How the files will be read, as madvise says it.
     #[arg(long, value_enum, default_value_t = AdviceArg::Normal)]
     advise: AdviceArg,
+    /// Register the (read-only) files for the GPU to read in place (MapOptions::zero_copy):
+    /// `on`, everything read in place and no cache; `misses`, row gathers look in the cache
+    /// first and read only their misses in place. Pins each file whole in host memory.
+    #[arg(long, value_enum, default_value_t = ZeroCopyArg::Off)]
+    zero_copy: ZeroCopyArg,
     /// Check every byte seen against the pattern `gpumap write` generates.
     #[arg(long)]
     verify_pattern: bool,
@@ -91,6 +97,23 @@ enum AdviceArg {
     Sequential,
     Random,
     Willneed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ZeroCopyArg {
+    Off,
+    On,
+    Misses,
+}
+
+impl ZeroCopyArg {
+    fn mode(self) -> ZeroCopy {
+        match self {
+            ZeroCopyArg::Off => ZeroCopy::Off,
+            ZeroCopyArg::On => ZeroCopy::On,
+            ZeroCopyArg::Misses => ZeroCopy::Misses,
+        }
+    }
 }
 
 impl AdviceArg {
@@ -141,6 +164,7 @@ pub fn map(args: &MapArgs) -> CliResult {
     }
     let cache = options.build()?;
     let mut map_options = MapOptions::new();
+    map_options.zero_copy(args.zero_copy.mode());
     if let Some(bytes) = args.read_ahead {
         map_options.read_ahead(bytes);
     }

@@ -272,6 +272,16 @@ fn map_gathers_rows_by_index_and_verifies_them() {
         assert_eq!(report["access"], "rows", "{out}");
         assert_eq!(report["verified"], true, "{out}");
     }
+    // The same rows with the misses read in place (the cache in front of the zero-copy tier).
+    let (code, out, err) = run(gpumap()
+        .args(["map", "--rows", "3000", "--row-size", "1000", "--extent", "4KiB"])
+        .args(["--budget", "4MiB", "--frame", "2MiB", "--threads", "2", "--batch", "100"])
+        .args(["--zero-copy", "misses", "--verify-pattern", "--json"])
+        .arg(&a));
+    assert_eq!(code, 0, "--zero-copy misses: {err}");
+    let report: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(report["verified"], true, "{out}");
+    assert!(report["files"][0]["stats"]["rows_read_through"].as_u64() > Some(0), "{out}");
     for (args, wanted) in [
         (vec!["--rows", "5", "--row-size", "0"], "--row-size 0"),
         (vec!["--rows", "5", "--row-size", "1GiB"], "--row-size 1073741824"),

@@ -13,8 +13,10 @@
  * sets owners[s] after slot s holds the extent, clears it before s is reused, and reuses s
  * only after every kernel that could have seen the old entry has finished: gpumap's own row
  * kernels run inside such a scope (the cache's catalog registers them as readers until their
- * stream has passed them). A public scope for kernels of one's own, and an example of one,
- * are not shipped yet (issue 22); until then this header documents the layout they read.
+ * stream has passed them). Kernels of one's own run inside a lookup scope too: Rust's
+ * `DeviceCache::lookup_scope(stream)`, Python's `DeviceCache.lookup_scope(stream)`, which hand
+ * over the address of this struct in device memory and the file's number, and wait for the
+ * stream when they end. python/examples/lookup_kernel.py is such a kernel.
  *
  * Plain C, so that host code (and gpumap's own tests) can compile it too. */
 #ifndef GPUMAP_TABLE_H

@@ -2,7 +2,9 @@
 //
 // gpumap_gather_rows looks each row's extents up in a DeviceCache's directory
 // (gpumap_table.h) and copies the rows whose extents are all resident; the others go to a
-// miss list that the host fills from the file. gpumap_gather_rows_direct copies rows from a
+// miss list that the host fills from the file, or, where the file is also registered for the
+// GPU (the cache in front of the zero-copy tier), are copied from it in place and still listed,
+// so that the host can admit them into the cache. gpumap_gather_rows_direct copies rows from a
 // file registered for the GPU (the zero-copy tier), where every row is resident. Both check
 // every index first: one out of range (or negative) is never read, and the first such row is
 // reported, so a bad index can never fault a kernel. gpumap_write_words applies the host's
@@ -62,7 +64,8 @@ extern "C" __global__ void gpumap_gather_rows(gpumap_table table, unsigned long 
                                               const void* indices, unsigned int index_bytes,
                                               unsigned long long count, unsigned long long rows,
                                               unsigned long long row_size, char* dst,
-                                              unsigned int* misses, unsigned int* miss_count,
+                                              const char* in_place, unsigned int* misses,
+                                              unsigned int* miss_count,
                                               unsigned long long* first_bad)
 {
     const unsigned int lane = threadIdx.x % WARP;
@@ -84,11 +87,12 @@ extern "C" __global__ void gpumap_gather_rows(gpumap_table table, unsigned long 
             if (gpumap_lookup(&table, gpumap_key(file, e)) < 0) resident = false;
         }
         resident = __all_sync(0xffffffffu, resident);
+        char* out = dst + i * row_size;
         if (!resident) {
+            if (in_place) warp_copy(out, in_place + start, row_size, lane);
             if (lane == 0) misses[atomicAdd(miss_count, 1u)] = (unsigned int)i;
             continue;
         }
-        char* out = dst + i * row_size;
         for (unsigned long long e = first; e <= last; ++e) {
             // The same lookup again (cheap, and each lane needs the slot): still resident, as
             // nothing is reused while this kernel runs. Were it not, the row goes to the host
@@ -100,6 +104,7 @@ extern "C" __global__ void gpumap_gather_rows(gpumap_table table, unsigned long 
             }
             slot = __shfl_sync(0xffffffffu, slot, 0);
             if (slot < 0) {
+                if (in_place) warp_copy(out, in_place + start, row_size, lane);
                 if (lane == 0) misses[atomicAdd(miss_count, 1u)] = (unsigned int)i;
                 break;
             }

@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use common::random_bytes;
-use gpumap::mapped::{CacheOptions, DeviceCache, DeviceMappedFile, MapOptions, RowIndices};
+use gpumap::mapped::{
+    CacheOptions, DeviceCache, DeviceMappedFile, MapOptions, RowIndices, ZeroCopy,
+};
 use gpumap::memory::{Device, DeviceBuffer};
 use gpumap::Error;
 use proptest::prelude::*;
@@ -35,6 +37,8 @@ on_host_and_gpu!(
     misses_past_a_full_cache_are_read_through_then_admitted,
     a_writable_map_fills_the_cache_even_when_full,
     gathers_past_a_full_cache_race_admissions_and_evictions,
+    misses_read_in_place_are_then_admitted,
+    gathers_with_misses_in_place_race_admissions_and_evictions,
 );
 
 fn scratch() -> tempfile::TempDir {
@@ -423,7 +427,8 @@ fn device_indices_and_the_callers_stream() {
     let path = dir.path().join("table");
     let data = random_bytes((2 * MIB) as usize, 10);
     fs::write(&path, &data).unwrap();
-    let map = cache(memory.clone(), 4 * MIB, 4096).open(&path).unwrap();
+    let c = cache(memory.clone(), 4 * MIB, 4096);
+    let map = c.open(&path).unwrap();
     let indices = some_indices(2 * MIB / 300, 3000, 11);
     let bytes: Vec<u8> = indices.iter().flat_map(|i| i.to_ne_bytes()).collect();
     let mut on_device = CudaBuffer::alloc(&device, bytes.len()).unwrap();
@@ -439,6 +444,17 @@ fn device_indices_and_the_callers_stream() {
         }
         assert!(dst.to_vec().unwrap() == expected(&data, &indices, 300), "round {round}");
     }
+    // The same device indices on a map whose misses are read in place: rows from both tiers.
+    let small = cache(memory.clone(), 2 * MIB, 4096);
+    let in_place = small.open_with(&path, MapOptions::new().zero_copy(ZeroCopy::Misses)).unwrap();
+    for round in 0..3 {
+        let mut dst = DeviceBuffer::zeroed(&memory, indices.len() * 300).unwrap();
+        let source = RowIndices::on_device(on_device.view(), IndexWidth::I64).unwrap();
+        in_place.gather_rows_on(source, 300, dst.view_mut(), StreamRef::of(&stream)).unwrap();
+        assert!(dst.to_vec().unwrap() == expected(&data, &indices, 300), "in place, round {round}");
+        small.wait_for_admissions();
+    }
+    assert!(in_place.stats().rows_read_through > 0 && in_place.stats().hits > 0);
     // A bad index on the device is named too.
     let mut bad = bytes.clone();
     bad[8 * 17..8 * 18].copy_from_slice(&(-5i64).to_ne_bytes());
@@ -609,13 +625,26 @@ fn a_writable_map_fills_the_cache_even_when_full(memory: Device) {
 /// in the background and another thread evicts everything now and then (so the cache goes from
 /// full to empty and back): every row is the file's.
 fn gathers_past_a_full_cache_race_admissions_and_evictions(memory: Device) {
+    race_gathers_with_admissions_and_evictions(memory, &MapOptions::new());
+}
+
+/// The same race with the cache in front of the zero-copy tier: the kernel reads the misses in
+/// place while admissions and evictions change what is resident.
+fn gathers_with_misses_in_place_race_admissions_and_evictions(memory: Device) {
+    race_gathers_with_admissions_and_evictions(
+        memory,
+        MapOptions::new().zero_copy(ZeroCopy::Misses),
+    );
+}
+
+fn race_gathers_with_admissions_and_evictions(memory: Device, options: &MapOptions) {
     const ROW: usize = 700;
     let dir = scratch();
     let path = dir.path().join("table");
     let data = random_bytes((12 * MIB) as usize, 26);
     fs::write(&path, &data).unwrap();
     let c = cache(memory.clone(), 2 * MIB, 4096);
-    let map = c.open(&path).unwrap();
+    let map = c.open_with(&path, options).unwrap();
     let rows = data.len() as u64 / ROW as u64;
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -645,4 +674,55 @@ fn gathers_past_a_full_cache_race_admissions_and_evictions(memory: Device) {
     });
     c.wait_for_admissions();
     assert!(map.stats().rows_read_through > 0, "{memory:?}: {:?}", map.stats());
+}
+
+/// The cache in front of the zero-copy tier: a gather's misses are read in place (counted as
+/// read past the cache) whether or not the budget has room, their extents are admitted in the
+/// background, and the next gather finds them resident. Bad indices and a file cut under the
+/// map are named as on the other tiers.
+fn misses_read_in_place_are_then_admitted(memory: Device) {
+    const ROW: usize = 3000;
+    let dir = scratch();
+    let path = dir.path().join("table");
+    let data = random_bytes((16 * MIB) as usize, 41);
+    fs::write(&path, &data).unwrap();
+    let c = cache(memory.clone(), 2 * MIB, 4096);
+    let map = c.open_with(&path, MapOptions::new().zero_copy(ZeroCopy::Misses)).unwrap();
+    let rows = data.len() as u64 / ROW as u64;
+    // An empty cache: every row a miss, read in place, none through the cache's fill.
+    let first = some_indices(rows, 2000, 42);
+    let mut dst = DeviceBuffer::zeroed(&memory, first.len() * ROW).unwrap();
+    map.gather_rows(first.as_slice(), ROW as u64, dst.view_mut()).unwrap();
+    assert!(dst.to_vec().unwrap() == expected(&data, &first, ROW), "{memory:?}");
+    let stats = map.stats();
+    assert_eq!(stats.rows_read_through, first.len() as u64, "{memory:?}: {stats:?}");
+    c.wait_for_admissions();
+    assert!(c.stats().used_bytes > 0, "{memory:?}: an admission ran: {:?}", c.stats());
+    // A hot set that fits the budget: read in place once, admitted, then all hits.
+    let hot = some_indices(rows, 100, 43);
+    for _ in 0..2 {
+        assert!(gather(&map, &memory, &hot, ROW) == expected(&data, &hot, ROW), "{memory:?}");
+        c.wait_for_admissions();
+    }
+    let settled = map.stats();
+    assert!(gather(&map, &memory, &hot, ROW) == expected(&data, &hot, ROW), "{memory:?}");
+    let last = map.stats();
+    // `gather` gathers twice (int32 and int64 indices).
+    assert_eq!(last.hits - settled.hits, 2 * hot.len() as u64, "{memory:?}: {last:?}");
+    assert_eq!(last.rows_read_through, settled.rows_read_through, "{memory:?}: {last:?}");
+    // Views and reads still read in place.
+    let mut bytes = vec![0u8; 5000];
+    map.read(12_345, &mut bytes).unwrap();
+    assert!(bytes[..] == data[12_345..17_345], "{memory:?}");
+    let mut dst = DeviceBuffer::zeroed(&memory, 2 * ROW).unwrap();
+    assert!(matches!(
+        map.gather_rows(&[0i64, rows as i64], ROW as u64, dst.view_mut()),
+        Err(Error::RowIndex { position: 1, .. })
+    ));
+    fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(ROW as u64 * 10).unwrap();
+    let mut dst = DeviceBuffer::zeroed(&memory, ROW).unwrap();
+    assert!(matches!(
+        map.gather_rows(&[4000i64], ROW as u64, dst.view_mut()),
+        Err(Error::UnexpectedEof { .. })
+    ));
 }

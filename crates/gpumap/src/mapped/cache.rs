@@ -8,11 +8,12 @@ use std::sync::Arc;
 use super::engine::{self, Engine, EngineConfig};
 use super::file::{gather_parts, DeviceMappedFile, MapRange};
 use super::handle::{self, OpenFile};
+use super::lookups::LookupScope;
 use super::map_options::MapOptions;
 use super::stats::CacheStats;
 use super::view::View;
 use crate::error::Result;
-use crate::memory::{Device, DeviceViewMut};
+use crate::memory::{Device, DeviceViewMut, StreamRef};
 
 /// One budget of device memory on one GPU (or host memory standing in), shared by every file
 /// opened through it: least-recently-used eviction across files, write-back before eviction,
@@ -55,6 +56,14 @@ impl DeviceCache {
     /// A cache of the sizes `config` gives (checked by `CacheOptions`).
     pub(crate) fn from_config(config: &EngineConfig) -> Result<DeviceCache> {
         Ok(DeviceCache { engine: Arc::new(Engine::new(config)?) })
+    }
+
+    /// Hands the cache's directory to kernels of one's own queued on `stream` (see
+    /// [`LookupScope`]): what the cache made resident before this call is in the table they
+    /// read, and no slot they can find is reused until the scope ends. A cache in host memory
+    /// has no directory on a device: `Unavailable`.
+    pub fn lookup_scope<'s>(&self, stream: StreamRef<'s>) -> Result<LookupScope<'s>> {
+        LookupScope::begin(&self.engine, stream)
     }
 
     /// Opens `path` read-only in this cache with the default [`MapOptions`].

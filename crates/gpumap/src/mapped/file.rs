@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::engine::{self, AdmissionClaim, Engine, PinFor, Pins};
+use super::engine::{self, AdmissionClaim, Engine, MissesInPlace, PinFor, Pins};
 use super::handle::{self, OpenFile};
 use super::map_options::{Advice, MapOptions};
 use super::read_ahead::{self, Walk};
@@ -132,11 +132,11 @@ impl DeviceMappedFile {
         Ok(DeviceMappedFile { inner: OpenFile::open(engine, path, options)? })
     }
 
-    fn engine(&self) -> &Arc<Engine> {
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.inner.engine
     }
 
-    fn entry(&self) -> &engine::FileEntry {
+    pub(crate) fn entry(&self) -> &engine::FileEntry {
         &self.inner.entry
     }
 
@@ -400,7 +400,9 @@ impl DeviceMappedFile {
     /// resident in the background, one batch at a time (see
     /// [`DeviceCache::wait_for_admissions`](super::DeviceCache::wait_for_admissions)). Indices in GPU memory ([`RowIndices::on_device`]) stay
     /// there for every resident row. With [`MapOptions::zero_copy`], rows are read in place
-    /// from the registered file. The kernel runs on gpumap's stream for the calling thread;
+    /// from the registered file; with [`ZeroCopy::Misses`](super::ZeroCopy::Misses), the kernel
+    /// copies the resident rows from the cache and reads the others in place, in one launch,
+    /// and their extents are admitted in the background. The kernel runs on gpumap's stream for the calling thread;
     /// [`gather_rows_on`](Self::gather_rows_on) puts it on yours.
     ///
     /// A negative index, or one past the last whole row, is [`Error::RowIndex`] naming the
@@ -449,27 +451,47 @@ impl DeviceMappedFile {
         stream: Option<StreamRef<'_>>,
     ) -> Result<()> {
         let _range = crate::profiling::Range::new(c"gpumap::cache::gather_rows");
-        if let Some(zero_copy) = &self.inner.zero_copy {
-            return zero_copy.rows(indices, row_size, dst, stream);
-        }
+        let in_place = match &self.inner.zero_copy {
+            Some(zero_copy) if !self.inner.misses_in_place => {
+                return zero_copy.rows(indices, row_size, dst, stream);
+            }
+            Some(zero_copy) => Some(zero_copy),
+            None => None,
+        };
         let stream = match (&stream, self.device()) {
             (Some(s), Device::Cuda(d)) => Some(s.on(d.ordinal())?),
             _ => None,
         };
+        // Misses read in place are listed only when an admission can take them: listing costs
+        // a copy down, and an offer made while one runs would be dropped anyway.
+        let mut claim = None;
+        let in_place = in_place.map(|zero_copy| {
+            claim = AdmissionClaim::try_take(self.engine());
+            let (base, len) = (zero_copy.device_ptr().unwrap_or(0), zero_copy.len());
+            MissesInPlace { base, len, list: claim.is_some() }
+        });
         let entry = self.entry();
-        let read_through =
-            engine::gather_rows(self.engine(), entry, indices.source(), row_size, dst, stream)?;
+        let read_through = engine::gather_rows(
+            self.engine(),
+            entry,
+            indices.source(),
+            row_size,
+            dst,
+            stream,
+            in_place,
+        )?;
         if !read_through.is_empty() {
-            self.offer_for_admission(&read_through, row_size);
+            let claim = claim.or_else(|| AdmissionClaim::try_take(self.engine()));
+            if let Some(claim) = claim {
+                self.admit_in_background(claim, &read_through, row_size);
+            }
         }
         Ok(())
     }
 
-    /// Offers the extents of rows a gather read past the full cache to the cache: made resident
-    /// on a thread of their own, unless an admission is running already (then they are not
-    /// taken; see `engine::admission`).
-    fn offer_for_admission(&self, rows: &[u64], row_size: u64) {
-        let Some(claim) = AdmissionClaim::try_take(self.engine()) else { return };
+    /// Makes the extents of rows a gather read past the cache resident, on a thread of their
+    /// own, under `claim` (the cache's one admission at a time; see `engine::admission`).
+    fn admit_in_background(&self, claim: AdmissionClaim, rows: &[u64], row_size: u64) {
         let extents = engine::extents_of_rows(self.engine(), rows, row_size);
         let map = self.clone();
         let spawned = std::thread::Builder::new().name("gpumap-admit".into()).spawn(move || {

@@ -27,6 +27,9 @@ pub(crate) struct OpenFile {
     pub(crate) read_ahead: u64,
     /// The file registered for the GPU to read in place (`MapOptions::zero_copy`).
     pub(crate) zero_copy: Option<ZeroCopyFile>,
+    /// Whether row gathers still look in the cache first, reading only their misses in place
+    /// (`ZeroCopy::Misses`).
+    pub(crate) misses_in_place: bool,
 }
 
 impl OpenFile {
@@ -48,10 +51,11 @@ impl OpenFile {
                 o
             }
         };
-        let max_pinned = match options.zero_copy_mode() {
+        let mode = options.zero_copy_mode();
+        let max_pinned = match mode {
             ZeroCopy::Off => None,
-            ZeroCopy::On => Some(None),
-            ZeroCopy::Within(bytes) => Some(Some(bytes)),
+            ZeroCopy::On | ZeroCopy::Misses => Some(None),
+            ZeroCopy::Within(bytes) | ZeroCopy::MissesWithin(bytes) => Some(Some(bytes)),
         };
         if max_pinned.is_some() && writable {
             return Err(Error::InvalidArgument(format!(
@@ -71,7 +75,12 @@ impl OpenFile {
             }
             None => None,
         };
-        let len = file.len()?;
+        // The registered length where there is one: a file grown since is mapped no further
+        // than the memory the GPU may read in place.
+        let len = match &zero_copy {
+            Some(registered) => registered.len(),
+            None => file.len()?,
+        };
         let entry = engine.add_file(path.to_path_buf(), file, writable, len)?;
         let access = AccessState { advice: options.access_advice(), ..AccessState::default() };
         Ok(Arc::new(OpenFile {
@@ -80,6 +89,7 @@ impl OpenFile {
             access: Mutex::new(access),
             read_ahead: options.read_ahead_bytes(),
             zero_copy,
+            misses_in_place: matches!(mode, ZeroCopy::Misses | ZeroCopy::MissesWithin(_)),
         }))
     }
 

@@ -32,6 +32,12 @@ pub enum Advice {
 /// ([`ZeroCopyFile`](super::ZeroCopyFile)): rows read by the GPU in place from the host's page
 /// cache, with no cache memory, no faults and no evictions. Opening reads and pins the whole
 /// file in host memory, within a limit across the process; a writable map refuses it.
+///
+/// [`Misses`](Self::Misses) keeps the cache in front of the tier for row gathers
+/// ([`DeviceMappedFile::gather_rows`](super::DeviceMappedFile::gather_rows)): the rows resident
+/// in the cache come from device memory, the others are read in place by the same kernel launch,
+/// and their extents are made resident in the background, so that the rows gathered most end up
+/// in device memory (docs/decisions/0013-misses-in-place.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum ZeroCopy {
@@ -43,6 +49,12 @@ pub enum ZeroCopy {
     On,
     /// The zero-copy tier, within this many pinned bytes across the process.
     Within(u64),
+    /// The cache in front of the zero-copy tier (within the default limit of pinned memory):
+    /// row gathers read their misses in place. Views, reads and byte-range gathers read in
+    /// place, as with [`On`](Self::On).
+    Misses,
+    /// [`Misses`](Self::Misses), within this many pinned bytes across the process.
+    MissesWithin(u64),
 }
 
 /// Options of one mapped file (builder, like `memmap2::MmapOptions`): read-only unless

@@ -185,6 +185,8 @@ struct CudaTables {
     buckets: CudaBuffer,
     used: CudaBuffer,
     arena: u64,
+    /// The table's `gpumap_table` struct itself, for kernels of one's own that take a pointer.
+    params: CudaBuffer,
     kernels: Arc<RowKernels>,
     /// The stream publications are written on (and waited for, before a reader's ticket).
     stream: Stream,
@@ -216,6 +218,14 @@ pub(crate) struct Lookups<'a> {
     ticket: u64,
 }
 
+impl Lookups<'_> {
+    /// The hold's ticket, for a hold that outlives this borrow: whoever takes it gives it back
+    /// with [`Directory::end`].
+    pub(crate) fn into_ticket(self) -> u64 {
+        std::mem::ManuallyDrop::new(self).ticket
+    }
+}
+
 impl Drop for Lookups<'_> {
     fn drop(&mut self) {
         self.directory.catalog.end_read(self.ticket);
@@ -245,6 +255,7 @@ impl Directory {
                     buckets: buckets_buffer,
                     used: CudaBuffer::zeroed(device, slots.max(1))?,
                     arena,
+                    params: CudaBuffer::zeroed(device, std::mem::size_of::<TableParams>())?,
                     kernels: row_kernels(device)?,
                     stream: Stream::new(device)?,
                     staging: Mutex::new(PinnedBuffer::new(device, STAGING)?),
@@ -259,7 +270,7 @@ impl Directory {
                 used: (0..slots).map(|_| AtomicU8::new(0)).collect(),
             }),
         };
-        Ok(Directory {
+        let mut directory = Directory {
             catalog,
             geometry,
             slots,
@@ -267,7 +278,19 @@ impl Directory {
             mirror: Mutex::new(Mirror::new(slots, bits)),
             tables,
             harvested_at: AtomicU64::new(0),
-        })
+        };
+        // The struct never changes: its arrays and sizes are fixed for the cache's life.
+        if let Some(params) = directory.params() {
+            if let Tables::Cuda(t) = &mut directory.tables {
+                t.params.copy_from_host(0, &params.to_ne_bytes())?;
+            }
+        }
+        Ok(directory)
+    }
+
+    /// Ends the reader whose hold [`Lookups::into_ticket`] gave up.
+    pub(crate) fn end(&self, ticket: u64) {
+        self.catalog.end_read(ticket);
     }
 
     /// Begins a reader: what the books recorded since the last publication is written into the
@@ -328,6 +351,14 @@ impl Directory {
             extent_shift: self.geometry.extent.trailing_zeros(),
             reserved: 0,
         })
+    }
+
+    /// Where the table's `gpumap_table` struct is in device memory (GPU only).
+    pub(crate) fn params_ptr(&self) -> Option<u64> {
+        match &self.tables {
+            Tables::Cuda(t) => Some(t.params.ptr()),
+            Tables::Host(_) => None,
+        }
     }
 
     /// The GPU's row kernels (GPU only).

@@ -32,11 +32,12 @@ mod store;
 mod writeback;
 
 pub(crate) use admission::{admit, extents_of_rows, AdmissionClaim};
+pub(crate) use books::key;
 pub(crate) use gather::{gather, GatherRange};
 pub(crate) use geometry::Geometry;
 pub(crate) use pins::{pin_extent, pin_frames, unpin_view, PinFor, Pins};
 pub(crate) use room::evict;
-pub(crate) use rows::{gather_rows, gather_rows_direct, read_rows, IndexSource};
+pub(crate) use rows::{gather_rows, gather_rows_direct, read_rows, IndexSource, MissesInPlace};
 pub(crate) use state::{CacheNumbers, Engine, EngineConfig, FileEntry, FileNumbers};
 pub(crate) use store::Home;
 pub(crate) use writeback::{flush, sync, write_back};

@@ -24,9 +24,15 @@ const GROUP_BYTES: u64 = 4 << 20;
 const MIN_GROUP_BYTES: u64 = 64 << 10;
 
 /// Whether the misses of a row gather of `entry` (rows of `row_size` bytes) are read past the
-/// cache: a read-only file, rows that fit a group, and a budget with no frame left to take.
-pub(crate) fn reads_through(engine: &Engine, entry: &FileEntry, row_size: u64) -> bool {
-    !entry.writable && row_size <= GROUP_BYTES && !engine.has_room()
+/// cache: a read-only file, rows that fit a group, and either a budget with no frame left to
+/// take or `always` (the cache in front of the zero-copy tier, whose misses never fill it).
+pub(crate) fn reads_through(
+    engine: &Engine,
+    entry: &FileEntry,
+    row_size: u64,
+    always: bool,
+) -> bool {
+    !entry.writable && row_size <= GROUP_BYTES && (always || !engine.has_room())
 }
 
 /// Reads the rows `misses` — (position in the gather, row index), every one checked to be

@@ -195,13 +195,14 @@ pub(crate) fn wait_or_full(
         }
         return Ok(());
     }
+    let deadline = since + engine.pin_wait;
     // So do slots retiring, once the row gathers that could see them end; an ending gather
-    // tells no shard, so look again every millisecond.
-    if state.books.retiring() > 0 {
+    // tells no shard, so look again every millisecond. Not without bound: a lookup scope of the
+    // caller's (`LookupScope`) may hold them while this very thread waits.
+    if state.books.retiring() > 0 && Instant::now() < deadline {
         shard.changed.wait_until(state, Instant::now() + SHARED_BUDGET_POLL);
         return Ok(());
     }
-    let deadline = since + engine.pin_wait;
     if Instant::now() < deadline {
         shard.changed.wait_until(state, poll.map_or(deadline, |at| at.min(deadline)));
         return Ok(());

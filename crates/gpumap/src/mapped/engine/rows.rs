@@ -12,6 +12,9 @@
 //! Once the budget is full, the misses of a read-only file are read past the cache instead
 //! (`read_through`): their rows alone, on the pool's threads; `gather_rows` returns their indices
 //! so that the caller can offer their extents to the cache in the background (`admission`).
+//! Where the file is also registered for the GPU (the cache in front of the zero-copy tier,
+//! [`MissesInPlace`]), the kernel copies the misses itself, in place from the registered file,
+//! in the same launch; the host only learns which they were, for admission.
 //!
 //! The gather waits for its kernel before it returns (the misses need its list), so `dst` is
 //! complete when it does; the kernel runs on the caller's stream, after the work queued there.
@@ -89,14 +92,37 @@ impl IndexSource<'_> {
 /// bytes a row) and keeps the kernel's miss positions in 32 bits.
 const ROWS_PER_PASS: u64 = 1 << 20;
 
-/// What a pass found: (position in the pass's indices, index) of the rows not found resident.
+/// What a pass found: (position in the pass's indices, index) of the rows not found resident,
+/// and how many of those the kernel copied in place (all of them, or none).
 struct Found {
     misses: Vec<(u64, u64)>,
+    in_place: u64,
+}
+
+impl Found {
+    fn to_fill(misses: Vec<(u64, u64)>) -> Found {
+        Found { misses, in_place: 0 }
+    }
+}
+
+/// Where a gather's misses come from when the file is also registered for the GPU (the cache in
+/// front of the zero-copy tier): read in place by the row kernel, never through the cache.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MissesInPlace {
+    /// The registered file's device address; 0 on host memory, where the misses are read with
+    /// `pread` instead.
+    pub(crate) base: u64,
+    /// The bytes registered there: a file mapped longer is not read in place.
+    pub(crate) len: u64,
+    /// Whether the gather lists the misses' indices (to admit their extents); without, the
+    /// kernel's miss list stays on the device and only its length is read.
+    pub(crate) list: bool,
 }
 
 /// Copies rows `indices` of `entry`'s file, `row_size` bytes each, in order into `dst` (see the
-/// module docs). `stream`: the caller's stream (GPU only; default: the thread's own). Returns
-/// the indices of the rows read past the cache, for admission.
+/// module docs). `stream`: the caller's stream (GPU only; default: the thread's own);
+/// `in_place`: the file's registration for the GPU, if any. Returns the indices of the rows
+/// read past the cache, for admission (with `in_place`, only where it asks for the list).
 pub(crate) fn gather_rows(
     engine: &Engine,
     entry: &FileEntry,
@@ -104,8 +130,10 @@ pub(crate) fn gather_rows(
     row_size: u64,
     mut dst: DeviceViewMut<'_>,
     stream: Option<StreamHandle>,
+    in_place: Option<MissesInPlace>,
 ) -> Result<Vec<u64>> {
     check_gather(&indices, row_size, dst.len())?;
+    let in_place = in_place.filter(|p| p.len >= entry.len);
     refresh_recency(engine, false)?;
     let count = indices.len();
     let mut at = 0;
@@ -121,6 +149,7 @@ pub(crate) fn gather_rows(
             row_size,
             dst.reborrow(),
             stream,
+            in_place,
         )?);
         at += n;
     }
@@ -196,6 +225,7 @@ fn check_devices(device: &CudaDevice, dst_ordinal: usize, indices: &IndexSource<
 
 /// One pass of `gather_rows`: `indices` are those from position `first` on. Returns the
 /// indices of the rows it read past the cache.
+#[allow(clippy::too_many_arguments)]
 fn gather_pass(
     engine: &Engine,
     entry: &FileEntry,
@@ -204,6 +234,7 @@ fn gather_pass(
     row_size: u64,
     mut dst: DeviceViewMut<'_>,
     stream: Option<StreamHandle>,
+    in_place: Option<MissesInPlace>,
 ) -> Result<Vec<u64>> {
     let count = indices.len();
     let rows_mapped = entry.len / row_size;
@@ -214,10 +245,15 @@ fn gather_pass(
         (Device::Cuda(device), DeviceViewMut::Cuda(view)) => {
             check_devices(device, view.device_ordinal(), &indices)?;
             let at = view.ptr() + out;
-            on_device(engine, entry, device, &indices, first, rows, row_size, at, stream)?
+            let job = Pass { first, rows, row_size, dst: at };
+            on_device(engine, entry, device, &indices, &job, stream, in_place)?
         }
         (_, dst) => on_host(engine, entry, &indices, first, rows, row_size, dst)?,
     };
+    if found.in_place > 0 {
+        count_rows(engine, entry, count - found.in_place, found.in_place);
+        return Ok(found.misses.into_iter().map(|(_, index)| index).collect());
+    }
     let hits = count - found.misses.len() as u64;
     if found.misses.is_empty() {
         count_rows(engine, entry, hits, 0);
@@ -226,7 +262,7 @@ fn gather_pass(
     for &(position, index) in &found.misses {
         check_row(entry, first + position, index as i64, rows, rows_mapped, row_size)?;
     }
-    if reads_through(engine, entry, row_size) {
+    if reads_through(engine, entry, row_size, in_place.is_some()) {
         read_rows_through(engine, entry, &found.misses, row_size, out, &mut dst)?;
         count_rows(engine, entry, hits, found.misses.len() as u64);
         return Ok(found.misses.into_iter().map(|(_, index)| index).collect());
@@ -323,7 +359,7 @@ fn on_host(
             at = end;
         }
     }
-    Ok(Found { misses })
+    Ok(Found::to_fill(misses))
 }
 
 /// A thread's buffers for row kernels on one GPU, grown as asked (up to a pass) and kept.
@@ -354,17 +390,21 @@ struct KernelArgs {
 struct Reported {
     /// The lowest position whose index is out of range.
     first_bad: Option<u64>,
-    /// The positions the kernel listed as misses, in no order.
+    /// How many rows the kernel listed as misses.
+    miss_count: u64,
+    /// The positions the kernel listed as misses, in no order (empty unless asked for).
     misses: Vec<u32>,
 }
 
 /// Runs a row kernel over `indices` on `stream` and waits for it: stages host indices on the
 /// device, sets the result words, calls `launch` to queue the kernel, then reads back what it
-/// reported. The scratch is the thread's own, so concurrent gathers never share it.
+/// reported (the miss list only where `list`). The scratch is the thread's own, so concurrent
+/// gathers never share it.
 fn run_row_kernel(
     device: &CudaDevice,
     indices: &IndexSource<'_>,
     stream: StreamHandle,
+    list: bool,
     launch: impl FnOnce(&KernelArgs) -> Result<()>,
 ) -> Result<Reported> {
     let count = indices.len() as usize;
@@ -439,30 +479,37 @@ fn run_row_kernel(
         let miss_count = (word(at_results) & 0xffff_ffff) as usize;
         let first_bad = Some(word(at_results + 8)).filter(|&b| b != u64::MAX);
         let mut misses = Vec::new();
-        if miss_count > 0 && first_bad.is_none() {
+        if list && miss_count > 0 && first_bad.is_none() {
             let mut raw = vec![0u8; miss_count.min(count) * 4];
             stream.copy(raw.as_mut_ptr() as u64, args.misses, raw.len())?;
             stream.synchronize()?;
             misses =
                 raw.chunks_exact(4).map(|p| u32::from_ne_bytes([p[0], p[1], p[2], p[3]])).collect();
         }
-        Ok(Reported { first_bad, misses })
+        Ok(Reported { first_bad, miss_count: miss_count as u64, misses })
     })
 }
 
-/// The kernel's way (see the module docs). `dst`: where the pass's first row goes.
-#[allow(clippy::too_many_arguments)]
+/// One pass's rows on the device: the pass's first position among the gather's, the rows the
+/// file has now, their size, and where the pass's first row goes.
+struct Pass {
+    first: u64,
+    rows: u64,
+    row_size: u64,
+    dst: u64,
+}
+
+/// The kernel's way (see the module docs).
 fn on_device(
     engine: &Engine,
     entry: &FileEntry,
     device: &CudaDevice,
     indices: &IndexSource<'_>,
-    first: u64,
-    rows: u64,
-    row_size: u64,
-    dst: u64,
+    pass: &Pass,
     stream: Option<StreamHandle>,
+    in_place: Option<MissesInPlace>,
 ) -> Result<Found> {
+    let Pass { first, rows, row_size, dst } = *pass;
     device.bind_to_thread()?;
     let directory: &Directory = &engine.directory;
     let (Some(kernels), Some(table)) = (directory.kernels(), directory.params()) else {
@@ -473,7 +520,7 @@ fn on_device(
         // A file whose keys do not fit is never in the directory: every row a miss.
         let all = host_indices(indices)?;
         let misses = all.into_iter().enumerate().map(|(p, i)| (p as u64, i as u64)).collect();
-        return Ok(Found { misses });
+        return Ok(Found::to_fill(misses));
     };
     let own;
     let stream = match stream {
@@ -494,8 +541,11 @@ fn on_device(
     };
     // While the kernel may read slots, none is reused: the hold ends once it has finished.
     let lookups = directory.begin()?;
-    let reported = run_row_kernel(device, indices, stream, |args| {
-        kernels.gather_rows(stream, &table, file >> 40, &job(args), args.misses, args.results)
+    let base = in_place.map_or(0, |p| p.base);
+    let list = in_place.is_none_or(|p| p.list);
+    let reported = run_row_kernel(device, indices, stream, list, |args| {
+        let job = job(args);
+        kernels.gather_rows(stream, &table, file >> 40, &job, base, args.misses, args.results)
     });
     drop(lookups);
     let reported = reported?;
@@ -522,7 +572,8 @@ fn on_device(
         })
         .collect();
     misses.sort_unstable();
-    Ok(Found { misses })
+    let in_place = if base == 0 { 0 } else { reported.miss_count };
+    Ok(Found { misses, in_place })
 }
 
 /// Rows of a file registered for `device` at `base` (the zero-copy tier) copied by the direct
@@ -558,7 +609,7 @@ pub(crate) fn gather_rows_direct(
         let n = (indices.len() - at).min(ROWS_PER_PASS);
         let part = indices.part(at, n);
         let out = dst.ptr() + at * row_size;
-        let reported = run_row_kernel(device, &part, stream, |args| {
+        let reported = run_row_kernel(device, &part, stream, false, |args| {
             let job = RowJob {
                 indices: args.indices,
                 index_bytes: part.width(),

@@ -153,6 +153,24 @@ pub(crate) struct TableParams {
     pub(crate) reserved: u32,
 }
 
+impl TableParams {
+    /// The struct's bytes as a kernel reads `gpumap_table` from memory: six `u64`s, then four
+    /// `u32`s, native-endian, no padding.
+    pub(crate) fn to_ne_bytes(self) -> [u8; 64] {
+        let mut bytes = [0u8; 64];
+        let words =
+            [self.owners, self.buckets, self.arena, self.used, self.slots, self.bucket_mask];
+        for (k, w) in words.iter().enumerate() {
+            bytes[8 * k..8 * k + 8].copy_from_slice(&w.to_ne_bytes());
+        }
+        let halves = [self.bucket_bits, self.max_probes, self.extent_shift, self.reserved];
+        for (k, h) in halves.iter().enumerate() {
+            bytes[48 + 4 * k..52 + 4 * k].copy_from_slice(&h.to_ne_bytes());
+        }
+        bytes
+    }
+}
+
 /// Rows to gather: `count` indices (`index_bytes` each, 4 or 8, signed) at `indices`, each
 /// naming row `index` of `rows` rows of `row_size` bytes; into `dst`, packed in order.
 #[derive(Debug, Clone, Copy)]
@@ -253,17 +271,21 @@ impl RowKernels {
 
     /// Queues `gpumap_gather_rows` on `stream`: rows of file `file` found through `table` are
     /// copied; the others' positions go to `misses` (room for `job.count` `u32`s) and their
-    /// number to `miss_count` (a `u32` the caller zeroed).
+    /// number to `miss_count` (a `u32` the caller zeroed). With `in_place` (not 0: the file
+    /// registered for the device), the kernel also copies the missing rows from there.
     ///
     /// The crate's contract: every address is memory the device can reach, of the sizes the job
-    /// implies, valid and otherwise untouched until `stream` has passed this launch; the table's
-    /// arrays are the directory's, and no slot it names is reused meanwhile.
+    /// implies (`in_place` covering `job.rows * job.row_size` bytes), valid and otherwise
+    /// untouched until `stream` has passed this launch; the table's arrays are the directory's,
+    /// and no slot it names is reused meanwhile.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn gather_rows(
         &self,
         stream: StreamHandle,
         table: &TableParams,
         file: u64,
         job: &RowJob,
+        in_place: u64,
         misses: u64,
         miss_count: u64,
     ) -> Result<()> {
@@ -274,8 +296,9 @@ impl RowKernels {
         let (mut file, mut indices, mut index_bytes) = (file, job.indices, job.index_bytes);
         let (mut count, mut rows, mut row_size, mut dst) =
             (job.count, job.rows, job.row_size, job.dst);
+        let mut in_place = in_place;
         let (mut misses, mut miss_count, mut first_bad) = (misses, miss_count, job.first_bad);
-        let mut params: [*mut c_void; 11] = [
+        let mut params: [*mut c_void; 12] = [
             (&mut table as *mut TableParams).cast(),
             (&mut file as *mut u64).cast(),
             (&mut indices as *mut u64).cast(),
@@ -284,12 +307,13 @@ impl RowKernels {
             (&mut rows as *mut u64).cast(),
             (&mut row_size as *mut u64).cast(),
             (&mut dst as *mut u64).cast(),
+            (&mut in_place as *mut u64).cast(),
             (&mut misses as *mut u64).cast(),
             (&mut miss_count as *mut u64).cast(),
             (&mut first_bad as *mut u64).cast(),
         ];
-        // SAFETY: eleven parameters in the order and types of `gpumap_gather_rows` (the table
-        // by value, then u64, pointer, u32, four u64, three pointers), living on this frame.
+        // SAFETY: twelve parameters in the order and types of `gpumap_gather_rows` (the table
+        // by value, then u64, pointer, u32, four u64, four pointers), living on this frame.
         unsafe { launch(self.gather, job.count.div_ceil(ROW_WARPS), stream, &mut params) }
     }
 
