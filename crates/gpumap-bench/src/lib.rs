@@ -1,5 +1,5 @@
-//! The standard gpumap workloads, shared by `gpumap bench` and the bench targets (an internal
-//! crate of the workspace, not published: library users have no need of it).
+//! The standard gpumap workloads, shared by `gpumap bench` and the bench targets. Published
+//! because the `gpumap-cli` crate depends on it; library users have no need of it.
 //!
 //! Each measurement is a [`Record`] in the JSON-lines format of the GPU test flow
 //! (see docs/gpu.md): `{"impl", "workload", "threads", "bytes", "seconds", "gbps"}` plus
