@@ -1,9 +1,9 @@
 //! The standard gpumap workloads, shared by `gpumap bench` and the bench targets. Published
 //! because the `gpumap-cli` crate depends on it; library users have no need of it.
 //!
-//! Each measurement is a [`Record`] in the JSON-lines format of the GPU test flow
-//! (see docs/gpu.md): `{"impl", "workload", "threads", "bytes", "seconds", "gbps"}` plus
-//! `"ops"`/`"iops"` for random reads. Baselines measured in the same run on the same file
+//! Each measurement is a [`Record`] in the JSON-lines format of docs/benchmarks.md:
+//! `{"impl", "workload", "threads", "bytes", "seconds", "gbps"}` plus `"ops"`/`"iops"` for
+//! random reads. Baselines measured in the same run on the same file
 //! (`memcpy`, `dd`, `cat`) let figures from one run be compared; figures from different runs are
 //! not comparable.
 #![forbid(unsafe_code)]
