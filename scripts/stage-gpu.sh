@@ -1,54 +1,47 @@
 #!/usr/bin/env bash
-# Stages everything one GPU-machine session needs under .gpu/ (git-ignored): the release test
-# binaries, bins and bench binaries (../shared/gpu/stage.sh, plus the bench targets of
-# crates/gpumap-bench, which that script only builds for a root benches/ folder), the gpumapio
-# wheel (abi3, manylinux), and the pure-Python wheels the Python tests and bench need that the
-# machine lacks (zarr and its dependencies, pytest, pytest-asyncio, hypothesis, fastsafetensors, instanttensor). NumPy is not carried:
-# CuPy and PyTorch there were built against theirs. The trybuild test (it needs cargo) stays.
-# Then, on the GPU machine (docs/gpu.md):
-#   bash .gpu/on-device.sh tests                      (GPUMAP_BIN=$PWD/.gpu/bin/gpumap for the CLI tests)
-#   bash .gpu/on-device.sh bench 4
-#   bash .gpu/on-device.sh run .gpu/bin/example-map_kernel    (each example: example-NAME)
-#   bash .gpu/on-device.sh run python3 -m pytest python/tests -rs -p no:cacheprovider
-#   bash .gpu/on-device.sh run python3 python/bench/bench.py FILE --jsonl "$OUT/results.jsonl"
-# Usage (project root): scripts/stage-gpu.sh [extra stage.sh args, e.g. --test cuda]
-# GPUMAP_GPU_KIT names the workplace's GPU kit (stage.sh, on-device.sh); default ../shared/gpu.
+# Stages, under .gpu/ (git-ignored), everything one session on the lent GPU machine needs, which
+# has no Rust, no network and a 64 MiB limit on what travels beside the working tree
+# (docs/gpu.md):
+#   .gpu/bin.tar.xz    the release executables, stripped (scripts/gpu/stage_executables.py):
+#                      test-PACKAGE-TARGET, bench-TARGET, example-TARGET and the `gpumap` bin;
+#                      packed, since unpacked they are more than the limit; on-device.sh unpacks
+#   .gpu/on-device.sh  the machine-side entry point (scripts/gpu/on-device.sh)
+#   .gpu/pywhl/        the gpumapio wheel (abi3, manylinux), built here with maturin
+#   .gpu/whl/          wheels the machine lacks: KvikIO (the peer of every benchmark; downloaded
+#                      once), zarr and its dependencies, pytest, pytest-asyncio, hypothesis,
+#                      fastsafetensors and instanttensor. NumPy is not carried: CuPy and PyTorch
+#                      there were built against theirs.
+# Then, there, with .gpu carried: bash .gpu/on-device.sh tests --include-ignored | bench 4 |
+# env | run CMD... (docs/gpu.md).
+# Usage (any folder): scripts/stage-gpu.sh [cargo args for the test and build steps, e.g.
+# --test cuda to stage fewer test binaries]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kit=${GPUMAP_GPU_KIT:-../shared/gpu}
-if [ ! -f "$kit/stage.sh" ]; then
-  echo "stage-gpu.sh: no GPU kit at $kit (set GPUMAP_GPU_KIT to the folder holding stage.sh)" >&2
-  exit 2
+limit_bytes=$((64 << 20))
+
+rm -rf .gpu/bin .gpu/bin.tar.xz .gpu/pywhl
+mkdir -p .gpu/bin .gpu/whl .gpu/pywhl
+cp scripts/gpu/on-device.sh .gpu/
+
+echo "== the gpumapio wheel"
+CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1} maturin build --release -m python/Cargo.toml --out .gpu/pywhl
+
+echo "== executables: test binaries, bins and examples, bench targets"
+# test-gpumap-compile_fail is the trybuild test: it runs cargo, which the machine lacks.
+{
+  cargo test --release --no-run --message-format=json "$@"
+  cargo build --release --bins --examples --message-format=json "$@"
+  cargo bench -p gpumap-bench --no-run --message-format=json
+} | python3 scripts/gpu/stage_executables.py .gpu/bin test-gpumap-compile_fail
+
+echo "== wheels for the machine"
+if ! ls .gpu/whl/kvikio_cu13-*.whl >/dev/null 2>&1; then
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .gpu/whl kvikio-cu13==26.10.0 libkvikio-cu13==26.10.0 'rapids-logger==0.3.*' \
+    || echo "stage-gpu.sh: could not download the KvikIO wheels; 'bench' will run without the peer" >&2
 fi
-CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1} maturin build --release -m python/Cargo.toml
-bash "$kit/stage.sh" "$@"
-rm -f .gpu/bin/test-compile_fail
-cargo bench -p gpumap-bench --no-run --message-format=json 2>/dev/null | python3 -c '
-import json, shutil, subprocess, sys
-for line in sys.stdin:
-    try: m = json.loads(line)
-    except ValueError: continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["bench"]:
-        dest = ".gpu/bin/bench-" + m["target"]["name"]
-        shutil.copy(m["executable"], dest)
-        subprocess.run(["strip", dest], check=False)
-        print("staged", dest)'
-# The library's examples as .gpu/bin/example-NAME (run there with
-# `bash .gpu/on-device.sh run .gpu/bin/example-NAME`); stage.sh staged them under their bare
-# names too (stripped its own way): those copies are removed so that each travels once.
-cargo build --release -p gpumap --examples --message-format=json 2>/dev/null | python3 -c '
-import json, os, shutil, subprocess, sys
-for line in sys.stdin:
-    try: m = json.loads(line)
-    except ValueError: continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["example"]:
-        name = m["target"]["name"]
-        dest = ".gpu/bin/example-" + name
-        shutil.copy(m["executable"], dest)
-        subprocess.run(["strip", dest], check=False)
-        bare = ".gpu/bin/" + name
-        if os.path.exists(bare): os.remove(bare)
-        print("staged", dest)'
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -62,7 +55,20 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d "$tmp" instanttensor==0.2.2 \
   || echo "stage-gpu.sh: instanttensor not staged; the checkpoint bench reports it as not installed" >&2
 rm -f "$tmp"/numpy-*.whl
-mkdir -p .gpu/whl
+# One version of each travels: the previous staging's are replaced, all but KvikIO's (kept).
+find .gpu/whl -name '*.whl' ! -name 'kvikio_cu13-*' ! -name 'libkvikio_cu13-*' \
+  ! -name 'rapids_logger-*' -delete
 cp "$tmp"/*.whl .gpu/whl/
-ls .gpu/bin .gpu/pywhl .gpu/whl
-du -sh .gpu
+
+echo "== packing .gpu/bin"
+ls -l .gpu/bin
+tar -cJf .gpu/bin.tar.xz -C .gpu bin
+rm -rf .gpu/bin
+ls .gpu .gpu/pywhl .gpu/whl
+bytes=$(du -sb .gpu | cut -f1)
+echo "staged .gpu/: $((bytes >> 20)) MiB ($bytes bytes; the limit is $((limit_bytes >> 20)) MiB)"
+if [ "$bytes" -gt "$limit_bytes" ]; then
+  echo "stage-gpu.sh: .gpu/ is over the $((limit_bytes >> 20)) MiB the GPU machine takes;" \
+    "stage fewer test binaries (e.g. --test cuda)" >&2
+  exit 1
+fi

@@ -1,5 +1,5 @@
 """gpumapio's Python API on the workloads of ``on-device.sh bench``, in the shared JSON-lines
-format (``shared/gpu/README.md``; ``impl`` = ``gpumap-py``), plus the Python overhead of a
+format (``docs/benchmarks.md``; ``impl`` = ``gpumap-py``), plus the Python overhead of a
 small read and safetensors loading beside ``safetensors.torch.load_file(device="cuda")``.
 
     python3 python/bench/bench.py FILE --jsonl OUT.jsonl [--quick] [--only seq,rand,write,small,safetensors]

@@ -3,7 +3,7 @@
 //!
 //!     cargo bench --bench device -- --jsonl OUT.jsonl FILE [--quick]
 //!
-//! Speaks the JSON-lines format of `shared/gpu/README.md`; staged as `bench-device`. Without a
+//! Speaks the JSON-lines format of `docs/benchmarks.md`; staged as `bench-device`. Without a
 //! GPU it says so and exits successfully, measuring nothing.
 use gpumap::memory::cuda::CudaDevice;
 use gpumap_bench::{run_device, target_main};

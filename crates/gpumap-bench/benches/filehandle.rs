@@ -2,7 +2,7 @@
 //!
 //!     cargo bench --bench filehandle -- --jsonl OUT.jsonl FILE [--quick]
 //!
-//! Speaks the JSON-lines format of `shared/gpu/README.md`; on the GPU machine it is staged as
+//! Speaks the JSON-lines format of `docs/benchmarks.md`; on the GPU machine it is staged as
 //! `bench-filehandle` and run by `on-device.sh bench`, where it measures nothing unless
 //! `GPUMAP_BENCH_HOST=1`: host-memory figures next to device figures would read as device
 //! results in the side-by-side table, and `bench-device` measures device memory there.

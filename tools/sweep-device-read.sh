@@ -2,7 +2,7 @@
 # Tuning aid for the GPU machine (run through .gpu/on-device.sh run): warm reads of one file
 # into GPU memory over a grid of threads x bounce-buffer size x task size, beside KvikIO's POSIX
 # path at the same thread counts, all in one run on one file. Prints one line per point.
-#   bash .gpu/on-device.sh run bash scripts/sweep-device-read.sh [GIB]
+#   bash .gpu/on-device.sh run bash tools/sweep-device-read.sh [GIB]
 # THREADS="8 16" CONFIGS="1MiB:64MiB 4MiB:64MiB" (bounce:task) narrow the grid.
 set -uo pipefail
 gib=${1:-4}

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Summarises the samples scripts/gpu-sample.py took: where threads were, symbolised with
+"""Summarises the samples tools/gpu-sample.py took: where threads were, symbolised with
 addr2line against the unstripped binary that ran (same build, before `strip`).
 
-    python3 scripts/gpu-sample-report.py BINARY SAMPLES [THREAD_NAME_REGEX] [ROWS]
+    python3 tools/gpu-sample-report.py BINARY SAMPLES [THREAD_NAME_REGEX] [ROWS]
 
 Prints, per thread state and system call, the innermost frames of gpumap (inlined frames
 included), most frequent first. Thread names: `gpumap-io-N` are the I/O pool, the rest the

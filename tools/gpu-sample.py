@@ -3,9 +3,9 @@
 seconds on, every INTERVAL seconds for DURATION seconds, stops each of its threads (ptrace) and
 records its state, its system call, where its instruction pointer is, its frame-pointer chain
 through the executable, and the return addresses into the executable on its stack. Addresses
-are offsets into the executable; scripts/gpu-sample-report.py symbolises them here.
+are offsets into the executable; tools/gpu-sample-report.py symbolises them here.
 
-    python3 scripts/gpu-sample.py NAME DELAY DURATION INTERVAL -- CMD...
+    python3 tools/gpu-sample.py NAME DELAY DURATION INTERVAL -- CMD...
 
 Writes $OUT/NAME.samples (one line a thread a sample, "--" between samples) and $OUT/NAME.log
 (the command's output). Build the binary with frame pointers and line tables, carry a stripped

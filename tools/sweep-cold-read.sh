@@ -4,7 +4,7 @@
 # processes on the four quarters of the file for a deeper queue). Every configuration runs
 # once per round, rounds interleaved, so the disk's drift over the run shows instead of
 # favouring whichever ran last.
-#   bash .gpu/on-device.sh run bash scripts/sweep-cold-read.sh [GIB] [ROUNDS]
+#   bash .gpu/on-device.sh run bash tools/sweep-cold-read.sh [GIB] [ROUNDS]
 set -uo pipefail
 gib=${1:-4}
 rounds=${2:-2}

@@ -7,8 +7,8 @@ implementation (as in the standard bench) says more about when it ran than about
 implementation. Here every round runs every implementation once per thread count, the order
 rotating from round to round, and the summary compares medians.
 
-Run on the GPU machine, after ../shared/gpu/stage.sh:
-    bash .gpu/on-device.sh run python3 scripts/cold_compare.py FILE [--rounds 3] [--threads 1,4,16]
+Run on the GPU machine, after scripts/stage-gpu.sh:
+    bash .gpu/on-device.sh run python3 tools/cold_compare.py FILE [--rounds 3] [--threads 1,4,16]
 
 gpumap runs as `gpumap read --cold --repeat 2` and the second read counts (the first allocates
 its pinned buffers; KvikIO's are allocated once in this process before its first measured read).
