@@ -595,9 +595,7 @@ fn contiguous(shape: &[usize], strides: &[isize], itemsize: usize) -> bool {
 /// Waits for the work queued on `stream` (a CUDA stream handle of the exporter, or 1 / 2 for
 /// the legacy / per-thread default stream) in the context of the device that holds `ptr`.
 fn synchronize_stream(py: Python<'_>, ptr: u64, stream: u64) -> PyResult<()> {
-    // SAFETY: only to learn the device; the view is not used to access memory.
-    let probe = check(py, unsafe { CudaView::from_raw(ptr, 1) })?;
-    let ordinal = probe.device_ordinal();
+    let ordinal = check(py, gpumap::memory::cuda::device_ordinal_of(ptr))?;
     // The wait may be long (the exporter's queued kernels): other Python threads run meanwhile.
     let rc = py.detach(move || -> Result<(), String> {
         let device = CudaDevice::new(ordinal).map_err(|e| e.to_string())?;
