@@ -3,13 +3,11 @@
 //! writes, buffer registration; and CUDA streams to order them on. Also what the machine
 //! offers (devices, driver version, the reasons for every "no").
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use gpumap::io::gds::{BatchRead, CuFileDriver, CuFileHandle, RegisteredBuffer};
-use gpumap::io::OpenFlags;
+use gpumap::io::gds::{open_for_cufile, BatchRead, CuFileDriver, CuFileHandle, RegisteredBuffer};
 use gpumap::memory::cuda::{CudaDevice, Stream as GpuStream};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -129,28 +127,6 @@ pub struct Handle {
     registration: Mutex<Option<CuFileHandle>>,
     _file: File,
     path: PathBuf,
-}
-
-fn open_for_cufile(path: &PathBuf, flags: &str) -> gpumap::Result<File> {
-    let f: OpenFlags = flags.parse()?;
-    let open = |direct: bool| {
-        OpenOptions::new()
-            .read(f.read)
-            .write(f.write && !f.append)
-            .append(f.append)
-            .create(f.create)
-            .truncate(f.truncate)
-            .custom_flags(libc::O_CLOEXEC | if direct { libc::O_DIRECT } else { 0 })
-            .open(path)
-    };
-    open(true)
-        .or_else(|e| if e.raw_os_error() == Some(libc::EINVAL) { open(false) } else { Err(e) })
-        .map_err(|e| gpumap::Error::Io {
-            op: "open",
-            path: Some(path.clone()),
-            offset: None,
-            source: e,
-        })
 }
 
 impl Handle {

@@ -190,14 +190,7 @@ impl CuFile {
     /// The descriptor's flags (`fcntl(fd, F_GETFL)`: `os.O_RDONLY`, `os.O_WRONLY` or
     /// `os.O_RDWR`, with `os.O_APPEND` and the like).
     fn open_flags(&self) -> PyResult<i32> {
-        let fd = self.handle()?.file().as_raw_fd();
-        // SAFETY: `fd` is open for the duration of the call (the handle holds it); F_GETFL
-        // reads the flags and changes nothing.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        if flags < 0 {
-            return Err(std::io::Error::last_os_error().into());
-        }
-        Ok(flags)
+        Ok(gpumap::io::descriptor::open_flags(self.handle()?.file())?)
     }
 
     /// Size of the file in bytes.

@@ -2,7 +2,7 @@
 //! `gpumapio/pagecache.py`).
 
 use std::fs::File;
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -45,11 +45,9 @@ fn file_arg(file: &Bound<'_, PyAny>) -> PyResult<FileArg> {
     if fd < 0 {
         return Err(PyValueError::new_err(format!("file descriptor {fd} is negative")));
     }
-    // SAFETY: the descriptor is borrowed only for the `dup` below, made while the GIL is held,
-    // so no Python code can close it in between; a closed descriptor makes `dup` fail (EBADF).
-    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-    let owned = borrowed.try_clone_to_owned()?;
-    Ok(FileArg::Fd(File::from(owned)))
+    // Duplicated while the GIL is held, so no Python code can close it in between; a closed
+    // descriptor fails (EBADF).
+    Ok(FileArg::Fd(gpumap::io::descriptor::duplicate(fd)?))
 }
 
 fn range(offset: u64, length: Option<u64>) -> ByteRange {
