@@ -5,10 +5,10 @@
 
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use gpumap::io::gds::{open_for_cufile, BatchRead, CuFileDriver, CuFileHandle, RegisteredBuffer};
 use gpumap::memory::cuda::{CudaDevice, Stream as GpuStream};
+use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -133,7 +133,6 @@ impl Handle {
     fn registration(&self) -> PyResult<CuFileHandle> {
         self.registration
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .clone()
             .ok_or_else(|| PyValueError::new_err("the cuFile handle is deregistered"))
     }
@@ -194,7 +193,7 @@ impl Handle {
 
     /// Deregisters the file (`cuFileHandleDeregister`, once operations using it are done).
     fn deregister(&self) {
-        self.registration.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.registration.lock().take();
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -356,7 +355,7 @@ impl BufferRegistration {
 
     /// Deregisters (`cuFileBufDeregister`); again: nothing.
     fn deregister(&self) {
-        self.registration.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.registration.lock().take();
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -2,9 +2,9 @@
 
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use gpumap::io::FileHandle;
+use parking_lot::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -102,7 +102,7 @@ fn closed_error() -> PyErr {
 
 impl CuFile {
     pub(crate) fn handle(&self) -> PyResult<FileHandle> {
-        self.handle.lock().unwrap_or_else(|p| p.into_inner()).clone().ok_or_else(closed_error)
+        self.handle.lock().clone().ok_or_else(closed_error)
     }
 
     /// The handle whose task size and GDS threshold are those of this call: `task_size` when
@@ -119,7 +119,7 @@ impl CuFile {
         if handle.task_size() == task_size && handle.gds_threshold() == threshold {
             return Ok(handle);
         }
-        let mut variants = self.variants.lock().unwrap_or_else(|p| p.into_inner());
+        let mut variants = self.variants.lock();
         if let Some(v) =
             variants.iter().find(|v| v.task_size() == task_size && v.gds_threshold() == threshold)
         {
@@ -172,14 +172,14 @@ impl CuFile {
 
     /// Closes the file. Transfers still running keep it open until they are done.
     fn close(&self) {
-        self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
-        self.variants.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.handle.lock().take();
+        self.variants.lock().clear();
     }
 
     /// Whether the file is closed.
     #[getter]
     fn closed(&self) -> bool {
-        self.handle.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+        self.handle.lock().is_none()
     }
 
     /// The file descriptor.

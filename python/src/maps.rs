@@ -9,7 +9,7 @@
 
 use std::ffi::{c_char, c_void, CString};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use gpumap::io::IoFuture;
 use gpumap::mapped::{
@@ -17,6 +17,7 @@ use gpumap::mapped::{
     View as ReadView, ViewMut, ZeroCopy,
 };
 use gpumap::memory::Device;
+use parking_lot::Mutex;
 use pyo3::exceptions::{
     PyAttributeError, PyBufferError, PyMemoryError, PyRuntimeWarning, PyValueError,
 };
@@ -618,7 +619,7 @@ impl Held {
         match &self.pin {
             Pin::Read(v) => v.device().map(|d| (d.ptr(), d.device_ordinal())),
             Pin::Write(v) => {
-                let v = v.lock().unwrap_or_else(|p| p.into_inner());
+                let v = v.lock();
                 v.device().map(|d| (d.ptr(), d.device_ordinal()))
             }
         }
@@ -627,7 +628,7 @@ impl Held {
     fn copy_to_host(&self, dst: &mut [u8]) -> gpumap::Result<()> {
         match &self.pin {
             Pin::Read(v) => v.copy_to_host(0, dst),
-            Pin::Write(v) => v.lock().unwrap_or_else(|p| p.into_inner()).copy_to_host(0, dst),
+            Pin::Write(v) => v.lock().copy_to_host(0, dst),
         }
     }
 }
@@ -650,11 +651,7 @@ impl View {
     }
 
     fn held(&self) -> PyResult<Arc<Held>> {
-        self.held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or_else(|| PyValueError::new_err("the view was released"))
+        self.held.lock().clone().ok_or_else(|| PyValueError::new_err("the view was released"))
     }
 
     /// The device address and ordinal, for exports: GPU views only, not released.
@@ -875,7 +872,7 @@ impl View {
             let Pin::Write(view) = &held.pin else {
                 return Err(gpumap::Error::InvalidArgument("a read-only view".into()));
             };
-            let mut view = view.lock().unwrap_or_else(|p| p.into_inner());
+            let mut view = view.lock();
             match src.view() {
                 gpumap::memory::DeviceView::Host(bytes) => view.copy_from_host(at, bytes),
                 gpumap::memory::DeviceView::Cuda(v) => {
@@ -889,7 +886,7 @@ impl View {
 
     /// Gives the view up: its pin goes once no export holds it.
     fn release(&self) {
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.held.lock().take();
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {

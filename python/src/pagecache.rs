@@ -4,9 +4,9 @@
 use std::fs::File;
 use std::os::fd::RawFd;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use gpumap::pagecache::{self as pc, ByteRange, MethodChoice, Residency, Target, WarmMode};
+use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt};
@@ -176,12 +176,12 @@ impl LockedRange {
     /// Whether the range is still locked.
     #[getter]
     fn locked(&self) -> bool {
-        self.locked.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.locked.lock().is_some()
     }
 
     /// Unlocks the range (again: nothing); raises the OS error, if any.
     fn unlock(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self.locked.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let taken = self.locked.lock().take();
         match taken {
             Some(range) => nogil(py, move || range.unlock()),
             None => Ok(()),
