@@ -7,7 +7,7 @@
 //! itself until its consumer calls the deleter. So the memory under a CuPy array or a torch
 //! tensor made from a view is never evicted while the array lives.
 
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -26,6 +26,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::buffers::memory;
+use crate::dlpack::{self, DL_CUDA};
 use crate::errors::{check, nogil, to_py};
 use crate::future::{IOFuture, Pending};
 
@@ -666,79 +667,6 @@ impl View {
     }
 }
 
-/// DLPack's structures (dlpack.h, version 0.8; the layout consumers of the legacy "dltensor"
-/// capsule read).
-#[repr(C)]
-struct DlDevice {
-    device_type: i32,
-    device_id: i32,
-}
-
-#[repr(C)]
-struct DlDataType {
-    code: u8,
-    bits: u8,
-    lanes: u16,
-}
-
-#[repr(C)]
-struct DlTensor {
-    data: *mut c_void,
-    device: DlDevice,
-    ndim: i32,
-    dtype: DlDataType,
-    shape: *mut i64,
-    strides: *mut i64,
-    byte_offset: u64,
-}
-
-#[repr(C)]
-struct DlManagedTensor {
-    dl_tensor: DlTensor,
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
-}
-
-/// What an exported tensor keeps: the view's pin and its shape.
-struct Export {
-    _held: Arc<Held>,
-    shape: [i64; 1],
-}
-
-const DL_CUDA: i32 = 2;
-const DL_UINT: u8 = 1;
-const CAPSULE_NAME: &[u8] = b"dltensor\0";
-
-/// DLPack's deleter: frees the tensor and its context, which unpins the view (when no other
-/// holder is left). Called by the consumer, with or without the GIL: it touches no Python.
-unsafe extern "C" fn delete_tensor(tensor: *mut DlManagedTensor) {
-    if tensor.is_null() {
-        return;
-    }
-    // SAFETY: `tensor` was made by `Box::into_raw` in `__dlpack__`, and its `manager_ctx` by
-    // `Box::into_raw` of an `Export`; DLPack calls the deleter once.
-    unsafe {
-        let tensor = Box::from_raw(tensor);
-        drop(Box::from_raw(tensor.manager_ctx.cast::<Export>()));
-    }
-}
-
-/// The capsule's destructor: a capsule no consumer took (still named "dltensor") deletes its
-/// tensor; a consumer renames it "used_dltensor" and owns the tensor from then on.
-unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
-    let name = CAPSULE_NAME.as_ptr().cast::<c_char>();
-    // SAFETY: `capsule` is the capsule being destroyed (CPython calls this with it, GIL held);
-    // `name` is NUL-terminated.
-    unsafe {
-        if ffi::PyCapsule_IsValid(capsule, name) == 1 {
-            let tensor = ffi::PyCapsule_GetPointer(capsule, name).cast::<DlManagedTensor>();
-            delete_tensor(tensor);
-        } else {
-            ffi::PyErr_Clear();
-        }
-    }
-}
-
 #[pymethods]
 impl View {
     /// File offset of the view's first byte.
@@ -804,36 +732,7 @@ impl View {
             ));
         }
         let (ptr, ordinal, held) = self.exportable()?;
-        let mut export = Box::new(Export { _held: held, shape: [self.nbytes as i64] });
-        let tensor = Box::new(DlManagedTensor {
-            dl_tensor: DlTensor {
-                data: ptr as *mut c_void,
-                device: DlDevice { device_type: DL_CUDA, device_id: ordinal as i32 },
-                ndim: 1,
-                dtype: DlDataType { code: DL_UINT, bits: 8, lanes: 1 },
-                shape: export.shape.as_mut_ptr(),
-                strides: std::ptr::null_mut(),
-                byte_offset: 0,
-            },
-            manager_ctx: std::ptr::null_mut(),
-            deleter: Some(delete_tensor),
-        });
-        let tensor = Box::into_raw(tensor);
-        // SAFETY: `tensor` was just made by `Box::into_raw`; `export` goes with it (its shape
-        // array is what `shape` points to, and it moves to the heap unmoved from here on).
-        unsafe { (*tensor).manager_ctx = Box::into_raw(export).cast() };
-        // SAFETY: a valid pointer, a NUL-terminated static name and a destructor that frees the
-        // tensor unless a consumer took it; called with the GIL held.
-        let capsule = unsafe {
-            ffi::PyCapsule_New(tensor.cast(), CAPSULE_NAME.as_ptr().cast(), Some(destroy_capsule))
-        };
-        if capsule.is_null() {
-            // SAFETY: the capsule was not made, so the tensor is still ours to free.
-            unsafe { delete_tensor(tensor) };
-            return Err(PyErr::fetch(py));
-        }
-        // SAFETY: a new reference, just checked non-null.
-        Ok(unsafe { Bound::from_owned_ptr(py, capsule) }.unbind())
+        dlpack::export_bytes(py, ptr, ordinal, self.nbytes, Box::new(held))
     }
 
     /// `(2, ordinal)`: CUDA memory of that GPU (DLPack's `kDLCUDA`).
