@@ -7,7 +7,7 @@ use std::fs::File;
 use std::path::PathBuf;
 
 use gpumap::io::gds::{open_for_cufile, BatchRead, CuFileDriver, CuFileHandle, RegisteredBuffer};
-use gpumap::memory::cuda::{CudaDevice, Stream as GpuStream};
+use gpumap::memory::cuda::{CudaDevice, CudaView, CudaViewMut, Stream as GpuStream};
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -152,6 +152,33 @@ fn span(len: usize, size: Option<usize>, dev_offset: usize) -> PyResult<usize> {
     }
 }
 
+/// `buf`'s device memory to read into, whole from byte 0 (cuFile takes `dev_offset` itself),
+/// with its keeper and the `size` bytes (default: the rest after `dev_offset`) to move.
+fn cuda_destination(
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    size: Option<usize>,
+    dev_offset: usize,
+) -> PyResult<(CudaViewMut<'static>, Keeper, usize)> {
+    let mem = memory(buf, true)?;
+    let len = span(mem.len(), size, dev_offset)?;
+    let (view, keep) = mem.into_cuda_dst(py, 0, dev_offset + len)?;
+    Ok((view, keep, len))
+}
+
+/// `buf`'s device memory to write from, as [`cuda_destination`] gives it to read into.
+fn cuda_source(
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    size: Option<usize>,
+    dev_offset: usize,
+) -> PyResult<(CudaView<'static>, Keeper, usize)> {
+    let mem = memory(buf, false)?;
+    let len = span(mem.len(), size, dev_offset)?;
+    let (view, keep) = mem.into_cuda_src(py, 0, dev_offset + len)?;
+    Ok((view, keep, len))
+}
+
 /// A stream-ordered cuFile operation and the memory it uses.
 struct AsyncPending {
     io: gpumap::io::gds::AsyncIo<'static>,
@@ -222,9 +249,7 @@ impl Handle {
         dev_offset: usize,
     ) -> PyResult<usize> {
         let reg = self.registration()?;
-        let mem = memory(buf, true)?;
-        let len = span(mem.len(), size, dev_offset)?;
-        let (view, keep) = mem.into_cuda_dst(py, 0, dev_offset + len)?;
+        let (view, keep, len) = cuda_destination(py, buf, size, dev_offset)?;
         let n = nogil(py, move || reg.read(view, dev_offset, len, file_offset));
         drop(keep);
         n
@@ -242,9 +267,7 @@ impl Handle {
         dev_offset: usize,
     ) -> PyResult<usize> {
         let reg = self.registration()?;
-        let mem = memory(buf, false)?;
-        let len = span(mem.len(), size, dev_offset)?;
-        let (view, keep) = mem.into_cuda_src(py, 0, dev_offset + len)?;
+        let (view, keep, len) = cuda_source(py, buf, size, dev_offset)?;
         let n = nogil(py, move || reg.write(view, dev_offset, len, file_offset));
         drop(keep);
         n
@@ -301,9 +324,7 @@ impl Handle {
         dev_offset: usize,
     ) -> PyResult<IOFutureStream> {
         let reg = self.registration()?;
-        let mem = memory(buf, true)?;
-        let len = span(mem.len(), size, dev_offset)?;
-        let (view, keep) = mem.into_cuda_dst(py, 0, dev_offset + len)?;
+        let (view, keep, len) = cuda_destination(py, buf, size, dev_offset)?;
         let io = check(py, reg.read_async(&stream.stream, view, dev_offset, len, file_offset))?;
         Ok(IOFutureStream::pending(Box::new(AsyncPending { io, keep })))
     }
@@ -320,9 +341,7 @@ impl Handle {
         dev_offset: usize,
     ) -> PyResult<IOFutureStream> {
         let reg = self.registration()?;
-        let mem = memory(buf, false)?;
-        let len = span(mem.len(), size, dev_offset)?;
-        let (view, keep) = mem.into_cuda_src(py, 0, dev_offset + len)?;
+        let (view, keep, len) = cuda_source(py, buf, size, dev_offset)?;
         let io = check(py, reg.write_async(&stream.stream, view, dev_offset, len, file_offset))?;
         Ok(IOFutureStream::pending(Box::new(AsyncPending { io, keep })))
     }

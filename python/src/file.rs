@@ -153,6 +153,30 @@ fn span(mem: &Memory, size: Option<usize>, offset: usize) -> PyResult<usize> {
     }
 }
 
+/// `buf`'s memory to read into: `size` bytes (default: the rest of the buffer) from `offset`.
+fn destination(
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    size: Option<usize>,
+    offset: usize,
+) -> PyResult<OwnedDst> {
+    let mem = memory(buf, true)?;
+    let len = span(&mem, size, offset)?;
+    mem.into_dst(py, offset, len)
+}
+
+/// `buf`'s memory to write from: `size` bytes (default: the rest of the buffer) from `offset`.
+fn source(
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    size: Option<usize>,
+    offset: usize,
+) -> PyResult<OwnedSrc> {
+    let mem = memory(buf, false)?;
+    let len = span(&mem, size, offset)?;
+    mem.into_src(py, offset, len)
+}
+
 #[pymethods]
 impl CuFile {
     #[new]
@@ -250,9 +274,7 @@ impl CuFile {
         task_size: Option<u64>,
     ) -> PyResult<IOFuture> {
         let handle = self.handle_for(py, task_size)?;
-        let mem = memory(buf, true)?;
-        let len = span(&mem, size, 0)?;
-        let dst = mem.into_dst(py, 0, len)?;
+        let dst = destination(py, buf, size, 0)?;
         Ok(IOFuture::pending(Box::new(handle.pread_device(dst, file_offset))))
     }
 
@@ -268,9 +290,7 @@ impl CuFile {
         task_size: Option<u64>,
     ) -> PyResult<IOFuture> {
         let handle = self.handle_for(py, task_size)?;
-        let mem = memory(buf, false)?;
-        let len = span(&mem, size, 0)?;
-        let src = mem.into_src(py, 0, len)?;
+        let src = source(py, buf, size, 0)?;
         Ok(IOFuture::pending(Box::new(handle.pwrite_device(src, file_offset))))
     }
 
@@ -286,9 +306,7 @@ impl CuFile {
         task_size: Option<u64>,
     ) -> PyResult<usize> {
         let handle = self.handle_for(py, task_size)?;
-        let mem = memory(buf, true)?;
-        let len = span(&mem, size, 0)?;
-        let dst = mem.into_dst(py, 0, len)?;
+        let dst = destination(py, buf, size, 0)?;
         read_blocking(py, &handle, dst, file_offset)
     }
 
@@ -304,9 +322,7 @@ impl CuFile {
         task_size: Option<u64>,
     ) -> PyResult<usize> {
         let handle = self.handle_for(py, task_size)?;
-        let mem = memory(buf, false)?;
-        let len = span(&mem, size, 0)?;
-        let src = mem.into_src(py, 0, len)?;
+        let src = source(py, buf, size, 0)?;
         write_blocking(py, &handle, src, file_offset)
     }
 
@@ -323,9 +339,7 @@ impl CuFile {
         dev_offset: usize,
     ) -> PyResult<usize> {
         let handle = self.handle()?;
-        let mem = memory(buf, true)?;
-        let len = span(&mem, size, dev_offset)?;
-        let dst = mem.into_dst(py, dev_offset, len)?;
+        let dst = destination(py, buf, size, dev_offset)?;
         read_blocking(py, &handle, dst, file_offset)
     }
 
@@ -341,9 +355,7 @@ impl CuFile {
         dev_offset: usize,
     ) -> PyResult<usize> {
         let handle = self.handle()?;
-        let mem = memory(buf, false)?;
-        let len = span(&mem, size, dev_offset)?;
-        let src = mem.into_src(py, dev_offset, len)?;
+        let src = source(py, buf, size, dev_offset)?;
         write_blocking(py, &handle, src, file_offset)
     }
 
