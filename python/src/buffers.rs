@@ -31,6 +31,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::dlpack::{self, DL_CPU, DL_CUDA, DL_CUDA_HOST, DL_CUDA_MANAGED, DL_INT};
 use crate::errors::check;
 
 /// The buffer protocol's `Py_buffer`, as CPython defines it. pyo3 declares it only for the
@@ -595,9 +596,7 @@ fn contiguous(shape: &[usize], strides: &[isize], itemsize: usize) -> bool {
 /// Waits for the work queued on `stream` (a CUDA stream handle of the exporter, or 1 / 2 for
 /// the legacy / per-thread default stream) in the context of the device that holds `ptr`.
 fn synchronize_stream(py: Python<'_>, ptr: u64, stream: u64) -> PyResult<()> {
-    // SAFETY: only to learn the device; the view is not used to access memory.
-    let probe = check(py, unsafe { CudaView::from_raw(ptr, 1) })?;
-    let ordinal = probe.device_ordinal();
+    let ordinal = check(py, gpumap::memory::cuda::device_ordinal_of(ptr))?;
     // The wait may be long (the exporter's queued kernels): other Python threads run meanwhile.
     let rc = py.detach(move || -> Result<(), String> {
         let device = CudaDevice::new(ordinal).map_err(|e| e.to_string())?;
@@ -623,54 +622,12 @@ pub fn synchronize_foreign(py: Python<'_>, mem: &Memory, stream: u64) -> PyResul
     }
 }
 
-/// DLPack's `DLTensor`, as the capsule "dltensor" holds it (inside a `DLManagedTensor`, whose
-/// first member it is).
-#[repr(C)]
-struct DLTensor {
-    data: *mut c_void,
-    device_type: i32,
-    device_id: i32,
-    ndim: i32,
-    dtype_code: u8,
-    dtype_bits: u8,
-    dtype_lanes: u16,
-    shape: *mut i64,
-    strides: *mut i64,
-    byte_offset: u64,
-}
-
-const KDL_CPU: i32 = 1;
-const KDL_CUDA: i32 = 2;
-const KDL_CUDA_HOST: i32 = 3;
-const KDL_CUDA_MANAGED: i32 = 13;
-
-/// Checks a DLPack dtype: the type codes of dlpack.h 1.1 for numbers and bools pass (ints,
-/// unsigned, floats, bfloat16, complex, bool, the float8 family), in whole bytes; an opaque
-/// handle (code 3) is a pointer, an unknown code may be anything, and items of fewer than
-/// eight bits are packed, so that the size in bytes would be wrong.
-fn check_dl_dtype(code: u8, bits: u8, lanes: u16) -> Result<(), String> {
-    const KDL_OPAQUE_HANDLE: u8 = 3;
-    const KDL_LAST_KNOWN: u8 = 17; // kDLFloat4_e2m1fn
-    let described = format!("dtype code {code}, {bits} bits, {lanes} lanes");
-    if code == KDL_OPAQUE_HANDLE {
-        return Err(format!("{described} is an opaque handle (a pointer)"));
-    }
-    if code > KDL_LAST_KNOWN {
-        return Err(format!("{described} is not a type gpumap knows"));
-    }
-    let item_bits = u32::from(bits) * u32::from(lanes);
-    if item_bits == 0 || item_bits % 8 != 0 {
-        return Err(format!("{described}: items that are not whole bytes"));
-    }
-    Ok(())
-}
-
 fn dlpack(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
     let py = obj.py();
     let (device_type, _device_id): (i32, i32) =
         obj.call_method0(intern!(py, "__dlpack_device__"))?.extract()?;
-    let on_gpu = matches!(device_type, KDL_CUDA | KDL_CUDA_MANAGED);
-    if !on_gpu && !matches!(device_type, KDL_CPU | KDL_CUDA_HOST) {
+    let on_gpu = matches!(device_type, DL_CUDA | DL_CUDA_MANAGED);
+    if !on_gpu && !matches!(device_type, DL_CPU | DL_CUDA_HOST) {
         return Err(PyTypeError::new_err(format!(
             "DLPack device type {device_type} is neither CPU nor CUDA memory"
         )));
@@ -684,35 +641,20 @@ fn dlpack(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
     } else {
         obj.call_method0(intern!(py, "__dlpack__"))?
     };
-    // SAFETY: `capsule` is live; a capsule not named "dltensor" makes this return NULL with an
-    // exception set, which is turned into the error below.
-    let managed = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), c"dltensor".as_ptr()) };
-    if managed.is_null() {
-        return Err(PyErr::take(py).unwrap_or_else(|| {
-            PyValueError::new_err("__dlpack__ did not return a \"dltensor\" capsule")
-        }));
-    }
-    // SAFETY: a "dltensor" capsule points to a `DLManagedTensor`, whose first member is the
-    // `DLTensor`; it stays valid while the capsule lives (we keep it), and `shape` / `strides`
-    // have `ndim` entries each (strides may be NULL: C-contiguous).
-    let tensor = unsafe { &*(managed as *const DLTensor) };
-    if let Err(why) = check_dl_dtype(tensor.dtype_code, tensor.dtype_bits, tensor.dtype_lanes) {
+    let tensor = dlpack::read_capsule(&capsule)?;
+    if let Err(why) = dlpack::check_dtype(tensor.dtype) {
         return Err(PyTypeError::new_err(format!(
             "DLPack tensor of {}: {why}; {PLAIN_DATA}",
             obj.get_type().name()?
         )));
     }
-    let ndim = usize::try_from(tensor.ndim).unwrap_or(0);
-    let itemsize = (tensor.dtype_bits as usize * tensor.dtype_lanes as usize).div_ceil(8);
-    let shape: Vec<usize> = (0..ndim)
-        // SAFETY: see above.
-        .map(|i| unsafe { *tensor.shape.add(i) }.max(0) as usize)
-        .collect();
-    if !tensor.strides.is_null() {
-        let strides: Vec<isize> = (0..ndim)
-            // SAFETY: see above; DLPack strides count elements, not bytes.
-            .map(|i| (unsafe { *tensor.strides.add(i) } as isize).saturating_mul(itemsize as isize))
-            .collect();
+    let dtype = tensor.dtype;
+    let itemsize = (dtype.bits as usize * dtype.lanes as usize).div_ceil(8);
+    let shape: Vec<usize> = tensor.shape.iter().map(|&d| d.max(0) as usize).collect();
+    if let Some(strides) = &tensor.strides {
+        // DLPack strides count items, not bytes.
+        let strides: Vec<isize> =
+            strides.iter().map(|&s| (s as isize).saturating_mul(itemsize as isize)).collect();
         if !contiguous(&shape, &strides, itemsize) {
             return Err(PyValueError::new_err("Array must be contiguous"));
         }
@@ -721,7 +663,7 @@ fn dlpack(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
         .iter()
         .try_fold(itemsize, |n, &d| n.checked_mul(d))
         .ok_or_else(|| PyValueError::new_err("DLPack shape overflows"))?;
-    let address = (tensor.data as u64).wrapping_add(tensor.byte_offset);
+    let address = tensor.address;
     let _ = writable; // DLPack 0.x has no read-only flag.
     let kind = if on_gpu {
         if len > 0 {
@@ -732,8 +674,8 @@ fn dlpack(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
         Kind::Host { ptr: address as usize as *mut u8 }
     };
     // kDLInt, one lane, 32 or 64 bits.
-    let signed_int = (tensor.dtype_code == 0 && tensor.dtype_lanes == 1)
-        .then_some(u32::from(tensor.dtype_bits) / 8)
+    let signed_int = (dtype.code == DL_INT && dtype.lanes == 1)
+        .then_some(u32::from(dtype.bits) / 8)
         .filter(|&n| n == 4 || n == 8);
     Ok(Memory { kind, len, readonly: false, keep: Keep::Object(capsule.unbind()), signed_int })
 }

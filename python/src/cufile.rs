@@ -3,14 +3,12 @@
 //! writes, buffer registration; and CUDA streams to order them on. Also what the machine
 //! offers (devices, driver version, the reasons for every "no").
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
-use gpumap::io::gds::{BatchRead, CuFileDriver, CuFileHandle, RegisteredBuffer};
-use gpumap::io::OpenFlags;
-use gpumap::memory::cuda::{CudaDevice, Stream as GpuStream};
+use gpumap::io::gds::{open_for_cufile, BatchRead, CuFileDriver, CuFileHandle, RegisteredBuffer};
+use gpumap::memory::cuda::{CudaDevice, CudaView, CudaViewMut, Stream as GpuStream};
+use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -131,33 +129,10 @@ pub struct Handle {
     path: PathBuf,
 }
 
-fn open_for_cufile(path: &PathBuf, flags: &str) -> gpumap::Result<File> {
-    let f: OpenFlags = flags.parse()?;
-    let open = |direct: bool| {
-        OpenOptions::new()
-            .read(f.read)
-            .write(f.write && !f.append)
-            .append(f.append)
-            .create(f.create)
-            .truncate(f.truncate)
-            .custom_flags(libc::O_CLOEXEC | if direct { libc::O_DIRECT } else { 0 })
-            .open(path)
-    };
-    open(true)
-        .or_else(|e| if e.raw_os_error() == Some(libc::EINVAL) { open(false) } else { Err(e) })
-        .map_err(|e| gpumap::Error::Io {
-            op: "open",
-            path: Some(path.clone()),
-            offset: None,
-            source: e,
-        })
-}
-
 impl Handle {
     fn registration(&self) -> PyResult<CuFileHandle> {
         self.registration
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .clone()
             .ok_or_else(|| PyValueError::new_err("the cuFile handle is deregistered"))
     }
@@ -175,6 +150,33 @@ fn span(len: usize, size: Option<usize>, dev_offset: usize) -> PyResult<usize> {
             "{n} bytes at dev_offset {dev_offset} do not fit in the buffer of {len} bytes"
         ))),
     }
+}
+
+/// `buf`'s device memory to read into, whole from byte 0 (cuFile takes `dev_offset` itself),
+/// with its keeper and the `size` bytes (default: the rest after `dev_offset`) to move.
+fn cuda_destination(
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    size: Option<usize>,
+    dev_offset: usize,
+) -> PyResult<(CudaViewMut<'static>, Keeper, usize)> {
+    let mem = memory(buf, true)?;
+    let len = span(mem.len(), size, dev_offset)?;
+    let (view, keep) = mem.into_cuda_dst(py, 0, dev_offset + len)?;
+    Ok((view, keep, len))
+}
+
+/// `buf`'s device memory to write from, as [`cuda_destination`] gives it to read into.
+fn cuda_source(
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    size: Option<usize>,
+    dev_offset: usize,
+) -> PyResult<(CudaView<'static>, Keeper, usize)> {
+    let mem = memory(buf, false)?;
+    let len = span(mem.len(), size, dev_offset)?;
+    let (view, keep) = mem.into_cuda_src(py, 0, dev_offset + len)?;
+    Ok((view, keep, len))
 }
 
 /// A stream-ordered cuFile operation and the memory it uses.
@@ -218,7 +220,7 @@ impl Handle {
 
     /// Deregisters the file (`cuFileHandleDeregister`, once operations using it are done).
     fn deregister(&self) {
-        self.registration.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.registration.lock().take();
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -247,9 +249,7 @@ impl Handle {
         dev_offset: usize,
     ) -> PyResult<usize> {
         let reg = self.registration()?;
-        let mem = memory(buf, true)?;
-        let len = span(mem.len(), size, dev_offset)?;
-        let (view, keep) = mem.into_cuda_dst(py, 0, dev_offset + len)?;
+        let (view, keep, len) = cuda_destination(py, buf, size, dev_offset)?;
         let n = nogil(py, move || reg.read(view, dev_offset, len, file_offset));
         drop(keep);
         n
@@ -267,9 +267,7 @@ impl Handle {
         dev_offset: usize,
     ) -> PyResult<usize> {
         let reg = self.registration()?;
-        let mem = memory(buf, false)?;
-        let len = span(mem.len(), size, dev_offset)?;
-        let (view, keep) = mem.into_cuda_src(py, 0, dev_offset + len)?;
+        let (view, keep, len) = cuda_source(py, buf, size, dev_offset)?;
         let n = nogil(py, move || reg.write(view, dev_offset, len, file_offset));
         drop(keep);
         n
@@ -326,9 +324,7 @@ impl Handle {
         dev_offset: usize,
     ) -> PyResult<IOFutureStream> {
         let reg = self.registration()?;
-        let mem = memory(buf, true)?;
-        let len = span(mem.len(), size, dev_offset)?;
-        let (view, keep) = mem.into_cuda_dst(py, 0, dev_offset + len)?;
+        let (view, keep, len) = cuda_destination(py, buf, size, dev_offset)?;
         let io = check(py, reg.read_async(&stream.stream, view, dev_offset, len, file_offset))?;
         Ok(IOFutureStream::pending(Box::new(AsyncPending { io, keep })))
     }
@@ -345,9 +341,7 @@ impl Handle {
         dev_offset: usize,
     ) -> PyResult<IOFutureStream> {
         let reg = self.registration()?;
-        let mem = memory(buf, false)?;
-        let len = span(mem.len(), size, dev_offset)?;
-        let (view, keep) = mem.into_cuda_src(py, 0, dev_offset + len)?;
+        let (view, keep, len) = cuda_source(py, buf, size, dev_offset)?;
         let io = check(py, reg.write_async(&stream.stream, view, dev_offset, len, file_offset))?;
         Ok(IOFutureStream::pending(Box::new(AsyncPending { io, keep })))
     }
@@ -380,7 +374,7 @@ impl BufferRegistration {
 
     /// Deregisters (`cuFileBufDeregister`); again: nothing.
     fn deregister(&self) {
-        self.registration.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.registration.lock().take();
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

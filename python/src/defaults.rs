@@ -14,10 +14,9 @@
 //! The `http_*` settings (KvikIO's remote-file retries and timeout) are kept here, with KvikIO's
 //! defaults and `KVIKIO_HTTP_*` variables (`GPUMAP_HTTP_*` win), for the remote-file readers.
 
-use std::sync::Mutex;
-
 use gpumap::config::{CompatMode, Config, DirectRead, MAX_THREADS};
 use gpumap::io::{HandleOptions, IoPool};
+use parking_lot::Mutex;
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyList, PyString};
@@ -86,7 +85,7 @@ static SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
 
 /// The current settings (read from the environment on first use).
 pub fn current() -> gpumap::Result<Settings> {
-    let mut guard = SETTINGS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = SETTINGS.lock();
     if let Some(s) = &*guard {
         return Ok(s.clone());
     }
@@ -109,7 +108,7 @@ pub fn current() -> gpumap::Result<Settings> {
 fn update(change: impl FnOnce(&mut Settings)) -> gpumap::Result<()> {
     let mut s = current()?;
     change(&mut s);
-    *SETTINGS.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+    *SETTINGS.lock() = Some(s);
     Ok(())
 }
 

@@ -206,11 +206,15 @@ fn runtime_too(base: &Bound<'_, PyType>, message: String) -> PyErr {
 /// KvikIO's "Operation not permitted".
 fn unsupported_operation(py: Python<'_>, message: String) -> PyErr {
     let message = format!("Operation not permitted: {message}");
+    // Python's own errno module names EBADF, so the binding needs no C constants of its own.
     let made = py
         .import("io")
         .and_then(|io| io.getattr("UnsupportedOperation"))
         .and_then(|cls| also_runtime_error(cls.cast::<PyType>()?))
-        .and_then(|cls| cls.call1((libc::EBADF, message.clone())));
+        .and_then(|cls| {
+            let ebadf = py.import("errno")?.getattr("EBADF")?;
+            cls.call1((ebadf, message.clone()))
+        });
     match made {
         Ok(instance) => PyErr::from_value(instance),
         Err(_) => PyValueError::new_err(message),

@@ -2,9 +2,9 @@
 
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use gpumap::io::FileHandle;
+use parking_lot::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -102,7 +102,7 @@ fn closed_error() -> PyErr {
 
 impl CuFile {
     pub(crate) fn handle(&self) -> PyResult<FileHandle> {
-        self.handle.lock().unwrap_or_else(|p| p.into_inner()).clone().ok_or_else(closed_error)
+        self.handle.lock().clone().ok_or_else(closed_error)
     }
 
     /// The handle whose task size and GDS threshold are those of this call: `task_size` when
@@ -119,7 +119,7 @@ impl CuFile {
         if handle.task_size() == task_size && handle.gds_threshold() == threshold {
             return Ok(handle);
         }
-        let mut variants = self.variants.lock().unwrap_or_else(|p| p.into_inner());
+        let mut variants = self.variants.lock();
         if let Some(v) =
             variants.iter().find(|v| v.task_size() == task_size && v.gds_threshold() == threshold)
         {
@@ -153,6 +153,30 @@ fn span(mem: &Memory, size: Option<usize>, offset: usize) -> PyResult<usize> {
     }
 }
 
+/// `buf`'s memory to read into: `size` bytes (default: the rest of the buffer) from `offset`.
+fn destination(
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    size: Option<usize>,
+    offset: usize,
+) -> PyResult<OwnedDst> {
+    let mem = memory(buf, true)?;
+    let len = span(&mem, size, offset)?;
+    mem.into_dst(py, offset, len)
+}
+
+/// `buf`'s memory to write from: `size` bytes (default: the rest of the buffer) from `offset`.
+fn source(
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    size: Option<usize>,
+    offset: usize,
+) -> PyResult<OwnedSrc> {
+    let mem = memory(buf, false)?;
+    let len = span(&mem, size, offset)?;
+    mem.into_src(py, offset, len)
+}
+
 #[pymethods]
 impl CuFile {
     #[new]
@@ -172,14 +196,14 @@ impl CuFile {
 
     /// Closes the file. Transfers still running keep it open until they are done.
     fn close(&self) {
-        self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
-        self.variants.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.handle.lock().take();
+        self.variants.lock().clear();
     }
 
     /// Whether the file is closed.
     #[getter]
     fn closed(&self) -> bool {
-        self.handle.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+        self.handle.lock().is_none()
     }
 
     /// The file descriptor.
@@ -190,14 +214,7 @@ impl CuFile {
     /// The descriptor's flags (`fcntl(fd, F_GETFL)`: `os.O_RDONLY`, `os.O_WRONLY` or
     /// `os.O_RDWR`, with `os.O_APPEND` and the like).
     fn open_flags(&self) -> PyResult<i32> {
-        let fd = self.handle()?.file().as_raw_fd();
-        // SAFETY: `fd` is open for the duration of the call (the handle holds it); F_GETFL
-        // reads the flags and changes nothing.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        if flags < 0 {
-            return Err(std::io::Error::last_os_error().into());
-        }
-        Ok(flags)
+        Ok(gpumap::io::descriptor::open_flags(self.handle()?.file())?)
     }
 
     /// Size of the file in bytes.
@@ -257,9 +274,7 @@ impl CuFile {
         task_size: Option<u64>,
     ) -> PyResult<IOFuture> {
         let handle = self.handle_for(py, task_size)?;
-        let mem = memory(buf, true)?;
-        let len = span(&mem, size, 0)?;
-        let dst = mem.into_dst(py, 0, len)?;
+        let dst = destination(py, buf, size, 0)?;
         Ok(IOFuture::pending(Box::new(handle.pread_device(dst, file_offset))))
     }
 
@@ -275,9 +290,7 @@ impl CuFile {
         task_size: Option<u64>,
     ) -> PyResult<IOFuture> {
         let handle = self.handle_for(py, task_size)?;
-        let mem = memory(buf, false)?;
-        let len = span(&mem, size, 0)?;
-        let src = mem.into_src(py, 0, len)?;
+        let src = source(py, buf, size, 0)?;
         Ok(IOFuture::pending(Box::new(handle.pwrite_device(src, file_offset))))
     }
 
@@ -293,9 +306,7 @@ impl CuFile {
         task_size: Option<u64>,
     ) -> PyResult<usize> {
         let handle = self.handle_for(py, task_size)?;
-        let mem = memory(buf, true)?;
-        let len = span(&mem, size, 0)?;
-        let dst = mem.into_dst(py, 0, len)?;
+        let dst = destination(py, buf, size, 0)?;
         read_blocking(py, &handle, dst, file_offset)
     }
 
@@ -311,9 +322,7 @@ impl CuFile {
         task_size: Option<u64>,
     ) -> PyResult<usize> {
         let handle = self.handle_for(py, task_size)?;
-        let mem = memory(buf, false)?;
-        let len = span(&mem, size, 0)?;
-        let src = mem.into_src(py, 0, len)?;
+        let src = source(py, buf, size, 0)?;
         write_blocking(py, &handle, src, file_offset)
     }
 
@@ -330,9 +339,7 @@ impl CuFile {
         dev_offset: usize,
     ) -> PyResult<usize> {
         let handle = self.handle()?;
-        let mem = memory(buf, true)?;
-        let len = span(&mem, size, dev_offset)?;
-        let dst = mem.into_dst(py, dev_offset, len)?;
+        let dst = destination(py, buf, size, dev_offset)?;
         read_blocking(py, &handle, dst, file_offset)
     }
 
@@ -348,9 +355,7 @@ impl CuFile {
         dev_offset: usize,
     ) -> PyResult<usize> {
         let handle = self.handle()?;
-        let mem = memory(buf, false)?;
-        let len = span(&mem, size, dev_offset)?;
-        let src = mem.into_src(py, dev_offset, len)?;
+        let src = source(py, buf, size, dev_offset)?;
         write_blocking(py, &handle, src, file_offset)
     }
 

@@ -7,10 +7,11 @@
 //! not anyone waits.
 
 use std::any::Any;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gpumap::io::IoFuture;
+use parking_lot::Mutex;
 use pyo3::prelude::*;
 
 use crate::errors::{panicked, to_py, SIGNAL_POLL};
@@ -75,7 +76,7 @@ impl SharedOutcome {
     fn get(&self, py: Python<'_>) -> PyResult<usize> {
         loop {
             let step = py.detach(|| {
-                let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut state = self.state.lock();
                 if let State::Pending(pending) = &*state {
                     if !pending.wait_timeout(SIGNAL_POLL) {
                         return None;
@@ -93,7 +94,7 @@ impl SharedOutcome {
             }
             if let Err(signal) = py.check_signals() {
                 let (_, keep) = py.detach(|| {
-                    let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut state = self.state.lock();
                     if let State::Pending(pending) = &*state {
                         pending.cancel();
                     }
@@ -138,13 +139,13 @@ impl SharedOutcome {
 
     fn done(&self) -> bool {
         match self.state.try_lock() {
-            Ok(state) => match &*state {
+            Some(state) => match &*state {
                 State::Pending(p) => p.is_done(),
                 _ => true,
             },
             // Another thread is inside `get()`: it holds the lock until the work is done and
             // its result stored, so "not yet" is right until then.
-            Err(_) => false,
+            None => false,
         }
     }
 }

@@ -13,6 +13,7 @@
 //! - [`cufile`]: low-level cuFile (driver, handles, batches, stream-ordered I/O, buffer
 //!   registration), streams, and what the machine offers;
 //! - [`multi_read`]: pieces of many files into one buffer in one pipeline (checkpoints);
+//! - [`dlpack`]: DLPack's C ABI, once, for reading producers' capsules and exporting views;
 //! - [`pagecache`]: residency, warm, evict, drop, lock;
 //! - [`maps`]: files in GPU memory through gpumap's `DeviceCache` (`DeviceCache`,
 //!   `MappedFile`, `View` exported through `__cuda_array_interface__` and `__dlpack__`).
@@ -20,6 +21,7 @@
 mod buffers;
 mod cufile;
 mod defaults;
+mod dlpack;
 mod errors;
 mod file;
 mod future;

@@ -7,10 +7,10 @@
 //! `IndexError`. `mode` and `map_flags` are taken and checked, and need nothing more here.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use gpumap::config::CompatMode;
 use gpumap::io::FileHandle;
+use parking_lot::Mutex;
 use pyo3::exceptions::{PyIndexError, PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -37,7 +37,7 @@ fn closed_error() -> PyErr {
 
 impl Mmap {
     fn handle(&self) -> PyResult<FileHandle> {
-        self.handle.lock().unwrap_or_else(|p| p.into_inner()).clone().ok_or_else(closed_error)
+        self.handle.lock().clone().ok_or_else(closed_error)
     }
 
     /// The bytes a read of `size` (default: to the end of the file) at `offset` moves, checked
@@ -155,12 +155,12 @@ impl Mmap {
 
     /// Closes the file; again: nothing. Reads still running keep it open until they are done.
     fn close(&self) {
-        self.handle.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.handle.lock().take();
     }
 
     /// Whether the handle is closed.
     fn closed(&self) -> bool {
-        self.handle.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+        self.handle.lock().is_none()
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -2,11 +2,11 @@
 //! `gpumapio/pagecache.py`).
 
 use std::fs::File;
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::RawFd;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use gpumap::pagecache::{self as pc, ByteRange, MethodChoice, Residency, Target, WarmMode};
+use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt};
@@ -45,11 +45,9 @@ fn file_arg(file: &Bound<'_, PyAny>) -> PyResult<FileArg> {
     if fd < 0 {
         return Err(PyValueError::new_err(format!("file descriptor {fd} is negative")));
     }
-    // SAFETY: the descriptor is borrowed only for the `dup` below, made while the GIL is held,
-    // so no Python code can close it in between; a closed descriptor makes `dup` fail (EBADF).
-    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-    let owned = borrowed.try_clone_to_owned()?;
-    Ok(FileArg::Fd(File::from(owned)))
+    // Duplicated while the GIL is held, so no Python code can close it in between; a closed
+    // descriptor fails (EBADF).
+    Ok(FileArg::Fd(gpumap::io::descriptor::duplicate(fd)?))
 }
 
 fn range(offset: u64, length: Option<u64>) -> ByteRange {
@@ -178,12 +176,12 @@ impl LockedRange {
     /// Whether the range is still locked.
     #[getter]
     fn locked(&self) -> bool {
-        self.locked.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.locked.lock().is_some()
     }
 
     /// Unlocks the range (again: nothing); raises the OS error, if any.
     fn unlock(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self.locked.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let taken = self.locked.lock().take();
         match taken {
             Some(range) => nogil(py, move || range.unlock()),
             None => Ok(()),

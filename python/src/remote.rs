@@ -1,10 +1,10 @@
 //! `RemoteFile`: KvikIO's remote file (S3, HTTP, presigned S3 URLs), over
 //! [`gpumap::remote::RemoteFile`].
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use gpumap::remote::{RemoteFile as Remote, RemoteOptions, RemoteUrl};
+use parking_lot::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -338,7 +338,7 @@ impl RemoteFile {
 
     /// Closes the file; reads in flight finish.
     fn close(&self) {
-        self.file.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.file.lock().take();
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -351,7 +351,7 @@ impl RemoteFile {
     }
 
     fn __repr__(&self) -> String {
-        match self.file.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        match self.file.lock().as_ref() {
             Some(f) => format!("<gpumapio.RemoteFile {} ({} bytes)>", f.url(), f.len()),
             None => "<gpumapio.RemoteFile (closed)>".to_owned(),
         }
@@ -362,7 +362,6 @@ impl RemoteFile {
     fn file(&self) -> PyResult<Remote> {
         self.file
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .clone()
             .ok_or_else(|| PyValueError::new_err("I/O operation on a closed RemoteFile"))
     }

@@ -10,8 +10,8 @@ use std::io::Write;
 use gpumap::io::gds::{BatchRead, CuFileDriver, CuFileHandle};
 use gpumap::memory::bounce::BouncePool;
 use gpumap::memory::cuda::{
-    classify_pointer, CudaBuffer, CudaDevice, CudaView, CudaViewMut, PinnedBuffer, PointerKind,
-    Stream,
+    classify_pointer, device_ordinal_of, CudaBuffer, CudaDevice, CudaView, CudaViewMut,
+    PinnedBuffer, PointerKind, Stream,
 };
 use gpumap::{Capabilities, Error};
 
@@ -71,6 +71,7 @@ fn without_cuda_constructors_are_unavailable() {
         Err(Error::Unavailable { .. })
     ));
     assert_eq!(classify_pointer(host.as_ptr() as usize), PointerKind::PageableHost);
+    assert!(matches!(device_ordinal_of(host.as_ptr() as u64), Err(Error::Unavailable { .. })));
     assert!(!Capabilities::probe().gpu_available());
 }
 
@@ -216,6 +217,12 @@ fn gpu_pointer_classification() {
     assert_eq!(classify_pointer(pinned.as_slice().as_ptr() as usize), PointerKind::PinnedHost);
     let host = vec![0u8; 4096];
     assert_eq!(classify_pointer(host.as_ptr() as usize), PointerKind::PageableHost);
+    assert_eq!(device_ordinal_of(buf.ptr() + 4095).expect("device memory"), 0);
+    assert!(matches!(
+        device_ordinal_of(pinned.as_slice().as_ptr() as u64),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(device_ordinal_of(host.as_ptr() as u64).is_err());
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! parsed.
 #![forbid(unsafe_code)]
 
+use std::fs::OpenOptions;
+
 use crate::error::{Error, Result};
 
 /// How a file is opened: the `fopen`-style flags KvikIO takes, parsed.
@@ -50,6 +52,21 @@ impl std::str::FromStr for OpenFlags {
     }
 }
 
+impl OpenFlags {
+    /// The [`OpenOptions`] these flags ask for (an appending file is opened for appending, not
+    /// for positional writes), for callers to add their own mode and custom flags to.
+    pub fn open_options(&self) -> OpenOptions {
+        let mut options = OpenOptions::new();
+        options
+            .read(self.read)
+            .write(self.write && !self.append)
+            .append(self.append)
+            .create(self.create)
+            .truncate(self.truncate);
+        options
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +84,21 @@ mod tests {
                 matches!(bad.parse::<OpenFlags>(), Err(Error::InvalidFlags(ref s)) if s == bad)
             );
         }
+    }
+
+    #[test]
+    fn open_options_create_truncate_and_append_as_the_flags_say() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data");
+        let flags: OpenFlags = "r".parse().unwrap();
+        assert!(flags.open_options().open(&path).is_err(), "\"r\" created a missing file");
+        let flags: OpenFlags = "w".parse().unwrap();
+        std::io::Write::write_all(&mut flags.open_options().open(&path).unwrap(), b"abc").unwrap();
+        let flags: OpenFlags = "a".parse().unwrap();
+        std::io::Write::write_all(&mut flags.open_options().open(&path).unwrap(), b"de").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"abcde");
+        let flags: OpenFlags = "w+".parse().unwrap();
+        drop(flags.open_options().open(&path).unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
     }
 }

@@ -18,6 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
+use crate::io::flags::OpenFlags;
 use crate::memory::cuda::{CudaDevice, CudaView, CudaViewMut, RawRegion, Stream};
 use crate::sys::cufile as sys;
 
@@ -142,6 +143,16 @@ pub(crate) struct RawBatchRead {
     pub(crate) dst: RawRegion,
     pub(crate) len: usize,
     pub(crate) file_offset: u64,
+}
+
+/// Opens `path` as `flags` say (`"r"`, `"w+"`, ... as [`OpenFlags`] parses them) for
+/// [`CuFileHandle::register`]: with `O_DIRECT` where the file system allows it, as true GDS
+/// needs, and buffered where it refuses (`EINVAL`), which cuFile serves through its
+/// compatibility path. Bad flags are [`Error::InvalidFlags`], a failed open an `Io` error.
+#[doc(alias = "O_DIRECT")]
+pub fn open_for_cufile(path: &Path, flags: &str) -> Result<File> {
+    let flags: OpenFlags = flags.parse()?;
+    crate::sys::posix::open_direct_or_buffered(path, &mut flags.open_options())
 }
 
 fn bind_for(region: &RawRegion) -> Result<()> {
@@ -363,5 +374,26 @@ impl<'a> RegisteredBuffer<'a> {
     /// The registered memory.
     pub fn region(&self) -> CudaView<'a> {
         self.region
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_open_for_cufile_as_their_flags_say_without_a_driver() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data");
+        // Written and read through std: an O_DIRECT descriptor takes aligned buffers only.
+        drop(open_for_cufile(&path, "w+").unwrap());
+        std::fs::write(&path, [1u8; 4096]).unwrap();
+        let file = open_for_cufile(&path, "rb").unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 4096);
+        drop(open_for_cufile(&path, "w").unwrap());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "\"w\" did not truncate");
+        assert!(matches!(open_for_cufile(&path, "rw"), Err(Error::InvalidFlags(f)) if f == "rw"));
+        let missing = dir.path().join("missing");
+        assert!(matches!(open_for_cufile(&missing, "r"), Err(Error::Io { op: "open", .. })));
     }
 }

@@ -6,7 +6,7 @@
 //! `batch`, `small_reads` and `stream`; `direct` says when they go around the page cache.
 #![forbid(unsafe_code)]
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -115,12 +115,8 @@ impl HandleState {
         if let Ok(metadata) = std::fs::metadata(path) {
             check_regular(path, &metadata.file_type())?;
         }
-        let file = OpenOptions::new()
-            .read(flags.read)
-            .write(flags.write && !flags.append)
-            .append(flags.append)
-            .create(flags.create)
-            .truncate(flags.truncate)
+        let file = flags
+            .open_options()
             .mode(mode)
             .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
             .open(path)

@@ -19,6 +19,7 @@
 //! - `flags`: [`OpenFlags`], the `fopen` flags parsed.
 //!
 //! Beside them: [`pool`] ([`IoPool`], [`IoFuture`]), [`compat`] (cuFile or POSIX, and why),
+//! [`descriptor`] (descriptors handed over by number: duplicated, their open flags read),
 //! `gds_probe` (whether cuFile can be used here, and why not; reported by
 //! `Capabilities`), [`gds`] (cuFile's safe layer) and [`scratch`]
 //! ([`ScratchFile`]).
@@ -26,6 +27,7 @@
 
 mod batch;
 pub mod compat;
+pub mod descriptor;
 mod device_io;
 mod direct;
 pub mod file_handle;

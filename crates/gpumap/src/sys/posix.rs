@@ -3,14 +3,15 @@
 //!
 //! One function per system call (or per loop around one), each documented with the call it maps
 //! to. The standard library's safe wrappers (`FileExt::read_at` is `pread64`) carry most calls;
-//! `fstatfs` and `fcntl`, which it lacks, are called through `libc`. This is the layer that
-//! speaks to the kernel and turns its answers (short counts, `EINTR`, `EINVAL`) into
-//! [`crate::Error`].
+//! `fstatfs` and `fcntl`, which it lacks, are called through `libc`, one public function per
+//! `fcntl` command. This is the layer that speaks to the kernel and turns its answers (short
+//! counts, `EINTR`, `EINVAL`) into [`crate::Error`] (or, for the `fcntl` calls, which have no
+//! path to name, into `io::Error`).
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -186,19 +187,136 @@ pub fn pseudo_file_system(file: &File, path: &Path) -> Result<Option<&'static st
 /// regular file's descriptor is then made ordinary again.)
 #[doc(alias = "fcntl")]
 pub fn clear_nonblocking(file: &File, path: &Path) -> Result<()> {
-    let fd = file.as_raw_fd();
-    // SAFETY: F_GETFL takes no pointer; the descriptor is borrowed from `file`, so it is open.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(Error::io("fcntl(F_GETFL)", path, None, io::Error::last_os_error()));
-    }
+    let flags =
+        fcntl_getfl(file.as_fd()).map_err(|e| Error::io("fcntl(F_GETFL)", path, None, e))?;
     if flags & libc::O_NONBLOCK == 0 {
         return Ok(());
     }
-    // SAFETY: as above; F_SETFL takes an integer.
-    let status = unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+    fcntl_setfl(file.as_fd(), flags & !libc::O_NONBLOCK)
+        .map_err(|e| Error::io("fcntl(F_SETFL)", path, None, e))
+}
+
+/// The status flags and access mode of `fd`'s open file description (`O_RDONLY`, `O_WRONLY`
+/// or `O_RDWR`, with `O_APPEND`, `O_DIRECT` and the like): `fcntl(fd, F_GETFL)`.
+#[doc(alias = "fcntl")]
+#[doc(alias = "F_GETFL")]
+pub fn fcntl_getfl(fd: BorrowedFd<'_>) -> io::Result<i32> {
+    // SAFETY: F_GETFL takes no pointer; `fd` is borrowed, so it is open for the call.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(flags)
+}
+
+/// Sets the status flags of `fd`'s open file description (the kernel takes `O_APPEND`,
+/// `O_NONBLOCK`, `O_DIRECT` and a few others, and ignores the rest): `fcntl(fd, F_SETFL)`.
+#[doc(alias = "fcntl")]
+#[doc(alias = "F_SETFL")]
+pub fn fcntl_setfl(fd: BorrowedFd<'_>, flags: i32) -> io::Result<()> {
+    // SAFETY: F_SETFL takes an integer, no pointer; `fd` is borrowed, so it is open.
+    let status = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags) };
     if status < 0 {
-        return Err(Error::io("fcntl(F_SETFL)", path, None, io::Error::last_os_error()));
+        return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// A new descriptor (close-on-exec) of the open file description the number `fd` names in
+/// this process: `fcntl(fd, F_DUPFD_CLOEXEC, 3)`, numbered from 3 as the standard library's
+/// `try_clone` does, so that the duplicate never becomes stdin, stdout or stderr. A number that
+/// names no open descriptor is `EBADF`. Takes a bare number, not a borrowed descriptor, because
+/// its callers (Python's `fileno()`) have nothing else; duplicating changes nothing about the
+/// original.
+#[doc(alias = "fcntl")]
+#[doc(alias = "F_DUPFD_CLOEXEC")]
+#[doc(alias = "dup")]
+pub fn fcntl_dupfd_cloexec(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC takes an integer (the lowest number to use), no pointer; the
+    // kernel checks `fd` and answers EBADF for a number that is not open.
+    let duplicate = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if duplicate < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the call just made `duplicate`, an open descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(duplicate) })
+}
+
+/// Opens `path` as `options` say, with `O_DIRECT` (page cache bypassed) where the file system
+/// allows it: where it refuses (`EINVAL`: tmpfs, some FUSE and overlay mounts), opens it again
+/// without. `open(2)` once, or twice. `options`' custom flags are replaced by `O_CLOEXEC` (and
+/// `O_DIRECT`).
+#[doc(alias = "O_DIRECT")]
+pub fn open_direct_or_buffered(path: &Path, options: &mut OpenOptions) -> Result<File> {
+    options
+        .custom_flags(libc::O_CLOEXEC | libc::O_DIRECT)
+        .open(path)
+        .or_else(|e| match e.raw_os_error() {
+            Some(libc::EINVAL) => options.custom_flags(libc::O_CLOEXEC).open(path),
+            _ => Err(e),
+        })
+        .map_err(|e| Error::io("open", path, None, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(contents: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data");
+        std::fs::write(&path, contents).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn getfl_reports_the_access_mode_and_setfl_changes_the_status_flags() {
+        let (_dir, path) = scratch(b"abc");
+        let file = File::open(&path).unwrap();
+        let flags = fcntl_getfl(file.as_fd()).unwrap();
+        assert_eq!(flags & libc::O_ACCMODE, libc::O_RDONLY);
+        assert_eq!(flags & libc::O_NONBLOCK, 0);
+        fcntl_setfl(file.as_fd(), flags | libc::O_NONBLOCK).unwrap();
+        assert_ne!(fcntl_getfl(file.as_fd()).unwrap() & libc::O_NONBLOCK, 0);
+        clear_nonblocking(&file, &path).unwrap();
+        assert_eq!(fcntl_getfl(file.as_fd()).unwrap() & libc::O_NONBLOCK, 0);
+        let appending = OpenOptions::new().append(true).open(&path).unwrap();
+        let flags = fcntl_getfl(appending.as_fd()).unwrap();
+        assert_eq!(flags & libc::O_ACCMODE, libc::O_WRONLY);
+        assert_ne!(flags & libc::O_APPEND, 0);
+    }
+
+    #[test]
+    fn dupfd_gives_a_second_descriptor_of_the_same_file_and_refuses_numbers_not_open() {
+        let (_dir, path) = scratch(b"abc");
+        let file = File::open(&path).unwrap();
+        let duplicate = File::from(fcntl_dupfd_cloexec(file.as_raw_fd()).unwrap());
+        assert_ne!(duplicate.as_raw_fd(), file.as_raw_fd());
+        drop(file);
+        let mut read = [0u8; 3];
+        assert_eq!(pread_full(&duplicate, &path, &mut read, 0).unwrap(), 3);
+        assert_eq!(&read, b"abc");
+        let e = fcntl_dupfd_cloexec(-1).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF));
+    }
+
+    #[test]
+    fn direct_or_buffered_opens_as_asked_whatever_the_file_system_takes() {
+        let (_dir, path) = scratch(&[5u8; 8192]);
+        let file = open_direct_or_buffered(&path, OpenOptions::new().read(true)).unwrap();
+        assert_eq!(fcntl_getfl(file.as_fd()).unwrap() & libc::O_ACCMODE, libc::O_RDONLY);
+        let created = path.with_file_name("created");
+        let options = &mut OpenOptions::new();
+        options.read(true).write(true).create(true).truncate(true);
+        let file = open_direct_or_buffered(&created, options).unwrap();
+        assert_eq!(fcntl_getfl(file.as_fd()).unwrap() & libc::O_ACCMODE, libc::O_RDWR);
+        assert_eq!(file_len(&file, &created).unwrap(), 0);
+        let missing = path.with_file_name("missing");
+        let Err(Error::Io { op, source, .. }) =
+            open_direct_or_buffered(&missing, OpenOptions::new().read(true))
+        else {
+            panic!("a missing file opened")
+        };
+        assert_eq!((op, source.kind()), ("open", io::ErrorKind::NotFound));
+    }
 }

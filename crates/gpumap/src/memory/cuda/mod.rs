@@ -7,7 +7,7 @@
 //!
 //! One file per concept, every public item re-exported here: `device` ([`CudaDevice`]),
 //! `buffer` ([`CudaBuffer`]), `region` (the crate's internal address range and bounds checks),
-//! `view` ([`CudaView`], [`CudaViewMut`]), `pointer` ([`classify_pointer`], [`PointerKind`]),
+//! `view` ([`CudaView`], [`CudaViewMut`]), `pointer` ([`classify_pointer`], [`PointerKind`], [`device_ordinal_of`]),
 //! `pinned` ([`PinnedBuffer`]), `stream` ([`Stream`], [`InFlight`], [`StagingBuffer`]), `vmm`
 //! (reserved address ranges and the physical frames mapped into them) and `batch_copy` (many
 //! small copies in one kernel launch).
@@ -27,7 +27,7 @@ mod vmm;
 pub use buffer::CudaBuffer;
 pub use device::CudaDevice;
 pub use pinned::PinnedBuffer;
-pub use pointer::{classify_pointer, PointerKind};
+pub use pointer::{classify_pointer, device_ordinal_of, PointerKind};
 pub use stream::{InFlight, StagingBuffer, Stream};
 pub use view::{CudaView, CudaViewMut};
 

@@ -1,5 +1,6 @@
-//! What kind of memory an address is ([`classify_pointer`]), and the driver's check that a
-//! range is device memory inside one allocation.
+//! What kind of memory an address is ([`classify_pointer`]), which GPU holds it
+//! ([`device_ordinal_of`]), and the driver's check that a range is device memory inside one
+//! allocation.
 #![forbid(unsafe_code)]
 
 use super::region::RawRegion;
@@ -44,6 +45,16 @@ pub(crate) fn validate_device_range(ptr: u64, len: usize) -> Result<RawRegion> {
         return Err(Error::BufferTooSmall { needed: len as u64, available });
     }
     Ok(RawRegion { ptr, len, ordinal })
+}
+
+/// The GPU holding the device (or managed) memory at `ptr`, through `cuPointerGetAttributes`:
+/// which device's context work on another stack's memory belongs in. Nothing is read or
+/// written. Errors as [`CudaView::from_raw`](super::CudaView::from_raw) gives them for one
+/// byte at `ptr`: a host or unknown (e.g. freed) address is `InvalidArgument`; without CUDA,
+/// `Unavailable`.
+#[doc(alias = "cuPointerGetAttributes")]
+pub fn device_ordinal_of(ptr: u64) -> Result<usize> {
+    validate_device_range(ptr, 1).map(|region| region.ordinal)
 }
 
 /// What kind of memory an address points to.

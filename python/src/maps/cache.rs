@@ -1,0 +1,448 @@
+//! The classes `DeviceCache` (one memory budget) and `MappedFile` (a file in it). They live in
+//! one module because each hands out the other: a cache opens files, a file names its cache.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use gpumap::io::IoFuture;
+use gpumap::mapped::{CacheOptions, DeviceCache as Cache, DeviceMappedFile};
+use gpumap::memory::Device;
+use parking_lot::Mutex;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+
+use super::host_bytes::{filled_bytes, host_copy};
+use super::map_handle::MapHandle;
+use super::options::{advice_arg, device_arg, map_options};
+use super::stats::{cache_stats, file_stats};
+use super::view::{Held, Pin, View};
+use crate::buffers::memory;
+use crate::errors::{nogil, to_py};
+use crate::future::{IOFuture, Pending};
+
+/// `[offset, offset + len)` checked against a map of `file_len` bytes, with the library's
+/// error, before anything is allocated for it: a caller's length must not size an allocation
+/// until it is known to be inside the file.
+fn check_range(py: Python<'_>, offset: u64, len: u64, file_len: u64) -> PyResult<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= file_len => Ok(()),
+        _ => Err(to_py(py, &gpumap::Error::OutOfRange { offset, len, file_len })),
+    }
+}
+
+/// One budget of GPU memory (host memory without a GPU) shared by the files opened in it,
+/// least recently used memory evicted first across them.
+#[pyclass(module = "gpumapio", name = "DeviceCache", frozen)]
+pub struct DeviceCache {
+    inner: Cache,
+}
+
+#[pymethods]
+impl DeviceCache {
+    #[new]
+    #[pyo3(signature = (budget, *, extent_size = 65536, frame_size = None, device = None, shards = None))]
+    fn new(
+        py: Python<'_>,
+        budget: u64,
+        extent_size: u64,
+        frame_size: Option<u64>,
+        device: Option<Bound<'_, PyAny>>,
+        shards: Option<usize>,
+    ) -> PyResult<Self> {
+        let device = device_arg(device.as_ref())?;
+        let inner = nogil(py, move || {
+            let mut o = CacheOptions::new();
+            o.budget(budget).extent_size(extent_size).memory(device);
+            if let Some(frame) = frame_size {
+                o.frame_size(frame);
+            }
+            if let Some(shards) = shards {
+                o.shards(shards);
+            }
+            o.build()
+        })?;
+        Ok(DeviceCache { inner })
+    }
+
+    /// The frame size a cache of `budget` bytes gets when `frame_size` is not given: a
+    /// thirty-second of the budget as a power of two, from 8 MiB to 64 MiB.
+    #[staticmethod]
+    fn default_frame_size(budget: u64) -> u64 {
+        gpumap::mapped::CacheOptions::default_frame_size(budget)
+    }
+
+    /// Opens `path` in this cache (read-only unless `writable`). `zero_copy`: gathers and views
+    /// read the file in place from the host's page cache (registered for the GPU; the whole
+    /// file is read and pinned, within `max_pinned` bytes across the process). `read_ahead`:
+    /// bytes a walk reads ahead (default 512 MiB; 0: none).
+    #[pyo3(signature = (path, *, writable = false, advice = "normal", zero_copy = false, max_pinned = None, read_ahead = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        writable: bool,
+        advice: &str,
+        zero_copy: bool,
+        max_pinned: Option<u64>,
+        read_ahead: Option<u64>,
+    ) -> PyResult<MappedFile> {
+        let o = map_options(writable, advice, zero_copy, max_pinned, read_ahead)?;
+        let cache = self.inner.clone();
+        let inner = nogil(py, move || cache.open_with(&path, &o))?;
+        Ok(MappedFile::new(inner, self.inner.clone()))
+    }
+
+    /// `{"budget", "used_bytes", "slots_in_use", "files", "totals": {...}, ...}`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        cache_stats(py, &self.inner.stats())
+    }
+
+    /// Writes back every dirty extent of every file.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let cache = self.inner.clone();
+        nogil(py, move || cache.flush())
+    }
+
+    /// `flush`, then fdatasync of every written file.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let cache = self.inner.clone();
+        nogil(py, move || cache.sync())
+    }
+
+    /// Waits until rows that gathers read past the full cache have been admitted to it.
+    fn wait_for_admissions(&self, py: Python<'_>) -> PyResult<()> {
+        let cache = self.inner.clone();
+        nogil(py, move || {
+            cache.wait_for_admissions();
+            Ok(())
+        })
+    }
+
+    /// Copies `ranges` (`(file, offset, length)`, files of this cache) packed one after another
+    /// into `out` (a CuPy/torch/Numba array, or host memory).
+    fn gather(
+        &self,
+        py: Python<'_>,
+        ranges: Vec<(PyRef<'_, MappedFile>, u64, u64)>,
+        out: Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let total =
+            ranges.iter().try_fold(0u64, |sum, r| sum.checked_add(r.2)).ok_or_else(|| {
+                PyValueError::new_err("the lengths of the ranges overflow 64 bits when added up")
+            })?;
+        let total = usize::try_from(total)
+            .map_err(|_| PyValueError::new_err(format!("{total} bytes do not fit in memory")))?;
+        let mut dst = memory(&out, true)?.into_dst(py, 0, total)?;
+        let maps: Vec<(DeviceMappedFile, u64, u64)> =
+            ranges.iter().map(|(m, o, l)| (m.inner.clone(), *o, *l)).collect();
+        let cache = self.inner.clone();
+        nogil(py, move || {
+            let ranges: Vec<_> = maps.iter().map(|(m, o, l)| m.range(*o, *l)).collect();
+            cache.gather(&ranges, dst.view())
+        })
+    }
+
+    /// `"GPU 0 (NVIDIA H100 PCIe)"` or `"host memory"`.
+    #[getter]
+    fn device(&self) -> String {
+        self.inner.device().describe()
+    }
+
+    fn __repr__(&self) -> String {
+        let s = self.inner.stats();
+        format!(
+            "<gpumapio.DeviceCache on {}: {} of {} bytes used, {} files>",
+            self.inner.device().describe(),
+            s.used_bytes,
+            s.budget,
+            s.files
+        )
+    }
+}
+
+/// A file mapped into GPU memory (host memory without a GPU): views, gathers, write-back.
+#[pyclass(module = "gpumapio", name = "MappedFile", frozen)]
+pub struct MappedFile {
+    inner: DeviceMappedFile,
+    /// The cache the file is in (a cache of its own for `MappedFile.open`).
+    cache: Cache,
+    /// Shared with the views: the last of them to go flushes (see [`MapHandle`]).
+    handle: Arc<MapHandle>,
+}
+
+impl MappedFile {
+    fn new(map: DeviceMappedFile, cache: Cache) -> MappedFile {
+        MappedFile { handle: Arc::new(MapHandle { map: map.clone() }), inner: map, cache }
+    }
+}
+
+/// A prefetch in flight, for `IOFuture`.
+struct Prefetch(IoFuture<()>, usize);
+
+impl Pending for Prefetch {
+    fn is_done(&self) -> bool {
+        self.0.is_done()
+    }
+
+    fn wait_timeout(&self, timeout: std::time::Duration) -> bool {
+        self.0.wait_timeout(timeout)
+    }
+
+    fn wait(self: Box<Self>) -> (gpumap::Result<usize>, Option<Box<dyn std::any::Any + Send>>) {
+        let n = self.1;
+        (self.0.wait().map(|()| n), None)
+    }
+}
+
+#[pymethods]
+impl MappedFile {
+    /// Maps `path` in a cache of its own (`gpumapio.map` without a cache): `budget` bytes,
+    /// by default the file's size up to 4 GiB in whole frames of the size that budget gets —
+    /// the library's `CacheOptions::for_file`, so Python and Rust size the cache alike.
+    #[staticmethod]
+    #[pyo3(signature = (path, *, budget = None, writable = false, extent_size = 65536, frame_size = None, device = None, advice = "normal", zero_copy = false, max_pinned = None, read_ahead = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        budget: Option<u64>,
+        writable: bool,
+        extent_size: u64,
+        frame_size: Option<u64>,
+        device: Option<Bound<'_, PyAny>>,
+        advice: &str,
+        zero_copy: bool,
+        max_pinned: Option<u64>,
+        read_ahead: Option<u64>,
+    ) -> PyResult<MappedFile> {
+        let o = map_options(writable, advice, zero_copy, max_pinned, read_ahead)?;
+        let device = device_arg(device.as_ref())?;
+        let (inner, cache) = nogil(py, move || {
+            let mut c = match budget {
+                Some(budget) => {
+                    let mut c = CacheOptions::new();
+                    c.budget(budget);
+                    c
+                }
+                None => CacheOptions::for_file(std::fs::metadata(&path).map(|m| m.len()).map_err(
+                    |e| gpumap::Error::Io {
+                        op: "stat",
+                        path: Some(path.clone()),
+                        offset: None,
+                        source: e,
+                    },
+                )?),
+            };
+            c.extent_size(extent_size).memory(device);
+            if let Some(frame) = frame_size {
+                c.frame_size(frame);
+            }
+            let cache = c.build()?;
+            Ok((cache.open_with(&path, &o)?, cache))
+        })?;
+        Ok(MappedFile::new(inner, cache))
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len() as usize
+    }
+
+    /// Bytes mapped.
+    #[getter]
+    fn nbytes(&self) -> u64 {
+        self.inner.len()
+    }
+
+    /// The path it was opened with.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.inner.path().to_path_buf()
+    }
+
+    /// Whether writes are allowed.
+    #[getter]
+    fn writable(&self) -> bool {
+        self.inner.is_writable()
+    }
+
+    /// The device address of the file's byte 0 (byte `o` is at `base + o` while a view pins
+    /// it); `None` on host memory.
+    #[getter]
+    fn base(&self) -> Option<u64> {
+        self.inner.base()
+    }
+
+    /// The cache the file is in.
+    #[getter]
+    fn cache(&self) -> DeviceCache {
+        DeviceCache { inner: self.cache.clone() }
+    }
+
+    /// A view of `[offset, offset + length)`, resident and pinned until released; `writable`
+    /// views need a writable map, and their bytes are written back after release.
+    #[pyo3(signature = (offset, length, *, writable = false))]
+    fn view(&self, py: Python<'_>, offset: u64, length: u64, writable: bool) -> PyResult<View> {
+        let map = self.inner.clone();
+        let pin = nogil(py, move || {
+            Ok(if writable {
+                Pin::Write(Mutex::new(map.view_mut(offset, length)?))
+            } else {
+                Pin::Read(map.view(offset, length)?)
+            })
+        })?;
+        let held = Held { pin, _map: self.handle.clone() };
+        Ok(View::new(held, offset, length, writable))
+    }
+
+    /// The bytes of `[offset, offset + length)`, through the cache.
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        offset: u64,
+        length: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        check_range(py, offset, length as u64, self.inner.len())?;
+        let map = self.inner.clone();
+        filled_bytes(py, length, move |bytes| map.read(offset, bytes))
+    }
+
+    /// Copies `data` (bytes-like) to `offset` of the map; written back later (or by `flush`).
+    fn write(&self, py: Python<'_>, offset: u64, data: Bound<'_, PyAny>) -> PyResult<()> {
+        let src = memory(&data, false)?;
+        let len = src.len();
+        check_range(py, offset, len as u64, self.inner.len())?;
+        let src = src.into_src(py, 0, len)?;
+        let staging = match src.view() {
+            gpumap::memory::DeviceView::Host(_) => Vec::new(),
+            gpumap::memory::DeviceView::Cuda(view) => host_copy(view)?,
+        };
+        let map = self.inner.clone();
+        nogil(py, move || match src.view() {
+            gpumap::memory::DeviceView::Host(bytes) => map.write(offset, bytes),
+            gpumap::memory::DeviceView::Cuda(view) => {
+                let mut bytes = staging;
+                view.copy_to_host(0, &mut bytes)?;
+                map.write(offset, &bytes)
+            }
+        })
+    }
+
+    /// Copies `length` bytes at each of `offsets` (rows of a table), packed in order, into
+    /// `out` (a CuPy/torch/Numba array, or host memory).
+    fn gather(
+        &self,
+        py: Python<'_>,
+        offsets: Vec<u64>,
+        length: u64,
+        out: Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let total = (offsets.len() as u64).checked_mul(length).ok_or_else(|| {
+            PyValueError::new_err(format!("{} rows of {length} bytes overflow", offsets.len()))
+        })?;
+        let mut dst = memory(&out, true)?.into_dst(py, 0, total as usize)?;
+        let map = self.inner.clone();
+        let ranges: Vec<(u64, u64)> = offsets.iter().map(|&offset| (offset, length)).collect();
+        nogil(py, move || map.gather(&ranges, dst.view()))
+    }
+
+    /// Copies rows `indices` of the file (row `i`: bytes `i * row_size .. (i + 1) *
+    /// row_size`) in order into `out`, and returns when they are there. `indices`: int32 or
+    /// int64, on the host (NumPy, array.array) or on the GPU (CuPy, torch), any shape (taken
+    /// in C order). `out`: at least `len(indices) * row_size` bytes, GPU or host memory.
+    /// `stream`: a torch or CuPy stream (or a raw `CUstream`) to run the gather's kernel on,
+    /// after the work queued there; by default gpumap's own.
+    #[pyo3(signature = (indices, row_size, out, *, stream = None))]
+    fn gather_rows(
+        &self,
+        py: Python<'_>,
+        indices: Bound<'_, PyAny>,
+        row_size: u64,
+        out: Bound<'_, PyAny>,
+        stream: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let rows = crate::rows::Rows::new(py, &indices, row_size, &out)?;
+        let stream = match (&stream, self.inner.device()) {
+            (Some(s), Device::Cuda(device)) => Some(crate::rows::stream_arg(py, s, &device)?),
+            _ => None,
+        };
+        let map = self.inner.clone();
+        rows.run(py, move |indices, dst| match stream {
+            Some(stream) => map.gather_rows_on(indices, row_size, dst, stream),
+            None => map.gather_rows(indices, row_size, dst),
+        })
+    }
+
+    /// Reads `[offset, offset + length)` in the background; the future's `get()` returns the
+    /// length when it is resident.
+    fn prefetch(&self, offset: u64, length: u64) -> IOFuture {
+        IOFuture::pending(Box::new(Prefetch(self.inner.prefetch(offset, length), length as usize)))
+    }
+
+    /// madvise-like advice for a range: "normal", "sequential", "random", "willneed",
+    /// "dontneed".
+    fn advise(&self, py: Python<'_>, offset: u64, length: u64, advice: &str) -> PyResult<()> {
+        let advice = advice_arg(advice)?;
+        let map = self.inner.clone();
+        nogil(py, move || map.advise(offset, length, advice))
+    }
+
+    /// Writes every dirty extent back (raises the error of an earlier failed write-back until
+    /// a `sync` succeeds).
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let map = self.inner.clone();
+        nogil(py, move || map.flush())
+    }
+
+    /// Like `flush`, for `[offset, offset + length)`.
+    fn flush_range(&self, py: Python<'_>, offset: u64, length: u64) -> PyResult<()> {
+        let map = self.inner.clone();
+        nogil(py, move || map.flush_range(offset, length))
+    }
+
+    /// `flush`, then fdatasync: durable when it returns.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let map = self.inner.clone();
+        nogil(py, move || map.sync())
+    }
+
+    /// Writes back, then gives up the memory no view pins.
+    fn evict(&self, py: Python<'_>) -> PyResult<()> {
+        let map = self.inner.clone();
+        nogil(py, move || map.evict())
+    }
+
+    /// Flushes (for a writable map) and raises its error; the memory goes when the last view
+    /// and handle do.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.inner.is_writable() {
+            self.flush(py)?;
+        }
+        Ok(())
+    }
+
+    /// `{"hits", "misses", "bytes_faulted", "evictions", "resident_bytes", ...}`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        file_stats(py, &self.inner.stats())
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<gpumapio.MappedFile {} ({} bytes) in {}>",
+            self.inner.path().display(),
+            self.inner.len(),
+            self.inner.memory()
+        )
+    }
+}

@@ -1,0 +1,61 @@
+//! Python arguments of the map classes turned into the library's options: the device, the
+//! options a map is opened with, and madvise-like advice.
+
+use gpumap::mapped::{Advice, ZeroCopy};
+use gpumap::memory::Device;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::errors::check;
+
+/// `device`: `None`/`"auto"` (GPU 0 where there is one), an ordinal, or `"host"`.
+pub(super) fn device_arg(device: Option<&Bound<'_, PyAny>>) -> PyResult<Device> {
+    let Some(device) = device else { return Ok(Device::auto()) };
+    if let Ok(ordinal) = device.extract::<usize>() {
+        return check(device.py(), Device::cuda(ordinal));
+    }
+    match device.extract::<String>()?.as_str() {
+        "auto" => Ok(Device::auto()),
+        "host" | "cpu" => Ok(Device::Host),
+        other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
+            Some(ordinal) => check(device.py(), Device::cuda(ordinal)),
+            None => Err(PyValueError::new_err(format!(
+                "device {other:?}: expected a GPU ordinal, \"cuda:N\", \"host\" or \"auto\""
+            ))),
+        },
+    }
+}
+
+/// What both ways of opening a map take (`DeviceCache.open`, `MappedFile.open`).
+pub(super) fn map_options(
+    writable: bool,
+    advice: &str,
+    zero_copy: bool,
+    max_pinned: Option<u64>,
+    read_ahead: Option<u64>,
+) -> PyResult<gpumap::mapped::MapOptions> {
+    let mut o = gpumap::mapped::MapOptions::new();
+    o.writable(writable).advice(advice_arg(advice)?);
+    if zero_copy {
+        o.zero_copy(max_pinned.map_or(ZeroCopy::On, ZeroCopy::Within));
+    }
+    if let Some(bytes) = read_ahead {
+        o.read_ahead(bytes);
+    }
+    Ok(o)
+}
+
+pub(super) fn advice_arg(advice: &str) -> PyResult<Advice> {
+    Ok(match advice {
+        "normal" => Advice::Normal,
+        "sequential" => Advice::Sequential,
+        "random" => Advice::Random,
+        "willneed" => Advice::WillNeed,
+        "dontneed" => Advice::DontNeed,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "advice {other:?}: expected normal, sequential, random, willneed or dontneed"
+            )))
+        }
+    })
+}
