@@ -50,7 +50,7 @@ from gpumapio.buffer import bounce_buffer_free, memory_deregister, memory_regist
 from gpumapio.checkpoint import CheckpointError, load_checkpoint
 from gpumapio.cufile import stream_deregister, stream_register
 from gpumapio.defaults import CompatMode
-from gpumapio.maps import DeviceCache, MappedFile, View, gather, gather_rows, map
+from gpumapio.maps import DeviceCache, LookupScope, MappedFile, View, gather, gather_rows, include_dir, map
 from gpumapio.models import empty_weights, load_into_model
 from gpumapio.pagecache import (
     clear_page_cache,
@@ -71,6 +71,7 @@ __all__ = [
     "DeviceCache",
     "IOFuture",
     "IOFutureStream",
+    "LookupScope",
     "RemoteEndpointType",
     "RemoteFile",
     "MappedFile",
@@ -92,6 +93,7 @@ __all__ = [
     "gather",
     "gather_rows",
     "get_page_cache_info",
+    "include_dir",
     "gpu_count",
     "load_checkpoint",
     "load_into_model",

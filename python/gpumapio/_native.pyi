@@ -45,6 +45,7 @@ __all__ = [
     "DeviceCache",
     "MappedFile",
     "View",
+    "LookupScope",
     "__version__",
 ]
 
@@ -361,18 +362,22 @@ class DeviceCache:
         *,
         writable: bool = False,
         advice: _Advice = "normal",
-        zero_copy: bool = False,
+        zero_copy: bool | Literal["misses"] | None = None,
         max_pinned: int | None = None,
         read_ahead: int | None = None,
     ) -> MappedFile:
         """Opens ``path`` in this cache. ``zero_copy``: gathers and views read the read-only
         file in place from the host's page cache (the whole file is read and pinned, within
-        ``max_pinned`` bytes across the process; default half of physical memory).
+        ``max_pinned`` bytes across the process; default half of physical memory);
+        ``"misses"``: row gathers look in the cache first and read only their misses in place.
         ``read_ahead``: bytes a walk reads ahead (default 512 MiB; 0: none)."""
     def stats(self) -> dict[str, Any]: ...
     def flush(self) -> None: ...
     def sync(self) -> None: ...
     def wait_for_admissions(self) -> None: ...
+    def lookup_scope(self, stream: object | None = None) -> LookupScope:
+        """The directory for kernels of one's own queued on ``stream`` (see
+        :class:`LookupScope`)."""
     def gather(self, ranges: Sequence[tuple[MappedFile, int, int]], out: _Buffer) -> None: ...
     @property
     def device(self) -> str: ...
@@ -391,7 +396,7 @@ class MappedFile:
         frame_size: int | None = None,
         device: int | str | None = None,
         advice: _Advice = "normal",
-        zero_copy: bool = False,
+        zero_copy: bool | Literal["misses"] | None = None,
         max_pinned: int | None = None,
         read_ahead: int | None = None,
     ) -> MappedFile:
@@ -424,6 +429,26 @@ class MappedFile:
     def evict(self) -> None: ...
     def close(self) -> None: ...
     def stats(self) -> dict[str, Any]: ...
+    def wait_for_admissions(self) -> None: ...
+    def lookup_scope(self, stream: object | None = None) -> LookupScope:
+        """The directory of the file's cache for kernels of one's own, with ``file``."""
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *args: object) -> bool: ...
+
+@final
+class LookupScope:
+    """A GPU cache's directory handed to kernels of one's own (``gpumap_table.h`` in
+    :func:`gpumapio.include_dir`): while it lives no slot a lookup can find is reused; leaving
+    it (or :meth:`end`) waits for its stream."""
+
+    @property
+    def table(self) -> int:
+        """The device address of the cache's ``gpumap_table``."""
+    @property
+    def file(self) -> int:
+        """The number a :class:`MappedFile` scope's extents are keyed by."""
+    def file_number(self, mapped: MappedFile) -> int: ...
+    def end(self) -> None: ...
     def __enter__(self) -> Self: ...
     def __exit__(self, *args: object) -> bool: ...
 

@@ -24,11 +24,18 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from gpumapio._device import Output, empty_bytes, gpu_count
-from gpumapio._native import DeviceCache, MappedFile, View
+from gpumapio._native import DeviceCache, LookupScope, MappedFile, View
 
 __all__ = ["DeviceCache", "MappedFile", "View", "gather", "gather_rows", "map"]
 
 Advice = Literal["normal", "sequential", "random", "willneed", "dontneed"]
+
+
+def include_dir() -> str:
+    """The folder of ``gpumap_table.h``: the layout of a cache's directory, for kernels of one's
+    own that look rows up themselves (pass it as ``-I`` to NVRTC, CuPy's ``RawKernel`` or nvcc;
+    see :meth:`MappedFile.lookup_scope` and python/examples/lookup_kernel.py)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 
 
 def map(  # noqa: A001 - the name users reach for, as mmap.mmap / np.memmap
@@ -41,7 +48,7 @@ def map(  # noqa: A001 - the name users reach for, as mmap.mmap / np.memmap
     device: int | str | None = None,
     advice: Advice = "normal",
     cache: DeviceCache | None = None,
-    zero_copy: bool = False,
+    zero_copy: bool | Literal["misses"] = False,
     max_pinned: int | None = None,
     read_ahead: int | None = None,
 ) -> MappedFile:
@@ -56,8 +63,10 @@ def map(  # noqa: A001 - the name users reach for, as mmap.mmap / np.memmap
     in place from the host's page cache, registered for the GPU — faster than the cache for warm
     files that fit in RAM (docs/decisions/0010-zero-copy-on-request.md) — at the price of
     reading and pinning the whole file in host memory (within ``max_pinned`` bytes across the
-    process). ``read_ahead``: bytes a
-    walk reads ahead (default 512 MiB; 0: none).
+    process). ``zero_copy="misses"`` keeps the cache in front of that tier for row gathers: rows
+    resident in GPU memory come from there, the others are read in place by the same kernel and
+    made resident in the background (docs/decisions/0013-misses-in-place.md). ``read_ahead``:
+    bytes a walk reads ahead (default 512 MiB; 0: none).
     """
     # Without a cache, a cache of its own, sized by the library (MapOptions::open).
     open_in: Callable[..., MappedFile] = cache.open if cache is not None else functools.partial(

@@ -65,6 +65,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<maps::DeviceCache>()?;
     m.add_class::<maps::MappedFile>()?;
     m.add_class::<maps::View>()?;
+    m.add_class::<maps::LookupScope>()?;
     // Set as attributes, not added (which would also list them in `__all__`): private names
     // the type stubs do not have, in test builds only.
     #[cfg(feature = "fault-injection")]

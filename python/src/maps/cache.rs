@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use super::host_bytes::{filled_bytes, host_copy};
+use super::lookups::LookupScope;
 use super::map_handle::MapHandle;
 use super::options::{advice_arg, device_arg, map_options};
 use super::stats::{cache_stats, file_stats};
@@ -76,7 +77,7 @@ impl DeviceCache {
     /// read the file in place from the host's page cache (registered for the GPU; the whole
     /// file is read and pinned, within `max_pinned` bytes across the process). `read_ahead`:
     /// bytes a walk reads ahead (default 512 MiB; 0: none).
-    #[pyo3(signature = (path, *, writable = false, advice = "normal", zero_copy = false, max_pinned = None, read_ahead = None))]
+    #[pyo3(signature = (path, *, writable = false, advice = "normal", zero_copy = None, max_pinned = None, read_ahead = None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         &self,
@@ -84,11 +85,11 @@ impl DeviceCache {
         path: PathBuf,
         writable: bool,
         advice: &str,
-        zero_copy: bool,
+        zero_copy: Option<Bound<'_, PyAny>>,
         max_pinned: Option<u64>,
         read_ahead: Option<u64>,
     ) -> PyResult<MappedFile> {
-        let o = map_options(writable, advice, zero_copy, max_pinned, read_ahead)?;
+        let o = map_options(writable, advice, zero_copy.as_ref(), max_pinned, read_ahead)?;
         let cache = self.inner.clone();
         let inner = nogil(py, move || cache.open_with(&path, &o))?;
         Ok(MappedFile::new(inner, self.inner.clone()))
@@ -118,6 +119,17 @@ impl DeviceCache {
             cache.wait_for_admissions();
             Ok(())
         })
+    }
+
+    /// The cache's directory for kernels of one's own queued on `stream` (torch, CuPy, a raw
+    /// `CUstream`, or `None`: the default stream), as a context manager (`LookupScope`).
+    #[pyo3(signature = (stream = None))]
+    fn lookup_scope(
+        &self,
+        py: Python<'_>,
+        stream: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<LookupScope> {
+        LookupScope::begin(py, &self.inner, stream, None)
     }
 
     /// Copies `ranges` (`(file, offset, length)`, files of this cache) packed one after another
@@ -176,6 +188,11 @@ impl MappedFile {
     fn new(map: DeviceMappedFile, cache: Cache) -> MappedFile {
         MappedFile { handle: Arc::new(MapHandle { map: map.clone() }), inner: map, cache }
     }
+
+    /// The library's map.
+    pub(super) fn map(&self) -> &DeviceMappedFile {
+        &self.inner
+    }
 }
 
 /// A prefetch in flight, for `IOFuture`.
@@ -202,7 +219,7 @@ impl MappedFile {
     /// by default the file's size up to 4 GiB in whole frames of the size that budget gets —
     /// the library's `CacheOptions::for_file`, so Python and Rust size the cache alike.
     #[staticmethod]
-    #[pyo3(signature = (path, *, budget = None, writable = false, extent_size = 65536, frame_size = None, device = None, advice = "normal", zero_copy = false, max_pinned = None, read_ahead = None))]
+    #[pyo3(signature = (path, *, budget = None, writable = false, extent_size = 65536, frame_size = None, device = None, advice = "normal", zero_copy = None, max_pinned = None, read_ahead = None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
@@ -213,11 +230,11 @@ impl MappedFile {
         frame_size: Option<u64>,
         device: Option<Bound<'_, PyAny>>,
         advice: &str,
-        zero_copy: bool,
+        zero_copy: Option<Bound<'_, PyAny>>,
         max_pinned: Option<u64>,
         read_ahead: Option<u64>,
     ) -> PyResult<MappedFile> {
-        let o = map_options(writable, advice, zero_copy, max_pinned, read_ahead)?;
+        let o = map_options(writable, advice, zero_copy.as_ref(), max_pinned, read_ahead)?;
         let device = device_arg(device.as_ref())?;
         let (inner, cache) = nogil(py, move || {
             let mut c = match budget {
@@ -411,6 +428,26 @@ impl MappedFile {
     fn evict(&self, py: Python<'_>) -> PyResult<()> {
         let map = self.inner.clone();
         nogil(py, move || map.evict())
+    }
+
+    /// Waits until rows that gathers read past the cache have been admitted to it.
+    fn wait_for_admissions(&self, py: Python<'_>) -> PyResult<()> {
+        let map = self.inner.clone();
+        nogil(py, move || {
+            map.wait_for_admissions();
+            Ok(())
+        })
+    }
+
+    /// The directory of the file's cache for kernels of one's own queued on `stream` (see
+    /// `DeviceCache.lookup_scope`), with `file`, the number this file's extents are keyed by.
+    #[pyo3(signature = (stream = None))]
+    fn lookup_scope(
+        &self,
+        py: Python<'_>,
+        stream: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<LookupScope> {
+        LookupScope::begin(py, &self.cache, stream, Some(&self.inner))
     }
 
     /// Flushes (for a writable map) and raises its error; the memory goes when the last view

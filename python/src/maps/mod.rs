@@ -10,15 +10,18 @@
 //! - `cache`: the classes `DeviceCache` and `MappedFile` (together: each hands out the other);
 //! - `view`: the class `View`, its pin and its exports;
 //! - `map_handle`: the binding's hold on a map, which flushes it when the last holder goes;
+//! - `lookups`: the class `LookupScope`, a cache's directory for kernels of one's own;
 //! - `options` and `stats`: Python arguments to the library's options, its stats to dicts;
 //! - `host_bytes`: copies between maps and Python's `bytes` or device memory.
 
 mod cache;
 mod host_bytes;
+mod lookups;
 mod map_handle;
 mod options;
 mod stats;
 mod view;
 
 pub use cache::{DeviceCache, MappedFile};
+pub use lookups::LookupScope;
 pub use view::View;

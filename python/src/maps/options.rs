@@ -5,6 +5,7 @@ use gpumap::mapped::{Advice, ZeroCopy};
 use gpumap::memory::Device;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyBool;
 
 use crate::errors::check;
 
@@ -27,18 +28,34 @@ pub(super) fn device_arg(device: Option<&Bound<'_, PyAny>>) -> PyResult<Device> 
 }
 
 /// What both ways of opening a map take (`DeviceCache.open`, `MappedFile.open`).
+/// `zero_copy`: `None`/`False`, `True`, or `"misses"` (the cache in front of the tier).
 pub(super) fn map_options(
     writable: bool,
     advice: &str,
-    zero_copy: bool,
+    zero_copy: Option<&Bound<'_, PyAny>>,
     max_pinned: Option<u64>,
     read_ahead: Option<u64>,
 ) -> PyResult<gpumap::mapped::MapOptions> {
     let mut o = gpumap::mapped::MapOptions::new();
     o.writable(writable).advice(advice_arg(advice)?);
-    if zero_copy {
-        o.zero_copy(max_pinned.map_or(ZeroCopy::On, ZeroCopy::Within));
-    }
+    let mode = match zero_copy {
+        None => None,
+        Some(v) if v.is_instance_of::<PyBool>() => v.extract::<bool>()?.then_some(false),
+        Some(v) if v.extract::<String>().is_ok_and(|s| s == "misses") => Some(true),
+        Some(v) => {
+            return Err(PyValueError::new_err(format!(
+                "zero_copy {}: expected True, False or \"misses\"",
+                v.repr()?
+            )))
+        }
+    };
+    o.zero_copy(match (mode, max_pinned) {
+        (None, _) => ZeroCopy::Off,
+        (Some(false), None) => ZeroCopy::On,
+        (Some(false), Some(bytes)) => ZeroCopy::Within(bytes),
+        (Some(true), None) => ZeroCopy::Misses,
+        (Some(true), Some(bytes)) => ZeroCopy::MissesWithin(bytes),
+    });
     if let Some(bytes) = read_ahead {
         o.read_ahead(bytes);
     }
