@@ -15,9 +15,15 @@ use super::rows::refresh_recency;
 use super::state::{Engine, FileEntry};
 use crate::error::Result;
 
-/// The most extents one admission takes: bounds its work (a few milliseconds of the books and
-/// its reads), so that what it admits reflects the latest misses.
+/// The most extents one admission takes into a full cache: bounds its work (a few milliseconds
+/// of the books and its reads, and as many evictions), so that what it admits reflects the
+/// latest misses.
 pub(crate) const MAX_EXTENTS_PER_ADMISSION: usize = 4096;
+
+/// The most extents one admission takes while the budget has room (misses read in place reach
+/// the cache only through admissions, and filling free room evicts nothing): a 256 MiB bound
+/// on one admission's reads at extents of 4 KiB.
+pub(crate) const MAX_EXTENTS_PER_ADMISSION_WITH_ROOM: usize = 1 << 16;
 
 /// Whether an admission is running, and a way to wait for none.
 #[derive(Default)]
@@ -62,16 +68,22 @@ impl Drop for AdmissionClaim {
 }
 
 /// The distinct extents of the rows `rows` (row indices, `row_size` bytes each) of a file, at
-/// most [`MAX_EXTENTS_PER_ADMISSION`], taken in the rows' order.
+/// most [`MAX_EXTENTS_PER_ADMISSION`] (or, while the budget has room,
+/// [`MAX_EXTENTS_PER_ADMISSION_WITH_ROOM`]), taken in the rows' order.
 pub(crate) fn extents_of_rows(engine: &Engine, rows: &[u64], row_size: u64) -> Vec<u64> {
+    let most = if engine.has_room() {
+        MAX_EXTENTS_PER_ADMISSION_WITH_ROOM
+    } else {
+        MAX_EXTENTS_PER_ADMISSION
+    };
     let mut extents = Vec::new();
     for &row in rows {
         extents.extend(engine.geometry.extents_covering(row * row_size, row_size));
-        if extents.len() >= MAX_EXTENTS_PER_ADMISSION {
+        if extents.len() >= most {
             break;
         }
     }
-    extents.truncate(MAX_EXTENTS_PER_ADMISSION);
+    extents.truncate(most);
     extents.sort_unstable();
     extents.dedup();
     extents
