@@ -466,7 +466,7 @@ impl DeviceMappedFile {
         // a copy down, and an offer made while one runs would be dropped anyway.
         let mut claim = None;
         let in_place = in_place.map(|zero_copy| {
-            claim = AdmissionClaim::try_take(self.engine());
+            claim = AdmissionClaim::try_take(&self.engine().admissions);
             let (base, len) = (zero_copy.device_ptr().unwrap_or(0), zero_copy.len());
             MissesInPlace { base, len, list: claim.is_some() }
         });
@@ -481,7 +481,7 @@ impl DeviceMappedFile {
             in_place,
         )?;
         if !read_through.is_empty() {
-            let claim = claim.or_else(|| AdmissionClaim::try_take(self.engine()));
+            let claim = claim.or_else(|| AdmissionClaim::try_take(&self.engine().admissions));
             if let Some(claim) = claim {
                 self.admit_in_background(claim, &read_through, row_size);
             }

@@ -3,7 +3,7 @@
 //!
 //! object_store is async; gpumap's calls are blocking (and its futures run on the I/O pool),
 //! so one multi-threaded tokio runtime of the library's own, made at the first remote open,
-//! runs every request. Its own retries are off: [`super::fetch`] retries with the caller's
+//! runs every request. Its own retries are off: `fetch` (the ranged GETs) retries with the caller's
 //! status codes and backoff.
 #![forbid(unsafe_code)]
 

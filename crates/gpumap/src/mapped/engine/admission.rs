@@ -6,10 +6,6 @@
 //! time.
 #![forbid(unsafe_code)]
 
-use std::sync::Arc;
-
-use parking_lot::{Condvar, Mutex};
-
 use super::gather::{gather_to, GatherRange};
 use super::rows::refresh_recency;
 use super::state::{Engine, FileEntry};
@@ -24,48 +20,6 @@ pub(crate) const MAX_EXTENTS_PER_ADMISSION: usize = 4096;
 /// the cache only through admissions, and filling free room evicts nothing): a 256 MiB bound
 /// on one admission's reads at extents of 4 KiB.
 pub(crate) const MAX_EXTENTS_PER_ADMISSION_WITH_ROOM: usize = 1 << 16;
-
-/// Whether an admission is running, and a way to wait for none.
-#[derive(Default)]
-pub(crate) struct Admissions {
-    running: Mutex<bool>,
-    finished: Condvar,
-}
-
-impl Admissions {
-    /// Waits until no admission runs.
-    pub(crate) fn wait_idle(&self) {
-        let mut running = self.running.lock();
-        while *running {
-            self.finished.wait(&mut running);
-        }
-    }
-}
-
-/// The right to run the engine's one admission, given back when dropped.
-pub(crate) struct AdmissionClaim {
-    engine: Arc<Engine>,
-}
-
-impl AdmissionClaim {
-    /// The claim, or `None` while another admission runs.
-    pub(crate) fn try_take(engine: &Arc<Engine>) -> Option<AdmissionClaim> {
-        let mut running = engine.admissions.running.lock();
-        if *running {
-            return None;
-        }
-        *running = true;
-        Some(AdmissionClaim { engine: Arc::clone(engine) })
-    }
-}
-
-impl Drop for AdmissionClaim {
-    fn drop(&mut self) {
-        let admissions = &self.engine.admissions;
-        *admissions.running.lock() = false;
-        admissions.finished.notify_all();
-    }
-}
 
 /// The distinct extents of the rows `rows` (row indices, `row_size` bytes each) of a file, at
 /// most [`MAX_EXTENTS_PER_ADMISSION`] (or, while the budget has room,

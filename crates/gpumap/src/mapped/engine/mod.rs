@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 mod admission;
+mod admission_gate;
 mod books;
 mod directory;
 mod gather;
@@ -31,7 +32,8 @@ mod sticky;
 mod store;
 mod writeback;
 
-pub(crate) use admission::{admit, extents_of_rows, AdmissionClaim};
+pub(crate) use admission::{admit, extents_of_rows};
+pub(crate) use admission_gate::AdmissionClaim;
 pub(crate) use books::key;
 pub(crate) use gather::{gather, GatherRange};
 pub(crate) use geometry::Geometry;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::admission::Admissions;
+use super::admission_gate::Admissions;
 use super::books::{Books, Catalog, FileCounters, FileId, FrameBudget, SlotId};
 use super::directory::Directory;
 use super::geometry::Geometry;
@@ -84,7 +84,7 @@ pub(crate) struct Engine {
     /// books share.
     pub(crate) directory: Directory,
     /// The background admission of rows gathers read past the full cache.
-    pub(crate) admissions: Admissions,
+    pub(crate) admissions: Arc<Admissions>,
 }
 
 /// One file's numbers, summed over the shards (its stats, in the engine's terms).
@@ -171,7 +171,7 @@ impl Engine {
             fault_nanos: AtomicU64::new(0),
             pin_wait,
             max_frames,
-            admissions: Admissions::default(),
+            admissions: Arc::default(),
         })
     }
 
