@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use super::engine::{key, Engine};
+use super::engine::Engine;
 use super::file::DeviceMappedFile;
 use crate::error::{Error, Result};
 use crate::memory::{Device, StreamRef};
@@ -92,16 +92,13 @@ impl<'s> LookupScope<'s> {
                 map.path().display()
             )));
         }
-        let entry = map.entry();
-        let last = self.engine.geometry.extents(entry.len).saturating_sub(1);
-        match (key(entry.id, 0), key(entry.id, last)) {
-            (Some(first), Some(_)) => Ok(first >> 40),
-            _ => Err(Error::InvalidArgument(format!(
+        self.engine.directory_file(map.entry()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
                 "{}: its extents have no keys in the cache's table (file number {})",
                 map.path().display(),
-                entry.id
-            ))),
-        }
+                map.entry().id
+            ))
+        })
     }
 
     /// Ends the scope: waits for the work queued on its stream so far, then lets the cache

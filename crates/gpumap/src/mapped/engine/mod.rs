@@ -34,7 +34,6 @@ mod writeback;
 
 pub(crate) use admission::{admit, extents_of_rows};
 pub(crate) use admission_gate::AdmissionClaim;
-pub(crate) use books::key;
 pub(crate) use gather::{gather, GatherRange};
 pub(crate) use geometry::Geometry;
 pub(crate) use pins::{pin_extent, pin_frames, unpin_view, PinFor, Pins};

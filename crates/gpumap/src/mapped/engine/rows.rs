@@ -515,8 +515,7 @@ fn on_device(
     let (Some(kernels), Some(table)) = (directory.kernels(), directory.params()) else {
         return Err(Error::InvalidArgument("a GPU cache without its directory".into()));
     };
-    let extents = engine.geometry.extents(entry.len);
-    let (Some(file), Some(_)) = (key(entry.id, 0), key(entry.id, extents.saturating_sub(1))) else {
+    let Some(file) = engine.directory_file(entry) else {
         // A file whose keys do not fit is never in the directory: every row a miss.
         let all = host_indices(indices)?;
         let misses = all.into_iter().enumerate().map(|(p, i)| (p as u64, i as u64)).collect();
@@ -545,7 +544,7 @@ fn on_device(
     let list = in_place.is_none_or(|p| p.list);
     let reported = run_row_kernel(device, indices, stream, list, |args| {
         let job = job(args);
-        kernels.gather_rows(stream, &table, file >> 40, &job, base, args.misses, args.results)
+        kernels.gather_rows(stream, &table, file, &job, base, args.misses, args.results)
     });
     drop(lookups);
     let reported = reported?;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::admission_gate::Admissions;
-use super::books::{Books, Catalog, FileCounters, FileId, FrameBudget, SlotId};
+use super::books::{key, Books, Catalog, FileCounters, FileId, FrameBudget, SlotId};
 use super::directory::Directory;
 use super::geometry::Geometry;
 use super::sticky::StickyError;
@@ -178,6 +178,15 @@ impl Engine {
     /// Whether the budget has a frame left to take: no eviction is needed to make room.
     pub(crate) fn has_room(&self) -> bool {
         self.budget.has_room()
+    }
+
+    /// The number `entry`'s extents are keyed by in the directory (`key(file, e) >> 40`), or
+    /// `None` where their keys do not fit: then the file is never in the directory, and every
+    /// lookup of it misses.
+    pub(crate) fn directory_file(&self, entry: &FileEntry) -> Option<u64> {
+        let last = self.geometry.extents(entry.len).saturating_sub(1);
+        let (first, _) = (key(entry.id, 0)?, key(entry.id, last)?);
+        Some(first >> 40)
     }
 
     /// Where the engine's memory is.
