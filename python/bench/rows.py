@@ -4,7 +4,8 @@ people use for it today, on the same file and the same indices, in the shared JS
 
     python3 python/bench/rows.py FILE --jsonl OUT.jsonl [--row-size 512] [--batch 100000]
         [--batches 20] [--budget BYTES] [--memory-max BYTES] [--numpy-batch N]
-        [--max-seconds S] [--only gpumap,zero-copy,in-place,numpy,uva] [--workloads uniform,skewed]
+        [--max-seconds S] [--only gpumap,zero-copy,in-place,numpy,uva,filehandle]
+        [--workloads uniform,skewed]
 
 FILE is read, never written; it is a table of ``row_size``-byte rows. Each workload gathers
 ``batches`` batches of ``batch`` rows, chosen uniformly (``uniform``) or with a power law
@@ -25,7 +26,16 @@ indices already on the GPU and the rows landing in a CuPy array:
   .cuda()`` (``cupy.asarray`` without torch), the indices copied to the host first, as such code
   must;
 - ``cupy-uva-kernel``: the 20-line kernel people write: ``mmap`` the file,
-  ``cudaHostRegister`` it read-only, one warp per row reading host memory over PCIe.
+  ``cudaHostRegister`` it read-only, one warp per row reading host memory over PCIe;
+- ``gpumap-filehandle-batch`` (``--only filehandle``, workload ``rand_read_4k_cold``): not a row
+  gather but the yardstick of a first pass from disk: random 4 KiB blocks of the file, dropped
+  from the page cache first, read into GPU memory by ``FileHandle``'s batch path in one call
+  (``read_files``), as fast as the disk answers random reads. ``rows_per_s`` is reads per second.
+  A first pass's misses are compared with it: each ``gpumap-rows`` ``*_first`` record says
+  ``misses_per_s`` (the cache's misses over the pass's time).
+
+Under ``--memory-max`` every implementation starts with the file dropped from the page cache,
+so each first pass reads from the disk.
 
 ``--memory-max`` runs the bench in a cgroup (v2) of that much memory, page cache included, so
 that the file is larger than the memory the process may use: the case the GPU cache exists
@@ -167,6 +177,7 @@ def bench_gpumap(cp, out, path, row_size, workloads, budget, zero_copy):
         extra = {"budget": budget}
         if zero_copy is not True:
             extra["stats"] = {k: v for k, v in m.stats().items() if isinstance(v, int)}
+            extra["misses_per_s"] = round(extra["stats"]["misses"] / max(sum(first), 1e-9), 1)
         report(out, impl, f"{name}_first", first, batch, row_size, **extra)
         report(out, impl, f"{name}_hot", hot, batch, row_size, budget=budget)
         if settled is not None:
@@ -270,6 +281,33 @@ def bench_uva(cp, out, path, row_size, workloads):
     os.close(fd)
 
 
+def bench_filehandle_cold(cp, out, path, reads, seed):
+    """``reads`` random 4 KiB blocks of ``path``, dropped from the page cache first, read into
+    GPU memory in one batch by ``FileHandle``'s batch path."""
+    from gpumapio._native import CuFile, read_files
+
+    blocks = os.path.getsize(path) // 4096
+    offsets = np.random.default_rng(seed).choice(blocks, size=min(reads, blocks), replace=False) * 4096
+    pieces = [(0, int(o), 4096, i * 4096, 1, 0) for i, o in enumerate(offsets)]
+    dst = cp.empty(len(pieces) * 4096, dtype=cp.uint8)
+    with CuFile(path, "r") as f:
+        gpumapio.pagecache.evict(path)
+        cp.cuda.runtime.deviceSynchronize()
+        t = time.perf_counter()
+        counts = read_files(dst, [f], pieces)
+        cp.cuda.runtime.deviceSynchronize()
+        seconds = time.perf_counter() - t
+    assert all(n == 4096 for n in counts), "short reads"
+    # A sample of the blocks checked against the file, byte for byte.
+    got = cp.asnumpy(dst).reshape(-1, 4096)
+    with open(path, "rb") as f:
+        for i in range(0, len(offsets), max(len(offsets) // 64, 1)):
+            f.seek(int(offsets[i]))
+            assert f.read(4096) == got[i].tobytes(), f"block at {offsets[i]} differs"
+    out.emit("gpumap-filehandle-batch", "rand_read_4k_cold", len(pieces), 4096, seconds,
+             threads=gpumapio.defaults.get("num_threads"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("file")
@@ -283,6 +321,8 @@ def main():
     ap.add_argument("--numpy-batch", type=int, default=None, help="rows per NumPy batch (default --batch)")
     ap.add_argument("--max-seconds", type=float, default=60.0, help="per pass of one implementation")
     ap.add_argument("--workloads", default="uniform,skewed")
+    ap.add_argument("--filehandle-reads", type=int, default=100_000,
+                    help="random 4 KiB reads of --only filehandle")
     ap.add_argument("--settle-seconds", type=float, default=10.0,
                     help="in-place: seconds of untimed gathers before the settled pass")
     a = ap.parse_args()
@@ -306,6 +346,8 @@ def main():
     only = a.only.split(",")
     print(f"gpumapio {gpumapio.__version__}: {rows} rows of {a.row_size} B, batches of {a.batch}", flush=True)
     for which in only:
+        if a.memory_max:
+            gpumapio.pagecache.evict(a.file)
         if which == "gpumap":
             bench_gpumap(cp, out, a.file, a.row_size, workloads, budget, zero_copy=False)
         elif which == "zero-copy":
@@ -316,8 +358,10 @@ def main():
             bench_numpy(cp, out, a.file, a.row_size, workloads, a.numpy_batch or a.batch)
         elif which == "uva":
             bench_uva(cp, out, a.file, a.row_size, workloads)
+        elif which == "filehandle":
+            bench_filehandle_cold(cp, out, a.file, a.filehandle_reads, seed=99)
         else:
-            sys.exit(f"--only {which}: expected gpumap, zero-copy, in-place, numpy or uva")
+            sys.exit(f"--only {which}: expected gpumap, zero-copy, in-place, numpy, uva or filehandle")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 #      tier, the cache in front of the zero-copy tier (misses read in place), np.memmap + torch,
 #      and the CuPy kernel over a cudaHostRegister'ed mmap;
 #   2. the process limited to less memory than the file (cgroup v2 memory.max): gpumap
-#      (budget --limit-budget) against np.memmap, skewed;
+#      (budget --limit-budget) against np.memmap, skewed, and FileHandle's random 4 KiB reads
+#      from the disk (before and after them) as the yardstick of a first pass's misses;
 #   3. the Rust engine without Python: `gpumap map --rows` (GPUMAP_BIN) on the same file.
 # Usage (on a GPU machine, from the repository root; on the lent machine through
 # `bash .gpu/on-device.sh run bash python/bench/rows.sh`):
@@ -29,7 +30,7 @@ python3 python/bench/rows.py "$file" --jsonl "$out/rows.jsonl" --batches 20 --ma
 echo "== 2. memory.max $memory_max (the file is $((gib << 30)) bytes), skewed"
 sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
 python3 python/bench/rows.py "$file" --jsonl "$out/rows.jsonl" --batches 10 --max-seconds 30 \
-  --workloads skewed --only gpumap,numpy --budget "$limit_budget" --memory-max "$memory_max" \
+  --workloads skewed --only filehandle,gpumap,numpy,filehandle --budget "$limit_budget" --memory-max "$memory_max" \
   --numpy-batch 2000
 if [ -x "${GPUMAP_BIN:-}" ]; then
   # Case 2 dropped the page cache: warm it again, as case 1 had it.

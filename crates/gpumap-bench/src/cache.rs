@@ -32,6 +32,9 @@ use crate::workloads::{random_offsets, random_workloads, RandomWorkload};
 ///   cache of 1/64 of the file, where the rows above (`random_ops` rows, a call or a view per
 ///   row) mostly time a new cache's first use; and single 4 KiB views the same way
 ///   (`gpumap-cache-views-b64`/`-b1`, `rand_read_4k_warm_steady`);
+/// - the same steady rows through a map with misses read in place
+///   (`gpumap-cache-misses-in-place-b64`, `ZeroCopy::MissesWithin`: the cache in front of the
+///   zero-copy tier);
 /// - the zero-copy tier (`ZeroCopyFile`): registering the warm file (`gpumap-zerocopy`,
 ///   `register_warm`), then the random reads gathered in place from the page cache in batches
 ///   of 1024 from every thread (`gpumap-zerocopy-batch`, warm only: registering reads the file),
@@ -158,6 +161,22 @@ pub(crate) fn run_cache(
         let secs = gather_in_batches(&map, &steady, block, &dsts)?;
         let record = Record::new("gpumap-cache-batch-b64", workload, threads, bytes, secs);
         emit(&record.with_ops(steady.len() as u64));
+        // The same rows with the cache in front of the zero-copy tier: misses read in place by
+        // the row kernel from the registered page cache, their extents admitted behind it.
+        let cache = CacheOptions::new()
+            .memory(Device::Cuda(device.clone()))
+            .budget((file_len / 64).max(8 << 20).next_multiple_of(8 << 20))
+            .extent_size(block)
+            .build()?;
+        let in_place = cache.open_with(
+            &options.file,
+            MapOptions::new().handle_options(handle()?).zero_copy(ZeroCopy::MissesWithin(u64::MAX)),
+        )?;
+        let secs = gather_in_batches(&in_place, &steady, block, &dsts)?;
+        let record =
+            Record::new("gpumap-cache-misses-in-place-b64", workload, threads, bytes, secs);
+        emit(&record.with_ops(steady.len() as u64));
+        drop((in_place, cache));
         if block != 4096 {
             continue;
         }
