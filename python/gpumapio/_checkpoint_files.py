@@ -1,6 +1,6 @@
 """Which files make a checkpoint, and which tensor lives where: a single safetensors file, a
-directory, or a ``model.safetensors.index.json`` — every header and the index checked before
-anything is allocated or read."""
+directory, or a ``model.safetensors.index.json``, local or at a URL — every header and the index
+checked before anything is allocated or read."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import os
 from typing import Any
 
+from gpumapio._sources import is_url, join, open_source, read_bytes
 from gpumapio.safetensors import TensorInfo, _brief, _object, read_header
 
 __all__ = ["Catalogue", "CheckpointError", "Shard", "open_catalogue"]
@@ -48,8 +49,13 @@ class Catalogue:
 def open_catalogue(source: str | os.PathLike[str]) -> Catalogue:
     """The catalogue of ``source``: a ``.safetensors`` file, an index JSON, or a directory
     (its ``model.safetensors.index.json``, else its one ``*.safetensors.index.json``, else
-    every ``*.safetensors`` file in it)."""
+    every ``*.safetensors`` file in it). A URL (``s3://``, ``http(s)://``) names a file or an
+    index; a URL ending in ``/`` is a directory, read as its ``model.safetensors.index.json``
+    or else its ``model.safetensors`` (an object store's or web server's listing is not
+    read)."""
     path = os.fspath(source)
+    if is_url(path):
+        return _from_url(path)
     if os.path.isdir(path):
         names = sorted(os.listdir(path))
         indices = [n for n in names if n.endswith(_INDEX_SUFFIX)]
@@ -68,9 +74,43 @@ def open_catalogue(source: str | os.PathLike[str]) -> Catalogue:
     return _from_files([path], None, None)
 
 
-def _from_index(index_path: str) -> Catalogue:
+def _from_url(url: str) -> Catalogue:
+    if not url.endswith("/"):
+        return _from_index(url) if url.endswith(".json") else _from_files([url], None, None)
+    tried = []
+    for name in ("model.safetensors.index.json", "model.safetensors"):
+        candidate = url + name
+        try:
+            with open_source(candidate):
+                pass
+        except FileNotFoundError:
+            tried.append(name)
+            continue
+        return _from_url(candidate)
+    raise CheckpointError(f"{url}: neither {' nor '.join(tried)} is there; name the file or index to load")
+
+
+def _read_index(index_path: str) -> bytes:
+    """The index's bytes, at most one past the limit."""
+    if is_url(index_path):
+        with open_source(index_path) as f:
+            return read_bytes(f, 0, min(f.nbytes(), _MAX_INDEX + 1))
     with open(index_path, "rb") as f:
-        raw = f.read(_MAX_INDEX + 1)
+        return f.read(_MAX_INDEX + 1)
+
+
+def _exists(path: str) -> bool:
+    if not is_url(path):
+        return os.path.isfile(path)
+    try:
+        with open_source(path):
+            return True
+    except FileNotFoundError:
+        return False
+
+
+def _from_index(index_path: str) -> Catalogue:
+    raw = _read_index(index_path)
     if len(raw) > _MAX_INDEX:
         raise CheckpointError(f"{index_path}: more than {_MAX_INDEX} bytes; not a checkpoint index")
     try:
@@ -80,26 +120,26 @@ def _from_index(index_path: str) -> Catalogue:
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise CheckpointError(f"{index_path}: no \"weight_map\" object mapping tensor names to shard files")
-    base = os.path.dirname(index_path)
     for name, shard in weight_map.items():
         if not isinstance(shard, str) or not shard:
             raise CheckpointError(f"{index_path}: tensor {name!r} maps to {_brief(shard)}, not a shard file name")
         parts = shard.replace("\\", "/").split("/")
-        if os.path.isabs(shard) or ".." in parts:
+        if os.path.isabs(shard) or ".." in parts or "://" in shard:
             raise CheckpointError(
                 f"{index_path}: tensor {name!r} maps to {shard!r}, outside the index's directory "
                 f"(shards are named relative to it, with no '..')"
             )
     shard_names = list(dict.fromkeys(weight_map.values()))
-    missing = [s for s in shard_names if not os.path.isfile(os.path.join(base, s))]
+    missing = [s for s in shard_names if not _exists(join(index_path, s))]
     if missing:
         named = [n for n, s in weight_map.items() if s == missing[0]]
+        base = join(index_path, "") if is_url(index_path) else os.path.dirname(index_path)
         raise CheckpointError(
             f"{index_path}: shard {missing[0]!r} (holding {len(named)} tensors, {named[0]!r} first) "
             f"is not a file in {base or '.'}" + (f"; {len(missing) - 1} more missing" if len(missing) > 1 else "")
         )
     metadata = index.get("metadata")
-    return _from_files([os.path.join(base, s) for s in shard_names], weight_map, index_path, metadata)
+    return _from_files([join(index_path, s) for s in shard_names], weight_map, index_path, metadata)
 
 
 def _from_files(
@@ -125,10 +165,9 @@ def _from_files(
             where[name] = i
         shards.append(Shard(path, tensors))
     if weight_map is not None:
-        base = os.path.dirname(index_path or "")
         # Each shard name of the index once, as the index of the file it names.
-        number = {os.path.normpath(s.path): i for i, s in enumerate(shards)}
-        named = {shard: number.get(os.path.normpath(os.path.join(base, shard))) for shard in set(weight_map.values())}
+        number = {s.path: i for i, s in enumerate(shards)}
+        named = {shard: number.get(join(index_path or "", shard)) for shard in set(weight_map.values())}
         for name, shard in weight_map.items():
             got = where.get(name)
             if got is None or got != named[shard]:

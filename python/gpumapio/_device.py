@@ -80,10 +80,9 @@ def read_file_to_device(
         raise ValueError(f"offset {offset} is negative")
     if size is not None and size < 0:
         raise ValueError(f"size {size} is negative")
-    from gpumapio._native import CuFile, RemoteFile
+    from gpumapio._sources import open_source
 
-    remote = isinstance(path, str) and path.split("://", 1)[0].lower() in ("s3", "http", "https")
-    with RemoteFile.open(path) if remote else CuFile(path, "r") as f:
+    with open_source(path) as f:
         # The range is checked against the file before memory is allocated for it.
         file_size = f.nbytes()
         if size is None:

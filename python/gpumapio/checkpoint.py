@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Union
 
 from gpumapio._checkpoint_files import Catalogue, CheckpointError, open_catalogue
 from gpumapio._native import CuFile, read_files
+from gpumapio._sources import open_source, read_pieces
 from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
 from gpumapio.safetensors import _DTYPES, TensorInfo, _torch_device
 from gpumapio.tensor_parallel import TensorParallel
@@ -201,8 +202,10 @@ class _Framework:
 _Read = tuple[int, int, int, int, int, int]
 
 
-def _read(flat: Any, files: list[CuFile], pieces: list[_Read], paths: list[str]) -> None:
-    counts = read_files(flat, files, pieces)
+def _read(flat: Any, files: list[Any], pieces: list[_Read], paths: list[str]) -> None:
+    # Local shards in one native pipeline; objects at URLs as parallel ranged reads each.
+    local = all(isinstance(f, CuFile) for f in files)
+    counts = read_files(flat, files, pieces) if local else read_pieces(flat, files, pieces)
     for (shard, offset, size, _, count, _), got in zip(pieces, counts):
         if got != size * count:
             raise EOFError(
@@ -223,7 +226,11 @@ def load_checkpoint(
     """Loads a safetensors checkpoint: ``{name: tensor}``.
 
     ``source`` is a ``.safetensors`` file, a ``model.safetensors.index.json`` (or any
-    ``*.safetensors.index.json``), or a directory holding either. Every header and the index
+    ``*.safetensors.index.json``), or a directory holding either; or an ``s3://`` or
+    ``http(s)://`` URL of a file or an index (its shards named relative to it), or of a
+    directory ending in ``/`` (its ``model.safetensors.index.json``, else its
+    ``model.safetensors``). Objects are read with parallel ranged GETs
+    (:class:`gpumapio.RemoteFile`, credentials from the AWS environment). Every header and the index
     are checked first (:class:`CheckpointError` names the file and the values: a shard
     missing, a tensor in two shards or not where the index says, offsets that overlap or pass
     the end of a file); then the bytes of every shard are read by one pipeline, all shards in
@@ -251,9 +258,9 @@ def load_checkpoint(
     flat = fw.empty(-(-total // 16) * 16)  # whole elements of every dtype
     paths = [s.path for s in catalogue.shards]
     used = sorted({p.shard for p in placed})
-    files: list[CuFile] = []
+    files: list[Any] = []
     try:
-        files = [CuFile(paths[s], "r") for s in used]
+        files = [open_source(paths[s]) for s in used]
         slot = {s: i for i, s in enumerate(used)}
         direct: list[_Read] = []
         by_shard: dict[int, list[Run]] = {}
@@ -286,7 +293,7 @@ def _cast_through_staging(
     fw: _Framework,
     flat: Any,
     casts: list[_Placed],
-    files: list[CuFile],
+    files: list[Any],
     slot: dict[int, int],
     paths: list[str],
     staging_bytes: int,

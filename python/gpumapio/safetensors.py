@@ -18,7 +18,7 @@ import stat
 import struct
 from typing import Any, Iterable
 
-from gpumapio._native import CuFile
+from gpumapio._sources import is_url, open_source, read_bytes
 
 __all__ = ["TensorInfo", "load_safetensors", "read_header"]
 
@@ -184,26 +184,45 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], di
     the tensor's, or overflows 64 bits; sizes that are not whole numbers from 0 to 2^64 - 1
     (``true`` included); a ``__metadata__`` that is not a map of strings to strings; a header
     length past the file or past 100 MB (checked before anything is read).
+
+    ``path`` may also be an ``s3://bucket/key`` or ``http(s)://`` URL: the header is read with
+    ranged GETs (:class:`gpumapio.RemoteFile`).
     """
     name = os.fspath(path)
-    # O_NONBLOCK: opening a FIFO would otherwise wait for a writer, for ever.
-    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{name}: not a regular file (a FIFO, device or socket); only regular files are read")
-        file_size = st.st_size
-        prefix = f.read(8)
-        if len(prefix) < 8:
-            raise ValueError(f"{name}: {file_size} bytes is too short for a safetensors file")
-        (n,) = struct.unpack("<Q", prefix)
-        if n > _MAX_HEADER or 8 + n > file_size:
-            raise ValueError(
-                f"{name}: header length {n} does not fit the file of {file_size} bytes "
-                f"(or passes the {_MAX_HEADER}-byte limit)"
-            )
-        raw = f.read(n)
+    if is_url(name):
+        with open_source(name) as f:
+            file_size = f.nbytes()
+            n, raw = _header_bytes(name, file_size, lambda offset, size: read_bytes(f, offset, size))
+    else:
+        # O_NONBLOCK: opening a FIFO would otherwise wait for a writer, for ever.
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(f"{name}: not a regular file (a FIFO, device or socket); only regular files are read")
+            file_size = st.st_size
+            n, raw = _header_bytes(name, file_size, lambda offset, size: f.read(size))
+    return _parse_header(name, file_size, n, raw)
+
+
+def _header_bytes(name: str, file_size: int, read: Any) -> tuple[int, bytes]:
+    """The header's length and bytes, by ``read(offset, size)`` (called at offsets 0 then 8):
+    the length checked against the file and the limit before the header is read."""
+    prefix = read(0, 8)
+    if len(prefix) < 8:
+        raise ValueError(f"{name}: {file_size} bytes is too short for a safetensors file")
+    (n,) = struct.unpack("<Q", prefix)
+    if n > _MAX_HEADER or 8 + n > file_size:
+        raise ValueError(
+            f"{name}: header length {n} does not fit the file of {file_size} bytes "
+            f"(or passes the {_MAX_HEADER}-byte limit)"
+        )
+    raw = read(8, n)
     if len(raw) != n:
         raise ValueError(f"{name}: read {len(raw)} of the header's {n} bytes (the file shrank)")
+    return n, raw
+
+
+def _parse_header(name: str, file_size: int, n: int, raw: bytes) -> tuple[dict[str, TensorInfo], dict[str, str] | None]:
     try:
         text = raw.decode("utf-8")
         header = json.loads(
@@ -344,6 +363,9 @@ def load_safetensors(
     multiple of its element size (which safetensors' own writers never produce) is copied.
     The header is checked first (:func:`read_header`); tensors of the sub-byte dtypes (F4,
     F6_E2M3, F6_E3M2) are refused, as torch and NumPy have no dtype for them.
+
+    ``path`` may also be an ``s3://bucket/key`` or ``http(s)://`` URL, read with parallel
+    ranged GETs (:class:`gpumapio.RemoteFile`, credentials from the AWS environment).
     """
     infos, _ = read_header(path)
     if tensors is not None:
@@ -391,7 +413,7 @@ def load_safetensors(
     else:
         raise ValueError(f"framework {framework!r}: expected 'pt' or 'numpy'")
 
-    with CuFile(path, "r") as f:
+    with open_source(path) as f:
         if len(reads) == 1:
             at, size, offset = reads[0]
             got = f.read(flat[at : at + size], size, offset)

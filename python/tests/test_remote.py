@@ -1,10 +1,9 @@
-"""gpumapio.RemoteFile against servers on 127.0.0.1 only: a range server written here (faults
+"""gpumapio.RemoteFile against servers on 127.0.0.1 only: a range server (conftest.py; faults
 injected: 503s, stalls, bodies cut short) and moto's S3 server; byte for byte against the
 source bytes."""
 
 from __future__ import annotations
 
-import http.server
 import threading
 import time
 
@@ -15,67 +14,6 @@ import gpumapio
 from gpumapio import RemoteFile
 
 from conftest import need_gpu
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def _object(self):
-        data = self.server.objects.get(self.path.split("?")[0])
-        if data is None:
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-        return data
-
-    def do_HEAD(self):
-        data = self._object()
-        if data is not None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-
-    def do_GET(self):
-        self.server.gets += 1
-        fault = self.server.faults.pop(0) if self.server.faults else None
-        if isinstance(fault, int):
-            self.send_response(fault)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        if isinstance(fault, float):
-            time.sleep(fault)
-        data = self._object()
-        if data is None:
-            return
-        start, end = self.headers["Range"].removeprefix("bytes=").split("-")
-        start, end = int(start), min(int(end), len(data) - 1)
-        body = data[start : end + 1]
-        self.send_response(206)
-        self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if fault == "truncate":
-            self.wfile.write(body[: len(body) // 2])
-            self.close_connection = True
-            return
-        self.wfile.write(body)
-
-
-@pytest.fixture
-def server():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    srv.objects, srv.faults, srv.gets = {}, [], 0
-    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
 
 
 @pytest.fixture
@@ -237,29 +175,8 @@ def test_read_file_to_device_takes_urls(served):
     assert out.tobytes() == data[10:5010]
 
 
-@pytest.fixture
-def moto_s3(monkeypatch):
-    """moto's S3 server on 127.0.0.1 with one object, and credentials in the environment."""
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    for name, value in [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1")]:
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    srv.start()
-    host, port = srv.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    data = np.random.default_rng(7).integers(0, 256, size=(1 << 20) + 333, dtype="u1").tobytes()
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-    client.create_bucket(Bucket="gpumap-bucket")
-    client.put_object(Bucket="gpumap-bucket", Key="dir/object.bin", Body=data)
-    yield endpoint, data
-    srv.stop()
-
-
 def test_s3_through_moto(moto_s3, monkeypatch):
-    endpoint, data = moto_s3
+    endpoint, data, _ = moto_s3
     files = [
         RemoteFile.open_s3("gpumap-bucket", "dir/object.bin", aws_endpoint_url=endpoint, request_size=100_000),
         RemoteFile.open_s3_url("s3://gpumap-bucket/dir/object.bin", aws_endpoint_url=endpoint),

@@ -13,6 +13,7 @@ use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, RetryConfig};
 
 use crate::error::{Error, RemoteErrorKind, Result};
+use crate::remote::aws_profile::Profile;
 use crate::remote::failure::{self, Failure};
 use crate::remote::options::RemoteOptions;
 use crate::remote::url::RemoteUrl;
@@ -26,7 +27,8 @@ pub(crate) struct Client {
 
 impl Client {
     /// A client for `url`: S3 with credentials, region and endpoint from the standard AWS
-    /// environment variables (the options' endpoint and region override them), or plain HTTP.
+    /// environment variables, then the shared AWS files (the options' endpoint and region
+    /// override both), or plain HTTP.
     pub(crate) fn connect(url: &RemoteUrl, options: &RemoteOptions) -> Result<Client> {
         let client_options = ClientOptions::new()
             .with_timeout(options.timeout)
@@ -45,6 +47,7 @@ impl Client {
                     .with_bucket_name(bucket)
                     .with_client_options(client_options)
                     .with_retry(no_retries);
+                builder = with_shared_profile(builder)?;
                 if let Some(endpoint) = &options.s3_endpoint {
                     builder = builder.with_endpoint(endpoint);
                 }
@@ -68,6 +71,55 @@ impl Client {
             }
         }
     }
+}
+
+/// `builder` with what the AWS shared files' profile sets and the environment does not, in the
+/// order the AWS tools take them: environment first, then the files.
+fn with_shared_profile(
+    mut builder: object_store::aws::AmazonS3Builder,
+) -> Result<object_store::aws::AmazonS3Builder> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let Some(profile) = Profile::load(env)? else { return Ok(builder) };
+    let env_sets = |names: &[&str]| names.iter().any(|n| env(n).is_some());
+    let env_credentials = env_sets(&[
+        "AWS_ACCESS_KEY_ID",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ]);
+    if !env_credentials {
+        match (&profile.access_key_id, &profile.secret_access_key, &profile.unsupported_source) {
+            (Some(id), Some(secret), _) => {
+                builder = builder.with_access_key_id(id).with_secret_access_key(secret);
+                if let Some(token) = &profile.session_token {
+                    builder = builder.with_token(token);
+                }
+            }
+            (_, _, Some(source)) => {
+                return Err(Error::InvalidConfig {
+                    var: "AWS_PROFILE".into(),
+                    value: env("AWS_PROFILE").unwrap_or_else(|| "default".into()),
+                    reason: format!(
+                        "the profile gets its credentials through {source}, which gpumap does \
+                         not run; put them in the environment (`aws configure \
+                         export-credentials --format env`)"
+                    ),
+                });
+            }
+            _ => {}
+        }
+    }
+    if !env_sets(&["AWS_REGION", "AWS_DEFAULT_REGION"]) {
+        if let Some(region) = &profile.region {
+            builder = builder.with_region(region);
+        }
+    }
+    if !env_sets(&["AWS_ENDPOINT_URL", "AWS_ENDPOINT"]) {
+        if let Some(endpoint) = &profile.endpoint_url {
+            builder = builder.with_endpoint(endpoint);
+        }
+    }
+    Ok(builder)
 }
 
 /// The runtime every remote request runs on, made at first use.

@@ -23,11 +23,15 @@
 //!   backoff; every attempt has `timeout` to complete. Defaults are KvikIO's.
 //! - **Credentials** come from the standard AWS environment (`AWS_ACCESS_KEY_ID`,
 //!   `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL`,
-//!   web identity, container credentials) through object_store. They never appear in an
+//!   web identity, container credentials) through object_store, then from the shared AWS
+//!   files (`~/.aws/credentials` and `~/.aws/config`, or `AWS_SHARED_CREDENTIALS_FILE` and
+//!   `AWS_CONFIG_FILE`; profile `AWS_PROFILE`, else `default`: static keys, region and
+//!   `endpoint_url`) for what the environment leaves unset. They never appear in an
 //!   error: [`Error::Remote`](crate::Error::Remote) names the URL without user, password or
 //!   query string.
 #![forbid(unsafe_code)]
 
+mod aws_profile;
 mod client;
 mod failure;
 mod fetch;

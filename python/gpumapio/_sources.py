@@ -1,0 +1,70 @@
+"""Where bytes are read from: a local path or an ``s3://`` / ``http(s)://`` URL, opened as the
+reader that serves it (``CuFile`` or ``RemoteFile``, which read and pread alike), and the few
+path operations the loaders need on either."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from typing import Any, Union
+
+from gpumapio._native import CuFile, RemoteFile
+
+__all__ = ["is_url", "join", "open_source", "read_bytes", "read_pieces"]
+
+Source = Union[str, "os.PathLike[str]"]
+
+_SCHEMES = ("s3", "http", "https")
+
+
+def is_url(source: Any) -> bool:
+    """Whether ``source`` is an object-store or HTTP(S) URL rather than a local path."""
+    return isinstance(source, str) and source.split("://", 1)[0].lower() in _SCHEMES and "://" in source
+
+
+def open_source(source: Source) -> Any:
+    """A reader of ``source`` opened for reading: ``RemoteFile`` for a URL (credentials from
+    the AWS environment), else ``CuFile``. Both have ``nbytes``, ``read``, ``pread``, ``close``
+    and are context managers."""
+    if is_url(source):
+        return RemoteFile.open(source)
+    return CuFile(source, "r")
+
+
+def read_bytes(reader: Any, offset: int, size: int) -> bytes:
+    """``size`` bytes of an open reader from ``offset`` (fewer where it ends first)."""
+    buf = bytearray(size)
+    got = reader.read(buf, size, offset) if size else 0
+    return bytes(buf[:got])
+
+
+def join(base: str, name: str) -> str:
+    """``name`` (relative, ``/``-separated) beside ``base``'s directory: a path or a URL."""
+    if is_url(base):
+        scheme, rest = base.split("://", 1)
+        return f"{scheme}://{posixpath.normpath(posixpath.join(posixpath.dirname(rest), name))}"
+    return os.path.join(os.path.dirname(base), name)
+
+
+def read_pieces(flat: Any, readers: list[Any], pieces: list[tuple[int, int, int, int, int, int]]) -> list[int]:
+    """Reads ``pieces`` — ``(reader index, offset, bytes per run, buffer offset, runs, stride)``,
+    as the native ``read_files`` takes them — of readers that are not local files into the
+    uint8 array ``flat``, every run in flight at once; each piece's count, as ``read_files``
+    gives it (short where the object ends first)."""
+    futures = []
+    for slot, offset, size, at, count, stride in pieces:
+        runs = []
+        for k in range(count):
+            dst = flat[at + k * size : at + (k + 1) * size]
+            runs.append((readers[slot].pread(dst, size, offset + k * stride), size))
+        futures.append(runs)
+    counts = []
+    for runs in futures:
+        total, short = 0, False
+        for future, size in runs:
+            got = future.get()
+            if not short:
+                total += got
+                short = got < size
+        counts.append(total)
+    return counts

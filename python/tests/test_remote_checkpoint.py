@@ -1,0 +1,119 @@
+"""Checkpoints at URLs: load_checkpoint and load_safetensors over the range server on 127.0.0.1
+(conftest.py) and over moto's S3 server, checked byte for byte against the same checkpoint
+loaded from local files; host memory (NumPy), so it runs everywhere."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+st_numpy = pytest.importorskip("safetensors.numpy")
+
+from gpumapio import CheckpointError, TensorParallel, load_checkpoint, load_safetensors  # noqa: E402
+from gpumapio.safetensors import read_header  # noqa: E402
+from test_checkpoint import _model, _same, _save_sharded  # noqa: E402
+
+
+def _publish(server, directory, prefix="/ckpt"):
+    """Every file of ``directory`` served under ``prefix``; the URL of the prefix."""
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name), "rb") as f:
+            server.objects[f"{prefix}/{name}"] = f.read()
+    return f"{server.url}{prefix}"
+
+
+@pytest.fixture
+def published(server, tmp_path, rng):
+    tensors = _model(rng)
+    directory = _save_sharded(tensors, str(tmp_path / "ckpt"))
+    return _publish(server, directory), directory, tensors
+
+
+@pytest.mark.parametrize("form", ["index", "directory", "one shard"])
+def test_http_checkpoints_load_as_local_ones(published, form):
+    url, directory, tensors = published
+    source = {
+        "index": f"{url}/model.safetensors.index.json",
+        "directory": f"{url}/",
+        "one shard": f"{url}/model-00002-of-00003.safetensors",
+    }[form]
+    got = load_checkpoint(source, "cpu", framework="numpy")
+    if form == "one shard":
+        local = load_checkpoint(os.path.join(directory, "model-00002-of-00003.safetensors"), "cpu", framework="numpy")
+        assert list(got) == list(local) and 0 < len(got) < len(tensors)
+    else:
+        local = load_checkpoint(directory, "cpu", framework="numpy")
+        assert list(got) == list(local) and set(got) == set(tensors)
+    for name, array in got.items():
+        _same(array, tensors[name])
+
+
+def test_filters_slices_and_casts_read_from_urls(published):
+    url, directory, tensors = published
+    index = f"{url}/model.safetensors.index.json"
+    wanted = ["model.layers.1.mlp.up_proj.weight", "model.norm.weight"]
+    got = load_checkpoint(index, "cpu", framework="numpy", tensors=wanted)
+    assert list(got) == wanted
+    for name in wanted:
+        _same(got[name], tensors[name])
+    # Column splits are strided runs: one ranged read per run.
+    tp = TensorParallel(rank=1, world_size=2, rules={"*.q_proj.weight": "column", "*.down_proj.weight": "row"})
+    remote = load_checkpoint(index, "cpu", framework="numpy", tp=tp)
+    local = load_checkpoint(directory, "cpu", framework="numpy", tp=tp)
+    assert list(remote) == list(local)
+    for name in local:
+        _same(remote[name], local[name])
+    cast = load_checkpoint(index, "cpu", framework="numpy", dtype="float16", tensors=wanted)
+    _same(cast["model.layers.1.mlp.up_proj.weight"], tensors["model.layers.1.mlp.up_proj.weight"].astype("<f2"))
+
+
+def test_load_safetensors_and_read_header_take_urls(published):
+    url, directory, tensors = published
+    shard = "model-00001-of-00003.safetensors"
+    remote_infos, remote_meta = read_header(f"{url}/{shard}")
+    local_infos, local_meta = read_header(os.path.join(directory, shard))
+    assert remote_infos == local_infos and remote_meta == local_meta
+    got = load_safetensors(f"{url}/{shard}", "cpu", framework="numpy")
+    assert list(got) == list(local_infos)
+    for name, array in got.items():
+        _same(array, tensors[name])
+    some = list(local_infos)[1:3]
+    got = load_safetensors(f"{url}/{shard}", "cpu", framework="numpy", tensors=some)
+    for name in some:
+        _same(got[name], tensors[name])
+
+
+def test_missing_shards_and_bad_urls_name_what_is_wrong(server, published):
+    url, _, _ = published
+    del server.objects["/ckpt/model-00003-of-00003.safetensors"]
+    with pytest.raises(CheckpointError, match=r"shard 'model-00003-of-00003.safetensors'.*is not a file in http://"):
+        load_checkpoint(f"{url}/model.safetensors.index.json", "cpu", framework="numpy")
+    with pytest.raises(CheckpointError, match=r"neither model.safetensors.index.json nor model.safetensors"):
+        load_checkpoint(f"{server.url}/elsewhere/", "cpu", framework="numpy")
+    with pytest.raises(FileNotFoundError):
+        load_safetensors(f"{server.url}/no/such.safetensors", "cpu", framework="numpy")
+    # A header cut short by the server: the length check names the object.
+    server.objects["/cut.safetensors"] = server.objects["/ckpt/model-00001-of-00003.safetensors"][:20]
+    with pytest.raises(ValueError, match=r"cut.safetensors: header length"):
+        read_header(f"{server.url}/cut.safetensors")
+    # An index naming a shard by URL is refused: shards are relative to the index.
+    server.objects["/bad/model.safetensors.index.json"] = (
+        b'{"weight_map": {"x": "http://127.0.0.1:1/elsewhere.safetensors"}}'
+    )
+    with pytest.raises(CheckpointError, match=r"outside the index's directory"):
+        load_checkpoint(f"{server.url}/bad/", "cpu", framework="numpy")
+
+
+def test_s3_checkpoints_through_moto(moto_s3, monkeypatch, tmp_path, rng):
+    endpoint, _, put = moto_s3
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    tensors = _model(rng, layers=2)
+    directory = _save_sharded(tensors, str(tmp_path / "ckpt"), shards=2)
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name), "rb") as f:
+            put(f"models/llama/{name}", f.read())
+    got = load_checkpoint("s3://gpumap-bucket/models/llama/", "cpu", framework="numpy")
+    assert set(got) == set(tensors)
+    for name, array in got.items():
+        _same(array, tensors[name])
