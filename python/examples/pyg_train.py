@@ -11,9 +11,9 @@ It writes a synthetic graph's features (float32 rows, labels from them) and labe
 a temporary directory (``--dir``; removed at the end unless ``--keep``), builds a random graph
 with torch in an in-memory GraphStore, and trains for ``--steps`` mini-batches, printing how
 fast the store fetched rows. Needs torch, torch_geometric and gpumapio; no network. Without a
-GPU it runs on host memory (slowly). NeighborLoader samples with pyg-lib or torch-sparse;
-where neither is installed, a uniform neighbour sampler in plain torch drives torch_geometric's
-NodeLoader over the same stores (``--sampler`` chooses).
+GPU it runs on host memory (slowly). torch_geometric's NeighborLoader draws the mini-batches,
+sampling with pyg-lib or torch-sparse where one is installed and with
+gpumapio.pyg.PlainTorchNeighborSampler otherwise (``--sampler`` chooses; it prints which).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import torch
 import torch.nn.functional as F
 import torch_geometric.typing as pyg_typing
 from torch_geometric.data import EdgeAttr, GraphStore
-from torch_geometric.loader import NeighborLoader, NodeLoader
+from torch_geometric.loader import NeighborLoader
 from torch_geometric.nn import GraphSAGE
-from torch_geometric.sampler import BaseSampler, SamplerOutput
+from torch_geometric.sampler import NeighborSampler
 
 import gpumapio
-from gpumapio.pyg import MappedFeatureStore
+from gpumapio.pyg import MappedFeatureStore, PlainTorchNeighborSampler, neighbor_sampler
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -75,57 +75,6 @@ class InMemoryGraphStore(GraphStore):
         return [EdgeAttr(*key) for key in self.edges]
 
 
-class UniformSampler(BaseSampler):
-    """Uniform neighbour sampling (with replacement) in plain torch, on the host: ``fanout[i]``
-    in-neighbours of each node reached at hop ``i``, from a CSC graph (``row``, ``colptr``).
-    For where NeighborLoader has neither pyg-lib nor torch-sparse to sample with."""
-
-    def __init__(self, row: torch.Tensor, colptr: torch.Tensor, fanout: list[int]) -> None:
-        self.row, self.colptr, self.fanout = row, colptr, fanout
-        self.local = torch.full((colptr.numel() - 1,), -1, dtype=torch.long)  # global -> batch
-
-    def sample_from_nodes(self, inputs, **kwargs) -> SamplerOutput:
-        seeds = inputs.node.long()
-        local = self.local
-        local[seeds] = torch.arange(seeds.numel())
-        count = seeds.numel()
-        nodes, rows, cols = [seeds], [], []
-        sampled_nodes, sampled_edges = [seeds.numel()], []
-        frontier = seeds
-        for k in self.fanout:
-            start = self.colptr[frontier]
-            degree = self.colptr[frontier + 1] - start
-            keep = degree > 0
-            dst, start, degree = frontier[keep], start[keep], degree[keep]
-            offset = (torch.rand(dst.numel(), k) * degree.unsqueeze(1)).long()
-            offset = torch.minimum(offset, (degree - 1).unsqueeze(1))
-            src = self.row[(start.unsqueeze(1) + offset).view(-1)]
-            dst = dst.repeat_interleave(k)
-            new = src[local[src] < 0].unique()
-            local[new] = torch.arange(count, count + new.numel())
-            count += new.numel()
-            nodes.append(new)
-            rows.append(local[src])
-            cols.append(local[dst])
-            sampled_nodes.append(new.numel())
-            sampled_edges.append(src.numel())
-            frontier = new
-        node = torch.cat(nodes)
-        local[node] = -1
-        return SamplerOutput(
-            node=node,
-            row=torch.cat(rows),
-            col=torch.cat(cols),
-            edge=None,
-            num_sampled_nodes=sampled_nodes,
-            num_sampled_edges=sampled_edges,
-            metadata=(inputs.input_id, inputs.time),
-        )
-
-    def sample_from_edges(self, index, neg_sampling=None) -> SamplerOutput:
-        raise NotImplementedError("this example samples from nodes only")
-
-
 def write_features(directory: str, nodes: int, dim: int, classes: int, seed: int) -> tuple[str, str]:
     """``x.bin``: ``nodes`` rows of ``dim`` float32 (standard normal); ``y.bin``: int64 labels,
     the argmax of each row's first ``classes`` values (learnable from the node alone)."""
@@ -150,9 +99,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--classes", type=int, default=16)
-    parser.add_argument("--sampler", choices=["auto", "neighbor", "torch"], default="auto",
-                        help="neighbor: NeighborLoader (needs pyg-lib or torch-sparse); torch: "
-                             "NodeLoader with a plain-torch sampler; auto: the first that works")
+    parser.add_argument("--sampler", choices=["auto", "pyg", "plain"], default="auto",
+                        help="NeighborLoader's sampler: pyg: torch_geometric's (needs pyg-lib or "
+                             "torch-sparse); plain: gpumapio.pyg.PlainTorchNeighborSampler (needs "
+                             "neither); auto: torch_geometric's where it can sample, else plain")
     parser.add_argument("--dir", help="where to write the feature files (default: a new temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep the files")
     parser.add_argument("--quick", action="store_true", help="256MiB of features, 20 steps")
@@ -204,16 +154,22 @@ def main() -> None:
         store.add_table(y_path, attr_name="y", dtype="int64", row_shape=())
 
         seeds = torch.randperm(nodes)[: args.steps * args.batch_size]
-        has_sampler = pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE
-        if args.sampler == "neighbor" or (args.sampler == "auto" and has_sampler):
-            loader = NeighborLoader((store, graph_store), num_neighbors=fanout, input_nodes=seeds,
-                                    batch_size=args.batch_size)
-            print(f"loader: NeighborLoader, fanout {fanout}")
+        # NeighborLoader over the two stores; its sampler reads the graph store's CSC.
+        data = (store, graph_store)
+        if args.sampler == "pyg":
+            sampler = NeighborSampler(data, num_neighbors=fanout)
+        elif args.sampler == "plain":
+            sampler = PlainTorchNeighborSampler(data, num_neighbors=fanout)
         else:
-            why = "" if args.sampler == "torch" else " (neither pyg-lib nor torch-sparse imports)"
-            loader = NodeLoader((store, graph_store), node_sampler=UniformSampler(row, colptr, fanout),
-                                input_nodes=seeds, batch_size=args.batch_size)
-            print(f"loader: NodeLoader with a plain-torch uniform sampler{why}, fanout {fanout}")
+            sampler = neighbor_sampler(data, num_neighbors=fanout)
+        loader = NeighborLoader(data, num_neighbors=fanout, input_nodes=seeds, batch_size=args.batch_size,
+                                neighbor_sampler=sampler)
+        if isinstance(sampler, PlainTorchNeighborSampler):
+            how = "gpumapio.pyg.PlainTorchNeighborSampler (NumPy on the CPU"
+            how += ")" if args.sampler == "plain" else "; neither pyg-lib nor torch-sparse imports)"
+        else:
+            how = f"torch_geometric's NeighborSampler ({'pyg-lib' if pyg_typing.WITH_PYG_LIB else 'torch-sparse'})"
+        print(f"loader: NeighborLoader, fanout {fanout}, sampler: {how}")
 
         model = GraphSAGE(dim, hidden_channels=128, num_layers=len(fanout), out_channels=args.classes).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=0.005)

@@ -10,9 +10,14 @@ Two layers:
 - :class:`MappedFeatureStore`: a ``torch_geometric.data.FeatureStore`` over it, whose gathers
   are torch tensors on the GPU, for ``NeighborLoader((feature_store, graph_store), ...)``.
 
+``NeighborLoader`` samples with pyg-lib or torch-sparse; where neither is installed,
+``neighbor_sampler=gpumapio.pyg.neighbor_sampler(data, num_neighbors)`` gives it
+:class:`PlainTorchNeighborSampler`, which samples in NumPy on the CPU.
+
 torch and torch_geometric are optional dependencies of gpumapio: ``import gpumapio`` never
 imports them, and this module imports them only when :class:`MappedFeatureStore` is first
-looked up (an ``ImportError`` saying what is missing where they do not import).
+looked up, like :class:`PlainTorchNeighborSampler` and :func:`neighbor_sampler` (an
+``ImportError`` saying what is missing where they do not import).
 
 >>> from gpumapio.pyg import MappedFeatureStore                          # doctest: +SKIP
 >>> store = MappedFeatureStore(budget=1 << 30)                           # doctest: +SKIP
@@ -51,10 +56,19 @@ from gpumapio import maps
 from gpumapio._device import Output
 from gpumapio._native import DeviceCache, MappedFile
 
-if TYPE_CHECKING:  # the class itself is built on first use (it subclasses torch_geometric's)
+if TYPE_CHECKING:  # built on first use (they subclass torch_geometric's classes)
+    from gpumapio._pyg_sampler import PlainTorchNeighborSampler, neighbor_sampler
     from gpumapio._pyg_store import MappedFeatureStore
 
-__all__ = ["FeatureTables", "MappedFeatureStore", "Table", "dtype_name", "DTYPES"]
+__all__ = [
+    "FeatureTables",
+    "MappedFeatureStore",
+    "PlainTorchNeighborSampler",
+    "Table",
+    "dtype_name",
+    "neighbor_sampler",
+    "DTYPES",
+]
 
 #: The element types a table can hold, by name, with their sizes in bytes. ``bfloat16`` has no
 #: NumPy type: such tables are gathered as torch tensors (:class:`MappedFeatureStore`).
@@ -698,20 +712,31 @@ def _host_bytes(where: str, dtype: str, values: Any, expected: tuple[int, ...]) 
     return np.ascontiguousarray(values).reshape(-1).view(np.uint8)
 
 
+#: The names :func:`__getattr__` imports on first use, each with the module that holds it.
+_LAZY = {
+    "MappedFeatureStore": "_pyg_store",
+    "PlainTorchNeighborSampler": "_pyg_sampler",
+    "neighbor_sampler": "_pyg_sampler",
+}
+
+
 def __getattr__(name: str) -> Any:
-    # MappedFeatureStore subclasses torch_geometric's FeatureStore: built (torch and
+    # MappedFeatureStore and the sampler subclass torch_geometric's classes: built (torch and
     # torch_geometric imported) on first use only.
-    if name == "MappedFeatureStore":
-        try:
-            from gpumapio import _pyg_store
-        except ImportError as e:
-            raise ImportError(
-                f"gpumapio.pyg.MappedFeatureStore needs torch and torch_geometric "
-                f"(pip install torch torch_geometric): {e}"
-            ) from e
-        return _pyg_store.MappedFeatureStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    try:
+        module = importlib.import_module(f"gpumapio.{module_name}")
+    except ImportError as e:
+        raise ImportError(
+            f"gpumapio.pyg.{name} needs torch and torch_geometric "
+            f"(pip install torch torch_geometric): {e}"
+        ) from e
+    return getattr(module, name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"MappedFeatureStore"})
+    return sorted(set(globals()) | set(_LAZY))

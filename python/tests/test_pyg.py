@@ -625,14 +625,15 @@ def test_store_feeds_a_node_loader(store_env, tmp_path, rng):
 
 def test_store_feeds_a_neighbor_loader(store_env, tmp_path, rng):
     """NeighborLoader((store, graph store)), homogeneous (torch_geometric 2.8's remote backends
-    take group_name / edge_type None); it samples with pyg-lib or torch-sparse."""
+    take group_name / edge_type None), with gpumapio.pyg.neighbor_sampler's sampler: pyg-lib's
+    or torch-sparse's where one imports, PlainTorchNeighborSampler otherwise. Every batch's x is
+    the file's rows of n_id; the seeds come first; every edge is the graph's edge e_id, from a
+    sampled neighbour to the node it was sampled for, at most `fanout` per node and hop."""
     torch, torch_geometric, device = store_env
-    import torch_geometric.typing as pyg_typing
-
-    if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
-        pytest.skip("NeighborLoader samples with pyg-lib or torch-sparse; neither imports here")
     from torch_geometric.data import EdgeAttr, GraphStore
     from torch_geometric.loader import NeighborLoader
+
+    from gpumapio.pyg import neighbor_sampler
 
     class Graph(GraphStore):
         def __init__(self):
@@ -660,9 +661,248 @@ def test_store_feeds_a_neighbor_loader(store_env, tmp_path, rng):
     graph = Graph()
     edge_index = torch.randint(0, n, (2, 40_000))
     graph.put_edge_index((edge_index[0], edge_index[1]), edge_type=None, layout="coo", size=(n, n))
-    loader = NeighborLoader((store, graph), num_neighbors=[5, 3], input_nodes=torch.arange(n), batch_size=256)
+    fanout = [5, 3]
+    seeds = torch.randperm(n)
+    sampler = neighbor_sampler((store, graph), fanout)
+    loader = NeighborLoader((store, graph), num_neighbors=fanout, input_nodes=seeds, batch_size=256,
+                            neighbor_sampler=sampler)
+    src, dst = edge_index.numpy()
+    degree = np.bincount(dst, minlength=n)
     batches = 0
     for batch in loader:
-        assert as_numpy(batch.x).tobytes() == x[batch.n_id.numpy()].tobytes()
+        n_id = batch.n_id.numpy()
+        assert as_numpy(batch.x).tobytes() == x[n_id].tobytes()
+        assert np.array_equal(n_id[: batch.batch_size], seeds[batch.input_id].numpy())  # seeds first
+        row, col = batch.edge_index.numpy()
+        if batch.num_sampled_nodes is None:  # torch-sparse: no counts per hop to check against
+            assert np.array_equal(src[batch.e_id.numpy()], n_id[row])
+            assert np.array_equal(dst[batch.e_id.numpy()], n_id[col])
+        else:
+            check_sample(src, dst, degree, fanout, n_id, row, col, batch.e_id.numpy(),
+                         batch.num_sampled_nodes, batch.num_sampled_edges)
         batches += 1
     assert batches == len(loader)
+
+
+# Neighbour sampling without pyg-lib: gpumapio._pyg_neighbors (NumPy) and the sampler over it ####
+
+
+def check_sample(src, dst, degree, fanout, node, row, col, edge, num_sampled_nodes, num_sampled_edges,
+                 replace=False):
+    """A sampled subgraph as pyg-lib gives it (csc, not disjoint, directed), checked against the
+    graph whose edge ``i`` goes from ``src[i]`` to ``dst[i]`` (``degree``: in-degree per node):
+    edge ``j`` is the graph's edge ``edge[j]`` from ``node[row[j]]`` (the neighbour) to
+    ``node[col[j]]`` (the node it was sampled for); hop ``h`` samples ``min(degree, fanout[h])``
+    distinct edges (``fanout[h]`` with ``replace``; all for -1) for each node reached at hop
+    ``h - 1`` (the seeds for hop 0); each hop's new nodes follow, numbered in the order first
+    reached."""
+    node, row, col, edge = (np.asarray(a) for a in (node, row, col, edge))
+    assert len(num_sampled_nodes) == len(fanout) + 1 and len(num_sampled_edges) == len(fanout)
+    assert sum(num_sampled_nodes) == len(node)
+    assert sum(num_sampled_edges) == len(row) == len(col) == len(edge)
+    assert np.array_equal(src[edge], node[row]) and np.array_equal(dst[edge], node[col])
+    node_end = np.cumsum(num_sampled_nodes)
+    edge_end = np.cumsum([0, *num_sampled_edges])
+    for hop, count in enumerate(fanout):
+        begin, end, after = (node_end[hop - 1] if hop else 0), node_end[hop], node_end[hop + 1]
+        hop_row, hop_col, hop_edge = (a[edge_end[hop] : edge_end[hop + 1]] for a in (row, col, edge))
+        assert ((hop_col >= begin) & (hop_col < end)).all()  # sampled for the last hop's nodes
+        assert (hop_row < after).all()
+        frontier_degree = degree[node[begin:end]]
+        if count < 0:
+            want = frontier_degree
+        elif replace:
+            want = np.where(frontier_degree > 0, count, 0)
+        else:
+            want = np.minimum(frontier_degree, count)
+        assert np.array_equal(np.bincount(hop_col - begin, minlength=end - begin), want)
+        if not replace:  # no edge twice for one node
+            pairs = hop_col.astype(np.int64) * len(src) + hop_edge
+            assert len(np.unique(pairs)) == len(pairs)
+        new = hop_row[hop_row >= end]
+        _, first = np.unique(new, return_index=True)
+        assert np.array_equal(new[np.sort(first)], np.arange(end, after))
+
+
+# A hand-made graph in CSC: the in-neighbours of v are TINY_ROW[TINY_COLPTR[v]:TINY_COLPTR[v + 1]].
+# 0 <- 1, 2, 3;  1 <- 0;  2 <- none;  3 <- 0, 1;  4 <- 3;  5: isolated.
+TINY_COLPTR = np.array([0, 3, 4, 4, 6, 7, 7])
+TINY_ROW = np.array([1, 2, 3, 0, 0, 1, 3])
+TINY_DST = np.repeat(np.arange(6), np.diff(TINY_COLPTR))  # CSC position -> destination
+
+
+@pytest.mark.parametrize("fanout", [[5, 5], [-1, -1], [3, 2]])
+def test_sampling_a_tiny_graph_takes_every_neighbour_when_the_fanout_reaches_the_degree(fanout):
+    from gpumapio._pyg_neighbors import sample_neighbors
+
+    out = sample_neighbors(TINY_COLPTR, TINY_ROW, np.array([0, 5]), fanout, rng=np.random.default_rng(0))
+    assert out.node.tolist() == [0, 5, 1, 2, 3]  # seeds, then 0's in-neighbours in CSC order
+    assert out.row.tolist() == [2, 3, 4, 0, 0, 2]  # neighbours, as local indices
+    assert out.col.tolist() == [0, 0, 0, 2, 4, 4]  # the nodes they were sampled for
+    assert out.edge.tolist() == [0, 1, 2, 3, 4, 5]
+    assert out.num_sampled_nodes == [2, 3, 0] and out.num_sampled_edges == [3, 3]
+
+
+def test_sampling_a_tiny_graph_with_fanout_zero_isolated_nodes_and_repeated_seeds():
+    from gpumapio._pyg_neighbors import sample_neighbors
+
+    rng = np.random.default_rng(0)
+    out = sample_neighbors(TINY_COLPTR, TINY_ROW, np.array([0, 5]), [0, 5], rng=rng)
+    assert out.node.tolist() == [0, 5] and out.row.size == out.col.size == out.edge.size == 0
+    assert out.num_sampled_nodes == [2, 0, 0] and out.num_sampled_edges == [0, 0]
+
+    out = sample_neighbors(TINY_COLPTR, TINY_ROW, np.array([4]), [1, 0], rng=rng)
+    assert out.node.tolist() == [4, 3] and out.row.tolist() == [1] and out.col.tolist() == [0]
+    assert out.edge.tolist() == [6] and out.num_sampled_nodes == [1, 1, 0] and out.num_sampled_edges == [1, 0]
+
+    for isolated in ([2], [5], [2, 5]):  # no in-neighbours: nothing sampled, every hop
+        out = sample_neighbors(TINY_COLPTR, TINY_ROW, np.array(isolated), [3, 3], rng=rng)
+        assert out.node.tolist() == isolated and out.row.size == 0
+        assert out.num_sampled_nodes == [len(isolated), 0, 0] and out.num_sampled_edges == [0, 0]
+
+    out = sample_neighbors(TINY_COLPTR, TINY_ROW, np.array([], dtype=np.int64), [3], rng=rng)
+    assert out.node.size == 0 and out.num_sampled_nodes == [0, 0] and out.num_sampled_edges == [0]
+
+    # A seed given twice is sampled at each of its positions (as pyg-lib does); a neighbour
+    # equal to it takes the first position.
+    out = sample_neighbors(TINY_COLPTR, TINY_ROW, np.array([3, 3, 0]), [-1], rng=rng)
+    assert out.node.tolist() == [3, 3, 0, 1, 2] and out.num_sampled_nodes == [3, 2]
+    assert out.row.tolist() == [2, 3, 2, 3, 3, 4, 0] and out.col.tolist() == [0, 0, 1, 1, 2, 2, 2]
+    assert out.edge.tolist() == [4, 5, 4, 5, 0, 1, 2]
+
+    for bad in ([6], [0, -1]):
+        with pytest.raises(IndexError, match=r"seed -?\d+ at position \d+ is outside the graph of 6 nodes"):
+            sample_neighbors(TINY_COLPTR, TINY_ROW, np.array(bad), [1], rng=rng)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_sampling_a_random_graph_follows_pyg_libs_layout(rng, replace):
+    from gpumapio._pyg_neighbors import sample_neighbors
+
+    n, e = 3000, 30_000
+    dst = np.sort(rng.integers(0, n, e))
+    src = rng.integers(0, n, e)  # edge i (a CSC position, dst sorted) goes src[i] -> dst[i]
+    colptr = np.zeros(n + 1, dtype=np.int64)
+    colptr[1:] = np.cumsum(np.bincount(dst, minlength=n))
+    degree = np.diff(colptr)
+    for fanout in ([10, 5], [3, -1], [1, 1, 1], [25]):
+        seeds = rng.choice(n, 200, replace=False)
+        out = sample_neighbors(colptr, src, seeds, fanout, replace=replace, rng=rng)
+        assert np.array_equal(out.node[:200], seeds)
+        assert len(np.unique(out.node)) == len(out.node)
+        check_sample(src, dst, degree, fanout, out.node, out.row, out.col, out.edge,
+                     out.num_sampled_nodes, out.num_sampled_edges, replace=replace)
+
+
+def test_sampling_without_replacement_is_uniform():
+    """Two of node 0's five in-neighbours, 5000 times: each pair about equally often."""
+    from gpumapio._pyg_neighbors import sample_neighbors
+
+    colptr, row = np.array([0, 5, 5, 5, 5, 5, 5]), np.array([1, 2, 3, 4, 5])
+    rng = np.random.default_rng(7)
+    pairs = {}
+    for _ in range(5000):
+        out = sample_neighbors(colptr, row, np.array([0]), [2], rng=rng)
+        key = tuple(sorted(out.edge.tolist()))
+        assert len(key) == 2 and key[0] != key[1]
+        pairs[key] = pairs.get(key, 0) + 1
+    assert len(pairs) == 10  # every pair, each expected 500 times
+    assert all(350 < c < 650 for c in pairs.values()), pairs
+
+
+@pytest.fixture
+def pyg():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch_geometric")
+    return torch
+
+
+def tiny_data(torch, shuffle):
+    """The tiny graph as a torch_geometric Data (COO: edge i = CSC position i, unless shuffled)."""
+    from torch_geometric.data import Data
+
+    edge_index = torch.stack([torch.from_numpy(TINY_ROW), torch.from_numpy(TINY_DST)])
+    if shuffle:
+        edge_index = edge_index[:, torch.randperm(edge_index.shape[1])]
+    return Data(edge_index=edge_index, x=torch.arange(6).float().view(6, 1), num_nodes=6)
+
+
+def test_plain_sampler_gives_pyg_libs_output_on_a_tiny_graph(pyg):
+    torch = pyg
+    from torch_geometric.sampler import NodeSamplerInput
+
+    from gpumapio.pyg import PlainTorchNeighborSampler
+
+    data = tiny_data(torch, shuffle=False)
+    sampler = PlainTorchNeighborSampler(data, [5, 5], is_sorted=True)  # CSC as given: no permutation
+    out = sampler.sample_from_nodes(NodeSamplerInput(input_id=None, node=torch.tensor([0, 5])))
+    assert out.node.tolist() == [0, 5, 1, 2, 3]
+    assert out.row.tolist() == [2, 3, 4, 0, 0, 2] and out.col.tolist() == [0, 0, 0, 2, 4, 4]
+    assert out.edge.tolist() == [0, 1, 2, 3, 4, 5] and out.batch is None
+    assert out.num_sampled_nodes == [2, 3, 0] and out.num_sampled_edges == [3, 3]
+
+    out = sampler.sample_from_nodes(NodeSamplerInput(input_id=None, node=torch.tensor([2, 5])))
+    assert out.node.tolist() == [2, 5] and out.row.numel() == 0 and out.num_sampled_edges == [0, 0]
+
+    zero = PlainTorchNeighborSampler(data, [0, 5], is_sorted=True)
+    out = zero.sample_from_nodes(NodeSamplerInput(input_id=None, node=torch.tensor([0])))
+    assert out.node.tolist() == [0] and out.num_sampled_nodes == [1, 0, 0] and out.num_sampled_edges == [0, 0]
+
+    # Edges in another order: the sampler's positions are CSC's; its permutation maps them back.
+    data = tiny_data(torch, shuffle=True)
+    sampler = PlainTorchNeighborSampler(data, [-1, -1])
+    out = sampler.sample_from_nodes(NodeSamplerInput(input_id=None, node=torch.tensor([0, 5])))
+    edge_id = sampler.edge_permutation[out.edge] if sampler.edge_permutation is not None else out.edge
+    assert torch.equal(data.edge_index[:, edge_id], torch.stack([out.node[out.row], out.node[out.col]]))
+    assert sorted(out.node.tolist()) == [0, 1, 2, 3, 5] and out.node[:2].tolist() == [0, 5]
+
+
+def test_plain_sampler_drives_a_neighbor_loader_over_data(pyg):
+    torch = pyg
+    import torch_geometric.typing as pyg_typing
+    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.sampler import NeighborSampler
+
+    from gpumapio.pyg import PlainTorchNeighborSampler, neighbor_sampler
+
+    data = tiny_data(torch, shuffle=True)
+    expected = NeighborSampler if (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE) else PlainTorchNeighborSampler
+    assert type(neighbor_sampler(data, [2])) is expected
+
+    sampler = PlainTorchNeighborSampler(data, [2, 2])
+    loader = NeighborLoader(data, num_neighbors=[2, 2], neighbor_sampler=sampler, batch_size=2)
+    src, dst = data.edge_index.numpy()
+    degree = np.bincount(dst, minlength=6)
+    seen = []
+    for batch in loader:
+        n_id = batch.n_id.numpy()
+        assert batch.x.view(-1).long().tolist() == n_id.tolist()
+        row, col = batch.edge_index.numpy()
+        check_sample(src, dst, degree, [2, 2], n_id, row, col, batch.e_id.numpy(),
+                     batch.num_sampled_nodes, batch.num_sampled_edges)
+        seen += n_id[: batch.batch_size].tolist()
+    assert seen == list(range(6))
+
+
+def test_plain_sampler_refuses_what_it_does_not_do(pyg):
+    torch = pyg
+    from torch_geometric.data import HeteroData
+
+    from gpumapio.pyg import PlainTorchNeighborSampler
+
+    data = tiny_data(torch, shuffle=False)
+    data.time = torch.arange(6)
+    data.w = torch.ones(7)
+    for kwargs, match in [
+        ({"disjoint": True}, "disjoint"),
+        ({"time_attr": "time"}, "time_attr"),
+        ({"weight_attr": "w"}, "weight_attr"),
+        ({"subgraph_type": "induced"}, "induced"),
+    ]:
+        with pytest.raises(NotImplementedError, match=match):
+            PlainTorchNeighborSampler(data, [2], **kwargs)
+    hetero = HeteroData()
+    hetero["a"].num_nodes = 3
+    hetero["a", "to", "a"].edge_index = torch.tensor([[0, 1], [1, 2]])
+    with pytest.raises(NotImplementedError, match="homogeneous"):
+        PlainTorchNeighborSampler(hetero, [2])
