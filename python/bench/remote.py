@@ -1,0 +1,371 @@
+"""Issue 25's remote-read bench: ``gpumapio.RemoteFile`` beside ``kvikio.RemoteFile`` on one
+local HTTP range server, and the bound: the rate at which that server serves the same bytes to
+a plain parallel client (``http.client``), all measured in one run on the same object.
+
+    python3 python/bench/remote.py --jsonl OUT.jsonl [--size 4GiB] [--dir DIR] [--repeats 3]
+        [--threads 32] [--client-procs N] [--server-procs N] [--request-size 4MiB]
+        [--ops-4k 4096] [--ops-1m 512] [--only plain,gpumap,kvikio]
+
+The server runs in its own processes (``--server-procs``, one listening socket each on a
+shared port through SO_REUSEPORT, a thread per connection, bodies sent with ``os.sendfile``
+from the page cache), so that the clients' GIL does not slow it. Workloads (``impl`` ours when
+it starts with ``gpumap``; ``memory`` says where the bytes land):
+
+- ``remote_read_whole``: the whole object, one ``read`` (the plain client: ranged GETs of
+  ``--request-size`` over ``--threads`` keep-alive connections in ``--client-procs`` processes);
+- ``remote_rand_4k`` / ``remote_rand_1m``: aligned ranges at offsets from a fixed seed, the
+  same for every client, all issued as ``pread`` futures at once and then waited.
+
+Each case runs once untimed and verified (sampled blocks compared with the file; a mismatch
+fails the run), then ``--repeats`` timed runs; ``seconds`` is their median, ``best_seconds``
+their minimum. Every client gets the same parallelism, ``--threads``: the plain client's
+connections, gpumap's ``max_in_flight``, KvikIO's ``num_threads``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import mmap
+import multiprocessing as mp
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from http.client import HTTPConnection
+
+import numpy as np
+
+RANGE = re.compile(rb"bytes=(\d+)-(\d*)")
+SAMPLE = 4096
+
+
+def parse_size(text: str) -> int:
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    m = re.fullmatch(r"(\d+)\s*([kmgt]?)(i?b)?", text.strip().lower())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text}")
+    return int(m.group(1)) * units[m.group(2)]
+
+
+# ---- the server (its own processes) ----
+
+def handle(conn: socket.socket, fd: int, size: int) -> None:
+    """One keep-alive connection: HEAD and ranged GETs, until the client closes it."""
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    rfile = conn.makefile("rb")
+    try:
+        while True:
+            line = rfile.readline(65537)
+            if not line:
+                return
+            method, rng, close = line.split(b" ", 1)[0], None, False
+            while (h := rfile.readline(65537)) not in (b"\r\n", b"\n", b""):
+                name, _, value = h.partition(b":")
+                name = name.strip().lower()
+                if name == b"range":
+                    rng = value.strip()
+                elif name == b"connection":
+                    close = value.strip().lower() == b"close"
+            start, end, status = 0, size - 1, "200 OK"
+            if method not in (b"GET", b"HEAD"):
+                conn.sendall(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
+                continue
+            if rng is not None:
+                m = RANGE.fullmatch(rng)
+                start = int(m.group(1)) if m else size
+                end = min(int(m.group(2)), size - 1) if m and m.group(2) else size - 1
+                if start >= size or end < start:
+                    conn.sendall(f"HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{size}"
+                                 f"\r\nContent-Length: 0\r\n\r\n".encode())
+                    continue
+                status = "206 Partial Content"
+            n = end - start + 1
+            head = f"HTTP/1.1 {status}\r\nContent-Length: {n}\r\nAccept-Ranges: bytes\r\n"
+            if status[0] == "2" and rng is not None:
+                head += f"Content-Range: bytes {start}-{end}/{size}\r\n"
+            if method == b"HEAD":
+                conn.sendall((head + "\r\n").encode())
+                continue
+            # MSG_MORE: the header leaves in the same segment as the body's first bytes.
+            conn.sendall((head + "\r\n").encode(), socket.MSG_MORE)
+            while n:
+                sent = os.sendfile(conn.fileno(), fd, start, n)
+                if sent == 0:
+                    return
+                start, n = start + sent, n - sent
+            if close:
+                return
+    except OSError:
+        pass  # the client went away mid-request; nothing to answer
+    finally:
+        conn.close()
+
+
+def listener(port: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind(("127.0.0.1", port))
+    s.listen(4096)
+    return s
+
+
+def serve(path: str, procs: int) -> None:
+    fd, size = os.open(path, os.O_RDONLY), os.path.getsize(path)
+    s = listener(0)
+    port = s.getsockname()[1]
+    for _ in range(procs - 1):
+        if os.fork() == 0:
+            s.close()  # each process accepts on its own socket, the kernel spreads connections
+            s = listener(port)
+            break
+    else:
+        print(port, flush=True)  # the parent's socket is listening: clients may connect
+    while True:
+        conn, _ = s.accept()
+        threading.Thread(target=handle, args=(conn, fd, size), daemon=True).start()
+
+
+# ---- the plain parallel client (its own processes, so one GIL does not bound it) ----
+
+def get_range(conn: HTTPConnection, off: int, dst: memoryview) -> None:
+    conn.request("GET", "/obj", headers={"Range": f"bytes={off}-{off + len(dst) - 1}"})
+    r = conn.getresponse()
+    if r.status != 206:
+        raise RuntimeError(f"GET {off}: status {r.status}")
+    got = 0
+    while got < len(dst):
+        n = r.readinto(dst[got:])
+        if not n:
+            raise RuntimeError(f"GET {off}: short body")
+        got += n
+
+
+def client_proc(port, path, jobs, threads, repeats, barrier, errors):
+    """``jobs``: (file offset, length); they land one after another in this process's buffer."""
+    dst = np.zeros(sum(n for _, n in jobs), dtype=np.uint8)
+    mv = memoryview(dst)
+    places = np.cumsum([0] + [n for _, n in jobs]).tolist()
+    conns = [HTTPConnection("127.0.0.1", port) for _ in range(threads)]
+    for c in conns:  # connected before the clock starts, as the other clients' pools are
+        c.connect()
+
+    def work(conn, it):
+        try:
+            for i in it:
+                off, n = jobs[i]
+                get_range(conn, off, mv[places[i]:places[i] + n])
+        except Exception as e:  # reported, not raised: the process must still meet the barrier
+            errors.put(f"plain client: {e!r}")
+
+    for _ in range(repeats + 1):
+        barrier.wait()
+        it = iter(range(len(jobs)))  # next() on it is atomic under the GIL: a shared queue
+        ts = [threading.Thread(target=work, args=(c, it)) for c in conns]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        barrier.wait()
+    with open(path, "rb") as f:
+        for i in range(0, len(jobs), max(len(jobs) // 16, 1)):
+            off, n = jobs[i]
+            f.seek(off)
+            if f.read(n) != mv[places[i]:places[i] + n]:
+                errors.put(f"plain client: bytes differ at {off}")
+
+
+def plain_client(a, jobs):
+    ctx = mp.get_context("spawn")
+    procs = min(a.client_procs, a.threads)
+    barrier, errors = ctx.Barrier(procs + 1), ctx.Queue()
+    ps = [ctx.Process(target=client_proc, args=(a.port, a.file, jobs[p::procs], a.threads // procs,
+                                                a.repeats, barrier, errors)) for p in range(procs)]
+    for p in ps:
+        p.start()
+    times = []
+    for _ in range(a.repeats + 1):
+        barrier.wait()
+        t = time.perf_counter()
+        barrier.wait()
+        times.append(time.perf_counter() - t)
+    for p in ps:
+        p.join()
+    if not errors.empty() or any(p.exitcode for p in ps):
+        sys.exit(errors.get() if not errors.empty() else "plain client: a process failed")
+    return times[1:]  # the first was the untimed pass
+
+
+# ---- the bench ----
+
+class Out:
+    def __init__(self, path: str):
+        self.f, self.recs = open(path, "a"), []
+
+    def emit(self, impl, workload, threads, nbytes, times, ops=None, **extra):
+        seconds = max(statistics.median(times), 1e-9)
+        rec = {"impl": impl, "workload": workload, "threads": threads, "bytes": nbytes,
+               "seconds": round(seconds, 6), "gbps": round(nbytes / seconds / 1e9, 3)}
+        if ops:
+            rec["ops"], rec["iops"] = ops, round(ops / seconds, 1)
+        rec.update(best_seconds=round(min(times), 6), repeats=len(times), **extra)
+        self.recs.append(rec)
+        print(json.dumps(rec), flush=True)
+        print(json.dumps(rec), file=self.f, flush=True)
+
+
+def check(mm, dst, ranges, what):
+    """Compares sampled ranges (dst offset, file offset, length) of ``dst`` with the file."""
+    for d, f, n in ranges:
+        got = dst[d:d + n]
+        got = got.get() if hasattr(got, "get") else got  # a CuPy array comes to the host first
+        if bytes(got) != mm[f:f + n]:
+            sys.exit(f"{what}: bytes differ at file offset {f}")
+
+
+def run_client(a, mm, cp, impl, opener, memory, workloads, out, **extra):
+    xp = cp if memory == "device" else np
+    f = opener(f"http://127.0.0.1:{a.port}/obj")
+    if f.nbytes() != a.size:
+        sys.exit(f"{impl}: nbytes() {f.nbytes()} != {a.size}")
+    sync = cp.cuda.runtime.deviceSynchronize if xp is cp else (lambda: None)
+    for name, offsets, block in workloads:
+        dst = xp.zeros(a.size if block is None else len(offsets) * block, dtype=xp.uint8)
+        if block is None:
+            def once():
+                if f.read(dst) != a.size:
+                    sys.exit(f"{impl}: short read")
+            sample = [(o, o, SAMPLE) for o in np.linspace(0, a.size - SAMPLE, 64, dtype=np.int64).tolist()]
+        else:
+            views = [dst[i * block:(i + 1) * block] for i in range(len(offsets))]
+
+            def once():
+                futs = [f.pread(v, block, o) for v, o in zip(views, offsets)]
+                if sum(fu.get() for fu in futs) != len(offsets) * block:
+                    sys.exit(f"{impl}: short pread")
+            sample = [(i * block, offsets[i], block) for i in range(0, len(offsets), max(len(offsets) // 8, 1))]
+        times = []
+        for r in range(a.repeats + 1):
+            sync()
+            t = time.perf_counter()
+            once()
+            sync()
+            times.append(time.perf_counter() - t)
+            if r in (0, a.repeats):
+                check(mm, dst, sample, impl)
+        ops = None if block is None else len(offsets)
+        out.emit(impl, name, a.threads, dst.nbytes, times[1:], ops=ops, memory=memory, size=a.size, **extra)
+        del dst
+    f.close()
+
+
+def summary(recs):
+    bound = {r["workload"]: r["gbps"] for r in recs if r["impl"] == "plain-parallel-client"}
+    kv = {(r["workload"], r["memory"]): r["gbps"] for r in recs if r["impl"].startswith("kvikio")}
+    print(f"\n{'workload':<18} {'impl':<22} {'memory':<7} {'GB/s':>8} {'ops/s':>10} {'/kvikio':>8} {'/bound':>7}")
+    for r in recs:
+        k = kv.get((r["workload"], r["memory"]))
+        b = bound.get(r["workload"])
+        vk = f"{r['gbps'] / k:.2f}" if k else "-"
+        vb = f"{r['gbps'] / b:.2f}" if b else "-"
+        ops = f"{r['iops']:.0f}" if "iops" in r else "-"
+        print(f"{r['workload']:<18} {r['impl']:<22} {r['memory']:<7} {r['gbps']:>8.3f} {ops:>10} {vk:>8} {vb:>7}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--jsonl", required=True)
+    p.add_argument("--size", type=parse_size, default=4 << 30)
+    p.add_argument("--dir", default=os.environ.get("GPUMAP_BENCH_DIR", "/tmp/gpumap-bench"))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=32)
+    cores = os.cpu_count() or 2
+    p.add_argument("--client-procs", type=int, default=max(1, cores // 4))
+    p.add_argument("--server-procs", type=int, default=max(2, cores // 2))
+    p.add_argument("--request-size", type=parse_size, default=4 << 20)
+    p.add_argument("--ops-4k", type=int, default=4096)
+    p.add_argument("--ops-1m", type=int, default=512)
+    p.add_argument("--seed", type=int, default=25)
+    p.add_argument("--only", default="plain,gpumap,kvikio")
+    p.add_argument("--serve", metavar="FILE", help=argparse.SUPPRESS)  # the server's own process
+    a = p.parse_args()
+    if a.serve:
+        return serve(a.serve, a.server_procs)
+    only = set(a.only.split(","))
+
+    os.makedirs(a.dir, exist_ok=True)
+    a.file = os.path.join(a.dir, f"remote-{a.size}.bin")
+    if not os.path.exists(a.file) or os.path.getsize(a.file) != a.size:
+        print(f"== making {a.file} ({a.size} random bytes)", flush=True)
+        rng = np.random.default_rng(a.seed)
+        with open(a.file + ".tmp", "wb") as f:
+            for o in range(0, a.size, 64 << 20):
+                f.write(rng.bytes(min(64 << 20, a.size - o)))
+        os.replace(a.file + ".tmp", a.file)
+    mm = mmap.mmap(os.open(a.file, os.O_RDONLY), 0, prot=mmap.PROT_READ)
+    mm.madvise(mmap.MADV_WILLNEED)
+    sum(mm[o:o + 1][0] for o in range(0, a.size, 4096))  # warm: every case reads from the page cache
+
+    rng = np.random.default_rng(a.seed)
+    workloads = [("remote_read_whole", None, None)]
+    for name, block, ops in (("remote_rand_4k", 4096, a.ops_4k), ("remote_rand_1m", 1 << 20, a.ops_1m)):
+        if ops:
+            workloads.append((name, (rng.integers(0, a.size // block, ops) * block).tolist(), block))
+
+    server = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", a.file, "--jsonl", "-",
+                               "--server-procs", str(a.server_procs)], stdout=subprocess.PIPE,
+                              start_new_session=True)  # its own group: ended with its forks below
+    try:
+        a.port = int(server.stdout.readline())
+        print(f"== server: {a.server_procs} processes on 127.0.0.1:{a.port}; median of {a.repeats}", flush=True)
+        out = Out(a.jsonl)
+        if "plain" in only:
+            for name, offsets, block in workloads:
+                if block is None:
+                    jobs = [(o, min(a.request_size, a.size - o)) for o in range(0, a.size, a.request_size)]
+                else:
+                    jobs = [(o, block) for o in offsets]
+                times = plain_client(a, jobs)
+                out.emit("plain-parallel-client", name, a.threads, sum(n for _, n in jobs), times,
+                         ops=None if block is None else len(jobs), memory="host", size=a.size,
+                         client_procs=min(a.client_procs, a.threads), request_size=a.request_size)
+        try:
+            import cupy as cp
+        except ImportError as e:
+            cp = None
+            print(f"== device cases skipped: CuPy does not import ({e})", flush=True)
+        memories = ["host"] + (["device"] if cp is not None else [])
+        if "gpumap" in only:
+            import gpumapio
+            for memory in memories:
+                impl = "gpumap-remote" + ("-host" if memory == "host" else "")
+                opener = functools.partial(gpumapio.RemoteFile.open_http, max_in_flight=a.threads)
+                run_client(a, mm, cp, impl, opener, memory, workloads, out, max_in_flight=a.threads)
+        if "kvikio" in only:
+            try:
+                import kvikio
+                import kvikio.defaults
+                if not kvikio.is_remote_file_available():
+                    raise ImportError("this KvikIO was built without RemoteFile")
+                kvikio.defaults.set({"num_threads": a.threads})
+            except ImportError as e:
+                print(f"== kvikio-remote skipped: no KvikIO RemoteFile here ({e})", flush=True)
+            else:
+                for memory in memories:
+                    impl = "kvikio-remote" + ("-host" if memory == "host" else "")
+                    run_client(a, mm, cp, impl, kvikio.RemoteFile.open_http, memory, workloads, out,
+                               kvikio_version=kvikio.__version__, kvikio_threads=a.threads)
+        summary(out.recs)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
