@@ -25,6 +25,7 @@ __all__ = [
     "defaults_get",
     "defaults_set",
     "is_compat_mode_preferred",
+    "settings_table",
     "Stream",
     "Handle",
     "BufferRegistration",
@@ -258,6 +259,7 @@ def read_files(buf: _Buffer, files: Sequence[CuFile], pieces: Sequence[tuple[int
 def defaults_get(name: str) -> Any: ...
 def defaults_set(name: str, value: Any) -> None: ...
 def is_compat_mode_preferred() -> bool: ...
+def settings_table() -> list[dict[str, str]]: ...
 
 @final
 class Stream:

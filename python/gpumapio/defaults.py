@@ -23,6 +23,9 @@ name                        meaning
 ``http_timeout``            seconds a remote request may take (default 60)
 ==========================  ===========================================================
 
+``SETTINGS_TABLE`` holds the same settings as the library's table: each one's variable, KvikIO
+alias, default and a line of documentation.
+
 Bad values raise what KvikIO raises, with its key phrases: ``TypeError`` for a wrong type,
 ``ValueError`` ("must be a positive integer") for a zero count or size, ``OverflowError``
 ("can't convert negative value") for a negative one and ("too large to convert") for one
@@ -45,6 +48,7 @@ from gpumapio import _native
 from gpumapio._restoring import Restoring, config_of
 
 __all__ = [
+    "SETTINGS_TABLE",
     "CompatMode",
     "ConfigContextManager",
     "get",
@@ -80,18 +84,13 @@ class CompatMode(enum.IntEnum):
     AUTO = 2
 
 
-_NAMES = (
-    "compat_mode",
-    "num_threads",
-    "task_size",
-    "gds_threshold",
-    "bounce_buffer_size",
-    "auto_direct_io_read",
-    "auto_direct_io_write",
-    "http_max_attempts",
-    "http_status_codes",
-    "http_timeout",
-)
+#: The library's one table of settings: a dict per setting with its ``name`` (as ``get`` and
+#: ``set`` take it), ``field``, ``env`` (``GPUMAP_*``), ``alias`` (``KVIKIO_*``), ``default``,
+#: ``scope`` and ``doc``. The names below, and the tests of this module's documentation, are
+#: derived from it.
+SETTINGS_TABLE: tuple[dict[str, str], ...] = tuple(_native.settings_table())
+
+_NAMES = tuple(row["name"] for row in SETTINGS_TABLE)
 
 
 def get(config_name: str) -> Any:

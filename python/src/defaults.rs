@@ -11,138 +11,81 @@
 //! convert negative value"), a value beyond 64 bits an `OverflowError` ("too large to
 //! convert"). gpumap's own limits (1024 threads) are `ValueError`s naming the limit.
 //!
-//! The `http_*` settings (KvikIO's remote-file retries and timeout) are kept here, with KvikIO's
-//! defaults and `KVIKIO_HTTP_*` variables (`GPUMAP_HTTP_*` win), for the remote-file readers.
+//! Every name, variable and default comes from the library's one table of settings
+//! (`gpumap::config::SETTINGS`), exposed as `_native.settings_table()`; the `http_*` settings
+//! (KvikIO's remote-file retries and timeout) are rows of it like the others.
 
-use gpumap::config::{CompatMode, Config, DirectRead, MAX_THREADS};
+use gpumap::config::{CompatMode, Config, DirectRead, Source, MAX_THREADS, SETTINGS};
 use gpumap::io::{HandleOptions, IoPool};
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyList, PyString};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString};
 
 use crate::errors::check;
 
-/// The settings that are not the pool's size.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    pub compat_mode: CompatMode,
-    pub task_size: u64,
-    pub gds_threshold: u64,
-    /// As set (any size above zero); files round it up to whole pages when they open.
-    pub bounce_buffer_size: u64,
-    pub direct_io_read: DirectRead,
-    pub direct_io_write: bool,
-    /// Attempts of one remote request before its error is raised (KvikIO: 3).
-    pub http_max_attempts: u64,
-    /// HTTP statuses that are retried (KvikIO: 429, 500, 502, 503, 504).
-    pub http_status_codes: Vec<i32>,
-    /// Seconds one remote request may take (KvikIO: 60).
-    pub http_timeout: u64,
-}
+/// The settings: the library's [`Config`] (all of [`SETTINGS`], read from the environment by
+/// its table) with what `defaults.set` changed, each change recorded as [`Source::Set`] so that
+/// automatic choices leave it alone. The thread count lives in the pool itself.
+pub type Settings = Config;
 
-/// KvikIO's defaults for the remote settings.
-const HTTP_MAX_ATTEMPTS: u64 = 3;
-const HTTP_STATUS_CODES: [i32; 5] = [429, 500, 502, 503, 504];
-const HTTP_TIMEOUT: u64 = 60;
-
-/// The value of `GPUMAP_<name>`, else of `KVIKIO_<name>`, with the variable's name.
-fn variable(name: &str) -> Option<(String, String)> {
-    ["GPUMAP_", "KVIKIO_"].iter().find_map(|prefix| {
-        let var = format!("{prefix}{name}");
-        std::env::var(&var).ok().map(|value| (var, value))
-    })
-}
-
-fn invalid_variable(var: String, value: String, reason: &str) -> gpumap::Error {
-    gpumap::Error::InvalidConfig { var, value, reason: reason.to_string() }
-}
-
-/// A positive whole number from the environment, or `default`.
-fn positive_variable(name: &str, default: u64) -> gpumap::Result<u64> {
-    match variable(name) {
-        None => Ok(default),
-        Some((var, value)) => match value.trim().parse::<u64>() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(invalid_variable(var, value, "expected a positive integer")),
-        },
-    }
-}
-
-/// Status codes from the environment (`"429,500,503"`), or KvikIO's.
-fn status_codes_variable() -> gpumap::Result<Vec<i32>> {
-    match variable("HTTP_STATUS_CODES") {
-        None => Ok(HTTP_STATUS_CODES.to_vec()),
-        Some((var, value)) => value
-            .split(',')
-            .map(|code| code.trim().parse::<i32>())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| invalid_variable(var, value, "expected integers separated by commas")),
-    }
-}
-
-static SETTINGS: Mutex<Option<Settings>> = Mutex::new(None);
+static SETTINGS_NOW: Mutex<Option<Settings>> = Mutex::new(None);
 
 /// The current settings (read from the environment on first use).
 pub fn current() -> gpumap::Result<Settings> {
-    let mut guard = SETTINGS.lock();
+    let mut guard = SETTINGS_NOW.lock();
     if let Some(s) = &*guard {
         return Ok(s.clone());
     }
-    let c = Config::global()?;
-    let s = Settings {
-        compat_mode: c.compat_mode,
-        task_size: c.task_size,
-        gds_threshold: c.gds_threshold,
-        bounce_buffer_size: c.bounce_buffer_size,
-        direct_io_read: c.direct_io_read,
-        direct_io_write: c.direct_io_write,
-        http_max_attempts: positive_variable("HTTP_MAX_ATTEMPTS", HTTP_MAX_ATTEMPTS)?,
-        http_status_codes: status_codes_variable()?,
-        http_timeout: positive_variable("HTTP_TIMEOUT", HTTP_TIMEOUT)?,
-    };
+    let s = Config::global()?.clone();
     *guard = Some(s.clone());
     Ok(s)
 }
 
-fn update(change: impl FnOnce(&mut Settings)) -> gpumap::Result<()> {
+/// Changes the setting `field` by `change`, marking it set by the program.
+fn update(field: &str, change: impl FnOnce(&mut Settings)) -> gpumap::Result<()> {
     let mut s = current()?;
     change(&mut s);
-    *SETTINGS.lock() = Some(s);
+    s.set_source(field, Source::Set);
+    *SETTINGS_NOW.lock() = Some(s);
     Ok(())
 }
 
-/// Options for opening a file with the current settings.
+/// Options for opening a file with the current settings; those neither in the environment nor
+/// set may be tuned for the file's file system when it opens.
 pub fn handle_options() -> gpumap::Result<HandleOptions> {
-    let s = current()?;
-    let mut o = gpumap::io::FileHandle::options()?;
-    o.compat_mode(s.compat_mode)
-        .task_size(s.task_size)
-        .gds_threshold(s.gds_threshold)
-        .bounce_buffer_size(s.bounce_buffer_size)
-        .direct_read(s.direct_io_read)
-        .direct_write(s.direct_io_write);
-    Ok(o)
+    Ok(HandleOptions::from_config(&current()?))
 }
 
-/// The names `get` and `set` know, in KvikIO's spelling.
-pub const NAMES: [&str; 10] = [
-    "compat_mode",
-    "num_threads",
-    "task_size",
-    "gds_threshold",
-    "bounce_buffer_size",
-    "auto_direct_io_read",
-    "auto_direct_io_write",
-    "http_max_attempts",
-    "http_status_codes",
-    "http_timeout",
-];
+/// The names `get` and `set` know, in KvikIO's spelling: the table's.
+pub fn names() -> Vec<&'static str> {
+    SETTINGS.iter().map(|spec| spec.name).collect()
+}
+
+/// `_native.settings_table()`: the library's one table of settings, one dict per setting with
+/// its `name`, `field`, `env`, `alias`, `default`, `scope` and `doc`, for `gpumapio.defaults`
+/// to build its names and documentation from.
+#[pyfunction]
+pub fn settings_table(py: Python<'_>) -> PyResult<Bound<'_, PyList>> {
+    let rows = PyList::empty(py);
+    for spec in &SETTINGS {
+        let row = PyDict::new(py);
+        row.set_item("name", spec.name)?;
+        row.set_item("field", spec.field)?;
+        row.set_item("env", spec.env)?;
+        row.set_item("alias", spec.alias)?;
+        row.set_item("default", spec.default)?;
+        row.set_item("scope", format!("{:?}", spec.scope).to_lowercase())?;
+        row.set_item("doc", spec.doc)?;
+        rows.append(row)?;
+    }
+    Ok(rows)
+}
 
 fn unknown(name: &str) -> PyErr {
     PyKeyError::new_err(format!(
         "{name:?} is not a setting gpumapio knows; the settings are {}",
-        NAMES.join(", ")
+        names().join(", ")
     ))
 }
 
@@ -319,26 +262,27 @@ pub fn defaults_set(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyR
     match name {
         "compat_mode" => {
             let mode = compat_mode_value(value)?;
-            check(py, update(|s| s.compat_mode = mode))
+            check(py, update("compat_mode", |s| s.compat_mode = mode))
         }
         "num_threads" => {
             let n = size_value(name, value, 1, MAX_THREADS as u64)?;
             let pool = check(py, IoPool::global())?;
-            crate::errors::nogil(py, move || pool.set_nthreads(n as usize))
+            crate::errors::nogil(py, move || pool.set_nthreads(n as usize))?;
+            check(py, update("nthreads", |s| s.nthreads = n as usize))
         }
         "task_size" => {
             let n = size_value(name, value, 1, u64::MAX)?;
-            check(py, update(|s| s.task_size = n))
+            check(py, update("task_size", |s| s.task_size = n))
         }
         "gds_threshold" => {
             let n = size_value(name, value, 0, u64::MAX)?;
-            check(py, update(|s| s.gds_threshold = n))
+            check(py, update("gds_threshold", |s| s.gds_threshold = n))
         }
         "bounce_buffer_size" => {
             // Any size above zero, as KvikIO takes it; files round it up to whole pages (what
             // `O_DIRECT` needs) when they open. The ceiling leaves room for that rounding.
             let n = size_value(name, value, 1, u64::MAX - 4095)?;
-            check(py, update(|s| s.bounce_buffer_size = n))
+            check(py, update("bounce_buffer_size", |s| s.bounce_buffer_size = n))
         }
         "auto_direct_io_read" => {
             let policy = match value.cast::<PyString>() {
@@ -356,23 +300,23 @@ pub fn defaults_set(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyR
                     }
                 }
             };
-            check(py, update(|s| s.direct_io_read = policy))
+            check(py, update("direct_io_read", |s| s.direct_io_read = policy))
         }
         "auto_direct_io_write" => {
             let on = bool_value(name, value, BOOL)?;
-            check(py, update(|s| s.direct_io_write = on))
+            check(py, update("direct_io_write", |s| s.direct_io_write = on))
         }
         "http_max_attempts" => {
             let n = size_value(name, value, 1, u64::MAX)?;
-            check(py, update(|s| s.http_max_attempts = n))
+            check(py, update("http_max_attempts", |s| s.http_max_attempts = n))
         }
         "http_status_codes" => {
             let codes = status_codes_value(name, value)?;
-            check(py, update(move |s| s.http_status_codes = codes))
+            check(py, update("http_status_codes", move |s| s.http_status_codes = codes))
         }
         "http_timeout" => {
             let n = seconds_value(name, value)?;
-            check(py, update(|s| s.http_timeout = n))
+            check(py, update("http_timeout", |s| s.http_timeout = n))
         }
         other => Err(unknown(other)),
     }

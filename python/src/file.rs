@@ -113,7 +113,8 @@ impl CuFile {
         let task_size = match task_size {
             Some(0) => return Err(PyValueError::new_err("task_size must be at least 1")),
             Some(n) => n,
-            None => settings.task_size,
+            None if settings.is_explicit("task_size") => settings.task_size,
+            None => handle.task_size(), // as opened: tuned for its file system where not set
         };
         let threshold = settings.gds_threshold;
         if handle.task_size() == task_size && handle.gds_threshold() == threshold {

@@ -214,7 +214,8 @@ impl Mmap {
         let task_size = match task_size {
             Some(0) => return Err(PyValueError::new_err("task size must be a positive integer")),
             Some(n) => n,
-            None => settings.task_size,
+            None if settings.is_explicit("task_size") => settings.task_size,
+            None => handle.task_size(), // as opened: tuned for its file system where not set
         };
         let mem = memory(buf, true)?;
         let size = self.checked_size(size, offset, mem.len())?;

@@ -243,3 +243,34 @@ def test_choice_settings_refuse_huge_negative_and_wrong_types(name):
     for wrong in (1.5, None, [1]):
         with pytest.raises(TypeError):
             defaults.set(name, wrong)
+
+
+def test_the_names_docs_and_aliases_follow_the_librarys_table():
+    """defaults' names are the library's table's; its docstring documents each row and names
+    each KVIKIO_* alias, and nothing more: a setting added to one place only fails here."""
+    import re
+
+    from gpumapio import _native
+
+    table = _native.settings_table()
+    names = [row["name"] for row in table]
+    assert tuple(names) == defaults._NAMES
+    assert [row["name"] for row in defaults.SETTINGS_TABLE] == names
+    for row in table:
+        assert set(row) == {"name", "field", "env", "alias", "default", "scope", "doc"}
+        assert row["env"] == "GPUMAP_" + row["alias"].removeprefix("KVIKIO_"), row
+        assert row["scope"] in ("handle", "pool", "remote"), row
+        defaults.get(row["name"])  # known to get and set
+    doc = defaults.__doc__
+    documented = re.findall(r"^``(\w+)``\s{2,}", doc, flags=re.M)
+    assert documented == names
+    aliases = re.findall(r"``(KVIKIO_\w+)``", doc)
+    assert aliases == [row["alias"] for row in table]
+
+
+def test_set_values_round_trip_for_every_setting_of_the_table():
+    for name in defaults._NAMES:
+        value = defaults.get(name)
+        with defaults.set(name, value):
+            assert defaults.get(name) == value
+        assert defaults.get(name) == value

@@ -1,12 +1,18 @@
-//! `gpumap info`: what this machine offers and the settings in force.
+//! `gpumap info [PATH]`: what this machine offers, the settings in force, each with where it
+//! came from, and the facts the automatic choices were made from (for `PATH`'s file system).
 
 use clap::Args;
 use serde::Serialize;
 
 use gpumap::capabilities::{Capabilities, Probe};
-use gpumap::config::{Config, Source};
+use std::path::PathBuf;
+
+use gpumap::config::{Config, SettingSpec, SettingValue, Source, SETTINGS};
 use gpumap::io::gds::CuFileProperties;
 use gpumap::memory::Device;
+use gpumap::remote::AUTO_IN_FLIGHT;
+use gpumap::tuning::{self, Choice, FileSystem};
+use gpumap::tuning_facts;
 
 use crate::error::CliResult;
 use crate::output;
@@ -19,6 +25,8 @@ pub struct InfoArgs {
     /// Print one JSON object instead of text (see docs/cli-json.md).
     #[arg(long)]
     json: bool,
+    /// A file or directory: show the file system it is on and the settings chosen for it.
+    path: Option<PathBuf>,
 }
 
 /// `gpumap info --json` (schema 1).
@@ -35,6 +43,9 @@ struct InfoReport {
     /// The memory `read`, `write` and `map` use without `--device`/`--host`.
     default_memory: Memory,
     settings: ShownSettings,
+    /// What the automatic choices of `settings` were made from.
+    facts: ShownFacts,
+    remote: ShownRemote,
 }
 
 #[derive(Serialize)]
@@ -77,53 +88,92 @@ struct CuFile {
     properties: Option<CuFileProperties>,
 }
 
-/// One setting: its value (numbers for sizes and counts, words for modes) and where it came
-/// from (`"default"` or the variable's name).
+/// One setting: its value (numbers for sizes and counts, words for modes, a list for status
+/// codes), where it came from (`"default"`, `"auto"` or the variable's name) and, where
+/// auto-tuning has a rule for it, why this value.
 #[derive(Serialize)]
-struct Setting<T> {
-    value: T,
+struct Setting {
+    value: serde_json::Value,
     source: String,
+    reason: Option<String>,
 }
 
+/// The settings in the order of the library's table, keyed by their `Config` field.
+type ShownSettings = serde_json::Map<String, serde_json::Value>;
+
+/// What the automatic choices were made from.
 #[derive(Serialize)]
-struct ShownSettings {
-    compat_mode: Setting<String>,
-    nthreads: Setting<usize>,
-    task_size: Setting<u64>,
-    gds_threshold: Setting<u64>,
-    bounce_buffer_size: Setting<u64>,
-    /// `"off"`, `"on"` or `"uncached"`.
-    direct_io_read: Setting<String>,
-    /// `"off"` or `"on"`: the same words as `direct_io_read`.
-    direct_io_write: Setting<String>,
+struct ShownFacts {
+    cpus: usize,
+    gpus: Option<usize>,
+    /// The path asked about, `null` without one.
+    path: Option<PathBuf>,
+    /// `{kind: "local" | "memory" | "network" | "unknown", name}`, `null` without a path.
+    file_system: Option<FileSystem>,
+    rotational: Option<bool>,
 }
 
-fn on_off(value: bool) -> String {
-    if value { "on" } else { "off" }.to_owned()
+/// Remote objects: requests in flight per read, which `RemoteOptions::max_in_flight` sets.
+#[derive(Serialize)]
+struct ShownRemote {
+    max_in_flight: usize,
+    source: &'static str,
+    reason: &'static str,
 }
 
-impl ShownSettings {
-    fn of(config: &Config) -> ShownSettings {
-        fn setting<T>(config: &Config, name: &str, value: T) -> Setting<T> {
-            let source = match config.source(name) {
-                Source::Default => "default".to_owned(),
-                Source::Env(var) => var,
-            };
-            Setting { value, source }
-        }
-        ShownSettings {
-            compat_mode: setting(config, "compat_mode", config.compat_mode.to_string()),
-            nthreads: setting(config, "nthreads", config.nthreads),
-            task_size: setting(config, "task_size", config.task_size),
-            gds_threshold: setting(config, "gds_threshold", config.gds_threshold),
-            bounce_buffer_size: setting(config, "bounce_buffer_size", config.bounce_buffer_size),
-            direct_io_read: setting(config, "direct_io_read", config.direct_io_read.to_string()),
-            direct_io_write: setting(config, "direct_io_write", on_off(config.direct_io_write)),
-        }
+const REMOTE_IN_FLIGHT_REASON: &str = "object stores serve each connection far slower than a \
+     NIC takes, so many ranged requests run at once; fewer for a small object";
+
+fn json_value(value: &SettingValue) -> serde_json::Value {
+    match value {
+        SettingValue::Count(n) | SettingValue::Size(n) => (*n).into(),
+        SettingValue::Word(w) => w.clone().into(),
+        SettingValue::Codes(codes) => codes.clone().into(),
     }
 }
 
-fn report(caps: &Capabilities, config: &Config) -> InfoReport {
+/// Each setting with its source: an explicit value (a variable) wins; else the automatic
+/// choice where tuning has a rule for the setting (`"auto"` where the facts moved it off the
+/// default); else the default.
+fn settings_of(
+    config: &Config,
+    choices: &[Choice],
+) -> Vec<(&'static SettingSpec, SettingValue, Setting)> {
+    SETTINGS
+        .iter()
+        .map(|spec| {
+            let choice = choices.iter().find(|c| c.setting == spec.field);
+            let (value, source, reason) = match (config.source(spec.field), choice) {
+                (Source::Env(var), _) => (spec.value(config), var, None),
+                (Source::Set, _) => (spec.value(config), "set".to_owned(), None),
+                (Source::Default, Some(c)) => (
+                    c.value.clone(),
+                    if c.tuned { "auto" } else { "default" }.to_owned(),
+                    Some(c.reason.clone()),
+                ),
+                (Source::Default, None) => (spec.value(config), "default".to_owned(), None),
+            };
+            let shown = Setting { value: json_value(&value), source, reason };
+            (spec, value, shown)
+        })
+        .collect()
+}
+
+fn shown_settings(config: &Config, choices: &[Choice]) -> ShownSettings {
+    settings_of(config, choices)
+        .into_iter()
+        .map(|(spec, _, shown)| {
+            (spec.field.to_owned(), serde_json::to_value(shown).unwrap_or_default())
+        })
+        .collect()
+}
+
+fn report(
+    caps: &Capabilities,
+    config: &Config,
+    facts: ShownFacts,
+    choices: &[Choice],
+) -> InfoReport {
     let cuda_info = caps.cuda.available();
     let cufile_info = caps.cufile.available();
     let device = Device::auto();
@@ -165,40 +215,57 @@ fn report(caps: &Capabilities, config: &Config) -> InfoReport {
         udev_database: Availability::from(&caps.run_udev),
         wsl: caps.wsl,
         default_memory: Memory::new(&device, fallback),
-        settings: ShownSettings::of(config),
+        settings: shown_settings(config, choices),
+        facts,
+        remote: ShownRemote {
+            max_in_flight: AUTO_IN_FLIGHT,
+            source: "auto",
+            reason: REMOTE_IN_FLIGHT_REASON,
+        },
     }
 }
 
-/// `gpumap info`.
+/// `gpumap info [PATH]`.
 pub fn info(args: &InfoArgs) -> CliResult {
     let caps = Capabilities::probe();
     let config = Config::from_env()?;
+    let gpus = caps.cuda.available().map(|c| c.devices.len());
+    let facts = tuning_facts::gather(args.path.as_deref(), gpus)?;
+    let choices = tuning::tune(&facts);
+    let shown_facts = ShownFacts {
+        cpus: facts.cpus,
+        gpus: facts.gpus,
+        path: args.path.clone(),
+        file_system: facts.file_system,
+        rotational: facts.rotational,
+    };
     if args.json {
-        return output::json(&report(caps, &config));
+        return output::json(&report(caps, &config, shown_facts, &choices));
     }
     output::try_line(caps)?;
-    output::try_line("settings:")?;
-    let settings = ShownSettings::of(&config);
-    let rows: [(&str, String, &str); 7] = [
-        ("compat_mode", settings.compat_mode.value.clone(), &settings.compat_mode.source),
-        ("nthreads", settings.nthreads.value.to_string(), &settings.nthreads.source),
-        ("task_size", human(config.task_size), &settings.task_size.source),
-        ("gds_threshold", human(config.gds_threshold), &settings.gds_threshold.source),
-        (
-            "bounce_buffer_size",
-            human(config.bounce_buffer_size),
-            &settings.bounce_buffer_size.source,
-        ),
-        ("direct_io_read", settings.direct_io_read.value.clone(), &settings.direct_io_read.source),
-        (
-            "direct_io_write",
-            settings.direct_io_write.value.clone(),
-            &settings.direct_io_write.source,
-        ),
-    ];
-    for (name, value, source) in rows {
-        let source = if source == "default" { source.to_owned() } else { format!("from {source}") };
-        output::try_line(format!("  {name:<20} {value:<10} ({source})"))?;
+    let known = |fact: Option<String>| fact.unwrap_or_else(|| "unknown".to_owned());
+    let mut line =
+        format!("facts: {} CPUs, GPUs {}", facts.cpus, known(gpus.map(|n| n.to_string())));
+    if let (Some(path), Some(fs)) = (&args.path, facts.file_system) {
+        let spins = known(facts.rotational.map(|r| if r { "yes" } else { "no" }.to_owned()));
+        line += &format!(", {} on {fs}, rotational disk {spins}", path.display());
     }
+    output::try_line(line)?;
+    output::try_line("settings:")?;
+    for (spec, value, shown) in settings_of(&config, &choices) {
+        let value = match value {
+            SettingValue::Size(n) => human(n),
+            other => other.to_string(),
+        };
+        let source = match (shown.source.as_str(), &shown.reason) {
+            ("auto", Some(reason)) => format!("auto: {reason}"),
+            ("default" | "set", _) => shown.source.clone(),
+            (var, _) => format!("from {var}"),
+        };
+        output::try_line(format!("  {:<20} {value:<10} ({source})", spec.field))?;
+    }
+    output::try_line(format!(
+        "remote: up to {AUTO_IN_FLIGHT} requests in flight per read (auto: {REMOTE_IN_FLIGHT_REASON})"
+    ))?;
     Ok(())
 }

@@ -104,6 +104,34 @@ impl MemoryArgs {
     }
 }
 
+/// The thread count auto-tuning chooses for `path`'s file system (its directory's where the
+/// file does not exist yet): the default on local disks, more on network file systems. The
+/// environment's count where it gave one; the default where the facts cannot be had.
+fn tuned_threads(config: &Config, path: &Path) -> usize {
+    if config.is_explicit("nthreads") {
+        return config.nthreads;
+    }
+    let at = if path.exists() {
+        path
+    } else {
+        path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
+    };
+    let Ok(facts) = gpumap::tuning_facts::gather(Some(at), None) else { return config.nthreads };
+    let chosen = gpumap::tuning::tune(&facts).into_iter().find(|c| c.setting == "nthreads");
+    match chosen {
+        Some(c) if c.tuned => {
+            tracing::info!("{} threads for {}: {}", c.value, path.display(), c.reason);
+            match c.value {
+                gpumap::config::SettingValue::Count(n) => {
+                    usize::try_from(n).unwrap_or(config.nthreads)
+                }
+                _ => config.nthreads,
+            }
+        }
+        _ => config.nthreads,
+    }
+}
+
 /// Keeps `pool` until the process ends. Its threads would otherwise end as the command returns,
 /// tearing down their CUDA streams and events while the process exits and the driver shuts
 /// down beside them ("cuEventDestroy failed" at the end of `gpumap write` on the H100).
@@ -116,9 +144,11 @@ fn keep_until_exit(pool: &Arc<IoPool>) {
 
 impl TransferOptions {
     /// The handle options these flags give on top of the environment's.
-    fn handle_options(&self) -> Result<(gpumap::io::HandleOptions, Arc<IoPool>)> {
+    /// The pool is sized for `path`'s file system where neither `--threads` nor the
+    /// environment gave a count (see `tuned_threads`).
+    fn handle_options(&self, path: &Path) -> Result<(gpumap::io::HandleOptions, Arc<IoPool>)> {
         let config = Config::global()?;
-        let threads = self.threads.unwrap_or(config.nthreads);
+        let threads = self.threads.unwrap_or_else(|| tuned_threads(config, path));
         if let (Some(n), Ok(Some(warning))) = (self.threads, check_nthreads(threads)) {
             tracing::warn!("--threads {n}: {warning}");
         }
@@ -142,7 +172,7 @@ impl TransferOptions {
     }
 
     fn open(&self, path: &Path, flags: &str) -> Result<(FileHandle, Arc<IoPool>)> {
-        let (options, pool) = self.handle_options()?;
+        let (options, pool) = self.handle_options(path)?;
         Ok((options.open(path, flags)?, pool))
     }
 
@@ -518,7 +548,7 @@ pub fn write(args: &WriteArgs) -> CliResult {
         return Err(Error::Overflow { offset: args.offset, len: args.size }.into());
     }
     let (device, memory) = args.options.placement.memory()?;
-    let (handle_options, pool) = args.options.handle_options()?;
+    let (handle_options, pool) = args.options.handle_options(&args.file)?;
     if handle_options.get_compat_mode() == CompatMode::Off && !device.is_host() {
         if let Err(reason) = gpumap::Capabilities::probe().cufile_usable() {
             return Err(Error::Unavailable { what: "cuFile", reason }.into());

@@ -95,6 +95,58 @@ fn info_json_describes_capabilities_and_settings() {
     assert!(text.contains("task_size") && text.contains("CUDA"), "{text}");
 }
 
+/// `gpumap info` shows every row of the library's settings table, in text and JSON, and the
+/// facts of a path: a setting added to the table alone, or to info alone, fails here.
+#[test]
+fn info_shows_every_setting_of_the_table_and_the_facts_of_a_path() {
+    let dir = common::scratch();
+    let (code, out, err) = run(gpumap().args(["info", "--json"]).arg(dir.path()));
+    assert_eq!(code, 0, "{err}");
+    let info: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let shown = info["settings"].as_object().unwrap();
+    assert_eq!(shown.len(), gpumap::config::SETTINGS.len(), "{out}");
+    let config = gpumap::Config::default();
+    for spec in &gpumap::config::SETTINGS {
+        let setting = &shown[spec.field];
+        if spec.field == "direct_io_write" {
+            // On tmpfs auto-tuning turns O_DIRECT writes off: the file system refuses them.
+            assert!(["default", "auto"].contains(&setting["source"].as_str().unwrap()), "{out}");
+        } else {
+            assert_eq!(setting["source"], "default", "{}: {out}", spec.field);
+            let value = spec.value(&config).to_string();
+            let json = &setting["value"];
+            let text = match json {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Array(a) => {
+                    a.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+                }
+                other => other.to_string(),
+            };
+            assert_eq!(text, value, "{}: {out}", spec.field);
+        }
+    }
+    assert_eq!(info["facts"]["path"], dir.path().to_str().unwrap(), "{out}");
+    assert!(info["facts"]["file_system"]["kind"].is_string(), "{out}");
+    assert!(info["facts"]["cpus"].as_u64().unwrap() >= 1, "{out}");
+    assert_eq!(info["remote"]["max_in_flight"], 64, "{out}");
+    assert!(shown["nthreads"]["reason"].as_str().unwrap().contains("CPUs"), "{out}");
+    // The environment wins over any automatic choice, and says so.
+    let (_, out, _) =
+        run(gpumap().args(["info", "--json"]).arg(dir.path()).env("KVIKIO_NTHREADS", "3"));
+    let info: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(info["settings"]["nthreads"]["value"], 3, "{out}");
+    assert_eq!(info["settings"]["nthreads"]["source"], "KVIKIO_NTHREADS", "{out}");
+    assert!(info["settings"]["nthreads"]["reason"].is_null(), "{out}");
+    let (code, text, _) = run(gpumap().arg("info").arg(dir.path()));
+    assert_eq!(code, 0);
+    for spec in &gpumap::config::SETTINGS {
+        assert!(text.contains(&format!("  {} ", spec.field)), "{}: {text}", spec.field);
+    }
+    assert!(text.contains("facts: ") && text.contains(dir.path().to_str().unwrap()), "{text}");
+    let (code, _, err) = run(gpumap().arg("info").arg(dir.path().join("missing")));
+    assert_eq!(code, 1, "{err}");
+}
+
 #[test]
 fn user_errors_are_clear_and_typed() {
     let dir = common::scratch();

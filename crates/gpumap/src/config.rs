@@ -5,6 +5,11 @@
 //! A value that cannot be used is an [`Error::InvalidConfig`] naming the variable and its
 //! value, never a silent fall-back to the default.
 //!
+//! [`SETTINGS`] is the one table of them: each row gives the setting's name in KvikIO's Python
+//! API, its [`Config`] field, both variables, its default, a line of documentation, how its
+//! text is read and how its value is shown. The environment parsing here, the source of each
+//! value, `gpumap info` and Python's `gpumapio.defaults` are all derived from it.
+//!
 //! | setting | variable (alias) | default |
 //! |---|---|---|
 //! | compat mode | `GPUMAP_COMPAT_MODE` (`KVIKIO_COMPAT_MODE`) | `auto` |
@@ -14,6 +19,11 @@
 //! | bounce buffer size | `GPUMAP_BOUNCE_BUFFER_SIZE` (`KVIKIO_BOUNCE_BUFFER_SIZE`) | 4 MiB |
 //! | O_DIRECT reads | `GPUMAP_AUTO_DIRECT_IO_READ` (`KVIKIO_AUTO_DIRECT_IO_READ`) | off |
 //! | O_DIRECT writes | `GPUMAP_AUTO_DIRECT_IO_WRITE` (`KVIKIO_AUTO_DIRECT_IO_WRITE`) | on |
+//! | remote attempts | `GPUMAP_HTTP_MAX_ATTEMPTS` (`KVIKIO_HTTP_MAX_ATTEMPTS`) | 3 |
+//! | retried statuses | `GPUMAP_HTTP_STATUS_CODES` (`KVIKIO_HTTP_STATUS_CODES`) | 429,500,502,503,504 |
+//! | remote timeout | `GPUMAP_HTTP_TIMEOUT` (`KVIKIO_HTTP_TIMEOUT`) | 60 s |
+//!
+//! Where a setting is not given, some are chosen per file system ([`crate::tuning`]).
 //!
 //! Sizes take a number with an optional `dd`-style suffix (see [`parse_size`]): `K`/`KiB` =
 //! 1024, `KB` = 1000, and likewise `M`, `G`, `T`, `P`, `E`, in any case. Booleans take
@@ -133,10 +143,12 @@ pub enum Source {
     Default,
     /// An environment variable (its name).
     Env(String),
+    /// The program, after the environment was read (Python's `gpumapio.defaults.set`).
+    Set,
 }
 
 /// gpumap's settings. `Config::default()` is the built-in defaults; [`Config::from_env`] reads
-/// the environment on top of them.
+/// the environment on top of them. Each field is one row of [`SETTINGS`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Config {
@@ -156,7 +168,13 @@ pub struct Config {
     pub direct_io_read: DirectRead,
     /// Write the page-aligned middle of a transfer with `O_DIRECT` where the file system allows.
     pub direct_io_write: bool,
-    /// Where each setting came from, by setting name.
+    /// Attempts of one remote request before its error is returned (KvikIO's default: 3).
+    pub http_max_attempts: u64,
+    /// HTTP statuses of a remote request that are retried (KvikIO's: 429, 500, 502, 503, 504).
+    pub http_status_codes: Vec<i32>,
+    /// Seconds one remote request may take (KvikIO's default: 60).
+    pub http_timeout: u64,
+    /// Where each setting came from, by field name.
     pub sources: Vec<(&'static str, Source)>,
 }
 
@@ -165,53 +183,300 @@ impl Default for Config {
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         Config {
             compat_mode: CompatMode::Auto,
-            nthreads: cpus.clamp(1, 16),
-            task_size: 4 << 20,
+            nthreads: default_nthreads(cpus),
+            task_size: DEFAULT_TASK_SIZE,
             gds_threshold: 1 << 20,
             bounce_buffer_size: 4 << 20,
             direct_io_read: DirectRead::Off,
             direct_io_write: true,
+            http_max_attempts: 3,
+            http_status_codes: vec![429, 500, 502, 503, 504],
+            http_timeout: 60,
             sources: Vec::new(),
         }
     }
 }
 
-#[derive(Clone, Copy)]
-enum Setting {
-    CompatMode,
-    Nthreads,
-    TaskSize,
-    GdsThreshold,
-    BounceBufferSize,
-    DirectIoRead,
-    DirectIoWrite,
+/// The thread count where none is given: one a CPU, at most 16, since each thread of the device
+/// path pins bounce buffers of its own.
+pub fn default_nthreads(cpus: usize) -> usize {
+    cpus.clamp(1, 16)
 }
 
-/// The variables, as (setting, its field name, gpumap name, KvikIO alias).
-const VARS: [(Setting, &str, &str, &str); 7] = [
-    (Setting::CompatMode, "compat_mode", "GPUMAP_COMPAT_MODE", "KVIKIO_COMPAT_MODE"),
-    (Setting::Nthreads, "nthreads", "GPUMAP_NTHREADS", "KVIKIO_NTHREADS"),
-    (Setting::TaskSize, "task_size", "GPUMAP_TASK_SIZE", "KVIKIO_TASK_SIZE"),
-    (Setting::GdsThreshold, "gds_threshold", "GPUMAP_GDS_THRESHOLD", "KVIKIO_GDS_THRESHOLD"),
-    (
-        Setting::BounceBufferSize,
-        "bounce_buffer_size",
-        "GPUMAP_BOUNCE_BUFFER_SIZE",
-        "KVIKIO_BOUNCE_BUFFER_SIZE",
-    ),
-    (
-        Setting::DirectIoRead,
-        "direct_io_read",
-        "GPUMAP_AUTO_DIRECT_IO_READ",
-        "KVIKIO_AUTO_DIRECT_IO_READ",
-    ),
-    (
-        Setting::DirectIoWrite,
-        "direct_io_write",
-        "GPUMAP_AUTO_DIRECT_IO_WRITE",
-        "KVIKIO_AUTO_DIRECT_IO_WRITE",
-    ),
+/// The task size where none is given (docs/decisions/0005-bounce-buffers-4mib.md).
+pub const DEFAULT_TASK_SIZE: u64 = 4 << 20;
+
+/// What a setting governs, and so where a change to it takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Each open file: a handle takes it when it opens (`HandleOptions`).
+    Handle,
+    /// The shared I/O pool: its size.
+    Pool,
+    /// Remote objects (HTTP, S3): each remote file takes it when it opens.
+    Remote,
+}
+
+/// A setting's value as shown (by `gpumap info`, and to Python): numbers for counts and sizes,
+/// words for modes, a list for status codes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettingValue {
+    /// A count (threads, attempts, seconds).
+    Count(u64),
+    /// A size in bytes.
+    Size(u64),
+    /// A mode or a switch, as the words the variables take (`auto`, `on`, `uncached`).
+    Word(String),
+    /// A list of HTTP statuses.
+    Codes(Vec<i32>),
+}
+
+impl fmt::Display for SettingValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SettingValue::Count(n) | SettingValue::Size(n) => write!(f, "{n}"),
+            SettingValue::Word(w) => f.write_str(w),
+            SettingValue::Codes(codes) => {
+                let text: Vec<String> = codes.iter().map(i32::to_string).collect();
+                f.write_str(&text.join(","))
+            }
+        }
+    }
+}
+
+/// Parses a setting's text into a [`Config`]: `Ok(Some(warning))` where the value is taken
+/// but deserves a warning, `Err(reason)` where it is refused.
+type Parse = fn(&mut Config, &str) -> std::result::Result<Option<String>, String>;
+
+/// One setting: every name it goes by, its default, what it means, how its text is read and
+/// how its value is shown. [`SETTINGS`] lists them all; the environment parsing, the source
+/// reporting, `gpumap info` and the Python binding's `defaults` all walk that one list, so a
+/// setting added there reaches each of them (and the tests fail where one lags behind).
+#[derive(Debug, Clone, Copy)]
+pub struct SettingSpec {
+    /// KvikIO's Python name (`gpumapio.defaults.get(name)`).
+    pub name: &'static str,
+    /// The [`Config`] field, also the key of `gpumap info --json`'s settings.
+    pub field: &'static str,
+    /// The `GPUMAP_*` variable.
+    pub env: &'static str,
+    /// KvikIO's `KVIKIO_*` variable, read where the `GPUMAP_*` one is unset.
+    pub alias: &'static str,
+    /// The default, as a reader would write it.
+    pub default: &'static str,
+    /// A valid value other than the default (for tests and examples).
+    pub example: &'static str,
+    /// Where a change takes effect.
+    pub scope: Scope,
+    /// What the setting means, in one line.
+    pub doc: &'static str,
+    parse: Parse,
+    show: fn(&Config) -> SettingValue,
+}
+
+impl SettingSpec {
+    /// Reads `text` (as the environment variable holds it) into `config`'s field:
+    /// `Ok(Some(warning))` where the value is taken with a warning, `Err(reason)` where it is
+    /// refused.
+    pub fn parse_into(
+        &self,
+        config: &mut Config,
+        text: &str,
+    ) -> std::result::Result<Option<String>, String> {
+        (self.parse)(config, text)
+    }
+
+    /// `config`'s value of this setting.
+    pub fn value(&self, config: &Config) -> SettingValue {
+        (self.show)(config)
+    }
+}
+
+/// A size above zero.
+fn positive_size(text: &str) -> std::result::Result<u64, String> {
+    match parse_size(text)? {
+        0 => Err("expected a size above zero".into()),
+        n => Ok(n),
+    }
+}
+
+/// A whole number above zero, without suffixes (KvikIO's remote settings).
+fn positive_integer(text: &str) -> std::result::Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("expected a positive integer".into()),
+    }
+}
+
+/// HTTP statuses separated by commas (`"429,500,503"`).
+fn status_codes(text: &str) -> std::result::Result<Vec<i32>, String> {
+    text.split(',')
+        .map(|code| code.trim().parse::<i32>())
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|_| "expected integers separated by commas".into())
+}
+
+/// The one table of settings, in the order `gpumap info` shows them.
+pub const SETTINGS: [SettingSpec; 10] = [
+    SettingSpec {
+        name: "compat_mode",
+        field: "compat_mode",
+        env: "GPUMAP_COMPAT_MODE",
+        alias: "KVIKIO_COMPAT_MODE",
+        default: "auto",
+        example: "on",
+        scope: Scope::Handle,
+        doc: "on: POSIX path only; off: cuFile or fail; auto: cuFile where it is real GDS",
+        parse: |c, text| {
+            c.compat_mode = text.parse()?;
+            Ok(None)
+        },
+        show: |c| SettingValue::Word(c.compat_mode.to_string()),
+    },
+    SettingSpec {
+        name: "num_threads",
+        field: "nthreads",
+        env: "GPUMAP_NTHREADS",
+        alias: "KVIKIO_NTHREADS",
+        default: "CPUs, at most 16",
+        example: "3",
+        scope: Scope::Pool,
+        doc: "threads of the shared I/O pool, 1 to 1024",
+        parse: |c, text| {
+            let n = parse_count(text)?;
+            let warning = check_nthreads(n)?;
+            c.nthreads = n;
+            Ok(warning)
+        },
+        show: |c| SettingValue::Count(c.nthreads as u64),
+    },
+    SettingSpec {
+        name: "task_size",
+        field: "task_size",
+        env: "GPUMAP_TASK_SIZE",
+        alias: "KVIKIO_TASK_SIZE",
+        default: "4 MiB",
+        example: "1 MiB",
+        scope: Scope::Handle,
+        doc: "largest piece one task moves; a transfer is split into pieces of this size",
+        parse: |c, text| {
+            c.task_size = positive_size(text)?;
+            Ok(None)
+        },
+        show: |c| SettingValue::Size(c.task_size),
+    },
+    SettingSpec {
+        name: "gds_threshold",
+        field: "gds_threshold",
+        env: "GPUMAP_GDS_THRESHOLD",
+        alias: "KVIKIO_GDS_THRESHOLD",
+        default: "1 MiB",
+        example: "64 KiB",
+        scope: Scope::Handle,
+        doc: "device transfers smaller than this use the POSIX path even where cuFile works",
+        parse: |c, text| {
+            c.gds_threshold = parse_size(text)?;
+            Ok(None)
+        },
+        show: |c| SettingValue::Size(c.gds_threshold),
+    },
+    SettingSpec {
+        name: "bounce_buffer_size",
+        field: "bounce_buffer_size",
+        env: "GPUMAP_BOUNCE_BUFFER_SIZE",
+        alias: "KVIKIO_BOUNCE_BUFFER_SIZE",
+        default: "4 MiB",
+        example: "8 MiB",
+        scope: Scope::Handle,
+        doc: "size of each pinned staging buffer, rounded up to whole pages where a file opens",
+        parse: |c, text| {
+            // Any other size is taken, rounded up to whole pages where files open.
+            c.bounce_buffer_size = positive_size(text)?;
+            Ok(None)
+        },
+        show: |c| SettingValue::Size(c.bounce_buffer_size),
+    },
+    SettingSpec {
+        name: "auto_direct_io_read",
+        field: "direct_io_read",
+        env: "GPUMAP_AUTO_DIRECT_IO_READ",
+        alias: "KVIKIO_AUTO_DIRECT_IO_READ",
+        default: "off",
+        example: "uncached",
+        scope: Scope::Handle,
+        doc: "O_DIRECT for the aligned middle of reads: off, on, or uncached",
+        parse: |c, text| {
+            c.direct_io_read = text.parse()?;
+            Ok(None)
+        },
+        show: |c| SettingValue::Word(c.direct_io_read.to_string()),
+    },
+    SettingSpec {
+        name: "auto_direct_io_write",
+        field: "direct_io_write",
+        env: "GPUMAP_AUTO_DIRECT_IO_WRITE",
+        alias: "KVIKIO_AUTO_DIRECT_IO_WRITE",
+        default: "on",
+        example: "off",
+        scope: Scope::Handle,
+        doc: "O_DIRECT for the aligned middle of writes: on or off",
+        parse: |c, text| {
+            c.direct_io_write = parse_bool(text)?;
+            Ok(None)
+        },
+        show: |c| SettingValue::Word(if c.direct_io_write { "on" } else { "off" }.into()),
+    },
+    SettingSpec {
+        name: "http_max_attempts",
+        field: "http_max_attempts",
+        env: "GPUMAP_HTTP_MAX_ATTEMPTS",
+        alias: "KVIKIO_HTTP_MAX_ATTEMPTS",
+        default: "3",
+        example: "9",
+        scope: Scope::Remote,
+        doc: "attempts of one remote request before its error is returned",
+        parse: |c, text| {
+            c.http_max_attempts = positive_integer(text)?;
+            Ok(None)
+        },
+        show: |c| SettingValue::Count(c.http_max_attempts),
+    },
+    SettingSpec {
+        name: "http_status_codes",
+        field: "http_status_codes",
+        env: "GPUMAP_HTTP_STATUS_CODES",
+        alias: "KVIKIO_HTTP_STATUS_CODES",
+        default: "429,500,502,503,504",
+        example: "500,503",
+        scope: Scope::Remote,
+        doc: "HTTP statuses of a remote request that are retried, separated by commas",
+        parse: |c, text| {
+            c.http_status_codes = status_codes(text)?;
+            Ok(None)
+        },
+        show: |c| SettingValue::Codes(c.http_status_codes.clone()),
+    },
+    SettingSpec {
+        name: "http_timeout",
+        field: "http_timeout",
+        env: "GPUMAP_HTTP_TIMEOUT",
+        alias: "KVIKIO_HTTP_TIMEOUT",
+        default: "60",
+        example: "7",
+        scope: Scope::Remote,
+        doc: "seconds one remote request may take",
+        parse: |c, text| {
+            c.http_timeout = positive_integer(text)?;
+            Ok(None)
+        },
+        show: |c| SettingValue::Count(c.http_timeout),
+    },
 ];
+
+/// The row of [`SETTINGS`] whose Python name or [`Config`] field is `name`.
+pub fn setting(name: &str) -> Option<&'static SettingSpec> {
+    SETTINGS.iter().find(|s| s.name == name || s.field == name)
+}
 
 impl Config {
     /// The defaults with the process environment applied.
@@ -223,8 +488,9 @@ impl Config {
     /// its variable: `std::env::var` reports it as unset, which would put the default in its
     /// place silently.
     fn from_os_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Result<Config> {
-        for (_, _, name, alias) in VARS {
-            let found = [name, alias].into_iter().find_map(|var| lookup(var).map(|v| (var, v)));
+        for spec in &SETTINGS {
+            let found =
+                [spec.env, spec.alias].into_iter().find_map(|var| lookup(var).map(|v| (var, v)));
             if let Some((var, raw)) = found.filter(|(_, raw)| raw.to_str().is_none()) {
                 return Err(Error::InvalidConfig {
                     var: var.to_string(),
@@ -255,52 +521,25 @@ impl Config {
         }
     }
 
-    /// The defaults with settings taken from `lookup(variable name)` (tests use a map).
+    /// The defaults with settings taken from `lookup(variable name)` (tests use a map), each
+    /// read by its row of [`SETTINGS`].
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let mut config = Config::default();
-        for (setting, field, name, alias) in VARS {
-            let found = [name, alias].into_iter().find_map(|var| lookup(var).map(|v| (var, v)));
+        for spec in &SETTINGS {
+            let found =
+                [spec.env, spec.alias].into_iter().find_map(|var| lookup(var).map(|v| (var, v)));
             let Some((var, value)) = found else {
-                config.sources.push((field, Source::Default));
+                config.sources.push((spec.field, Source::Default));
                 continue;
             };
-            let invalid = |reason: String| Error::InvalidConfig {
-                var: var.to_string(),
-                value: value.clone(),
-                reason,
-            };
-            match setting {
-                Setting::CompatMode => config.compat_mode = value.parse().map_err(invalid)?,
-                Setting::Nthreads => {
-                    let n = parse_count(&value).map_err(invalid)?;
-                    if let Some(warning) = check_nthreads(n).map_err(invalid)? {
-                        tracing::warn!("{var}={value}: {warning}");
-                    }
-                    config.nthreads = n;
-                }
-                Setting::TaskSize => {
-                    config.task_size = parse_size(&value).map_err(invalid)?;
-                    if config.task_size == 0 {
-                        return Err(invalid("expected a size above zero".into()));
-                    }
-                }
-                Setting::BounceBufferSize => {
-                    let n = parse_size(&value).map_err(invalid)?;
-                    if n == 0 {
-                        // Any other size is taken, rounded up to whole pages where files open.
-                        return Err(invalid("expected a size above zero".into()));
-                    }
-                    config.bounce_buffer_size = n;
-                }
-                Setting::GdsThreshold => {
-                    config.gds_threshold = parse_size(&value).map_err(invalid)?
-                }
-                Setting::DirectIoRead => config.direct_io_read = value.parse().map_err(invalid)?,
-                Setting::DirectIoWrite => {
-                    config.direct_io_write = parse_bool(&value).map_err(invalid)?
+            match spec.parse_into(&mut config, &value) {
+                Ok(Some(warning)) => tracing::warn!("{var}={value}: {warning}"),
+                Ok(None) => {}
+                Err(reason) => {
+                    return Err(Error::InvalidConfig { var: var.to_string(), value, reason })
                 }
             }
-            config.sources.push((field, Source::Env(var.to_string())));
+            config.sources.push((spec.field, Source::Env(var.to_string())));
         }
         Ok(config)
     }
@@ -312,6 +551,20 @@ impl Config {
             .find(|(s, _)| *s == setting)
             .map(|(_, src)| src.clone())
             .unwrap_or(Source::Default)
+    }
+
+    /// Records that `setting` (a field name of [`SETTINGS`]) now has a value from `source`;
+    /// names outside the table are ignored.
+    pub fn set_source(&mut self, setting: &str, source: Source) {
+        let Some(spec) = self::setting(setting) else { return };
+        self.sources.retain(|(s, _)| *s != spec.field);
+        self.sources.push((spec.field, source));
+    }
+
+    /// Whether `setting` (a field name) was given by the environment or the program rather
+    /// than left at its default: automatic choices apply only where it was not.
+    pub fn is_explicit(&self, setting: &str) -> bool {
+        self.source(setting) != Source::Default
     }
 }
 
@@ -423,6 +676,116 @@ mod tests {
     }
 
     #[test]
+    fn the_table_names_each_setting_once_in_both_spellings() {
+        let columns: [fn(&SettingSpec) -> &'static str; 4] =
+            [|s| s.name, |s| s.field, |s| s.env, |s| s.alias];
+        for column in columns {
+            let values: std::collections::HashSet<_> = SETTINGS.iter().map(column).collect();
+            assert_eq!(values.len(), SETTINGS.len(), "a name appears twice: {values:?}");
+        }
+        for spec in &SETTINGS {
+            let suffix = spec.env.strip_prefix("GPUMAP_").expect("GPUMAP_ variable");
+            assert_eq!(spec.alias.strip_prefix("KVIKIO_"), Some(suffix), "{}", spec.name);
+            assert!(!spec.doc.is_empty() && !spec.doc.contains('\n'), "{}", spec.name);
+            assert_eq!(setting(spec.name).map(|s| s.env), Some(spec.env));
+            assert_eq!(setting(spec.field).map(|s| s.env), Some(spec.env));
+        }
+    }
+
+    /// The defaults the table states are the ones `Config::default` holds (the thread count's
+    /// depends on the machine and is checked against its rule).
+    #[test]
+    fn the_table_states_the_defaults_config_has() {
+        let defaults = Config::default();
+        for spec in &SETTINGS {
+            if spec.field == "nthreads" {
+                let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+                assert_eq!(spec.value(&defaults), SettingValue::Count(cpus.min(16) as u64));
+                continue;
+            }
+            let mut parsed = Config::default();
+            spec.parse_into(&mut parsed, spec.default).unwrap();
+            assert_eq!(spec.value(&parsed), spec.value(&defaults), "{}", spec.name);
+            // The value shown reads back as itself.
+            let mut again = Config::default();
+            spec.parse_into(&mut again, &spec.value(&defaults).to_string()).unwrap();
+            assert_eq!(again, defaults, "{}", spec.name);
+        }
+    }
+
+    /// Each row's example moves its own field and no other, read from either variable: a
+    /// row whose parser wrote the wrong field, or a field no row reads, would show here.
+    #[test]
+    fn each_row_reads_its_own_field() {
+        let defaults = Config::default();
+        for spec in &SETTINGS {
+            for var in [spec.env, spec.alias] {
+                let c = with(&[(var, spec.example)]).unwrap();
+                assert_ne!(spec.value(&c), spec.value(&defaults), "{var}={}", spec.example);
+                assert_eq!(c.source(spec.field), Source::Env(var.into()));
+                for other in SETTINGS.iter().filter(|o| o.field != spec.field) {
+                    assert_eq!(
+                        other.value(&c),
+                        other.value(&defaults),
+                        "{var} moved {}",
+                        other.name
+                    );
+                    assert_eq!(c.source(other.field), Source::Default);
+                }
+            }
+        }
+    }
+
+    /// The documents that list the settings list every row: the README's table (variables)
+    /// and docs/cli-json.md (the keys of `gpumap info --json`).
+    #[test]
+    fn the_documents_list_every_setting() {
+        let readme = include_str!("../../../README.md");
+        let cli_json = include_str!("../../../docs/cli-json.md");
+        for spec in &SETTINGS {
+            assert!(readme.contains(spec.env), "README.md lacks {}", spec.env);
+            assert!(
+                cli_json.contains(&format!("`{}`", spec.field)),
+                "cli-json.md lacks {}",
+                spec.field
+            );
+        }
+    }
+
+    #[test]
+    fn sources_set_by_the_program() {
+        let mut c = with(&[("GPUMAP_TASK_SIZE", "1M")]).unwrap();
+        assert!(c.is_explicit("task_size") && !c.is_explicit("gds_threshold"));
+        c.set_source("gds_threshold", Source::Set);
+        c.set_source("num_threads", Source::Set);
+        c.set_source("no_such_setting", Source::Set);
+        assert_eq!(c.source("gds_threshold"), Source::Set);
+        assert_eq!(c.source("nthreads"), Source::Set);
+        assert_eq!(c.sources.iter().filter(|(f, _)| *f == "nthreads").count(), 1);
+    }
+
+    #[test]
+    fn remote_settings_parse_as_kvikio_reads_them() {
+        let c = with(&[
+            ("KVIKIO_HTTP_MAX_ATTEMPTS", "9"),
+            ("KVIKIO_HTTP_STATUS_CODES", "500, 503"),
+            ("GPUMAP_HTTP_TIMEOUT", " 7 "),
+        ])
+        .unwrap();
+        assert_eq!((c.http_max_attempts, c.http_timeout), (9, 7));
+        assert_eq!(c.http_status_codes, vec![500, 503]);
+        for (var, value) in [
+            ("KVIKIO_HTTP_TIMEOUT", "0"),
+            ("KVIKIO_HTTP_MAX_ATTEMPTS", "3K"),
+            ("GPUMAP_HTTP_STATUS_CODES", "500;503"),
+        ] {
+            assert!(
+                matches!(with(&[(var, value)]), Err(Error::InvalidConfig { var: v, .. }) if v == var)
+            );
+        }
+    }
+
+    #[test]
     fn defaults() {
         let c = with(&[]).unwrap();
         assert_eq!(c.compat_mode, CompatMode::Auto);
@@ -450,8 +813,8 @@ mod tests {
         assert_eq!(c.gds_threshold, 64 << 10);
         assert_eq!(c.bounce_buffer_size, 8 << 20);
         assert!(c.direct_io_read == DirectRead::On && !c.direct_io_write);
-        for (_, setting, _, _) in VARS {
-            assert!(matches!(c.source(setting), Source::Env(_)), "{setting} not read");
+        for spec in &SETTINGS[..7] {
+            assert!(matches!(c.source(spec.field), Source::Env(_)), "{} not read", spec.field);
         }
     }
 
@@ -633,10 +996,10 @@ mod tests {
         fn any_environment_gives_a_config_or_names_the_bad_variable(
             values in proptest::collection::vec(
                 prop::option::of(prop_oneof![any::<String>(), size_like(), Just("auto".to_string())]),
-                14,
+                20,
             ),
         ) {
-            let names: Vec<&str> = VARS.iter().flat_map(|(_, _, n, a)| [*n, *a]).collect();
+            let names: Vec<&str> = SETTINGS.iter().flat_map(|s| [s.env, s.alias]).collect();
             let env: HashMap<&str, String> = names
                 .iter()
                 .zip(&values)
@@ -644,9 +1007,9 @@ mod tests {
                 .collect();
             match Config::from_lookup(|k| env.get(k).cloned()) {
                 Ok(config) => {
-                    for (_, field, name, alias) in VARS {
-                        let set = env.contains_key(name) || env.contains_key(alias);
-                        prop_assert_eq!(matches!(config.source(field), Source::Env(_)), set);
+                    for spec in &SETTINGS {
+                        let set = env.contains_key(spec.env) || env.contains_key(spec.alias);
+                        prop_assert_eq!(matches!(config.source(spec.field), Source::Env(_)), set);
                     }
                 }
                 Err(Error::InvalidConfig { var, value, reason }) => {
@@ -666,20 +1029,20 @@ mod tests {
                     size_like().prop_map(String::into_bytes),
                     Just(b"4K\xc3".to_vec()),
                 ]),
-                14,
+                20,
             ),
         ) {
             use std::os::unix::ffi::OsStringExt;
-            let names: Vec<&str> = VARS.iter().flat_map(|(_, _, n, a)| [*n, *a]).collect();
+            let names: Vec<&str> = SETTINGS.iter().flat_map(|s| [s.env, s.alias]).collect();
             let env: HashMap<&str, Vec<u8>> = names
                 .iter()
                 .zip(&values)
                 .filter_map(|(n, v)| v.clone().map(|v| (*n, v)))
                 .collect();
             let got = Config::from_os_lookup(|k| env.get(k).cloned().map(OsString::from_vec));
-            let bad_bytes = VARS.iter().find_map(|(_, _, n, a)| {
-                let raw = env.get(n).or_else(|| env.get(a))?;
-                std::str::from_utf8(raw).is_err().then_some(if env.contains_key(n) { *n } else { *a })
+            let bad_bytes = SETTINGS.iter().find_map(|s| {
+                let raw = env.get(s.env).or_else(|| env.get(s.alias))?;
+                std::str::from_utf8(raw).is_err().then_some(if env.contains_key(s.env) { s.env } else { s.alias })
             });
             match bad_bytes {
                 Some(var) => prop_assert!(

@@ -83,7 +83,8 @@
 //! # Configuration
 //!
 //! Defaults come from `GPUMAP_*` environment variables, with KvikIO's `KVIKIO_*` names accepted
-//! as aliases; see [`config`].
+//! as aliases; see [`config`], whose [`config::SETTINGS`] is the one table of them. Where a
+//! setting is not given, [`tuning`] chooses some per file system, each choice with its reason.
 //!
 //! # Safety
 //!
@@ -115,6 +116,8 @@ pub mod profiling;
 #[cfg(feature = "remote")]
 pub mod remote;
 mod sys;
+pub mod tuning;
+pub mod tuning_facts;
 
 pub use capabilities::Capabilities;
 pub use config::Config;

@@ -32,6 +32,10 @@ pub use crate::io::flags::OpenFlags;
 /// Options of a [`FileHandle`], defaulting to the process [`Config`] (builder: set what
 /// differs, then [`open`](Self::open)).
 ///
+/// A setting neither set here nor given by the environment may be chosen for the file's file
+/// system when it opens ([`crate::tuning`]): a file on a network file system gets larger tasks.
+/// A setter's value always stands.
+///
 /// ```no_run
 /// use gpumap::config::DirectRead;
 /// use gpumap::io::FileHandle;
@@ -68,7 +72,8 @@ impl std::fmt::Debug for HandleOptions {
 }
 
 impl HandleOptions {
-    /// The options [`Config::global`] gives.
+    /// The options `config` gives ([`Config::global`]'s for [`FileHandle::options`]); the
+    /// settings its sources mark as given (environment, program) are never tuned.
     pub fn from_config(config: &Config) -> HandleOptions {
         HandleOptions { settings: HandleSettings::from_config(config), mode: 0o644, pool: None }
     }
@@ -76,12 +81,14 @@ impl HandleOptions {
     /// Sets the compat mode: cuFile or POSIX (see [`CompatMode`]).
     pub fn compat_mode(&mut self, mode: CompatMode) -> &mut Self {
         self.settings.compat_mode = mode;
+        self.settings.mark_explicit("compat_mode");
         self
     }
 
     /// Sets the task size: the largest piece a task moves.
     pub fn task_size(&mut self, bytes: u64) -> &mut Self {
         self.settings.task_size = bytes;
+        self.settings.mark_explicit("task_size");
         self
     }
 
@@ -89,18 +96,22 @@ impl HandleOptions {
     pub fn direct_io(&mut self, read: bool, write: bool) -> &mut Self {
         self.settings.direct_io_read = if read { DirectRead::On } else { DirectRead::Off };
         self.settings.direct_io_write = write;
+        self.settings.mark_explicit("direct_io_read");
+        self.settings.mark_explicit("direct_io_write");
         self
     }
 
     /// Sets when reads use `O_DIRECT` for their aligned middle (see [`DirectRead`]).
     pub fn direct_read(&mut self, policy: DirectRead) -> &mut Self {
         self.settings.direct_io_read = policy;
+        self.settings.mark_explicit("direct_io_read");
         self
     }
 
     /// Sets whether writes use `O_DIRECT` for their aligned middle.
     pub fn direct_write(&mut self, on: bool) -> &mut Self {
         self.settings.direct_io_write = on;
+        self.settings.mark_explicit("direct_io_write");
         self
     }
 
@@ -108,6 +119,7 @@ impl HandleOptions {
     /// chosen.
     pub fn gds_threshold(&mut self, bytes: u64) -> &mut Self {
         self.settings.gds_threshold = bytes;
+        self.settings.mark_explicit("gds_threshold");
         self
     }
 
@@ -115,6 +127,7 @@ impl HandleOptions {
     /// above zero, rounded up to whole pages at open (`O_DIRECT` reads fill them).
     pub fn bounce_buffer_size(&mut self, bytes: u64) -> &mut Self {
         self.settings.bounce_buffer_size = bytes;
+        self.settings.mark_explicit("bounce_buffer_size");
         self
     }
 

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use crate::align::{align_up, PAGE_SIZE};
-use crate::config::{CompatMode, Config, DirectRead};
+use crate::config::{CompatMode, Config, DirectRead, SettingValue, SETTINGS};
 use crate::error::{Error, Result};
 use crate::io::compat::{self, CompatDecision, IoPath};
 use crate::io::flags::OpenFlags;
@@ -20,9 +20,10 @@ use crate::io::gds::CuFileHandle;
 use crate::io::pool::IoPool;
 use crate::io::small_read_queue::SmallReadQueue;
 use crate::sys::posix;
+use crate::tuning::{self, FileSystem};
 
 /// How an open file's transfers run: what `HandleOptions` sets, kept by the open file.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct HandleSettings {
     /// cuFile or POSIX.
     pub(super) compat_mode: CompatMode,
@@ -36,6 +37,9 @@ pub(super) struct HandleSettings {
     pub(super) gds_threshold: u64,
     /// Size of each pinned bounce buffer (the POSIX path to device memory).
     pub(super) bounce_buffer_size: u64,
+    /// The settings given explicitly (by the environment, the program or a setter), one bit
+    /// per row of [`SETTINGS`]: automatic choices leave them alone.
+    explicit: u16,
 }
 
 impl HandleSettings {
@@ -48,6 +52,41 @@ impl HandleSettings {
             direct_io_write: config.direct_io_write,
             gds_threshold: config.gds_threshold,
             bounce_buffer_size: config.bounce_buffer_size,
+            explicit: SETTINGS
+                .iter()
+                .enumerate()
+                .filter(|(_, spec)| config.is_explicit(spec.field))
+                .fold(0, |bits, (i, _)| bits | (1 << i)),
+        }
+    }
+
+    /// Marks `field` (a [`SETTINGS`] field) as given explicitly.
+    pub(super) fn mark_explicit(&mut self, field: &str) {
+        if let Some(i) = SETTINGS.iter().position(|spec| spec.field == field) {
+            self.explicit |= 1 << i;
+        }
+    }
+
+    /// Whether `field` was given explicitly.
+    pub(super) fn is_explicit(&self, field: &str) -> bool {
+        SETTINGS
+            .iter()
+            .position(|spec| spec.field == field)
+            .is_some_and(|i| self.explicit & (1 << i) != 0)
+    }
+
+    /// Takes the automatic choices for a file on `file_system` where the setting was not given
+    /// explicitly. Only the task size is taken here: `O_DIRECT` on a file system that refuses
+    /// it is found out by the open itself, which then says so (`direct_io_status`).
+    fn tune_for(&mut self, file_system: FileSystem) {
+        for choice in tuning::for_file(Some(file_system)) {
+            if !choice.tuned || self.is_explicit(choice.setting) {
+                continue;
+            }
+            if let ("task_size", SettingValue::Size(bytes)) = (choice.setting, &choice.value) {
+                tracing::debug!(task_size = bytes, "auto: {}", choice.reason);
+                self.task_size = *bytes;
+            }
         }
     }
 }
@@ -123,9 +162,11 @@ impl HandleState {
             .map_err(|e| Error::io("open", path, None, e))?;
         let metadata = file.metadata().map_err(|e| Error::io("fstat", path, None, e))?;
         check_regular(path, &metadata.file_type())?;
-        if let Some(what) = posix::pseudo_file_system(&file, path)? {
+        let magic = posix::file_system_magic(&file, path)?;
+        if let Some(what) = posix::pseudo_file_system(magic) {
             return Err(Error::NotRegularFile { path: Some(path.to_path_buf()), what });
         }
+        settings.tune_for(FileSystem::from_magic(magic));
         posix::clear_nonblocking(&file, path)?;
         // The direct descriptor serves positional transfers only; appends stay buffered.
         let wants_direct = !flags.append
@@ -308,4 +349,49 @@ fn check_regular(path: &Path, kind: &std::fs::FileType) -> Result<()> {
         "a special file"
     };
     Err(Error::NotRegularFile { path: Some(path.to_path_buf()), what })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Scope;
+    use std::collections::HashMap;
+
+    fn config_with(var: &str, value: &str) -> Config {
+        let env: HashMap<&str, &str> = [(var, value)].into();
+        Config::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap()
+    }
+
+    /// Every setting the table says is per handle reaches `HandleSettings` (and is marked as
+    /// given); no other does: a handle setting added to the table but not here fails.
+    #[test]
+    fn handle_settings_take_the_tables_handle_rows() {
+        let plain = HandleSettings::from_config(&Config::default());
+        assert!(SETTINGS.len() <= 16, "one bit a setting in `explicit`");
+        for spec in &SETTINGS {
+            let mut got = HandleSettings::from_config(&config_with(spec.env, spec.example));
+            assert!(got.is_explicit(spec.field), "{}", spec.field);
+            got.explicit = plain.explicit;
+            let reached = got != plain;
+            assert_eq!(reached, spec.scope == Scope::Handle, "{}", spec.field);
+        }
+    }
+
+    #[test]
+    fn network_file_systems_get_larger_tasks_unless_given() {
+        let mut settings = HandleSettings::from_config(&Config::default());
+        settings.tune_for(FileSystem::Local("ext4"));
+        assert_eq!(settings, HandleSettings::from_config(&Config::default()));
+        settings.tune_for(FileSystem::Memory("tmpfs"));
+        assert_eq!(settings, HandleSettings::from_config(&Config::default()));
+        settings.tune_for(FileSystem::Network("nfs"));
+        assert_eq!(settings.task_size, tuning::NETWORK_TASK_SIZE);
+        let mut given = HandleSettings::from_config(&config_with("KVIKIO_TASK_SIZE", "1M"));
+        given.tune_for(FileSystem::Network("nfs"));
+        assert_eq!(given.task_size, 1 << 20);
+        let mut set = HandleSettings::from_config(&Config::default());
+        set.mark_explicit("task_size");
+        set.tune_for(FileSystem::Network("lustre"));
+        assert_eq!(set.task_size, crate::config::DEFAULT_TASK_SIZE);
+    }
 }

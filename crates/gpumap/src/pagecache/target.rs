@@ -89,7 +89,8 @@ impl Opened {
             // A /proc or /sys file's size says nothing about its content, and it has no pages in
             // the cache: refused, as `read` and `map` refuse it, rather than reported empty.
             let named = path.clone().unwrap_or_else(|| PathBuf::from("the file"));
-            if let Some(what) = crate::sys::posix::pseudo_file_system(&file, &named)? {
+            let magic = crate::sys::posix::file_system_magic(&file, &named)?;
+            if let Some(what) = crate::sys::posix::pseudo_file_system(magic) {
                 return Err(Error::NotRegularFile { path, what });
             }
             meta.len()

@@ -42,5 +42,7 @@ mod url;
 
 pub use crate::error::RemoteErrorKind;
 pub use file::RemoteFile;
-pub use options::{RemoteOptions, MAX_IN_FLIGHT, MAX_REQUEST_SIZE, MAX_STAGED_BYTES};
+pub use options::{
+    RemoteOptions, AUTO_IN_FLIGHT, MAX_IN_FLIGHT, MAX_REQUEST_SIZE, MAX_STAGED_BYTES,
+};
 pub use url::{is_remote_url, RemoteUrl, MAX_URL_LEN};

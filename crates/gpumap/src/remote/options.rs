@@ -24,7 +24,7 @@ pub const MAX_STAGED_BYTES: u64 = 4 << 30;
 /// Requests in flight when none is asked for: object stores serve each connection far slower
 /// than a NIC can take, so throughput grows with requests in flight (cuDF #23633); the bound
 /// keeps a default read within `AUTO_IN_FLIGHT × request_size` bytes of memory.
-const AUTO_IN_FLIGHT: usize = 64;
+pub const AUTO_IN_FLIGHT: usize = 64;
 
 /// Settings of a remote read. Build with [`RemoteOptions::default`] and the setters.
 #[derive(Debug, Clone, PartialEq, Eq)]

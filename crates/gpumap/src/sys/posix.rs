@@ -164,10 +164,10 @@ const PSEUDO_FILE_SYSTEMS: [(u32, &str); 8] = [
     (0x6265_6570, "a pseudo file (configfs)"),
 ];
 
-/// What `file` is when it lives on a pseudo file system (`"a pseudo file (procfs)"`), or
-/// `None`: `fstatfs(2)`'s `f_type`.
+/// The type of the file system holding `file`: `fstatfs(2)`'s `f_type`, as the 32-bit magic
+/// number Linux's `magic.h` names.
 #[doc(alias = "fstatfs")]
-pub fn pseudo_file_system(file: &File, path: &Path) -> Result<Option<&'static str>> {
+pub fn file_system_magic(file: &File, path: &Path) -> Result<u32> {
     let mut stat = MaybeUninit::<libc::statfs>::uninit();
     // SAFETY: `stat` is writable memory of the size and layout of `struct statfs`, which the
     // kernel fills on success; the descriptor is borrowed from `file`, so it is open.
@@ -178,8 +178,13 @@ pub fn pseudo_file_system(file: &File, path: &Path) -> Result<Option<&'static st
     // SAFETY: fstatfs returned 0, so it initialised the whole struct.
     let stat = unsafe { stat.assume_init() };
     // Magic numbers are 32-bit; `f_type`'s width and sign differ between architectures.
-    let magic = (stat.f_type as u64 & 0xffff_ffff) as u32;
-    Ok(PSEUDO_FILE_SYSTEMS.iter().find(|(m, _)| *m == magic).map(|(_, what)| *what))
+    Ok((stat.f_type as u64 & 0xffff_ffff) as u32)
+}
+
+/// What a file is when it lives on a pseudo file system (`"a pseudo file (procfs)"`), or
+/// `None`, from its file system's magic number ([`file_system_magic`]).
+pub fn pseudo_file_system(magic: u32) -> Option<&'static str> {
+    PSEUDO_FILE_SYSTEMS.iter().find(|(m, _)| *m == magic).map(|(_, what)| *what)
 }
 
 /// Clears `O_NONBLOCK` on `file`'s open file description: `fcntl(F_GETFL)`, then
