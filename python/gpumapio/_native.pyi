@@ -31,6 +31,10 @@ __all__ = [
     "BufferRegistration",
     "driver_open",
     "driver_properties",
+    "driver_set_max_cache_size",
+    "driver_set_max_direct_io_size",
+    "driver_set_max_pinned_mem_size",
+    "driver_set_poll_mode",
     "library_version",
     "buf_register",
     "capabilities",
@@ -55,15 +59,15 @@ __version__: str
 class UnavailableError(RuntimeError):
     """What the call needs is missing here (CUDA driver, GPU, cuFile); the message says why."""
 
-class CudaError(OSError):
-    """A CUDA driver call failed."""
+class CudaError(OSError, RuntimeError):
+    """A CUDA driver call failed (a RuntimeError too, as KvikIO raises)."""
 
     op: str
     code: int
     name: str
 
-class CuFileError(OSError):
-    """A cuFile call failed."""
+class CuFileError(OSError, RuntimeError):
+    """A cuFile call failed (a RuntimeError too, as KvikIO raises)."""
 
     op: str
     code: int
@@ -306,6 +310,10 @@ class BufferRegistration:
 
 def driver_open() -> None: ...
 def driver_properties() -> dict[str, Any]: ...
+def driver_set_poll_mode(poll: bool, threshold_kb: int) -> None: ...
+def driver_set_max_direct_io_size(kb: int) -> None: ...
+def driver_set_max_cache_size(kb: int) -> None: ...
+def driver_set_max_pinned_mem_size(kb: int) -> None: ...
 def library_version() -> tuple[int, int]: ...
 def buf_register(buf: _Buffer) -> BufferRegistration: ...
 def capabilities() -> dict[str, Any]: ...

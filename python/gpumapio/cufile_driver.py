@@ -99,9 +99,17 @@ class _Properties:
 
     Reading one opens the driver (``UnavailableError``, a ``RuntimeError``, with the reason
     where cuFile cannot be used), except ``is_gds_available``, which is then ``False``. The
-    sizes are in KiB, as cuFile and KvikIO give them. The settable ones are recorded and read
-    back; gpumap moves data in its own tasks and buffers, so cuFile's poll mode and caches do
-    not change its transfers.
+    sizes are in KiB, as cuFile and KvikIO give them.
+
+    Setting one opens the driver too (so without cuFile it raises as reading does, as KvikIO
+    does), applies the value through cuFile's driver API, as KvikIO does
+    (``cuFileDriverSetPollMode`` for ``poll_mode`` and ``poll_thresh_size``, with the other of
+    the two as it stands; ``cuFileDriverSetMaxCacheSize``; ``cuFileDriverSetMaxPinnedMemSize``),
+    and records it: reading it back gives the value set, since cuFile reports its properties
+    as they were when the driver opened. A ``CuFileError`` (a ``RuntimeError``) where cuFile
+    refuses the value, which is then not recorded. Where the cuFile library is too old to have
+    the call, the value is only recorded. gpumap moves data in its own tasks and buffers, so
+    these change only what cuFile does in the transfers gpumap hands it.
     """
 
     _SETTABLE = {
@@ -139,10 +147,14 @@ class _Properties:
         if name in self._SETTABLE:
             record = _record()  # opens the driver, or says why it cannot
             with self._lock:
-                if name in self._set:
-                    return self._set[name]
-            return getattr(record, self._SETTABLE[name])
+                return self._current(name, record)
         raise AttributeError(f"cuFile driver property {name!r} does not exist")
+
+    def _current(self, name: str, record: DriverProperties) -> Any:
+        """The value set last, else the driver's; the caller holds the lock."""
+        if name in self._set:
+            return self._set[name]
+        return getattr(record, self._SETTABLE[name])
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self._READ_ONLY:
@@ -158,8 +170,20 @@ class _Properties:
                 raise TypeError(f"{name} has incorrect type (expected int, got {type(value).__name__})")
             if value < 0:
                 raise OverflowError(f"{name} {value}: can't convert negative value to an unsigned size")
-        _record()  # as KvikIO: setting needs the driver
+        record = _record()  # as KvikIO: setting needs the driver
+        # Under the lock, so that the poll mode and its threshold go to cuFile as a pair.
         with self._lock:
+            try:
+                if name == "poll_mode":
+                    _native.driver_set_poll_mode(value, self._current("poll_thresh_size", record) or 0)
+                elif name == "poll_thresh_size":
+                    _native.driver_set_poll_mode(bool(self._current("poll_mode", record)), value)
+                elif name == "max_device_cache_size":
+                    _native.driver_set_max_cache_size(value)
+                else:
+                    _native.driver_set_max_pinned_mem_size(value)
+            except _native.UnavailableError:
+                pass  # the driver is open (above), so the library lacks the call: recorded only
             self._set[name] = value
 
 

@@ -501,16 +501,14 @@ fn cuda_array_interface(
     let cai = cai
         .cast::<PyDict>()
         .map_err(|_| PyTypeError::new_err("__cuda_array_interface__ is not a dict"))?;
-    let get = |key: &str| -> PyResult<Bound<'_, PyAny>> {
-        cai.get_item(key)?.ok_or_else(|| {
-            PyValueError::new_err(format!("__cuda_array_interface__ has no {key:?}"))
-        })
-    };
-    let shape: Vec<usize> = get("shape")?.extract()?;
-    let typestr: String = get("typestr")?.extract()?;
+    // Keys interned: this runs for every transfer, and a `&str` key is a new Python string
+    // each time.
+    let get = |key| required(cai, key);
+    let shape: Vec<usize> = get(intern!(py, "shape"))?.extract()?;
+    let typestr: String = get(intern!(py, "typestr"))?.extract()?;
     let mut plain = check_typestr(&typestr);
     if plain.is_ok() {
-        if let Some(descr) = cai.get_item("descr")? {
+        if let Some(descr) = cai.get_item(intern!(py, "descr"))? {
             if !descr.is_none() {
                 plain = check_descr(&descr)?;
             }
@@ -525,13 +523,13 @@ fn cuda_array_interface(
     let itemsize: usize = typestr.get(2..).and_then(|n| n.parse().ok()).ok_or_else(|| {
         PyValueError::new_err(format!("__cuda_array_interface__ typestr {typestr:?}"))
     })?;
-    let (ptr, readonly): (u64, bool) = get("data")?.extract()?;
-    if let Some(mask) = cai.get_item("mask")? {
+    let (ptr, readonly): (u64, bool) = get(intern!(py, "data"))?.extract()?;
+    if let Some(mask) = cai.get_item(intern!(py, "mask"))? {
         if !mask.is_none() {
             return Err(PyValueError::new_err("masked arrays are not supported"));
         }
     }
-    let strides: Option<Vec<isize>> = match cai.get_item("strides")? {
+    let strides: Option<Vec<isize>> = match cai.get_item(intern!(py, "strides"))? {
         Some(s) if !s.is_none() => Some(s.extract()?),
         _ => None,
     };
@@ -547,7 +545,7 @@ fn cuda_array_interface(
     if writable && readonly {
         return Err(PyTypeError::new_err("cannot read into a read-only buffer"));
     }
-    let stream: Option<u64> = match cai.get_item("stream")? {
+    let stream: Option<u64> = match cai.get_item(intern!(py, "stream"))? {
         Some(s) if !s.is_none() => Some(s.extract()?),
         _ => None,
     };
@@ -568,6 +566,16 @@ fn cuda_array_interface(
         readonly,
         keep: Keep::Object(obj.clone().unbind()),
         signed_int: typestr_signed_int(&typestr),
+    })
+}
+
+/// The value of `key` in a `__cuda_array_interface__`, which must have it.
+fn required<'py>(
+    cai: &Bound<'py, PyDict>,
+    key: &Bound<'py, pyo3::types::PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    cai.get_item(key)?.ok_or_else(|| {
+        PyValueError::new_err(format!("__cuda_array_interface__ has no {:?}", key.to_string()))
     })
 }
 
@@ -606,9 +614,10 @@ fn synchronize_stream(py: Python<'_>, ptr: u64, stream: u64) -> PyResult<()> {
         stream.synchronize().map_err(|e| e.to_string())
     });
     rc.map_err(|e| {
-        crate::errors::CudaError::new_err(format!(
-            "cuStreamSynchronize on the exporter's stream {stream:#x} failed: {e}"
-        ))
+        crate::errors::cuda_error(
+            py,
+            format!("cuStreamSynchronize on the exporter's stream {stream:#x} failed: {e}"),
+        )
     })
 }
 

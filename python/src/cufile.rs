@@ -46,6 +46,32 @@ pub fn driver_properties(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// `cuFileDriverSetPollMode`: whether reads and writes of up to `threshold_kb` KiB poll for
+/// completion. Opens the driver; `UnavailableError` without cuFile or where the library lacks
+/// the call, `CuFileError` where it refuses.
+#[pyfunction]
+pub fn driver_set_poll_mode(py: Python<'_>, poll: bool, threshold_kb: usize) -> PyResult<()> {
+    nogil(py, move || CuFileDriver::get()?.set_poll_mode(poll, threshold_kb))
+}
+
+/// `cuFileDriverSetMaxDirectIOSize`, KiB (errors as `driver_set_poll_mode`).
+#[pyfunction]
+pub fn driver_set_max_direct_io_size(py: Python<'_>, kb: usize) -> PyResult<()> {
+    nogil(py, move || CuFileDriver::get()?.set_max_direct_io_size_kb(kb))
+}
+
+/// `cuFileDriverSetMaxCacheSize`, KiB (errors as `driver_set_poll_mode`).
+#[pyfunction]
+pub fn driver_set_max_cache_size(py: Python<'_>, kb: usize) -> PyResult<()> {
+    nogil(py, move || CuFileDriver::get()?.set_max_cache_size_kb(kb))
+}
+
+/// `cuFileDriverSetMaxPinnedMemSize`, KiB (errors as `driver_set_poll_mode`).
+#[pyfunction]
+pub fn driver_set_max_pinned_mem_size(py: Python<'_>, kb: usize) -> PyResult<()> {
+    nogil(py, move || CuFileDriver::get()?.set_max_pinned_mem_size_kb(kb))
+}
+
 /// The cuFile library's version as `(major, minor)` (`cuFileGetVersion`, no driver opened);
 /// `(0, 0)` where no cuFile library loads or it is older than that call (1.8).
 #[pyfunction]

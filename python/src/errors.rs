@@ -15,8 +15,8 @@
 //! | `AccessMode` | `io.UnsupportedOperation` (an `OSError` and a `ValueError`, as for Python's own files) with errno `EBADF`, also a `RuntimeError` saying "Operation not permitted" |
 //! | bad arguments, ranges, sizes, flags, settings | `ValueError` |
 //! | `Unavailable` (no CUDA, no cuFile, no such GPU) | `gpumapio.UnavailableError` (a `RuntimeError`, as KvikIO raises) |
-//! | `Cuda` | `gpumapio.CudaError` (an `OSError`; `.code`, `.name`, `.op`) |
-//! | `CuFile` | `gpumapio.CuFileError` (an `OSError`; `.code`, `.name`, `.op`, `.filename`) |
+//! | `Cuda` | `gpumapio.CudaError` (an `OSError` and a `RuntimeError`, as KvikIO raises; `.code`, `.name`, `.op`) |
+//! | `CuFile` | `gpumapio.CuFileError` (an `OSError` and a `RuntimeError`, as KvikIO raises; `.code`, `.name`, `.op`, `.filename`) |
 //! | `OutOfBudget` | `gpumapio.OutOfBudgetError` (a `MemoryError`) |
 //! | `WriteBack` (a map's write-back failed) | as `Io` |
 //! | `FileShrank` (a mapped file was cut under the map) | `OSError(message)`, also a `RuntimeError` |
@@ -45,18 +45,6 @@ pyo3::create_exception!(
     PyRuntimeError,
     "What the call needs is missing on this machine (the CUDA driver, a GPU, cuFile); the \
      message says why."
-);
-pyo3::create_exception!(
-    gpumapio,
-    CudaError,
-    PyOSError,
-    "A CUDA driver call failed; `.op` is the call, `.code` the CUresult, `.name` its name."
-);
-pyo3::create_exception!(
-    gpumapio,
-    CuFileError,
-    PyOSError,
-    "A cuFile call failed; `.op` is the call, `.code` the cuFile status, `.name` its name."
 );
 pyo3::create_exception!(
     gpumapio,
@@ -95,7 +83,7 @@ pub fn to_py(py: Python<'_>, e: &Error) -> PyErr {
         | Error::InvalidArgument(_) => PyValueError::new_err(message),
         Error::Unavailable { .. } => UnavailableError::new_err(message),
         Error::Cuda { op, code, name } => {
-            let err = CudaError::new_err(message);
+            let err = cuda_error(py, message);
             let value = err.value(py);
             let _ = value.setattr("op", *op);
             let _ = value.setattr("code", *code);
@@ -103,7 +91,7 @@ pub fn to_py(py: Python<'_>, e: &Error) -> PyErr {
             err
         }
         Error::CuFile { op, code, name, path, .. } => {
-            let err = CuFileError::new_err(message);
+            let err = named_runtime_too(py, Named::CuFile, message);
             let value = err.value(py);
             let _ = value.setattr("op", *op);
             let _ = value.setattr("code", *code);
@@ -155,17 +143,87 @@ fn also_runtime_error<'py>(base: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyT
     if let Some(class) = made.get_item(base)? {
         return Ok(class.cast_into::<PyType>()?);
     }
-    let namespace = PyDict::new(py);
-    namespace.set_item("__module__", "gpumapio")?;
-    namespace.set_item(
-        "__doc__",
-        format!("{}, and a RuntimeError as KvikIO raises for failed I/O.", base.name()?),
-    )?;
-    let bases = PyTuple::new(py, [base.as_any(), py.get_type::<PyRuntimeError>().as_any()])?;
-    let class =
-        py.get_type::<PyType>().call1((base.name()?, bases, namespace))?.cast_into::<PyType>()?;
+    let name = base.name()?.to_string();
+    let doc = format!("{name}, and a RuntimeError as KvikIO raises for failed I/O.");
+    let class = runtime_class(base, &name, &doc)?;
     made.set_item(base, &class)?;
     Ok(class)
+}
+
+/// A new class `name` in module `gpumapio` with bases `base` (an `OSError` subclass) and
+/// `RuntimeError`.
+fn runtime_class<'py>(
+    base: &Bound<'py, PyType>,
+    name: &str,
+    doc: &str,
+) -> PyResult<Bound<'py, PyType>> {
+    let py = base.py();
+    let namespace = PyDict::new(py);
+    namespace.set_item("__module__", "gpumapio")?;
+    namespace.set_item("__doc__", doc)?;
+    let bases = PyTuple::new(py, [base.as_any(), py.get_type::<PyRuntimeError>().as_any()])?;
+    py.get_type::<PyType>()
+        .call1((name, bases, namespace))?
+        .cast_into::<PyType>()
+        .map_err(Into::into)
+}
+
+/// gpumap's own exception classes that are both an `OSError` and a `RuntimeError` (KvikIO
+/// raises `RuntimeError` for CUDA and cuFile failures; Python code expects `OSError`s).
+#[derive(Clone, Copy)]
+enum Named {
+    Cuda,
+    CuFile,
+}
+
+impl Named {
+    fn name(self) -> &'static str {
+        match self {
+            Named::Cuda => "CudaError",
+            Named::CuFile => "CuFileError",
+        }
+    }
+
+    fn doc(self) -> &'static str {
+        match self {
+            Named::Cuda => {
+                "A CUDA driver call failed; `.op` is the call, `.code` the CUresult, `.name` its \
+                 name. An OSError, and a RuntimeError as KvikIO raises."
+            }
+            Named::CuFile => {
+                "A cuFile call failed; `.op` is the call, `.code` the cuFile status, `.name` its \
+                 name. An OSError, and a RuntimeError as KvikIO raises."
+            }
+        }
+    }
+
+    /// The class, made once: `class <name>(OSError, RuntimeError)` in module `gpumapio`.
+    fn class(self, py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+        static CUDA: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        static CUFILE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        let cell = match self {
+            Named::Cuda => &CUDA,
+            Named::CuFile => &CUFILE,
+        };
+        let class = cell.get_or_try_init(py, || {
+            runtime_class(&py.get_type::<PyOSError>(), self.name(), self.doc()).map(Bound::unbind)
+        })?;
+        Ok(class.bind(py).clone())
+    }
+}
+
+/// `gpumapio.CudaError(message)`: an `OSError` and a `RuntimeError`.
+pub fn cuda_error(py: Python<'_>, message: String) -> PyErr {
+    named_runtime_too(py, Named::Cuda, message)
+}
+
+/// `message` as an instance of the class `named`; a plain `OSError` should the class not be
+/// made (Python out of memory).
+fn named_runtime_too(py: Python<'_>, named: Named, message: String) -> PyErr {
+    match named.class(py).and_then(|cls| cls.call1((message.clone(),))) {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(_) => PyOSError::new_err(message),
+    }
 }
 
 /// `OSError(errno, message[, filename])` — of the subclass Python picks for the errno — that
@@ -284,8 +342,8 @@ pub fn check<T>(py: Python<'_>, result: gpumap::Result<T>) -> PyResult<T> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("UnavailableError", py.get_type::<UnavailableError>())?;
-    m.add("CudaError", py.get_type::<CudaError>())?;
-    m.add("CuFileError", py.get_type::<CuFileError>())?;
+    m.add("CudaError", Named::Cuda.class(py)?)?;
+    m.add("CuFileError", Named::CuFile.class(py)?)?;
     m.add("OutOfBudgetError", py.get_type::<OutOfBudgetError>())?;
     Ok(())
 }

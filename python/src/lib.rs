@@ -52,6 +52,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cufile::driver_open, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::driver_properties, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::library_version, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::driver_set_poll_mode, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::driver_set_max_direct_io_size, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::driver_set_max_cache_size, m)?)?;
+    m.add_function(wrap_pyfunction!(cufile::driver_set_max_pinned_mem_size, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::buf_register, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::capabilities, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::gpu_count, m)?)?;

@@ -5,6 +5,7 @@ GPUMAP_REQUIRE_GPU=1; the cuFile tests also need cuFile (GPUMAP_REQUIRE_CUFILE=1
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -54,6 +55,60 @@ def test_cupy_small_futures_are_coalesced_and_correct(data_file, rng):
     host = cp.asnumpy(dst)
     for i, o in enumerate(offsets):
         assert host[i * block : (i + 1) * block].tobytes() == data[o : o + block]
+
+
+def test_cupy_small_preads_waited_in_any_order_from_threads_some_dropped(data_file, rng):
+    """Small reads queued to be coalesced, each waited by whichever thread gets it (which then
+    reads it itself if no drainer has yet), in random orders; a fifth are dropped unwaited and
+    still land."""
+    cp = need_gpu("cupy")
+    path, data = data_file
+    sizes = [1, 100, 4096, 4097, 65536]
+    count = 500
+    offsets = rng.integers(0, len(data) + 10_000, size=count).tolist()
+    dsts = [cp.full(sizes[i % len(sizes)], 0xCD, dtype=cp.uint8) for i in range(count)]
+    dropped = set(rng.choice(count, size=count // 5, replace=False).tolist())
+    hands = [[] for _ in range(4)]
+    got = {}
+    errors = []
+    with kvikio.CuFile(path, "r") as f:
+        for i, (dst, offset) in enumerate(zip(dsts, offsets)):
+            future = f.pread(dst, dst.nbytes, offset)
+            if i not in dropped:
+                hands[int(rng.integers(0, 4))].append((i, future))
+            del future
+        for hand in hands:
+            rng.shuffle(hand)
+
+        def wait(hand):
+            try:
+                for i, future in hand:
+                    got[i] = future.get()
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=wait, args=(hand,)) for hand in hands]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+
+    def expected(i):
+        want = data[offsets[i] : offsets[i] + dsts[i].nbytes]
+        return want + b"\xcd" * (dsts[i].nbytes - len(want))
+
+    for i in range(count):
+        if i in dropped:
+            continue
+        assert got[i] == min(dsts[i].nbytes, max(0, len(data) - offsets[i])), i
+        assert cp.asnumpy(dsts[i]).tobytes() == expected(i), i
+    # The dropped ones finish in the background.
+    deadline = time.monotonic() + 30
+    for i in sorted(dropped):
+        while cp.asnumpy(dsts[i]).tobytes() != expected(i):
+            assert time.monotonic() < deadline, f"dropped read {i} never landed"
+            time.sleep(0.01)
 
 
 def test_cupy_future_from_other_threads(data_file):
@@ -236,6 +291,23 @@ def test_cufile_low_level(data_file, tmp_path):
     assert out.read_bytes() == data[:8192] + data[:4096]
     kvikio.buffer.memory_register(dst)
     kvikio.buffer.memory_deregister(dst)
+
+
+def test_cufile_driver_set_reaches_the_driver():
+    need_gpu()
+    need_cufile()
+    from gpumapio import cufile_driver
+
+    props = cufile_driver.properties
+    old = {name: cufile_driver.get(name) for name in ("poll_mode", "poll_thresh_size",
+                                                        "max_device_cache_size", "max_pinned_memory_size")}
+    new = {"poll_mode": not old["poll_mode"], "poll_thresh_size": old["poll_thresh_size"] + 4,
+           "max_device_cache_size": old["max_device_cache_size"], "max_pinned_memory_size": old["max_pinned_memory_size"]}
+    with cufile_driver.set(new):
+        for name, value in new.items():
+            assert cufile_driver.get(name) == value
+    for name, value in old.items():
+        assert getattr(props, name) == value
 
 
 def test_numpy_fromfile_like_cupy(tmp_path):

@@ -207,6 +207,97 @@ def test_cufile_driver_get_set_and_properties():
     assert cufile_driver.get("poll_thresh_size") == old
 
 
+def test_cuda_and_cufile_errors_are_runtime_errors_as_kvikio_raises():
+    for cls, name in ((kvikio.CudaError, "CudaError"), (kvikio.CuFileError, "CuFileError")):
+        assert cls.__name__ == name and cls.__module__ == "gpumapio"
+        assert issubclass(cls, OSError) and issubclass(cls, RuntimeError)
+        assert cls.__mro__.index(OSError) < cls.__mro__.index(RuntimeError)
+        assert cls.__doc__ and "RuntimeError" in cls.__doc__
+        error = cls("cuFileRead failed")
+        error.op, error.code, error.name = "cuFileRead", 5011, "CU_FILE_IO_NOT_SUPPORTED"
+        with pytest.raises(RuntimeError, match="cuFileRead failed"):
+            raise error
+    assert not issubclass(kvikio.CudaError, kvikio.CuFileError)
+    assert not issubclass(kvikio.CuFileError, kvikio.CudaError)
+    from gpumapio import _native
+
+    assert _native.CudaError is kvikio.CudaError and _native.CuFileError is kvikio.CuFileError
+
+
+def test_cufile_driver_setters_without_cufile_say_why():
+    from gpumapio import _native
+
+    if kvikio.capabilities()["cufile_usable"]:
+        pytest.skip("cuFile is usable here: the setters reach the driver (test_gpu.py)")
+    for call in (lambda: _native.driver_set_poll_mode(True, 4), lambda: _native.driver_set_max_cache_size(1024),
+                 lambda: _native.driver_set_max_pinned_mem_size(1024),
+                 lambda: _native.driver_set_max_direct_io_size(1024)):
+        with pytest.raises(kvikio.UnavailableError):
+            call()
+    with pytest.raises(TypeError):
+        _native.driver_set_poll_mode(True, "4")
+    with pytest.raises(OverflowError):
+        _native.driver_set_max_cache_size(-1)
+
+
+def test_cufile_driver_set_applies_through_the_driver_api(monkeypatch):
+    """With the driver stood in for: each settable property goes to its cuFile call (the poll
+    mode and its threshold as a pair), is recorded and read back, and comes back at the end of
+    a ``with`` block; a refused value raises and is not recorded; a library without the call
+    has the value recorded only."""
+    from gpumapio import _native
+
+    record = cufile_driver.DriverProperties(
+        library="libcufile.so.0 (stand-in)", nvfs_version=(2, 17), poll_mode=False, poll_thresh_size_kb=4,
+        max_device_cache_size_kb=131072, per_buffer_cache_size_kb=1024, max_pinned_memory_size_kb=33554432,
+        allow_compat_mode=True)
+    calls = []
+    refuse = {}
+
+    def setter(name):
+        def call(*args):
+            if name in refuse:
+                raise refuse[name]
+            calls.append((name, *args))
+        return call
+
+    monkeypatch.setattr(cufile_driver, "_record", lambda: record)
+    for name in ("driver_set_poll_mode", "driver_set_max_cache_size", "driver_set_max_pinned_mem_size"):
+        monkeypatch.setattr(_native, name, setter(name))
+    props = cufile_driver.properties
+    saved = dict(props._set)
+    props._set.clear()
+    try:
+        with cufile_driver.set({"poll_mode": True, "max_device_cache_size": 65536}):
+            assert cufile_driver.get("poll_mode") is True
+            assert props.max_device_cache_size == 65536
+            props.poll_thresh_size = 16
+            props.max_pinned_memory_size = 1 << 20
+            assert props.poll_thresh_size == 16
+        assert calls[:4] == [("driver_set_poll_mode", True, 4), ("driver_set_max_cache_size", 65536),
+                             ("driver_set_poll_mode", True, 16), ("driver_set_max_pinned_mem_size", 1 << 20)]
+        # The block's end puts back what was there before it: the driver's values.
+        assert ("driver_set_poll_mode", False, 16) in calls[4:]
+        assert ("driver_set_max_cache_size", 131072) in calls[4:]
+        assert props.poll_mode is False and props.max_device_cache_size == 131072
+        # Refused by cuFile: raised (a RuntimeError, as KvikIO raises), not recorded.
+        refuse["driver_set_max_cache_size"] = kvikio.CuFileError("cuFileDriverSetMaxCacheSize: refused")
+        with pytest.raises(RuntimeError, match="refused"):
+            props.max_device_cache_size = 7
+        assert props.max_device_cache_size == 131072
+        # A library without the call: recorded only.
+        refuse["driver_set_max_cache_size"] = kvikio.UnavailableError("libcufile lacks cuFileDriverSetMaxCacheSize")
+        props.max_device_cache_size = 7
+        assert props.max_device_cache_size == 7
+        with pytest.raises(TypeError):
+            props.poll_thresh_size = 1.5
+        with pytest.raises(OverflowError):
+            props.max_pinned_memory_size = -1
+    finally:
+        props._set.clear()
+        props._set.update(saved)
+
+
 def test_numpy_fromfile_refuses_sep_with_kvikios_phrase(data_file):
     from gpumapio import numpy as knp
 

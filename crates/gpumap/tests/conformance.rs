@@ -113,6 +113,7 @@ on_each_backend!(
     transfers_beyond_4_gib,
     a_read_only_handle_refuses_writes_before_any_io,
     concurrent_small_futures_coalesce_correctly,
+    small_futures_waited_in_any_order_dropped_or_cancelled,
     bounce_buffers_of_any_size_move_the_right_bytes,
     many_files_read_in_one_pipeline,
 );
@@ -458,6 +459,142 @@ fn concurrent_small_futures_coalesce_correctly(backend: &Backend) {
         }
         assert!(bytes[n..].iter().all(|&b| b == 0xCD), "bytes past a short {what} touched");
     }
+}
+
+/// A read's destination that reports its bytes when it is let go: by the waiter once it has
+/// the result, or by the I/O layer when the future was dropped unwaited or the read cancelled.
+struct Tracked {
+    buf: DeviceBuffer,
+    index: usize,
+    report: std::sync::mpsc::Sender<(usize, Vec<u8>)>,
+}
+
+impl gpumap::memory::OwnedDeviceMemory for Tracked {
+    fn device_view_mut(&mut self) -> DeviceViewMut<'_> {
+        gpumap::memory::OwnedDeviceMemory::device_view_mut(&mut self.buf)
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        let mut bytes = vec![0u8; self.buf.len()];
+        // An empty report fails the test where a copy fails; Drop must not panic.
+        if self.buf.copy_to_host(0, &mut bytes).is_err() {
+            bytes.clear();
+        }
+        let _ = self.report.send((self.index, bytes));
+    }
+}
+
+/// What a waiting thread does with a future.
+#[derive(Clone, Copy, Debug)]
+enum Fate {
+    Wait,
+    WaitInSteps,
+    Cancel,
+    Drop,
+}
+
+fn small_futures_waited_in_any_order_dropped_or_cancelled(backend: &Backend) {
+    let dir = test_dir();
+    let path = dir.path().join("waited");
+    let data = random_bytes((1 << 20) + 77, 9);
+    fs::write(&path, &data).unwrap();
+    let mut o = FileHandle::options().unwrap();
+    o.pool(Arc::new(IoPool::new(3).unwrap()));
+    o.bounce_buffer_size(256 << 10); // reads up to 64 KiB are queued to coalesce
+    let fh = o.open(&path, "r").unwrap();
+    let (report, reports) = std::sync::mpsc::channel();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    // Reads of 1 B to 64 KiB at random offsets, some past the end; their futures, each with
+    // its fate, dealt at random to four threads that each take them in a random order.
+    let count = 600usize;
+    let mut reads = Vec::new();
+    let mut hands: Vec<Vec<(usize, Fate, _)>> = (0..4).map(|_| Vec::new()).collect();
+    for index in 0..count {
+        let len = [1usize, 100, 4096, 4097, 65536][index % 5];
+        let offset = next() % (data.len() as u64 + 10_000);
+        let buf = backend.buffer(len, 0xCD).unwrap();
+        let fate = [Fate::Wait, Fate::Wait, Fate::WaitInSteps, Fate::Cancel, Fate::Drop]
+            [(next() % 5) as usize];
+        let future = fh.pread_device(Tracked { buf, index, report: report.clone() }, offset);
+        reads.push((len, offset, fate));
+        let hand = (next() % 4) as usize;
+        let at = (next() as usize) % (hands[hand].len() + 1);
+        hands[hand].insert(at, (index, fate, future));
+    }
+    drop(report);
+    let counts: Vec<Vec<(usize, gpumap::Result<usize>)>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = hands
+            .into_iter()
+            .map(|hand| {
+                scope.spawn(move || {
+                    let mut counts = Vec::new();
+                    for (index, fate, future) in hand {
+                        let result = match fate {
+                            Fate::Drop => continue,
+                            Fate::Wait => future.wait(),
+                            Fate::WaitInSteps => {
+                                while !future.wait_timeout(std::time::Duration::from_micros(50)) {}
+                                assert!(future.is_done());
+                                future.wait()
+                            }
+                            Fate::Cancel => {
+                                future.cancel();
+                                future.wait()
+                            }
+                        };
+                        // The destination is let go (and reports) here.
+                        counts.push((index, result.map(|(_, n)| n)));
+                    }
+                    counts
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let mut results: Vec<Option<gpumap::Result<usize>>> = (0..count).map(|_| None).collect();
+    for (index, result) in counts.into_iter().flatten() {
+        results[index] = Some(result);
+    }
+    // Every destination is let go exactly once, those of dropped futures too.
+    let mut seen = vec![false; count];
+    for _ in 0..count {
+        let (index, bytes) = reports
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a read's destination was never let go");
+        assert!(!std::mem::replace(&mut seen[index], true), "read {index} let go twice");
+        let (len, offset, fate) = reads[index];
+        let what = format!("{} read {index} ({fate:?}) of {len} at {offset}", backend.name());
+        assert_eq!(bytes.len(), len, "copy back of the {what}");
+        let available = (data.len() as u64).saturating_sub(offset).min(len as u64) as usize;
+        let untouched = bytes.iter().all(|&b| b == 0xCD);
+        match &results[index] {
+            Some(Ok(n)) => assert_eq!(*n, available, "count of the {what}"),
+            // Only a cancelled read may fail, and only unread.
+            Some(Err(gpumap::Error::Io { source, .. }))
+                if matches!(fate, Fate::Cancel)
+                    && source.kind() == std::io::ErrorKind::Interrupted =>
+            {
+                assert!(untouched, "the cancelled {what} wrote bytes");
+                continue;
+            }
+            Some(Err(e)) => panic!("the {what} failed: {e}"),
+            None => assert!(matches!(fate, Fate::Drop), "the {what} has no result"),
+        }
+        if available > 0 {
+            let o = offset as usize;
+            assert!(bytes[..available] == data[o..o + available], "bytes of the {what}");
+        }
+        assert!(bytes[available..].iter().all(|&b| b == 0xCD), "bytes past the short {what}");
+    }
+    assert!(reports.try_recv().is_err(), "a destination was let go twice");
 }
 
 #[test]

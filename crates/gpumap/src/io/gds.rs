@@ -102,9 +102,39 @@ impl CuFileDriver {
         &self.library
     }
 
-    /// Driver properties, when the library reports them.
+    /// Driver properties, when the library reports them: as the driver was opened, before any
+    /// of the setters below.
     pub fn properties(&self) -> Option<&CuFileProperties> {
         self.properties.as_ref()
+    }
+
+    /// Whether cuFile polls for the completion of reads and writes up to `threshold_kb` KiB
+    /// (`cuFileDriverSetPollMode`). What cuFile makes of a change once its driver is open is
+    /// up to it. `Unavailable` where the library lacks the call; `CuFile` where it refuses.
+    #[doc(alias = "cuFileDriverSetPollMode")]
+    pub fn set_poll_mode(&self, poll: bool, threshold_kb: usize) -> Result<()> {
+        sys::driver_set_poll_mode(poll, threshold_kb)
+    }
+
+    /// The largest direct I/O cuFile issues, KiB (`cuFileDriverSetMaxDirectIOSize`); errors as
+    /// for [`CuFileDriver::set_poll_mode`].
+    #[doc(alias = "cuFileDriverSetMaxDirectIOSize")]
+    pub fn set_max_direct_io_size_kb(&self, kb: usize) -> Result<()> {
+        sys::driver_set_max_direct_io_size(kb)
+    }
+
+    /// Device memory cuFile keeps for its own bounce buffers, KiB
+    /// (`cuFileDriverSetMaxCacheSize`); errors as for [`CuFileDriver::set_poll_mode`].
+    #[doc(alias = "cuFileDriverSetMaxCacheSize")]
+    pub fn set_max_cache_size_kb(&self, kb: usize) -> Result<()> {
+        sys::driver_set_max_cache_size(kb)
+    }
+
+    /// Device memory cuFile may pin, KiB (`cuFileDriverSetMaxPinnedMemSize`); errors as for
+    /// [`CuFileDriver::set_poll_mode`].
+    #[doc(alias = "cuFileDriverSetMaxPinnedMemSize")]
+    pub fn set_max_pinned_mem_size_kb(&self, kb: usize) -> Result<()> {
+        sys::driver_set_max_pinned_mem_size(kb)
     }
 }
 

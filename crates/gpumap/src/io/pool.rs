@@ -10,6 +10,12 @@
 //! Work started through an [`IoFuture`] can be cancelled ([`IoFuture::cancel`]): its flag is
 //! the current thread's while the work runs, every task the work splits into checks it before
 //! it starts, and tasks inherit it for the tasks they split into in turn.
+//!
+//! A future completed by the I/O layer itself (not by a pool job) may carry a helper: work the
+//! waiting thread can run itself, if it has not started elsewhere, instead of sleeping until
+//! another thread has run it and woken it (two hand-offs, which a small read would otherwise
+//! wait longer for than for its I/O). `.await` never runs it: an executor's thread must not
+//! block on I/O.
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
@@ -19,7 +25,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use rayon::prelude::*;
@@ -65,7 +71,7 @@ fn with_cancel<R>(flag: Option<CancelFlag>, f: impl FnOnce() -> R) -> R {
 
 /// The error of a task skipped because its transfer was cancelled. Made for every task left,
 /// so it allocates nothing.
-fn cancelled() -> Error {
+pub(crate) fn cancelled() -> Error {
     Error::io_nopath(
         "run a task of a cancelled transfer",
         std::io::Error::from(std::io::ErrorKind::Interrupted),
@@ -243,11 +249,31 @@ fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
     Error::TaskPanicked(msg)
 }
 
+/// What a future's [`Helper`] is asked to do with work that has not started elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Help {
+    /// Run it on the calling thread (a waiter that would otherwise sleep).
+    Run,
+    /// End it unstarted, with the error of a cancelled transfer ([`cancelled`]).
+    Cancel,
+}
+
+/// Work a future's waiter can take on: called at most once, by the first wait
+/// ([`Help::Run`]) or cancel ([`Help::Cancel`]). Where it takes the work it completes the
+/// future itself; where the work has started elsewhere it does nothing, and the caller waits.
+pub(crate) type Helper = Box<dyn FnOnce(Help) + Send>;
+
+/// How long a waiter keeps checking whether its work is done before it sleeps: small work a
+/// pool thread has taken ends within about this, and would otherwise wait for a wake-up too.
+const SPIN: Duration = Duration::from_micros(50);
+
 struct FutureSlot<T> {
     state: Mutex<FutureSlotState<T>>,
     ready: Condvar,
     /// Set by [`IoFuture::cancel`]; read by the tasks of the work (see [`with_cancel`]).
     cancelled: CancelFlag,
+    /// Taken by the first wait or cancel (see [`Helper`]).
+    helper: Mutex<Option<Helper>>,
 }
 
 struct FutureSlotState<T> {
@@ -268,6 +294,7 @@ impl<T> Default for FutureSlot<T> {
             state: Mutex::new(FutureSlotState::default()),
             ready: Condvar::new(),
             cancelled: Arc::new(AtomicBool::new(false)),
+            helper: Mutex::new(None),
         }
     }
 }
@@ -298,8 +325,12 @@ pub struct IoFuture<T> {
 }
 
 impl<T> IoFuture<T> {
-    /// Blocks until the work is done and returns its result.
+    /// Blocks until the work is done and returns its result. Work that has not started yet
+    /// may run on the calling thread (a small read still queued, see
+    /// [`FileHandle::pread_device`](crate::io::FileHandle::pread_device)).
     pub fn wait(self) -> Result<T> {
+        self.help(Help::Run);
+        self.spin(SPIN);
         let mut state = self.slot.state.lock();
         while !state.finished {
             self.slot.ready.wait(&mut state);
@@ -314,10 +345,18 @@ impl<T> IoFuture<T> {
 
     /// Waits up to `timeout` for the work; returns whether it has finished. A caller that must
     /// react to something else meanwhile (a Python binding checking for Ctrl-C) waits in steps.
+    /// As in [`IoFuture::wait`], work not started yet may run on the calling thread, however
+    /// long it takes.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        let start = Instant::now();
+        self.help(Help::Run);
+        if self.spin(SPIN.min(timeout.saturating_sub(start.elapsed()))) {
+            return true;
+        }
         let mut state = self.slot.state.lock();
         if !state.finished {
-            let _ = self.slot.ready.wait_for(&mut state, timeout);
+            let left = timeout.saturating_sub(start.elapsed());
+            let _ = self.slot.ready.wait_for(&mut state, left);
         }
         state.finished
     }
@@ -325,10 +364,39 @@ impl<T> IoFuture<T> {
     /// Asks the work to stop: the tasks of a transfer started on the pool that have not started
     /// yet are skipped, and the transfer fails with an [`Error::Io`] of kind
     /// [`std::io::ErrorKind::Interrupted`] (unless it finished first). Tasks already running
-    /// finish: the future is done, and the memory free, only when they have. Work that does
-    /// not run in pool tasks (a prefetch, a coalesced small read) runs to its end.
+    /// finish: the future is done, and the memory free, only when they have. A small read
+    /// still queued to be coalesced is dropped from the queue unread, and fails so at once;
+    /// other work that does not run in pool tasks (a prefetch, a small read being coalesced)
+    /// runs to its end.
     pub fn cancel(&self) {
         self.slot.cancelled.store(true, Ordering::Relaxed);
+        self.help(Help::Cancel);
+    }
+
+    /// Runs the future's helper, if it has one not yet run, on this thread. A panic in it is
+    /// logged, not passed on: the helper's own completers have completed the futures it took.
+    fn help(&self, help: Help) {
+        let helper = self.slot.helper.lock().take();
+        if let Some(helper) = helper {
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| helper(help))) {
+                tracing::warn!("gpumap: {}", panic_error(p));
+            }
+        }
+    }
+
+    /// Checks for up to `limit` whether the work is done, yielding the processor in between;
+    /// whether it is.
+    fn spin(&self, limit: Duration) -> bool {
+        let start = Instant::now();
+        loop {
+            if self.is_done() {
+                return true;
+            }
+            if start.elapsed() >= limit {
+                return false;
+            }
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -337,6 +405,11 @@ impl<T> IoFuture<T> {
     pub(crate) fn pending() -> (IoFuture<T>, Completer<T>) {
         let slot = Arc::new(FutureSlot::default());
         (IoFuture { slot: slot.clone() }, Completer { slot: Some(slot) })
+    }
+
+    /// Gives the future work its waiter may take on (see [`Helper`]); replaces any before.
+    pub(crate) fn set_helper(&self, helper: Helper) {
+        *self.slot.helper.lock() = Some(helper);
     }
 }
 
@@ -487,6 +560,84 @@ mod tests {
         assert!(again.wait_timeout(Duration::from_secs(10)));
         assert_eq!(again.wait().unwrap(), 10);
         assert_eq!(pool.run(vec![1; 3], Ok).unwrap(), 3);
+    }
+
+    /// The state a test helper shares: the completer (which another thread may take, to
+    /// complete the future itself) and the threads the helper ran on.
+    type Shared = (Arc<Mutex<Option<Completer<usize>>>>, Arc<Mutex<Vec<std::thread::ThreadId>>>);
+
+    /// A pending future whose helper completes it with 1 (or, cancelled, with the
+    /// cancellation) where the completer is still there.
+    fn helped() -> (IoFuture<usize>, Shared) {
+        let (future, completer) = IoFuture::pending();
+        let shared: Shared = (Arc::new(Mutex::new(Some(completer))), Arc::default());
+        let (c, ran_on) = shared.clone();
+        future.set_helper(Box::new(move |help| {
+            ran_on.lock().push(std::thread::current().id());
+            let taken = c.lock().take();
+            if let Some(completer) = taken {
+                completer.complete(match help {
+                    Help::Run => Ok(1),
+                    Help::Cancel => Err(cancelled()),
+                });
+            }
+        }));
+        (future, shared)
+    }
+
+    #[test]
+    fn a_waiter_runs_the_helper_once_on_its_own_thread() {
+        let here = std::thread::current().id();
+        // Waited: the helper ran here, once.
+        let (future, (_, ran_on)) = helped();
+        assert!(!future.is_done());
+        assert_eq!(future.wait().unwrap(), 1);
+        assert_eq!(*ran_on.lock(), [here]);
+        // Waited in steps: the first step helps, the later ones find it done.
+        let (future, (_, ran_on)) = helped();
+        assert!(future.wait_timeout(Duration::from_millis(1)));
+        assert!(future.wait_timeout(Duration::ZERO));
+        assert!(future.is_done());
+        assert_eq!(future.wait().unwrap(), 1);
+        assert_eq!(*ran_on.lock(), [here]);
+        // Cancelled while unstarted: the helper ends it so, and a later wait does not run it.
+        let (future, (_, ran_on)) = helped();
+        future.cancel();
+        assert!(future.is_done());
+        let r = future.wait();
+        assert!(
+            matches!(&r, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::Interrupted),
+            "{r:?}"
+        );
+        assert_eq!(ran_on.lock().len(), 1);
+    }
+
+    #[test]
+    fn a_waiter_whose_work_started_elsewhere_sleeps_until_it_ends() {
+        // The work was taken by another thread before the wait: the helper finds nothing, and
+        // the waiter is woken by the other thread's completion.
+        let (future, (completer, ran_on)) = helped();
+        let taken = completer.lock().take().unwrap();
+        let other = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            taken.complete(Ok(7));
+        });
+        assert!(!future.wait_timeout(Duration::from_millis(1)));
+        assert_eq!(future.wait().unwrap(), 7);
+        assert_eq!(ran_on.lock().len(), 1);
+        other.join().unwrap();
+        // Dropped unwaited: the helper is dropped, never run, and the work ends elsewhere.
+        let (future, (completer, ran_on)) = helped();
+        drop(future);
+        completer.lock().take().unwrap().complete(Ok(1));
+        assert!(ran_on.lock().is_empty());
+        // A helper that panics is logged; the waiter still gets the completer's answer.
+        let (future, completer) = IoFuture::<usize>::pending();
+        future.set_helper(Box::new(move |_| {
+            let _keep = completer;
+            panic!("helper");
+        }));
+        assert!(matches!(future.wait(), Err(Error::TaskPanicked(_))));
     }
 
     #[test]

@@ -6,22 +6,29 @@
 //! sends it through the batch path (`batch::read_group`): one pinned buffer and one
 //! host-to-device copy per run of adjacent destinations instead of one per read. A group that
 //! fails is read again read by read, so that each future gets its own answer.
+//!
+//! A thread that waits on the future of a read still queued does not sleep until a drainer has
+//! read it: the future's helper takes the read, with those queued after it as a drainer would
+//! take them, and reads them on the waiting thread. One read waited for at once thus costs no
+//! hand-off between threads, while reads in flight together are still coalesced. A drainer
+//! that finds the queue emptied by waiters ends.
 #![forbid(unsafe_code)]
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::align::checked_end;
 use crate::error::Result;
 use crate::io::batch;
 use crate::io::device_io;
 use crate::io::handle_state::HandleState;
-use crate::io::pool::IoFuture;
-use crate::io::small_read_queue::QueuedRead;
+use crate::io::pool::{cancelled, Help, IoFuture};
+use crate::io::small_read_queue::{QueuedRead, ReadId};
 use crate::memory::cuda::RawRegion;
 use crate::memory::{DeviceViewMut, OwnedDeviceMemory};
 
 /// Reads into the owned `dst` from `offset` on the pool; a small read into GPU memory on the
-/// POSIX path is queued to be coalesced. The future gives back `dst` and the count read.
+/// POSIX path is queued to be coalesced, and its waiter may read it itself. The future gives
+/// back `dst` and the count read.
 pub(super) fn pread_device<B: OwnedDeviceMemory>(
     state: &Arc<HandleState>,
     dst: B,
@@ -41,7 +48,10 @@ pub(super) fn pread_device<B: OwnedDeviceMemory>(
             let finish = Box::new(move |result: Result<usize>| {
                 completer.complete(result.map(|n| (*dst, n)));
             });
-            enqueue(state, QueuedRead { dst: raw, offset, finish });
+            let id = enqueue(state, raw, offset, finish);
+            // Weak: a future kept after its read is done must not keep the file open.
+            let shared = Arc::downgrade(state);
+            future.set_helper(Box::new(move |help| take_back(&shared, id, help)));
             return future;
         }
     }
@@ -52,12 +62,43 @@ pub(super) fn pread_device<B: OwnedDeviceMemory>(
     })
 }
 
-/// Queues `read`, and starts a drainer where fewer than one per pool thread run.
-fn enqueue(state: &Arc<HandleState>, read: QueuedRead) {
-    let start_drainer = state.small_reads.lock().push(read, state.pool.nthreads());
+/// Queues a read, and starts a drainer where fewer than one per pool thread run.
+fn enqueue(
+    state: &Arc<HandleState>,
+    dst: RawRegion,
+    offset: u64,
+    finish: Box<dyn FnOnce(Result<usize>) + Send>,
+) -> ReadId {
+    let (id, start_drainer) =
+        state.small_reads.lock().push(dst, offset, finish, state.pool.nthreads());
     if start_drainer {
         let shared = Arc::clone(state);
         state.pool.spawn_detached(move || drain(&shared));
+    }
+    id
+}
+
+/// The helper of a queued read's future: where read `id` still waits, reads it (and the reads
+/// a drainer would take with it) on this thread, or, cancelled, ends it unread. Where a
+/// drainer took it, nothing: the caller waits for the drainer.
+fn take_back(state: &Weak<HandleState>, id: ReadId, help: Help) {
+    // Gone: no drainer holds the state, so nothing is left queued.
+    let Some(state) = state.upgrade() else { return };
+    match help {
+        Help::Run => {
+            let capacity = state.settings.bounce_buffer_size as usize;
+            // The lock is held only while the group is taken, never over the reads.
+            let group = state.small_reads.lock().take_group_at(id, state.pool.nthreads(), capacity);
+            if let Some(group) = group {
+                read_group(&state, group);
+            }
+        }
+        Help::Cancel => {
+            let read = state.small_reads.lock().remove(id);
+            if let Some(read) = read {
+                (read.finish)(Err(cancelled()));
+            }
+        }
     }
 }
 
@@ -70,19 +111,24 @@ fn drain(state: &HandleState) {
         else {
             return;
         };
-        let reads: Vec<(RawRegion, u64)> = group.iter().map(|r| (r.dst, r.offset)).collect();
-        let mut counts = vec![0usize; reads.len()];
-        match batch::read_group(state, &reads, &mut counts) {
-            Ok(_) => {
-                for (read, n) in group.into_iter().zip(counts) {
-                    (read.finish)(Ok(n));
-                }
+        read_group(state, group);
+    }
+}
+
+/// Reads a group taken from the queue and completes each read's future.
+fn read_group(state: &HandleState, group: Vec<QueuedRead>) {
+    let reads: Vec<(RawRegion, u64)> = group.iter().map(|r| (r.dst, r.offset)).collect();
+    let mut counts = vec![0usize; reads.len()];
+    match batch::read_group(state, &reads, &mut counts) {
+        Ok(_) => {
+            for (read, n) in group.into_iter().zip(counts) {
+                (read.finish)(Ok(n));
             }
-            // Each read again on its own, so each future gets its own answer.
-            Err(_) => {
-                for read in group {
-                    (read.finish)(device_io::read_cuda(state, read.dst, read.offset));
-                }
+        }
+        // Each read again on its own, so each future gets its own answer.
+        Err(_) => {
+            for read in group {
+                (read.finish)(device_io::read_cuda(state, read.dst, read.offset));
             }
         }
     }

@@ -160,6 +160,10 @@ struct Api {
     cuFileWriteAsync: Result<AsyncFn, String>,
     /// cuFile 1.8 and later.
     cuFileGetVersion: Result<unsafe extern "C" fn(*mut c_int) -> FileStatus, String>,
+    cuFileDriverSetPollMode: Result<unsafe extern "C" fn(bool, usize) -> FileStatus, String>,
+    cuFileDriverSetMaxDirectIOSize: Result<unsafe extern "C" fn(usize) -> FileStatus, String>,
+    cuFileDriverSetMaxCacheSize: Result<unsafe extern "C" fn(usize) -> FileStatus, String>,
+    cuFileDriverSetMaxPinnedMemSize: Result<unsafe extern "C" fn(usize) -> FileStatus, String>,
 }
 
 /// The loaded cuFile library.
@@ -209,6 +213,10 @@ fn load_library() -> Result<Library, String> {
         cuFileReadAsync: unsafe { symbol(lib, "cuFileReadAsync") },
         cuFileWriteAsync: unsafe { symbol(lib, "cuFileWriteAsync") },
         cuFileGetVersion: unsafe { symbol(lib, "cuFileGetVersion") },
+        cuFileDriverSetPollMode: unsafe { symbol(lib, "cuFileDriverSetPollMode") },
+        cuFileDriverSetMaxDirectIOSize: unsafe { symbol(lib, "cuFileDriverSetMaxDirectIOSize") },
+        cuFileDriverSetMaxCacheSize: unsafe { symbol(lib, "cuFileDriverSetMaxCacheSize") },
+        cuFileDriverSetMaxPinnedMemSize: unsafe { symbol(lib, "cuFileDriverSetMaxPinnedMemSize") },
     };
     Ok(Library { api, name })
 }
@@ -347,6 +355,39 @@ pub(crate) fn driver() -> Result<&'static Driver> {
 
 fn api() -> Result<&'static Api> {
     driver().map(|d| &d.library.api)
+}
+
+/// `cuFileDriverSetPollMode`: whether reads and writes of up to `threshold_kb` KiB poll for
+/// their completion. Opens the driver first; `Unavailable` where the library lacks the call.
+pub(crate) fn driver_set_poll_mode(poll: bool, threshold_kb: usize) -> Result<()> {
+    let set = optional(&api()?.cuFileDriverSetPollMode)?;
+    // SAFETY: two plain values, as cufile.h declares them; the driver is open.
+    let st = unsafe { set(poll, threshold_kb) };
+    check("cuFileDriverSetPollMode", st, None, None)
+}
+
+/// `cuFileDriverSetMaxDirectIOSize`: the largest direct I/O cuFile issues, KiB.
+pub(crate) fn driver_set_max_direct_io_size(kb: usize) -> Result<()> {
+    let set = optional(&api()?.cuFileDriverSetMaxDirectIOSize)?;
+    // SAFETY: one plain value, as cufile.h declares it; the driver is open.
+    let st = unsafe { set(kb) };
+    check("cuFileDriverSetMaxDirectIOSize", st, None, None)
+}
+
+/// `cuFileDriverSetMaxCacheSize`: device memory cuFile keeps for its own bounce buffers, KiB.
+pub(crate) fn driver_set_max_cache_size(kb: usize) -> Result<()> {
+    let set = optional(&api()?.cuFileDriverSetMaxCacheSize)?;
+    // SAFETY: one plain value, as cufile.h declares it; the driver is open.
+    let st = unsafe { set(kb) };
+    check("cuFileDriverSetMaxCacheSize", st, None, None)
+}
+
+/// `cuFileDriverSetMaxPinnedMemSize`: device memory cuFile may pin, KiB.
+pub(crate) fn driver_set_max_pinned_mem_size(kb: usize) -> Result<()> {
+    let set = optional(&api()?.cuFileDriverSetMaxPinnedMemSize)?;
+    // SAFETY: one plain value, as cufile.h declares it; the driver is open.
+    let st = unsafe { set(kb) };
+    check("cuFileDriverSetMaxPinnedMemSize", st, None, None)
 }
 
 fn optional<T: Copy>(f: &Result<T, String>) -> Result<T> {
