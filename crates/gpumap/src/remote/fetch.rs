@@ -140,11 +140,15 @@ impl Fetch<'_> {
     }
 }
 
-/// Reads `dst.len()` bytes at `offset` into host memory, many ranges in flight.
-pub(crate) async fn read_host(fetch: Fetch<'_>, dst: &mut [u8], offset: u64) -> Result<()> {
+/// Reads `dst.len()` bytes at `offset` into host memory, up to `in_flight` ranges at once.
+pub(crate) async fn read_host(
+    fetch: Fetch<'_>,
+    dst: &mut [u8],
+    offset: u64,
+    in_flight: usize,
+) -> Result<()> {
     let size = request_size(fetch.options);
     let chunks = dst.len().div_ceil(size);
-    let in_flight = fetch.options.in_flight_for(chunks);
     tracing::debug!(url = %fetch.url, offset, len = dst.len(), chunks, in_flight, "remote read into host memory");
     let requests = dst
         .chunks_mut(size)
@@ -153,14 +157,19 @@ pub(crate) async fn read_host(fetch: Fetch<'_>, dst: &mut [u8], offset: u64) -> 
     futures_util::stream::iter(requests).buffer_unordered(in_flight).try_collect::<()>().await
 }
 
-/// Reads `dst.len` bytes at `offset` into GPU memory: each range lands in host memory of its
-/// own, then goes to the device through pinned bounce buffers, one copy in flight while the
-/// next range is placed. Host memory held is bounded by the requests in flight, which are
-/// lowered to stay within [`MAX_STAGED_BYTES`](crate::remote::MAX_STAGED_BYTES).
-pub(crate) async fn read_cuda(fetch: Fetch<'_>, dst: RawRegion, offset: u64) -> Result<()> {
+/// Reads `dst.len` bytes at `offset` into GPU memory, up to `in_flight` ranges at once: each
+/// range lands in host memory of its own, then goes to the device through pinned bounce
+/// buffers, one copy in flight while the next range is placed. Host memory held is bounded by
+/// the requests in flight (the caller keeps them within
+/// [`MAX_STAGED_BYTES`](crate::remote::MAX_STAGED_BYTES)).
+pub(crate) async fn read_cuda(
+    fetch: Fetch<'_>,
+    dst: RawRegion,
+    offset: u64,
+    in_flight: usize,
+) -> Result<()> {
     let size = request_size(fetch.options);
     let chunks = dst.len.div_ceil(size);
-    let in_flight = fetch.options.staged_in_flight_for(chunks);
     tracing::debug!(url = %fetch.url, offset, len = dst.len, chunks, in_flight, "remote read into GPU memory");
     let mut uploader = Uploader::new(dst)?;
     let requests = (0..chunks).map(|i| async move {
@@ -177,7 +186,7 @@ pub(crate) async fn read_cuda(fetch: Fetch<'_>, dst: RawRegion, offset: u64) -> 
 }
 
 /// The request size as a `usize` (options cap it far below `usize::MAX`).
-fn request_size(options: &RemoteOptions) -> usize {
+pub(crate) fn request_size(options: &RemoteOptions) -> usize {
     usize::try_from(options.request_size).unwrap_or(usize::MAX)
 }
 

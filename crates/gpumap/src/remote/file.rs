@@ -12,6 +12,9 @@ use crate::remote::fetch::{self, Fetch};
 use crate::remote::options::RemoteOptions;
 use crate::remote::url::RemoteUrl;
 
+/// Threads one read's requests are shared among, at most (and no more than the CPUs).
+pub const MAX_LANES: usize = 16;
+
 /// A read-only remote object: `s3://bucket/key`, or an `http(s)://` URL (a presigned S3 URL is
 /// one). Reads are ranged GETs, many in flight; see the [module docs](crate::remote).
 ///
@@ -89,19 +92,68 @@ impl RemoteFile {
 
     /// Reads `dst.len()` bytes at `offset` into GPU memory (through pinned bounce buffers) or
     /// host memory, as [`read`](Self::read) does.
+    ///
+    /// The requests are shared among up to [`MAX_LANES`] threads, each driving its own part
+    /// of `dst`: one task polling every body would copy (and stage to the GPU) on one core,
+    /// far below what a parallel client reaches.
     pub fn read_device(&self, dst: DeviceViewMut<'_>, offset: u64) -> Result<usize> {
         let len = dst.len();
         fetch::check_range(offset, len, self.inner.len)?;
         if len == 0 {
             return Ok(0);
         }
+        let options = &self.inner.options;
+        let size = fetch::request_size(options);
+        let chunks = len.div_ceil(size);
+        let in_flight = match dst {
+            DeviceViewMut::Host(_) => options.in_flight_for(chunks),
+            DeviceViewMut::Cuda(_) => options.staged_in_flight_for(chunks),
+        };
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let lanes = in_flight.min(MAX_LANES).min(cores).max(1);
+        // Each lane takes whole requests: a contiguous part of `dst`.
+        let part = chunks.div_ceil(lanes) * size;
+        // The requests in flight shared out exactly, so that together they stay within the bound.
+        let per_lane = |lane: usize| in_flight / lanes + usize::from(lane < in_flight % lanes);
         let fetch = self.fetch();
-        match dst {
-            DeviceViewMut::Host(bytes) => client::block_on(fetch::read_host(fetch, bytes, offset))?,
-            DeviceViewMut::Cuda(view) => {
-                client::block_on(fetch::read_cuda(fetch, view.raw, offset))?
+        let read_part = |part_dst: DeviceViewMut<'_>, lane: usize| -> Result<()> {
+            let from = offset + (lane * part) as u64;
+            let per_lane = per_lane(lane);
+            match part_dst {
+                DeviceViewMut::Host(bytes) => {
+                    client::block_on(fetch::read_host(fetch, bytes, from, per_lane))
+                }
+                DeviceViewMut::Cuda(view) => {
+                    client::block_on(fetch::read_cuda(fetch, view.raw, from, per_lane))
+                }
             }
+        };
+        if lanes == 1 {
+            read_part(dst, 0)?;
+            return Ok(len);
         }
+        let parts = dst.chunks_mut(part)?;
+        std::thread::scope(|scope| {
+            let running: Vec<_> = parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let read_part = &read_part;
+                    scope.spawn(move || read_part(p, i))
+                })
+                .collect();
+            // Every lane is joined before the first error is returned, so no thread still
+            // writes into `dst` once this returns.
+            let results: Vec<Result<()>> = running
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(crate::error::Error::TaskPanicked("a remote read lane panicked".into()))
+                    })
+                })
+                .collect();
+            results.into_iter().collect::<Result<()>>()
+        })?;
         Ok(len)
     }
 

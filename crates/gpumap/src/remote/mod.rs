@@ -41,7 +41,7 @@ mod upload;
 mod url;
 
 pub use crate::error::RemoteErrorKind;
-pub use file::RemoteFile;
+pub use file::{RemoteFile, MAX_LANES};
 pub use options::{
     RemoteOptions, AUTO_IN_FLIGHT, MAX_IN_FLIGHT, MAX_REQUEST_SIZE, MAX_STAGED_BYTES,
 };
