@@ -1,6 +1,6 @@
 //! Automatic choices of settings, from facts about the machine and the file system, each with
 //! its reason. [`tune`] is a pure function of [`Facts`] (gathered apart, by
-//! `crate::tuning_facts`), so that every rule is tested as a table of facts and choices.
+//! the `tuning_facts` module), so that every rule is tested as a table of facts and choices.
 //!
 //! What a local disk gets is what it got before auto-tuning: the measured defaults of
 //! [`crate::config`]. The facts change a choice only where they call for it:

@@ -23,7 +23,7 @@
 //! | retried statuses | `GPUMAP_HTTP_STATUS_CODES` (`KVIKIO_HTTP_STATUS_CODES`) | 429,500,502,503,504 |
 //! | remote timeout | `GPUMAP_HTTP_TIMEOUT` (`KVIKIO_HTTP_TIMEOUT`) | 60 s |
 //!
-//! Where a setting is not given, some are chosen per file system (`crate::tuning`).
+//! Where a setting is not given, some are chosen per file system (the `tuning` module).
 //!
 //! Sizes take a number with an optional `dd`-style suffix (see [`parse_size`]): `K`/`KiB` =
 //! 1024, `KB` = 1000, and likewise `M`, `G`, `T`, `P`, `E`, in any case. Booleans take
@@ -34,8 +34,6 @@
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
-use std::fmt;
-use std::str::FromStr;
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
@@ -45,7 +43,6 @@ mod table;
 mod values;
 
 pub use parse::{check_nthreads, parse_bool, parse_size, MAX_THREADS};
-pub(crate) use parse::parse_count;
 pub use table::{setting, Scope, SettingSpec, SettingValue, SETTINGS};
 pub use values::{default_nthreads, CompatMode, Config, DirectRead, Source, DEFAULT_TASK_SIZE};
 
@@ -235,8 +232,8 @@ mod tests {
     /// and docs/cli-json.md (the keys of `gpumap info --json`).
     #[test]
     fn the_documents_list_every_setting() {
-        let readme = include_str!("../../../README.md");
-        let cli_json = include_str!("../../../docs/cli-json.md");
+        let readme = include_str!("../../../../README.md");
+        let cli_json = include_str!("../../../../docs/cli-json.md");
         for spec in &SETTINGS {
             assert!(readme.contains(spec.env), "README.md lacks {}", spec.env);
             assert!(

@@ -22,7 +22,7 @@ pub fn check_nthreads(n: usize) -> std::result::Result<Option<String>, String> {
 
 /// Parses a count (of threads): decimal digits only, as `--threads` takes it. Not a size:
 /// with `dd` suffixes `1K` would be 1024 threads and `8B` eight.
-fn parse_count(text: &str) -> std::result::Result<usize, String> {
+pub(crate) fn parse_count(text: &str) -> std::result::Result<usize, String> {
     let digits = text.trim();
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("expected a whole number of threads from 1 to {MAX_THREADS}"));
@@ -94,4 +94,3 @@ pub fn parse_bool(text: &str) -> std::result::Result<bool, String> {
         _ => Err("expected true/false, on/off, yes/no or 1/0".into()),
     }
 }
-

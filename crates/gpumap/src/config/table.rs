@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::parse::{parse_bool, parse_count, parse_size, check_nthreads};
+use super::parse::{check_nthreads, parse_bool, parse_count, parse_size};
 use super::values::Config;
 
 /// What a setting governs, and so where a change to it takes effect.
@@ -277,4 +277,3 @@ pub const SETTINGS: [SettingSpec; 10] = [
 pub fn setting(name: &str) -> Option<&'static SettingSpec> {
     SETTINGS.iter().find(|s| s.name == name || s.field == name)
 }
-

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::parse::parse_bool;
+
 /// Whether to use cuFile (GPUDirect Storage) or the POSIX path. KvikIO's names and semantics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -150,4 +152,3 @@ pub fn default_nthreads(cpus: usize) -> usize {
 
 /// The task size where none is given (docs/decisions/0005-bounce-buffers-4mib.md).
 pub const DEFAULT_TASK_SIZE: u64 = 4 << 20;
-

@@ -164,4 +164,3 @@ pub(crate) fn read_batch(
     }
     Ok(results)
 }
-

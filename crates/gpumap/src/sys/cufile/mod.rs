@@ -537,4 +537,3 @@ impl Drop for BufferRegistration {
         }
     }
 }
-
