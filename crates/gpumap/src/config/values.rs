@@ -114,7 +114,7 @@ pub enum Source {
 }
 
 /// gpumap's settings. `Config::default()` is the built-in defaults; [`Config::from_env`] reads
-/// the environment on top of them. Each field is one row of [`SETTINGS`].
+/// the environment on top of them. Each field is one row of [`SETTINGS`](super::SETTINGS).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Config {
