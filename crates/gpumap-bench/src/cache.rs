@@ -57,16 +57,23 @@ pub(crate) fn run_cache(
     };
     // The library's default frames for each budget (8 MiB for 1/64 of a 4 GiB file, 32 MiB
     // for a quarter, 64 MiB for all of it) and default read-ahead: what a user gets.
-    let open = |budget: u64, extent: u64| -> Result<(DeviceCache, DeviceMappedFile)> {
+    let open_zero_copy = |budget: u64,
+                          extent: u64,
+                          zero_copy: ZeroCopy|
+     -> Result<(DeviceCache, DeviceMappedFile)> {
         let budget = budget.max(8 << 20).next_multiple_of(8 << 20);
         let cache = CacheOptions::new()
             .memory(Device::Cuda(device.clone()))
             .budget(budget)
             .extent_size(extent)
             .build()?;
-        let map = cache.open_with(&options.file, MapOptions::new().handle_options(handle()?))?;
+        let map = cache.open_with(
+            &options.file,
+            MapOptions::new().handle_options(handle()?).zero_copy(zero_copy),
+        )?;
         Ok((cache, map))
     };
+    let open = |budget: u64, extent: u64| open_zero_copy(budget, extent, ZeroCopy::Off);
     for RandomWorkload { name, block, offsets, .. } in random_workloads(options, file_len) {
         for (suffix, budget) in [("b64", file_len / 64), ("b1", file_len)] {
             for temperature in ["cold", "warm"] {
@@ -163,15 +170,8 @@ pub(crate) fn run_cache(
         emit(&record.with_ops(steady.len() as u64));
         // The same rows with the cache in front of the zero-copy tier: misses read in place by
         // the row kernel from the registered page cache, their extents admitted behind it.
-        let cache = CacheOptions::new()
-            .memory(Device::Cuda(device.clone()))
-            .budget((file_len / 64).max(8 << 20).next_multiple_of(8 << 20))
-            .extent_size(block)
-            .build()?;
-        let in_place = cache.open_with(
-            &options.file,
-            MapOptions::new().handle_options(handle()?).zero_copy(ZeroCopy::MissesWithin(u64::MAX)),
-        )?;
+        let (cache, in_place) =
+            open_zero_copy(file_len / 64, block, ZeroCopy::MissesWithin(u64::MAX))?;
         let secs = gather_in_batches(&in_place, &steady, block, &dsts)?;
         let record =
             Record::new("gpumap-cache-misses-in-place-b64", workload, threads, bytes, secs);
