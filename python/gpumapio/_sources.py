@@ -22,12 +22,13 @@ def is_url(source: Any) -> bool:
     return isinstance(source, str) and source.split("://", 1)[0].lower() in _SCHEMES and "://" in source
 
 
-def open_source(source: Source) -> Any:
+def open_source(source: Source, nbytes: int | None = None) -> Any:
     """A reader of ``source`` opened for reading: ``RemoteFile`` for a URL (credentials from
     the AWS environment), else ``CuFile``. Both have ``nbytes``, ``read``, ``pread``, ``close``
-    and are context managers."""
+    and are context managers. ``nbytes``, the object's size where the caller already knows it
+    (from a header it checked), spares a URL the request that would ask for it."""
     if is_url(source):
-        return RemoteFile.open(source)
+        return RemoteFile.open(source, nbytes=nbytes)
     return CuFile(source, "r")
 
 

@@ -260,7 +260,11 @@ def load_checkpoint(
     used = sorted({p.shard for p in placed})
     files: list[Any] = []
     try:
-        files = [open_source(paths[s]) for s in used]
+        # A shard's data ends with it (read_header checks so): its last tensor's end is its size.
+        files = [
+            open_source(paths[s], max((t.end for t in catalogue.shards[s].tensors.values()), default=None))
+            for s in used
+        ]
         slot = {s: i for i, s in enumerate(used)}
         direct: list[_Read] = []
         by_shard: dict[int, list[Run]] = {}

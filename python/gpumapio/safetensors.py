@@ -413,7 +413,8 @@ def load_safetensors(
     else:
         raise ValueError(f"framework {framework!r}: expected 'pt' or 'numpy'")
 
-    with open_source(path) as f:
+    # The data ends with the file (read_header checks so): the last tensor's end is its size.
+    with open_source(path, max((t.end for t in infos.values()), default=None)) as f:
         if len(reads) == 1:
             at, size, offset = reads[0]
             got = f.read(flat[at : at + size], size, offset)
