@@ -24,6 +24,11 @@ cut at whole tensors) and ``model.safetensors.index.json``; the values are rando
 - ``instanttensor``, ``fastsafetensors``: where they import (else reported as not installed),
   each with the settings of ``PEER_CONFIGS``, in a process of its own, tensors copied out of
   their buffers as their documentation says (the copy is part of their time);
+- ``load_checkpoint-first-after-context``: the same fresh load timed from the CUDA
+  context's existence (what the first load pays beyond the context: pinned buffers);
+- ``load_checkpoint-tp4-contiguous``, ``-tp4-strided``: the rank's tensors split along rows
+  (and those loaded whole), and those split along columns, each loaded alone;
+- with ``--no-peers``: transformers and the peers left out (a quick rerun of gpumap's rows);
 - with ``--cold``: the whole-file read and load_checkpoint again, the page cache dropped
   before each (root).
 
@@ -192,9 +197,13 @@ def first_load(directory: str) -> None:
     import gpumapio
 
     start = time.perf_counter()
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+    context = time.perf_counter()
     out = gpumapio.load_checkpoint(directory, "cuda")
     torch.cuda.synchronize()
-    print(json.dumps({"seconds": time.perf_counter() - start, "bytes": _nbytes(out)}))
+    end = time.perf_counter()
+    print(json.dumps({"seconds": end - start, "after_context": end - context, "bytes": _nbytes(out)}))
 
 
 # The peers' settings tried, each in a process of its own (their environment variables are
@@ -311,6 +320,8 @@ def run(args: argparse.Namespace) -> None:
     if child.returncode == 0:
         first = json.loads(child.stdout.strip().splitlines()[-1])
         record("load_checkpoint-first", [first["seconds"]], first["bytes"], "fresh process, CUDA context included")
+        record("load_checkpoint-first-after-context", [first["after_context"]], first["bytes"],
+               "the same load, timed from the CUDA context's existence")
     else:
         print(f"first-load failed: {child.stderr[-2000:]}", file=sys.stderr)
 
@@ -322,6 +333,13 @@ def run(args: argparse.Namespace) -> None:
         assert torch.equal(out[name], ref[name].narrow(dim, 0, part)), name
     record("load_checkpoint-tp4", times, _nbytes(out), "rank 0 of 4, vLLM's Llama splits; bytes read")
     del out
+    # The rank's load in its two halves: the tensors split along their rows (contiguous reads,
+    # and those not split) and those split along their columns (a strided run per row).
+    strided = lambda n: tp.split_dim(n) not in (None, 0)  # noqa: E731
+    for part, keep in (("contiguous", lambda n: not strided(n)), ("strided", strided)):
+        times, out = _timed(lambda: gpumapio.load_checkpoint(args.dir, "cuda", tp=tp, tensors=keep), args.repeat)
+        record(f"load_checkpoint-tp4-{part}", times, _nbytes(out), f"rank 0 of 4, only the tensors read {part}")
+        del out
 
     if args.small:
         small_shards = [os.path.join(args.small, f) for f in sorted(os.listdir(args.small)) if f.endswith(".safetensors")]
@@ -335,7 +353,11 @@ def run(args: argparse.Namespace) -> None:
         record("load_checkpoint-small", times, _nbytes(out), f"{len(out)} tensors of 64 KiB")
         del out, small_ref
 
+    if args.no_peers:
+        print("--no-peers: transformers and the peers not measured")
     try:
+        if args.no_peers:
+            raise ImportError("--no-peers")
         import transformers
         from transformers import LlamaForCausalLM
 
@@ -354,10 +376,10 @@ def run(args: argparse.Namespace) -> None:
         record("transformers-from_pretrained", times, total, f"transformers {transformers.__version__}")
         del model
     except ImportError as e:
-        print(f"transformers: not installed ({e})")
+        print(f"transformers: not measured ({e})")
 
     # Each peer is imported only in its own process: a build for another torch may crash there.
-    for peer, configs in PEER_CONFIGS.items():
+    for peer, configs in ({} if args.no_peers else PEER_CONFIGS).items():
         for config in configs:
             env = dict(os.environ, **config.get("env", {}))
             command = [sys.executable, __file__, "peer", peer, args.dir, "--config", json.dumps(config),
@@ -432,6 +454,7 @@ def main() -> None:
     p.add_argument("--whole")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--cold", action="store_true")
+    p.add_argument("--no-peers", action="store_true", help="gpumap's own rows and safetensors' only")
     p.add_argument("--json")
     p.add_argument("--markdown")
     args = parser.parse_args()

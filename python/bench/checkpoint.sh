@@ -5,12 +5,13 @@
 #   load_checkpoint warm, in a fresh process, TP 1/4, the small tensors, safetensors per shard,
 #   transformers' from_pretrained, the peers where they import, and the page cache dropped.
 # Usage (on a GPU machine, from the repository root):
-#   bash python/bench/checkpoint.sh [GB=4] [SHARDS=4]
+#   bash python/bench/checkpoint.sh [GB=4] [SHARDS=4] [more arguments of checkpoint.py run, e.g. --no-peers]
 # Results: $OUT/checkpoint.json and $OUT/checkpoint.md; the checkpoints in $GPUMAP_BENCH_DIR
 # (kept for reruns).
 set -euo pipefail
 gb=${1:-4}
 shards=${2:-4}
+shift $(( $# < 2 ? $# : 2 ))
 out=${OUT:-/tmp/out}
 dir=${GPUMAP_BENCH_DIR:-/tmp/gpumap-bench}
 mkdir -p "$out" "$dir"
@@ -30,4 +31,4 @@ if [ ! -s "$whole" ]; then
 fi
 sync
 python3 python/bench/checkpoint.py run "$big" --small "$small" --whole "$whole" --repeat 3 --cold \
-  --json "$out/checkpoint.json" --markdown "$out/checkpoint.md"
+  --json "$out/checkpoint.json" --markdown "$out/checkpoint.md" "$@"
