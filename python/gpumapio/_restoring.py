@@ -19,19 +19,22 @@ def config_of(args: tuple[Any, ...], where: str) -> dict[str, Any]:
 
 
 class Restoring:
-    """Sets ``config`` through ``write`` now, keeping the old values ``read`` gave; they come
-    back, last set first, at the end of a ``with`` block — or at once when a later value of
-    ``config`` is refused, so that a failed call changes nothing."""
+    """Sets ``config`` through ``write`` now, keeping what ``read`` gave before; that comes
+    back through ``put_back`` (``write`` unless given), last set first, at the end of a
+    ``with`` block — or at once when a later value of ``config`` is refused, so that a failed
+    call changes nothing. ``read`` may save more than the value (where it came from) for
+    ``put_back`` to restore."""
 
-    __slots__ = ("_old", "_write")
+    __slots__ = ("_old", "_put_back")
 
     def __init__(
         self,
         config: dict[str, Any],
         read: Callable[[str], Any],
         write: Callable[[str, Any], None],
+        put_back: Callable[[str, Any], None] | None = None,
     ) -> None:
-        self._write = write
+        self._put_back = put_back or write
         self._old: dict[str, Any] = {}
         try:
             for name, value in config.items():
@@ -44,7 +47,7 @@ class Restoring:
 
     def _restore(self) -> None:
         for name, value in reversed(list(self._old.items())):
-            self._write(name, value)
+            self._put_back(name, value)
 
     def __enter__(self) -> None:
         return None

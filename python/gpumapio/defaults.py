@@ -113,7 +113,13 @@ class ConfigContextManager(Restoring):
         for name in config:
             if not isinstance(name, str) or name not in _NAMES:
                 _native.defaults_get(name if isinstance(name, str) else repr(name))
-        super().__init__(config, get, _native.defaults_set)
+        # The old value and where it came from: a setting back at its default is again left
+        # to the choices made for each file's file system.
+        super().__init__(config, _native.defaults_saved, _native.defaults_set, _put_back)
+
+
+def _put_back(name: str, saved: tuple[Any, str, str | None]) -> None:
+    _native.defaults_put_back(name, *saved)
 
 
 @overload

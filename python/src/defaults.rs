@@ -44,10 +44,21 @@ pub fn current() -> gpumap::Result<Settings> {
 
 /// Changes the setting `field` by `change`, marking it set by the program.
 fn update(field: &str, change: impl FnOnce(&mut Settings)) -> gpumap::Result<()> {
-    let mut s = current()?;
-    change(&mut s);
-    s.set_source(field, Source::Set);
-    *SETTINGS_NOW.lock() = Some(s);
+    current()?;
+    if let Some(s) = SETTINGS_NOW.lock().as_mut() {
+        change(s);
+        s.set_source(field, Source::Set);
+    }
+    Ok(())
+}
+
+/// Records where the setting `field` came from, in the current settings as they are now (one
+/// lock, so that no other thread's change in between is lost).
+fn mark(field: &str, source: Source) -> gpumap::Result<()> {
+    current()?;
+    if let Some(s) = SETTINGS_NOW.lock().as_mut() {
+        s.set_source(field, source);
+    }
     Ok(())
 }
 
@@ -253,6 +264,50 @@ fn compat_mode_value(value: &Bound<'_, PyAny>) -> PyResult<CompatMode> {
         "compat_mode must be a CompatMode, bool or str, not {}",
         value.get_type().name()?
     )))
+}
+
+/// `(value, kind, variable)` of the setting `name`: its value as `defaults_get` gives it and
+/// where it came from (`"default"`, `"env"` with the variable's name, or `"set"`), so that
+/// `defaults.set`'s context manager puts back both: a setting restored to its default is again
+/// left to automatic choices.
+#[pyfunction]
+pub fn defaults_saved(
+    py: Python<'_>,
+    name: &str,
+) -> PyResult<(Py<PyAny>, &'static str, Option<String>)> {
+    let value = defaults_get(py, name)?;
+    let field = gpumap::config::setting(name).ok_or_else(|| unknown(name))?.field;
+    Ok(match check(py, current())?.source(field) {
+        Source::Default => (value, "default", None),
+        Source::Env(var) => (value, "env", Some(var)),
+        Source::Set => (value, "set", None),
+    })
+}
+
+/// Puts back what [`defaults_saved`] gave: the value, through `defaults_set`'s checks, then
+/// where it came from.
+#[pyfunction]
+#[pyo3(signature = (name, value, kind, var=None))]
+pub fn defaults_put_back(
+    py: Python<'_>,
+    name: &str,
+    value: &Bound<'_, PyAny>,
+    kind: &str,
+    var: Option<String>,
+) -> PyResult<()> {
+    let source = match (kind, var) {
+        ("default", None) => Source::Default,
+        ("env", Some(var)) => Source::Env(var),
+        ("set", None) => Source::Set,
+        (kind, var) => {
+            return Err(PyValueError::new_err(format!(
+                "{name}: {kind:?} with {var:?} is not a source defaults_saved gives"
+            )))
+        }
+    };
+    defaults_set(py, name, value)?;
+    let field = gpumap::config::setting(name).ok_or_else(|| unknown(name))?.field;
+    check(py, mark(field, source))
 }
 
 /// `defaults.set(name, value)` for one setting; the Python side keeps the old values for the

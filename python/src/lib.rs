@@ -44,6 +44,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<remote::RemoteFile>()?;
     m.add_function(wrap_pyfunction!(defaults::defaults_get, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::defaults_set, m)?)?;
+    m.add_function(wrap_pyfunction!(defaults::defaults_saved, m)?)?;
+    m.add_function(wrap_pyfunction!(defaults::defaults_put_back, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::is_compat_mode_preferred, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::settings_table, m)?)?;
     m.add_class::<cufile::Stream>()?;

@@ -274,3 +274,48 @@ def test_set_values_round_trip_for_every_setting_of_the_table():
         with defaults.set(name, value):
             assert defaults.get(name) == value
         assert defaults.get(name) == value
+
+
+SOURCES_RESTORED = """
+import json, gpumapio
+from gpumapio import _native
+d = gpumapio.defaults
+seen = {"before": [_native.defaults_saved(n)[1:] for n in ("task_size", "num_threads")]}
+with d.set({"task_size": 1 << 16, "num_threads": 2}):
+    seen["inside"] = [_native.defaults_saved(n)[1:] for n in ("task_size", "num_threads")]
+    with d.set("task_size", 1 << 17):
+        pass
+    seen["nested"] = [_native.defaults_saved(n)[1:] for n in ("task_size", "num_threads")]
+seen["after"] = [_native.defaults_saved(n)[1:] for n in ("task_size", "num_threads")]
+try:
+    d.set({"task_size": 1 << 18, "num_threads": 0})
+except ValueError:
+    pass
+seen["refused"] = [_native.defaults_saved(n)[1:] for n in ("task_size", "num_threads")]
+seen["values"] = [d.get("task_size"), d.get("num_threads")]
+print(json.dumps(seen))
+"""
+
+
+def test_a_restored_setting_comes_back_with_its_source():
+    # Back at its default or its variable's value, a setting is again one the library may
+    # tune for a file's file system; only a value the program set stays "set".
+    out = _in_child({"GPUMAP_NTHREADS": "3"}, SOURCES_RESTORED)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    start = [["default", None], ["env", "GPUMAP_NTHREADS"]]
+    assert seen["before"] == start
+    assert seen["inside"] == [["set", None], ["set", None]]
+    assert seen["nested"] == [["set", None], ["set", None]]
+    assert seen["after"] == start
+    assert seen["refused"] == start
+    assert seen["values"][1] == 3
+
+
+def test_putting_back_refuses_sources_it_never_gives():
+    with pytest.raises(ValueError, match="not a source"):
+        kvikio._native.defaults_put_back("task_size", 1 << 20, "env")
+    with pytest.raises(ValueError, match="not a source"):
+        kvikio._native.defaults_put_back("task_size", 1 << 20, "somewhere")
+    with pytest.raises(KeyError):
+        kvikio._native.defaults_saved("no_such_setting")
