@@ -422,3 +422,35 @@ fn reads_land_in_gpu_memory_through_bounce_buffers() {
         assert!(dst.to_vec().unwrap() == target.bytes[..len - 10], "{kind:?}");
     }
 }
+
+#[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
+fn bodies_that_find_no_free_bounce_buffer_still_land_exactly() {
+    let Some(device) = common::gpu() else { return };
+    let len = (21 << 20) + 4097;
+    let target = Target::new(Kind::Http, len);
+    // Ranges larger than a bounce buffer land in memory of their own.
+    let mut options = target.options();
+    options.request_size((5 << 20) + 3).unwrap();
+    let file = target.open(&options).unwrap();
+    let mut dst = DeviceBuffer::zeroed(&Device::Cuda(device.clone()), len).unwrap();
+    assert_eq!(file.read_device(dst.view_mut(), 0).unwrap(), len);
+    assert!(dst.to_vec().unwrap() == target.bytes, "ranges larger than a buffer");
+    // Readers at once with many small ranges in flight each: more bodies than the pool has
+    // buffers, so some land in buffers and the rest in memory of their own, none waiting.
+    let mut options = target.options();
+    options.request_size((256 << 10) + 1).unwrap().max_in_flight(Some(64)).unwrap();
+    let file = target.open(&options).unwrap();
+    std::thread::scope(|scope| {
+        for reader in 0..4usize {
+            let (file, device, want) = (&file, &device, &target.bytes);
+            scope.spawn(move || {
+                let offset = reader * 4099;
+                let mut dst =
+                    DeviceBuffer::zeroed(&Device::Cuda(device.clone()), len - offset).unwrap();
+                assert_eq!(file.read_device(dst.view_mut(), offset as u64).unwrap(), len - offset);
+                assert!(dst.to_vec().unwrap() == want[offset..], "reader {reader}");
+            });
+        }
+    });
+}

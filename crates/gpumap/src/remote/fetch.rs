@@ -1,11 +1,13 @@
 //! Ranged GETs of one object: each range with its retries and timeout, many ranges in flight
-//! at once (bounded), into host memory or through pinned bounce buffers into GPU memory.
+//! at once (bounded), into host memory, or into pinned bounce buffers and on to GPU memory.
 //!
 //! A range's body is written where it belongs as it arrives, and must be exactly the bytes
 //! asked for: a short, long or misplaced answer fails the range (no partial buffer is ever
 //! reported as complete). The first range that fails for good ends the read, cancelling the
 //! requests still in flight.
 #![forbid(unsafe_code)]
+
+use std::sync::Arc;
 
 use futures_util::{StreamExt, TryStreamExt};
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
@@ -15,7 +17,7 @@ use crate::memory::cuda::RawRegion;
 use crate::remote::client::Client;
 use crate::remote::failure::Failure;
 use crate::remote::options::RemoteOptions;
-use crate::remote::upload::Uploader;
+use crate::remote::upload::{self, Uploader};
 use crate::remote::url::RemoteUrl;
 
 /// What a read needs to make its requests.
@@ -158,29 +160,35 @@ pub(crate) async fn read_host(
 }
 
 /// Reads `dst.len` bytes at `offset` into GPU memory, up to `in_flight` ranges at once: each
-/// range lands in host memory of its own, then goes to the device through pinned bounce
-/// buffers, one copy in flight while the next range is placed. Host memory held is bounded by
-/// the requests in flight (the caller keeps them within
+/// range's body lands in a pinned bounce buffer where one is free (else in memory of its own),
+/// then goes to the device, one copy in flight while the next body is received. `landings` is
+/// how many bodies the whole read (all its lanes) may hold at once. Host memory held is
+/// bounded by the requests in flight (the caller keeps them within
 /// [`MAX_STAGED_BYTES`](crate::remote::MAX_STAGED_BYTES)).
 pub(crate) async fn read_cuda(
     fetch: Fetch<'_>,
     dst: RawRegion,
     offset: u64,
     in_flight: usize,
+    landings: usize,
 ) -> Result<()> {
     let size = request_size(fetch.options);
     let chunks = dst.len.div_ceil(size);
     tracing::debug!(url = %fetch.url, offset, len = dst.len, chunks, in_flight, "remote read into GPU memory");
-    let mut uploader = Uploader::new(dst)?;
-    let requests = (0..chunks).map(|i| async move {
-        let at = i * size;
-        let mut body = vec![0u8; size.min(dst.len - at)];
-        fetch.range(offset + at as u64, &mut body).await.map(|()| (at, body))
+    let mut uploader = Uploader::new(dst, landings)?;
+    let pool = uploader.pool();
+    let requests = (0..chunks).map(|i| {
+        let pool = Arc::clone(&pool);
+        async move {
+            let at = i * size;
+            let mut body = upload::landing(&pool, size.min(dst.len - at))?;
+            fetch.range(offset + at as u64, body.bytes_mut()).await.map(|()| (at, body))
+        }
     });
     let mut done = futures_util::stream::iter(requests).buffer_unordered(in_flight);
     while let Some(landed) = done.next().await {
         let (at, body) = landed?;
-        uploader.upload(&body, at)?;
+        uploader.upload(body, at)?;
     }
     uploader.finish()
 }

@@ -90,8 +90,8 @@ impl RemoteFile {
         self.read_device(DeviceViewMut::Host(buf), offset)
     }
 
-    /// Reads `dst.len()` bytes at `offset` into GPU memory (through pinned bounce buffers) or
-    /// host memory, as [`read`](Self::read) does.
+    /// Reads `dst.len()` bytes at `offset` into GPU memory (each body received into a pinned
+    /// bounce buffer and copied up from there) or host memory, as [`read`](Self::read) does.
     ///
     /// The requests are shared among up to [`MAX_LANES`] threads, each driving its own part
     /// of `dst`: one task polling every body would copy (and stage to the GPU) on one core,
@@ -123,9 +123,13 @@ impl RemoteFile {
                 DeviceViewMut::Host(bytes) => {
                     client::block_on(fetch::read_host(fetch, bytes, from, per_lane))
                 }
-                DeviceViewMut::Cuda(view) => {
-                    client::block_on(fetch::read_cuda(fetch, view.raw, from, per_lane))
-                }
+                DeviceViewMut::Cuda(view) => client::block_on(fetch::read_cuda(
+                    fetch,
+                    view.raw,
+                    from,
+                    per_lane,
+                    in_flight + lanes,
+                )),
             }
         };
         if lanes == 1 {

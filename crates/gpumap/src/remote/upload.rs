@@ -1,6 +1,10 @@
-//! Host bytes to GPU memory through pinned bounce buffers, the way the local device path moves
-//! them: the thread's bounce pool and stream, one copy in flight while the next buffer is
-//! filled.
+//! Range bodies to GPU memory: each body lands straight in a pinned bounce buffer where one is
+//! free, and goes up from there with no copy on the host; one copy in flight while the next
+//! body is received.
+//!
+//! Nothing here blocks on the bounce pool: a lane's requests are polled by the lane's own
+//! thread, so a lane waiting for a buffer that its own requests hold would wait forever. A
+//! body that finds no free buffer lands in memory of its own and goes up by a synchronous copy.
 #![forbid(unsafe_code)]
 
 use std::rc::Rc;
@@ -12,7 +16,29 @@ use crate::io::IoPool;
 use crate::memory::bounce::{BounceBuffer, BouncePool};
 use crate::memory::cuda::{CopyDirection, CudaDevice, InFlight, RawRegion, Stream};
 
-/// Uploads pieces of one destination region, in any order.
+/// Pinned buffers a remote read may ask the shared pool to hold, at most: its requests in
+/// flight and one copy per lane, within this.
+const MAX_LANDING_BUFFERS: usize = 64;
+
+/// Where one range's body is received.
+pub(crate) enum Landing {
+    /// The first `len` bytes of a pinned bounce buffer.
+    Pinned { buffer: BounceBuffer, len: usize },
+    /// Memory of its own (no buffer was free, or the range is larger than one).
+    Heap(Vec<u8>),
+}
+
+impl Landing {
+    /// The bytes the body fills.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Landing::Pinned { buffer, len } => &mut buffer[..*len],
+            Landing::Heap(bytes) => bytes,
+        }
+    }
+}
+
+/// Sends landed bodies to one destination region, in any order.
 pub(crate) struct Uploader {
     pool: Arc<BouncePool>,
     stream: Rc<Stream>,
@@ -21,36 +47,47 @@ pub(crate) struct Uploader {
 }
 
 impl Uploader {
-    /// An uploader into `dst`, on the calling thread's stream for `dst`'s device.
-    pub(crate) fn new(dst: RawRegion) -> Result<Uploader> {
+    /// An uploader into `dst`, on the calling thread's stream for `dst`'s device; `landings`
+    /// is how many bodies the whole read may hold at once (its requests in flight, and a copy
+    /// per lane), which the shared pool's bound is raised to, within
+    /// [`MAX_LANDING_BUFFERS`].
+    pub(crate) fn new(dst: RawRegion, landings: usize) -> Result<Uploader> {
         let device = CudaDevice::new(dst.ordinal)?;
         device.bind_to_thread()?;
         let buffer_size = usize::try_from(Config::global()?.bounce_buffer_size).unwrap_or(4 << 20);
-        // Sized as the local device path sizes the shared pool (two per I/O thread), so that
-        // both draw on one bounded set of pinned buffers.
-        let pool = BouncePool::for_device(&device, buffer_size, 2 * IoPool::global()?.nthreads())?;
+        // The pool the local device path shares (two buffers per I/O thread), so that both
+        // draw on one bounded set of pinned buffers.
+        let local = 2 * IoPool::global()?.nthreads();
+        let bound = local.max(landings.min(MAX_LANDING_BUFFERS));
+        let pool = BouncePool::for_device(&device, buffer_size, bound)?;
         Ok(Uploader { pool, stream: Stream::for_current_thread(&device)?, dst, in_flight: None })
     }
 
-    /// Starts copying `bytes` to `dst` at `at`, a bounce buffer at a time; returns once the
-    /// last piece's copy is queued (the one before it has completed).
-    pub(crate) fn upload(&mut self, bytes: &[u8], at: usize) -> Result<()> {
-        for (i, piece) in bytes.chunks(self.pool.buffer_size()).enumerate() {
-            let mut buffer = self.next_buffer()?;
-            buffer[..piece.len()].copy_from_slice(piece);
-            let copy = self.stream.start_raw(
-                buffer,
-                0,
-                piece.len(),
-                self.dst,
-                at + i * self.pool.buffer_size(),
-                CopyDirection::HostToDevice,
-            )?;
-            if let Some(previous) = self.in_flight.replace(copy) {
-                previous.wait()?;
+    /// The pool bodies land in (for the requests, which run apart from the uploader).
+    pub(crate) fn pool(&self) -> Arc<BouncePool> {
+        Arc::clone(&self.pool)
+    }
+
+    /// Sends `landing` to `dst` at `at`: a pinned body by an asynchronous copy (the one before
+    /// it waited for), a body of its own memory by a synchronous one.
+    pub(crate) fn upload(&mut self, landing: Landing, at: usize) -> Result<()> {
+        match landing {
+            Landing::Pinned { buffer, len } => {
+                let copy = self.stream.start_raw(
+                    buffer,
+                    0,
+                    len,
+                    self.dst,
+                    at,
+                    CopyDirection::HostToDevice,
+                )?;
+                if let Some(previous) = self.in_flight.replace(copy) {
+                    previous.wait()?;
+                }
+                Ok(())
             }
+            Landing::Heap(bytes) => self.dst.copy_from_host(at, &bytes),
         }
-        Ok(())
     }
 
     /// Waits for the last copy.
@@ -60,16 +97,15 @@ impl Uploader {
             None => Ok(()),
         }
     }
+}
 
-    /// A free buffer, or — when other transfers hold the pool's — the one in flight once its
-    /// copy is done; never blocks while holding a buffer, so uploads cannot deadlock the pool.
-    fn next_buffer(&mut self) -> Result<BounceBuffer> {
-        if let Some(buffer) = self.pool.try_acquire()? {
-            return Ok(buffer);
-        }
-        match self.in_flight.take() {
-            Some(copy) => copy.wait(),
-            None => self.pool.acquire(),
+/// Where a body of `len` bytes lands: a free buffer of `pool` that holds it, else memory of
+/// its own. Never waits for a buffer.
+pub(crate) fn landing(pool: &Arc<BouncePool>, len: usize) -> Result<Landing> {
+    if len <= pool.buffer_size() {
+        if let Some(buffer) = pool.try_acquire()? {
+            return Ok(Landing::Pinned { buffer, len });
         }
     }
+    Ok(Landing::Heap(vec![0u8; len]))
 }
