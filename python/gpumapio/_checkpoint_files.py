@@ -109,6 +109,29 @@ def _exists(path: str) -> bool:
         return False
 
 
+def _all_str(values: Any) -> bool:
+    return set(map(type, values)) <= {str}
+
+
+def _inside(shard: str) -> bool:
+    """Whether ``shard`` names a file in the index's directory (or below it)."""
+    parts = shard.replace("\\", "/").split("/")
+    return bool(shard) and not (os.path.isabs(shard) or ".." in parts or "://" in shard)
+
+
+def _check_shard_names(index_path: str, weight_map: dict[str, Any]) -> None:
+    """Raises for the first tensor of ``weight_map`` whose shard is not a file name inside the
+    index's directory."""
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard:
+            raise CheckpointError(f"{index_path}: tensor {name!r} maps to {_brief(shard)}, not a shard file name")
+        if not _inside(shard):
+            raise CheckpointError(
+                f"{index_path}: tensor {name!r} maps to {shard!r}, outside the index's directory "
+                f"(shards are named relative to it, with no '..')"
+            )
+
+
 def _from_index(index_path: str) -> Catalogue:
     raw = _read_index(index_path)
     if len(raw) > _MAX_INDEX:
@@ -120,15 +143,10 @@ def _from_index(index_path: str) -> Catalogue:
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise CheckpointError(f"{index_path}: no \"weight_map\" object mapping tensor names to shard files")
-    for name, shard in weight_map.items():
-        if not isinstance(shard, str) or not shard:
-            raise CheckpointError(f"{index_path}: tensor {name!r} maps to {_brief(shard)}, not a shard file name")
-        parts = shard.replace("\\", "/").split("/")
-        if os.path.isabs(shard) or ".." in parts or "://" in shard:
-            raise CheckpointError(
-                f"{index_path}: tensor {name!r} maps to {shard!r}, outside the index's directory "
-                f"(shards are named relative to it, with no '..')"
-            )
+    # Thousands of tensors name a few shards: each shard name checked once, the tensors
+    # gone through one by one only to name the first at fault.
+    if not (_all_str(weight_map.values()) and all(map(_inside, set(weight_map.values())))):
+        _check_shard_names(index_path, weight_map)
     shard_names = list(dict.fromkeys(weight_map.values()))
     missing = [s for s in shard_names if not _exists(join(index_path, s))]
     if missing:
@@ -157,17 +175,18 @@ def _from_files(
             raise CheckpointError(str(e)) from None
         if metadata is None and len(paths) == 1:
             metadata = file_metadata
-        for name in tensors:
-            if name in where:
-                raise CheckpointError(
-                    f"tensor {name!r} is in two shards: {shards[where[name]].path} and {path}"
-                )
-            where[name] = i
+        if not where.keys().isdisjoint(tensors):
+            name = next(n for n in tensors if n in where)
+            raise CheckpointError(f"tensor {name!r} is in two shards: {shards[where[name]].path} and {path}")
+        where.update(dict.fromkeys(tensors, i))
         shards.append(Shard(path, tensors))
     if weight_map is not None:
         # Each shard name of the index once, as the index of the file it names.
         number = {s.path: i for i, s in enumerate(shards)}
         named = {shard: number.get(join(index_path or "", shard)) for shard in set(weight_map.values())}
+        # Compared all at once; gone through one by one only to name the first at fault.
+        if None not in named.values() and list(map(where.get, weight_map)) == list(map(named.__getitem__, weight_map.values())):
+            return Catalogue(shards, where, metadata if isinstance(metadata, dict) else None)
         for name, shard in weight_map.items():
             got = where.get(name)
             if got is None or got != named[shard]:

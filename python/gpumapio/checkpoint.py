@@ -33,30 +33,36 @@ _ALIGN = 256
 _STAGING = 256 << 20
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class _Placed:
     """One tensor of the load: its source, its shape once sliced, where its bytes go, and the
-    pieces that put them there (offsets in the tensor's bytes and in its slice's bytes)."""
+    pieces that put them there (offsets in the tensor's bytes and in its slice's bytes; None
+    for the whole tensor, the common case, spared a piece of its own)."""
 
     info: TensorInfo
     shard: int
     shape: tuple[int, ...]
-    pieces: list[Run]
+    pieces: list[Run] | None
     nbytes: int  # of the slice, in the source dtype
     cast: bool = False
     at: int = 0  # in the allocation, in output bytes
 
+    def all_pieces(self) -> list[Run]:
+        if self.pieces is None:
+            return [Run(0, self.nbytes, 0)] if self.nbytes else []
+        return self.pieces
+
 
 def _select(catalogue: Catalogue, tensors: Selection) -> list[str]:
+    # The catalogue lists shard by shard, each in file order: already the order wanted.
     if tensors is None:
-        names = list(catalogue.where)
-    elif callable(tensors):
-        names = [n for n in catalogue.where if tensors(n)]
-    else:
-        names = list(dict.fromkeys(tensors))
-        missing = [n for n in names if n not in catalogue.where]
-        if missing:
-            raise KeyError(f"the checkpoint has no tensor {missing[0]!r}" + (f" ({len(missing)} missing)" if len(missing) > 1 else ""))
+        return list(catalogue.where)
+    if callable(tensors):
+        return [n for n in catalogue.where if tensors(n)]
+    names = list(dict.fromkeys(tensors))
+    missing = [n for n in names if n not in catalogue.where]
+    if missing:
+        raise KeyError(f"the checkpoint has no tensor {missing[0]!r}" + (f" ({len(missing)} missing)" if len(missing) > 1 else ""))
     # Shard by shard, in file order: neighbours in a file are neighbours in memory.
     names.sort(key=lambda n: (catalogue.where[n], catalogue.info(n).start))
     return names
@@ -64,24 +70,25 @@ def _select(catalogue: Catalogue, tensors: Selection) -> list[str]:
 
 def _plan(catalogue: Catalogue, names: list[str], tp: TensorParallel | None) -> list[_Placed]:
     placed = []
+    shards, where = catalogue.shards, catalogue.where
     for name in names:
-        info = catalogue.info(name)
+        shard = where[name]
+        info = shards[shard].tensors[name]
         bits = _DTYPES[info.dtype][0]
         if bits % 8:
             raise ValueError(
-                f"{catalogue.shards[catalogue.where[name]].path}: tensor {name!r} is {info.dtype}, packed below "
+                f"{shards[shard].path}: tensor {name!r} is {info.dtype}, packed below "
                 f"a byte; torch and NumPy have no such dtype (leave it out with tensors=)"
             )
         dim = tp.split_dim(name) if tp is not None else None
         if dim is None:
-            pieces = [Run(0, info.nbytes, 0)] if info.nbytes else []
-            placed.append(_Placed(info, catalogue.where[name], info.shape, pieces, info.nbytes))
+            placed.append(_Placed(info, shard, info.shape, None, info.end - info.start))
             continue
         assert tp is not None
         dim, shape = split_shape(name, info.shape, dim, tp.world_size)
         pieces = tensor_slice(info.shape, bits // 8, dim, tp.rank, tp.world_size)
         nbytes = sum(p.nbytes for p in pieces)
-        placed.append(_Placed(info, catalogue.where[name], shape, pieces, nbytes))
+        placed.append(_Placed(info, shard, shape, pieces, nbytes))
     return placed
 
 
@@ -90,14 +97,17 @@ def _lay_out(placed: list[_Placed], out_itemsize: Callable[[_Placed], int]) -> i
     follows the one before it in its file follows it in memory too, so their reads merge."""
     at, before = 0, None
     for p in placed:
-        whole = not p.cast and p.nbytes == p.info.nbytes
-        if whole and before is not None and before.shard == p.shard and before.info.end == p.info.start:
+        info = p.info
+        whole = not p.cast and p.nbytes == info.end - info.start
+        if whole and before is not None and before.shard == p.shard and before.info.end == info.start:
             p.at = at
-        elif whole:
-            p.at = -(-at // _ALIGN) * _ALIGN + p.info.start % _ALIGN
+            at += p.nbytes  # uncast: as many bytes out as in
         else:
-            p.at = -(-at // _ALIGN) * _ALIGN
-        at = p.at + p.nbytes // (_DTYPES[p.info.dtype][0] // 8) * out_itemsize(p)
+            if whole:
+                p.at = -(-at // _ALIGN) * _ALIGN + info.start % _ALIGN
+            else:
+                p.at = -(-at // _ALIGN) * _ALIGN
+            at = p.at + p.nbytes // (_DTYPES[info.dtype][0] // 8) * out_itemsize(p)
         before = p if whole else None
     return at
 
@@ -168,7 +178,14 @@ class _Framework:
         a view; one call per tensor, as checkpoints hold thousands."""
         size = element.itemsize
         if self.name == "numpy":
-            return self.numpy.ndarray(shape, element, buffer=flat, offset=at)
+            if at % size:
+                return self.numpy.ndarray(shape, element, buffer=flat, offset=at)
+            # A slice of the allocation viewed as the element type: cheaper than a new array
+            # on the allocation's buffer.
+            typed = self.typed.get(element)
+            if typed is None:
+                typed = self.typed[element] = flat.view(element)
+            return typed[at // size : (at + nbytes) // size].reshape(shape)
         if at % size:
             return flat[at : at + nbytes].clone().view(element).reshape(shape)  # a view would be misaligned
         typed = self.typed.get(element)
@@ -251,8 +268,10 @@ def load_checkpoint(
     names = _select(catalogue, tensors)
     fw = _Framework(framework, device, dtype)
     placed = _plan(catalogue, names, tp)
-    for p in placed:
-        p.cast = fw.casts(p.info.dtype)
+    if fw.dtype is not None:
+        casts_dtype = {d: fw.casts(d) for d in dict.fromkeys(p.info.dtype for p in placed)}
+        for p in placed:
+            p.cast = casts_dtype[p.info.dtype]
     out_dtype_size = fw.itemsize(fw.dtype) if fw.dtype is not None else 0
     total = _lay_out(placed, lambda p: out_dtype_size if p.cast else _DTYPES[p.info.dtype][0] // 8)
     flat = fw.empty(-(-total // 16) * 16)  # whole elements of every dtype
@@ -261,19 +280,10 @@ def load_checkpoint(
     files: list[Any] = []
     try:
         # A shard's data ends with it (read_header checks so): its last tensor's end is its size.
-        files = [
-            open_source(paths[s], max((t.end for t in catalogue.shards[s].tensors.values()), default=None))
-            for s in used
-        ]
+        files = [open_source(paths[s], _data_end(catalogue.shards[s].tensors)) for s in used]
         slot = {s: i for i, s in enumerate(used)}
         direct: list[_Read] = []
-        by_shard: dict[int, list[Run]] = {}
-        for p in placed:
-            if not p.cast:
-                by_shard.setdefault(p.shard, []).extend(
-                    Run(p.info.start + r.src, r.length, p.at + r.dst, r.repeat, r.stride) for r in p.pieces
-                )
-        for shard, pieces in by_shard.items():
+        for shard, pieces in _direct_pieces(placed).items():
             direct.extend((slot[shard], r.src, r.length, r.dst, r.repeat, r.stride) for r in coalesce(pieces))
         if direct:
             _read(flat, files, direct, [paths[s] for s in used])
@@ -283,14 +293,52 @@ def load_checkpoint(
     finally:
         for f in files:
             f.close()
-    out: dict[str, Any] = {}
+    return dict(zip(names, _views(fw, flat, placed)))
+
+
+def _data_end(tensors: dict[str, TensorInfo]) -> int | None:
+    """Where the last tensor of a shard ends: read_header lists them in file order, each
+    starting where the one before ends, so the last one listed."""
+    return next(reversed(tensors.values())).end if tensors else None
+
+
+def _direct_pieces(placed: list[_Placed]) -> dict[int, list[Run]]:
+    """The pieces of the uncast tensors, shard by shard, in the file and the allocation. The
+    whole tensors that :func:`_lay_out` put back to back as in their file are one piece
+    already, rather than a piece each for :func:`coalesce` to merge."""
+    by_shard: dict[int, list[list[int]]] = {}
+    # [file offset, length, allocation offset] of the last whole tensor's piece, still growing.
+    last: list[int] = [-1, 0, -1]
     for p in placed:
-        element = fw.element(p.info.dtype)
         if p.cast:
-            element = fw.dtype
-        size = p.nbytes // (_DTYPES[p.info.dtype][0] // 8) * fw.itemsize(element)
-        out[p.info.name] = fw.view(flat, p.at, size, element, p.shape)
-    return {n: out[n] for n in names}
+            continue
+        pieces = by_shard.setdefault(p.shard, [])
+        if p.pieces is not None:
+            start = p.info.start
+            pieces.extend([start + r.src, r.length, p.at + r.dst, r.repeat, r.stride] for r in p.pieces)
+        elif p.nbytes:
+            if pieces and pieces[-1] is last and last[0] + last[1] == p.info.start and last[2] + last[1] == p.at:
+                last[1] += p.nbytes
+            else:
+                last = [p.info.start, p.nbytes, p.at]
+                pieces.append(last)
+    return {shard: [Run(*r) for r in pieces] for shard, pieces in by_shard.items()}
+
+
+def _views(fw: _Framework, flat: Any, placed: list[_Placed]) -> list[Any]:
+    """Each tensor as a view of ``flat``, in the order of ``placed``; what depends only on
+    the dtype looked up once per dtype."""
+    elements: dict[tuple[str, bool], tuple[Any, int, int]] = {}
+    views = []
+    for p in placed:
+        kind = (p.info.dtype, p.cast)
+        found = elements.get(kind)
+        if found is None:
+            element = fw.dtype if p.cast else fw.element(p.info.dtype)
+            found = elements[kind] = (element, _DTYPES[p.info.dtype][0] // 8, fw.itemsize(element))
+        element, in_size, out_size = found
+        views.append(fw.view(flat, p.at, p.nbytes // in_size * out_size, element, p.shape))
+    return views
 
 
 def _cast_through_staging(
@@ -314,7 +362,7 @@ def _cast_through_staging(
     for p in casts:
         size = _DTYPES[p.info.dtype][0] // 8
         element = fw.element(p.info.dtype)
-        for r in coalesce(p.pieces):
+        for r in coalesce(p.all_pieces()):
             for piece in _fit(Run(p.info.start + r.src, r.length, r.dst, r.repeat, r.stride), window):
                 chunks.append((slot[p.shard], piece, p.at + piece.dst // size * out_size, element))
     turn, used = 0, 0

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import itertools
 import math
+import operator
 import os
 import re
 import stat
@@ -141,7 +143,15 @@ def _check_tree(root: Any) -> None:
 # hold one), and the integers _int reads as floats are -0 and those of more than 20
 # characters (so 20 digits at least).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_ODD_INTEGER = re.compile(r"-0(?![0-9.eE])|[0-9]{20}")
+_NEGATIVE_ZERO = re.compile(r"-0(?![0-9.eE])")
+# Every ASCII digit to "0" and every other byte to " ": a run of 20 digits is then a plain
+# substring search, where a regular expression would try a match at every character.
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+
+
+def _odd_integers(raw: bytes, text: str) -> bool:
+    """Whether ``text`` (``raw`` decoded) could hold an integer that _int reads as a float."""
+    return _NEGATIVE_ZERO.search(text) is not None or b"0" * 20 in raw.translate(_DIGITS_AS_ZEROS)
 # What JSON parses to, containers aside.
 _SCALARS = {int, float, str, bool, type(None)}
 
@@ -228,14 +238,23 @@ def _parse_header(name: str, file_size: int, n: int, raw: bytes) -> tuple[dict[s
         header = json.loads(
             text,
             object_pairs_hook=_object,
-            parse_int=_int if _ODD_INTEGER.search(text) else int,
+            parse_int=_int if _odd_integers(raw, text) else int,
             parse_float=_float,
             parse_constant=_constant,
         )
-        # A checkpoint of many tensors is thousands of entries: walked only where the text
-        # could hold what the walk looks for.
-        if _SURROGATE_ESCAPE.search(text) or not _shallow(header):
+        escapes = _SURROGATE_ESCAPE.search(text) is not None
+        if escapes:
             _check_tree(header)
+        else:
+            # The common case, a header safetensors writes, checked in bulk; anything the bulk
+            # check does not pass is checked again below, entry by entry, for its message.
+            plain = _plain_infos(header, 8 + n, file_size)
+            if plain is not None:
+                return plain
+            # A checkpoint of many tensors is thousands of entries: walked only where the
+            # text could hold what the walk looks for.
+            if not _shallow(header):
+                _check_tree(header)
     except UnicodeDecodeError as e:
         raise ValueError(f"{name}: the header is not UTF-8: {e}") from None
     except json.JSONDecodeError as e:
@@ -244,9 +263,16 @@ def _parse_header(name: str, file_size: int, n: int, raw: bytes) -> tuple[dict[s
         raise ValueError(f"{name}: the header is not JSON as safetensors reads it: {e}") from None
     except RecursionError:
         raise ValueError(f"{name}: the header is nested more than {_MAX_DEPTH} levels deep") from None
+    return _checked_infos(name, header, 8 + n, file_size)
+
+
+def _checked_infos(
+    name: str, header: Any, data_start: int, file_size: int
+) -> tuple[dict[str, TensorInfo], dict[str, str] | None]:
+    """The tensors and metadata of a parsed header, checked entry by entry: the reference
+    check, and the one that names what is wrong."""
     if not isinstance(header, dict):
         raise ValueError(f"{name}: the header is not a JSON object")
-    data_start = 8 + n
     metadata = header.pop("__metadata__", None)
     if metadata is not None:
         if not isinstance(metadata, dict):
@@ -330,6 +356,96 @@ def _parse_header(name: str, file_size: int, n: int, raw: bytes) -> tuple[dict[s
             f"the file at {file_size}; safetensors requires the data to end with the file)"
         )
     return {t.name: t for t in infos}, metadata
+
+
+# The three fields of a tensor's entry, in one C call per entry.
+_FIELDS = operator.itemgetter("dtype", "shape", "data_offsets")
+_BITS = {dtype: bits for dtype, (bits, _, _) in _DTYPES.items()}
+
+
+def _all_of_type(values: Iterable[Any], kind: type) -> bool:
+    # type() rather than isinstance(), as in _is_size: bool is no int here.
+    return set(map(type, values)) <= {kind}
+
+
+def _sizes(values: list[Any]) -> bool:
+    """Whether every value is a size (as :func:`_is_size`), tested in C."""
+    return _all_of_type(values, int) and (not values or (min(values) >= 0 and max(values) <= _U64_MAX))
+
+
+def _plain_infos(header: Any, data_start: int, file_size: int) -> tuple[dict[str, TensorInfo], dict[str, str] | None] | None:
+    """What :func:`_checked_infos` returns for ``header``, where each of its checks passes and
+    every entry holds the three fields and no others (so that no walk is needed for depth,
+    either); else None, ``header`` left as it was. The checks run over all entries at once,
+    each in C, rather than entry by entry: a checkpoint holds thousands of small tensors."""
+    if type(header) is not dict:
+        return None
+    names, entries = list(header), list(header.values())
+    metadata = None
+    if "__metadata__" in header:
+        at = names.index("__metadata__")
+        del names[at]
+        metadata = entries.pop(at)
+        if metadata is not None and (type(metadata) is not dict or not _all_of_type(metadata.values(), str)):
+            return None
+    if not _all_of_type(entries, dict) or not set(map(len, entries)) <= {3}:
+        return None
+    try:
+        fields = list(map(_FIELDS, entries))
+    except KeyError:
+        return None
+    dtypes, shapes, offsets = zip(*fields) if fields else ((), (), ())
+    if not _all_of_type(dtypes, str) or not _BITS.keys() >= set(dtypes):
+        return None
+    if not _all_of_type(shapes, list) or not _sizes(list(itertools.chain.from_iterable(shapes))):
+        return None
+    if not _all_of_type(offsets, list) or not set(map(len, offsets)) <= {2}:
+        return None
+    begins, ends = [o[0] for o in offsets], [o[1] for o in offsets]
+    if not _sizes(begins) or not _sizes(ends):
+        return None
+    counts = list(map(math.prod, shapes))
+    # A product past 64 bits that a later 0 brings back: safetensors refuses it.
+    if any(_overflows(shape) for shape, count in zip(shapes, counts) if count == 0):
+        return None
+    bits = list(map(operator.mul, counts, map(_BITS.__getitem__, dtypes)))
+    if bits and max(bits) > _U64_MAX:
+        return None
+    # Each tensor's bytes are those of its shape (so whole bytes, and end >= begin).
+    if list(map((8).__mul__, map(operator.sub, ends, begins))) != bits:
+        return None
+    # The tensors tile the data section, from its first byte to the end of the file.
+    order = sorted(range(len(offsets)), key=offsets.__getitem__)
+    starts_sorted = [begins[i] for i in order]
+    ends_sorted = [ends[i] for i in order]
+    if starts_sorted[1:] != ends_sorted[:-1] or (starts_sorted[:1] or [0]) != [0]:
+        return None
+    if data_start + (ends_sorted[-1] if ends_sorted else 0) != file_size:
+        return None
+    rows = [
+        {"name": names[i], "dtype": dtypes[i], "shape": tuple(shapes[i]), "start": data_start + begins[i], "end": data_start + ends[i]}
+        for i in order
+    ]
+    return {row["name"]: info for row, info in zip(rows, _tensor_infos(rows))}, metadata
+
+
+def _overflows(shape: list[int]) -> bool:
+    """Whether the element count, multiplied in order, passes 64 bits at some step."""
+    count = 1
+    for d in shape:
+        count *= d
+        if count > _U64_MAX:
+            return True
+    return False
+
+
+def _tensor_infos(rows: list[dict[str, Any]]) -> list[TensorInfo]:
+    """``TensorInfo(**row)`` for each row, built without the frozen dataclass's ``__init__``
+    (a guarded setattr per field), which dominates for thousands of tensors: each instance
+    gets its row as its attributes, as ``__init__`` would have set them."""
+    infos = list(map(object.__new__, itertools.repeat(TensorInfo, len(rows))))
+    list(map(object.__setattr__, infos, itertools.repeat("__dict__"), rows))
+    return infos
 
 
 def _torch_device(device: Any):

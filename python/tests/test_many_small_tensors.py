@@ -1,0 +1,222 @@
+"""The fast paths for checkpoints of thousands of small tensors, against the reference code
+they stand in for: the bulk header check (``_plain_infos``) against the entry-by-entry one
+(``_checked_infos``) on generated good and bad headers, and load_checkpoint's merged reads and
+views against the bytes in the files."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+
+import gpumapio.checkpoint as checkpoint
+from gpumapio import load_checkpoint
+from gpumapio._pieces import Run, coalesce
+from gpumapio.safetensors import _DTYPES, _checked_infos, _parse_header, _plain_infos
+
+_U64_MAX = 2**64 - 1
+
+
+def _good_header(r: random.Random, count: int) -> tuple[dict, int]:
+    """A header safetensors could write (dtypes, sub-byte ones included, scalars, empty
+    tensors, entries in any order) and the size of its data section."""
+    entries, at = [], 0
+    for i in range(count):
+        dtype = r.choice(list(_DTYPES))
+        shape = [r.choice([0, 1, 2, 3, 4, 8]) for _ in range(r.randrange(4))]
+        bits = _DTYPES[dtype][0] * int(np.prod(shape, dtype=object))
+        if bits % 8:
+            shape.append(8)  # whole bytes, so that the header is good
+            bits *= 8
+        entries.append((f"t{i}", {"dtype": dtype, "shape": shape, "data_offsets": [at, at + bits // 8]}))
+        at += bits // 8
+    r.shuffle(entries)
+    header: dict = {}
+    if r.random() < 0.5:
+        header["__metadata__"] = r.choice([None, {}, {"format": "pt"}])
+    header.update(entries)
+    return header, at
+
+
+def _break(r: random.Random, header: dict, size: int) -> tuple[dict, int]:
+    """``header`` (and the data's size) with one thing made wrong, or left alone."""
+    names = [n for n in header if n != "__metadata__"]
+    if not names:
+        return header, size + r.choice([0, 1])
+    entry = header[r.choice(names)]
+    kind = r.randrange(22)
+    if kind == 0:
+        entry["data_offsets"] = [entry["data_offsets"][0] + 1, entry["data_offsets"][1] + 1]
+    elif kind == 1:
+        entry["data_offsets"][1] += r.choice([-1, 1, 8])
+    elif kind == 2:
+        entry["shape"] = entry["shape"] + [True]
+    elif kind == 3:
+        entry["shape"] = entry["shape"] + [1.0]
+    elif kind == 4:
+        entry["shape"] = entry["shape"] + [-1]
+    elif kind == 5:
+        entry["shape"] = [2**64] + entry["shape"]
+    elif kind == 6:
+        entry["shape"] = [2**40, 2**40, 0]  # passes 64 bits before the 0
+        entry["data_offsets"][1] = entry["data_offsets"][0]
+    elif kind == 7:
+        entry["extra"] = 1
+    elif kind == 8:
+        del entry[r.choice(["dtype", "shape", "data_offsets"])]
+    elif kind == 9:
+        header[names[0]] = r.choice([[], "x", 3, None])
+    elif kind == 10:
+        entry["dtype"] = r.choice(["F12", ["F16"], 16, "f16"])
+    elif kind == 11:
+        header["__metadata__"] = r.choice([{"a": 1}, {"a": None}, [], "x", {"a": ["b"]}])
+    elif kind == 12:
+        entry["data_offsets"] = entry["data_offsets"] + [0]
+    elif kind == 13:
+        entry["shape"] = [entry["shape"]]
+    elif kind == 14:
+        entry["data_offsets"] = [entry["data_offsets"][1], entry["data_offsets"][0]]
+    elif kind == 15:
+        entry["data_offsets"] = [-1, entry["data_offsets"][1]]
+    elif kind == 16:
+        entry["data_offsets"] = [entry["data_offsets"][0], 2**64]
+    elif kind == 17:
+        size += r.choice([-1, 1])
+    elif kind == 18:
+        entry["shape"] = {"a": 1}
+    elif kind == 19:
+        other = header[r.choice(names)]
+        entry["data_offsets"] = list(other["data_offsets"])  # a second tensor on the same bytes
+    elif kind == 20:
+        entry["dtype"] = "F4"
+        entry["shape"] = [3]
+    # 21: left alone
+    return header, size
+
+
+def _verdict(fn, *args):
+    try:
+        return fn(*args)
+    except ValueError as e:
+        return ("error", str(e))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_bulk_header_check_agrees_with_the_reference(seed):
+    r = random.Random(seed)
+    for _ in range(25):
+        header, size = _good_header(r, r.randrange(0, 12))
+        header, size = _break(r, header, size)
+        data_start = 8 + 64
+        want = _verdict(_checked_infos, "f", copy.deepcopy(header), data_start, data_start + size)
+        kept = copy.deepcopy(header)
+        got = _plain_infos(header, data_start, data_start + size)
+        assert header == kept, "the bulk check leaves the header as it was"
+        if isinstance(want, tuple) and want[0] == "error":
+            assert got is None, want[1]
+        elif got is not None:
+            assert got == want and list(got[0]) == list(want[0])
+            assert [type(t) for t in got[0].values()] == [type(t) for t in want[0].values()]
+            assert all(hash(a) == hash(b) and repr(a) == repr(b) for a, b in zip(got[0].values(), want[0].values()))
+        else:
+            # Only a header with something beyond the three fields goes the slow way.
+            assert any(isinstance(e, dict) and len(e) != 3 for e in header.values())
+
+
+def test_good_headers_take_the_bulk_path():
+    r = random.Random(7)
+    for _ in range(200):
+        header, size = _good_header(r, r.randrange(0, 30))
+        assert _plain_infos(header, 100, 100 + size) is not None
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_parse_header_messages_unchanged(seed):
+    """_parse_header (either path) says what the reference says, error or result."""
+    r = random.Random(1000 + seed)
+    for _ in range(25):
+        header, size = _break(r, *_good_header(r, r.randrange(1, 8)))
+        raw = json.dumps(header).encode()
+        want = _verdict(_checked_infos, "f", copy.deepcopy(header), 8 + len(raw), 8 + len(raw) + size)
+        assert _verdict(_parse_header, "f", 8 + len(raw) + size, len(raw), raw) == want
+
+
+def _write(path: str, tensors: list[tuple[str, np.ndarray]], pad: int = 8) -> None:
+    header = {}
+    at = 0
+    for name, array in tensors:
+        dtype = {"<f2": "F16", "<f4": "F32", "|u1": "U8", "<i8": "I64", "|b1": "BOOL"}[array.dtype.str]
+        header[name] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [at, at + array.nbytes]}
+        at += array.nbytes
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % pad)
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little") + raw)
+        for _, array in tensors:
+            f.write(array.tobytes())
+
+
+@pytest.fixture
+def many_small(tmp_path):
+    """Three shards of many small tensors of mixed dtypes, empty and scalar ones among them,
+    at odd offsets (so that some start unaligned for their dtype)."""
+    rng = np.random.default_rng(24)
+    directory = tmp_path / "small"
+    directory.mkdir()
+    want = {}
+    for k, pad in enumerate([8, 1, 3]):
+        tensors = []
+        for i in range(300):
+            dtype = ["<f2", "<f4", "|u1", "<i8", "|b1"][int(rng.integers(5))]
+            shape = [(), (0,), (3,), (5, 7), (2, 3, 4)][int(rng.integers(5))]
+            array = (rng.standard_normal(shape) * 9).astype(dtype)
+            tensors.append((f"s{k}.t{i}", array))
+            want[f"s{k}.t{i}"] = array
+        _write(str(directory / f"part{k}.safetensors"), tensors, pad)
+    return str(directory), want
+
+
+def test_many_small_tensors_byte_for_byte(many_small):
+    directory, want = many_small
+    got = load_checkpoint(directory, "cpu", framework="numpy")
+    assert list(got) == list(want)
+    for name, array in want.items():
+        assert got[name].dtype == array.dtype and got[name].shape == array.shape, name
+        assert got[name].tobytes() == array.tobytes(), name
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_many_small_tensors_selected(many_small, seed):
+    directory, want = many_small
+    r = random.Random(seed)
+    names = r.sample(list(want), 200)
+    got = load_checkpoint(directory, "cpu", framework="numpy", tensors=names)
+    assert sorted(got) == sorted(names)
+    for name in names:
+        assert got[name].tobytes() == want[name].tobytes() and got[name].shape == want[name].shape, name
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_merged_reads_are_the_coalesced_pieces(many_small, seed):
+    """The reads planned with whole tensors merged as laid out are those coalesce makes of a
+    piece per tensor (the plan before the merging)."""
+    directory, want = many_small
+    catalogue = checkpoint.open_catalogue(directory)
+    r = random.Random(seed)
+    names = checkpoint._select(catalogue, r.sample(list(want), 250) if seed else None)
+    placed = checkpoint._plan(catalogue, names, None)
+    checkpoint._lay_out(placed, lambda p: _DTYPES[p.info.dtype][0] // 8)
+    by_shard: dict[int, list[Run]] = {}
+    for p in placed:
+        by_shard.setdefault(p.shard, []).extend(
+            Run(p.info.start + q.src, q.length, p.at + q.dst, q.repeat, q.stride) for q in p.all_pieces()
+        )
+    merged = checkpoint._direct_pieces(placed)
+    assert {s: coalesce(v) for s, v in merged.items() if coalesce(v)} == {
+        s: coalesce(v) for s, v in by_shard.items() if coalesce(v)
+    }
+    assert all(coalesce(v) == v for v in merged.values()), "merged already"
