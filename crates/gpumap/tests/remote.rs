@@ -117,6 +117,7 @@ on_both_servers!(
     missing_objects_are_not_found,
     reads_outside_the_object_are_refused,
     requests_in_flight_are_bounded_and_parallel,
+    small_futures_in_flight_are_not_capped_by_the_io_pool,
     concurrent_readers_each_get_their_bytes,
     futures_read_into_owned_buffers,
 );
@@ -284,6 +285,44 @@ fn requests_in_flight_are_bounded_and_parallel(kind: Kind) {
     assert_eq!(buf, target.bytes);
     let most = target.server.max_active_gets();
     assert!((2..=4).contains(&most), "{kind:?}: {most} GETs at once, wanted 2 to 4");
+}
+
+fn small_futures_in_flight_are_not_capped_by_the_io_pool(kind: Kind) {
+    // Each small pread is a task of the remote runtime, not a pool thread blocked on the
+    // server: more are in flight at once than the pool has threads.
+    let threads = gpumap::io::IoPool::global().unwrap().nthreads();
+    let count = 2 * threads + 8;
+    let target = Target::new(kind, count * 4096);
+    let mut options = target.options();
+    options.request_size(4096).unwrap();
+    let file = target.open(&options).unwrap();
+    target.server.delay_gets(Duration::from_millis(100));
+    let futures: Vec<_> = (0..count)
+        .map(|i| {
+            file.pread_device(DeviceBuffer::alloc(&Device::Host, 4096).unwrap(), (i * 4096) as u64)
+        })
+        .collect();
+    for (i, future) in futures.into_iter().enumerate() {
+        let (buf, n) = future.wait().unwrap();
+        assert_eq!(n, 4096);
+        assert!(
+            buf.to_vec().unwrap() == target.bytes[i * 4096..(i + 1) * 4096],
+            "{kind:?}: read {i}"
+        );
+    }
+    let most = target.server.max_active_gets();
+    assert!(
+        most > threads,
+        "{kind:?}: {most} GETs at once with {count} futures and {threads} pool threads"
+    );
+    // Outside the object: the future's error, and nothing sent.
+    let before = target.server.gets();
+    let e = file
+        .pread_device(DeviceBuffer::alloc(&Device::Host, 10).unwrap(), (count * 4096 - 5) as u64)
+        .wait()
+        .unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { len: 10, .. }), "{e:?}");
+    assert_eq!(target.server.gets(), before);
 }
 
 fn concurrent_readers_each_get_their_bytes(kind: Kind) {

@@ -161,9 +161,21 @@ impl RemoteFile {
         Ok(len)
     }
 
-    /// Starts [`read_device`](Self::read_device) into the owned `dst` on the I/O pool; the
-    /// future gives back `dst` and the count.
-    pub fn pread_device<B: OwnedDeviceMemory>(&self, dst: B, offset: u64) -> IoFuture<(B, usize)> {
+    /// Starts [`read_device`](Self::read_device) into the owned `dst`; the future gives back
+    /// `dst` and the count. A read into host memory of one request at most is a task of the
+    /// remote runtime, holding no thread while it waits for the server, so that as many are in
+    /// flight as the caller starts (the I/O pool's threads would cap them); others run on the
+    /// I/O pool.
+    pub fn pread_device<B: OwnedDeviceMemory>(
+        &self,
+        mut dst: B,
+        offset: u64,
+    ) -> IoFuture<(B, usize)> {
+        let view = dst.device_view_mut();
+        let one_request = view.len() <= fetch::request_size(&self.inner.options);
+        if one_request && matches!(view, DeviceViewMut::Host(_)) {
+            return self.pread_one_request(dst, offset);
+        }
         let file = self.clone();
         match IoPool::global() {
             Ok(pool) => pool.spawn(move || {
@@ -177,6 +189,40 @@ impl RemoteFile {
                 future
             }
         }
+    }
+
+    /// [`pread_device`](Self::pread_device) of one request into host memory, on the remote
+    /// runtime.
+    fn pread_one_request<B: OwnedDeviceMemory>(&self, dst: B, offset: u64) -> IoFuture<(B, usize)> {
+        let (future, completer) = IoFuture::pending();
+        let runtime = match client::runtime() {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                completer.complete(Err(e));
+                return future;
+            }
+        };
+        let file = self.clone();
+        runtime.spawn(async move {
+            let mut dst = dst;
+            let outcome = file.read_one_request(dst.device_view_mut(), offset).await;
+            completer.complete(outcome.map(|n| (dst, n)));
+        });
+        future
+    }
+
+    async fn read_one_request(&self, dst: DeviceViewMut<'_>, offset: u64) -> Result<usize> {
+        let DeviceViewMut::Host(bytes) = dst else {
+            return Err(crate::error::Error::InvalidArgument(
+                "a remote read of one request on the runtime goes into host memory".into(),
+            ));
+        };
+        let len = bytes.len();
+        fetch::check_range(offset, len, self.inner.len)?;
+        if len > 0 {
+            self.fetch().range(offset, bytes).await?;
+        }
+        Ok(len)
     }
 
     fn fetch(&self) -> Fetch<'_> {
