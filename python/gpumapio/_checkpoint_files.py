@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from gpumapio._sources import is_url, join, open_source, read_bytes
-from gpumapio.safetensors import TensorInfo, _brief, _object, read_header
+from gpumapio.safetensors import TensorInfo, _all_of_type, _brief, _object, read_header
 
 __all__ = ["Catalogue", "CheckpointError", "Shard", "open_catalogue"]
 
@@ -109,10 +109,6 @@ def _exists(path: str) -> bool:
         return False
 
 
-def _all_str(values: Any) -> bool:
-    return set(map(type, values)) <= {str}
-
-
 def _inside(shard: str) -> bool:
     """Whether ``shard`` names a file in the index's directory (or below it)."""
     parts = shard.replace("\\", "/").split("/")
@@ -145,7 +141,7 @@ def _from_index(index_path: str) -> Catalogue:
         raise CheckpointError(f"{index_path}: no \"weight_map\" object mapping tensor names to shard files")
     # Thousands of tensors name a few shards: each shard name checked once, the tensors
     # gone through one by one only to name the first at fault.
-    if not (_all_str(weight_map.values()) and all(map(_inside, set(weight_map.values())))):
+    if not (_all_of_type(weight_map.values(), str) and all(map(_inside, set(weight_map.values())))):
         _check_shard_names(index_path, weight_map)
     shard_names = list(dict.fromkeys(weight_map.values()))
     missing = [s for s in shard_names if not _exists(join(index_path, s))]

@@ -42,24 +42,22 @@ pub fn current() -> gpumap::Result<Settings> {
     Ok(s)
 }
 
-/// Changes the setting `field` by `change`, marking it set by the program.
-fn update(field: &str, change: impl FnOnce(&mut Settings)) -> gpumap::Result<()> {
+/// Runs `change` on the current settings in place, under one lock, so that no other thread's
+/// change in between is lost.
+fn change_current(change: impl FnOnce(&mut Settings)) -> gpumap::Result<()> {
     current()?;
     if let Some(s) = SETTINGS_NOW.lock().as_mut() {
         change(s);
-        s.set_source(field, Source::Set);
     }
     Ok(())
 }
 
-/// Records where the setting `field` came from, in the current settings as they are now (one
-/// lock, so that no other thread's change in between is lost).
-fn mark(field: &str, source: Source) -> gpumap::Result<()> {
-    current()?;
-    if let Some(s) = SETTINGS_NOW.lock().as_mut() {
-        s.set_source(field, source);
-    }
-    Ok(())
+/// Changes the setting `field` by `change`, marking it set by the program.
+fn update(field: &str, change: impl FnOnce(&mut Settings)) -> gpumap::Result<()> {
+    change_current(|s| {
+        change(s);
+        s.set_source(field, Source::Set);
+    })
 }
 
 /// Options for opening a file with the current settings; those neither in the environment nor
@@ -307,7 +305,7 @@ pub fn defaults_put_back(
     };
     defaults_set(py, name, value)?;
     let field = gpumap::config::setting(name).ok_or_else(|| unknown(name))?.field;
-    check(py, mark(field, source))
+    check(py, change_current(|s| s.set_source(field, source)))
 }
 
 /// `defaults.set(name, value)` for one setting; the Python side keeps the old values for the
