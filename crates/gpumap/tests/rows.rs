@@ -558,8 +558,9 @@ fn hot_rows_stay_resident_under_cold_churn(memory: Device) {
 }
 
 /// Once the budget is full, a read-only file's misses are read from the file past the cache
-/// (the right bytes, rows of odd sizes across extents), and their extents are admitted in the
-/// background: after `wait_for_admissions` the next gather of those rows finds them resident.
+/// (the right bytes, rows of odd sizes across extents), and the extents of rows missed a second
+/// time are admitted in the background: after `wait_for_admissions` the next gather of those
+/// rows finds them resident. Rows missed once are not admitted.
 fn misses_past_a_full_cache_are_read_through_then_admitted(memory: Device) {
     const ROW: usize = 3000;
     let dir = scratch();
@@ -578,13 +579,19 @@ fn misses_past_a_full_cache_are_read_through_then_admitted(memory: Device) {
     // One gather at a time here: a gather's lookups running beside an admission may leave it
     // no slot to reuse, and then it admits less.
     let hot = some_indices(rows, 100, 23);
-    let before = map.stats();
-    let mut dst = DeviceBuffer::zeroed(&memory, hot.len() * ROW).unwrap();
-    map.gather_rows(hot.as_slice(), ROW as u64, dst.view_mut()).unwrap();
-    assert!(dst.to_vec().unwrap() == expected(&data, &hot, ROW), "{memory:?}");
-    let after = map.stats();
-    assert!(after.rows_read_through > before.rows_read_through, "{memory:?}: {after:?}");
-    c.wait_for_admissions();
+    let mut read_through = map.stats().rows_read_through;
+    for pass in ["first", "second"] {
+        let mut dst = DeviceBuffer::zeroed(&memory, hot.len() * ROW).unwrap();
+        map.gather_rows(hot.as_slice(), ROW as u64, dst.view_mut()).unwrap();
+        assert!(dst.to_vec().unwrap() == expected(&data, &hot, ROW), "{memory:?} {pass}");
+        let after = map.stats();
+        // Missed once, the rows are read through again: their first miss admitted nothing
+        // (bar a few whose doorkeeper bit another extent set).
+        let least = if pass == "first" { 1 } else { hot.len() as u64 * 3 / 4 };
+        assert!(after.rows_read_through >= read_through + least, "{memory:?} {pass}: {after:?}");
+        read_through = after.rows_read_through;
+        c.wait_for_admissions();
+    }
     let settled = map.stats();
     let narrow: Vec<i32> = hot.iter().map(|&i| i as i32).collect();
     let mut dst = DeviceBuffer::zeroed(&memory, hot.len() * ROW).unwrap();

@@ -480,19 +480,23 @@ impl DeviceMappedFile {
             stream,
             in_place,
         )?;
-        if !read_through.is_empty() {
+        if read_through.is_empty() {
+            return Ok(());
+        }
+        // Every gather's misses reach the doorkeeper, whether or not an admission can run.
+        let extents = engine::extents_of_rows(self.engine(), entry, &read_through, row_size);
+        if !extents.is_empty() {
             let claim = claim.or_else(|| AdmissionClaim::try_take(&self.engine().admissions));
             if let Some(claim) = claim {
-                self.admit_in_background(claim, &read_through, row_size);
+                self.admit_in_background(claim, extents);
             }
         }
         Ok(())
     }
 
-    /// Makes the extents of rows a gather read past the cache resident, on a thread of their
+    /// Makes `extents` (of rows a gather read past the cache) resident, on a thread of their
     /// own, under `claim` (the cache's one admission at a time; see `engine::admission`).
-    fn admit_in_background(&self, claim: AdmissionClaim, rows: &[u64], row_size: u64) {
-        let extents = engine::extents_of_rows(self.engine(), rows, row_size);
+    fn admit_in_background(&self, claim: AdmissionClaim, extents: Vec<u64>) {
         let map = self.clone();
         let spawned = std::thread::Builder::new().name("gpumap-admit".into()).spawn(move || {
             let _claim = claim;

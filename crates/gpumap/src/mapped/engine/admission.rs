@@ -3,7 +3,8 @@
 //! the gathers' path. An offer made while an admission runs is dropped. The rows asked for most
 //! miss most often and so are offered again soon, which leans what gets in towards the hot
 //! rows; a stream of cold misses costs at most one thread's work and one batch of evictions at a
-//! time.
+//! time. Into a full cache, an extent is offered only on its second miss of late (`doorkeeper`),
+//! so that misses spread over far more than the budget cost no admissions for nothing.
 #![forbid(unsafe_code)]
 
 use super::gather::{gather_to, GatherRange};
@@ -21,23 +22,28 @@ pub(crate) const MAX_EXTENTS_PER_ADMISSION: usize = 4096;
 /// on one admission's reads at extents of 4 KiB.
 pub(crate) const MAX_EXTENTS_PER_ADMISSION_WITH_ROOM: usize = 1 << 16;
 
-/// The distinct extents of the rows `rows` (row indices, `row_size` bytes each) of a file, at
-/// most [`MAX_EXTENTS_PER_ADMISSION`] (or, while the budget has room,
-/// [`MAX_EXTENTS_PER_ADMISSION_WITH_ROOM`]), taken in the rows' order.
-pub(crate) fn extents_of_rows(engine: &Engine, rows: &[u64], row_size: u64) -> Vec<u64> {
-    let most = if engine.has_room() {
-        MAX_EXTENTS_PER_ADMISSION_WITH_ROOM
-    } else {
-        MAX_EXTENTS_PER_ADMISSION
-    };
+/// The distinct extents of the rows `rows` (row indices, `row_size` bytes each) of `entry`'s
+/// file to offer the cache, at most [`MAX_EXTENTS_PER_ADMISSION`] (or, while the budget has room,
+/// [`MAX_EXTENTS_PER_ADMISSION_WITH_ROOM`]), taken in the rows' order. Into a full cache only
+/// those the doorkeeper has seen miss before; every miss is recorded there, offered or not.
+pub(crate) fn extents_of_rows(
+    engine: &Engine,
+    entry: &FileEntry,
+    rows: &[u64],
+    row_size: u64,
+) -> Vec<u64> {
+    let room = engine.has_room();
+    let most = if room { MAX_EXTENTS_PER_ADMISSION_WITH_ROOM } else { MAX_EXTENTS_PER_ADMISSION };
+    let file = u64::from(entry.id).rotate_right(24);
     let mut extents = Vec::new();
     for &row in rows {
-        extents.extend(engine.geometry.extents_covering(row * row_size, row_size));
-        if extents.len() >= most {
-            break;
+        for e in engine.geometry.extents_covering(row * row_size, row_size) {
+            let again = engine.doorkeeper.missed_again(file ^ e);
+            if (again || room) && extents.len() < most {
+                extents.push(e);
+            }
         }
     }
-    extents.truncate(most);
     extents.sort_unstable();
     extents.dedup();
     extents

@@ -11,8 +11,8 @@
 //! - `plan` and `gather`: batched gathers, planned from a snapshot, then carried out;
 //! - `directory` and `rows`: the table of resident extents a GPU kernel reads, and row gathers
 //!   by index through it;
-//! - `read_through` and `admission`: row gathers' misses read past a full cache, and their
-//!   extents made resident in the background;
+//! - `read_through`, `admission` and `doorkeeper`: row gathers' misses read past a full cache,
+//!   and their extents made resident in the background once they miss again;
 //! - `writeback` and `sticky`: dirty extents out, and the errors that stick.
 #![forbid(unsafe_code)]
 
@@ -20,6 +20,7 @@ mod admission;
 mod admission_gate;
 mod books;
 mod directory;
+mod doorkeeper;
 mod gather;
 mod geometry;
 mod pins;

@@ -7,6 +7,8 @@
 //! may be in the cache, dirty, on their way to the file.
 #![forbid(unsafe_code)]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use parking_lot::Mutex;
 
 use super::state::{Engine, FileEntry};
@@ -22,6 +24,34 @@ const GROUP_BYTES: u64 = 4 << 20;
 /// The least a group reads (a row more where a row is larger): below it a group's upload and
 /// launch cost more than its reads, so a small gather's misses stay on one or a few threads.
 const MIN_GROUP_BYTES: u64 = 64 << 10;
+
+/// A gather counted among those reading through at once while it lives.
+struct Reading<'a>(&'a AtomicUsize);
+
+impl<'a> Reading<'a> {
+    /// Counts one more gather; returns it and how many read through now, itself included.
+    fn enter(count: &'a AtomicUsize) -> (Reading<'a>, usize) {
+        let now = count.fetch_add(1, Ordering::Relaxed) + 1;
+        (Reading(count), now)
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Rows per group for `misses` rows of `row_size` bytes, where `gathers` gathers (this one
+/// included) share a pool of `nthreads` threads: enough groups for every thread to take two
+/// among them all, none over a staging buffer nor under the least worth a launch. Many gathers
+/// at once thus send few large groups each, and one alone spreads over the whole pool.
+fn rows_per_group(misses: usize, row_size: u64, nthreads: usize, gathers: usize) -> usize {
+    let fewest = (MIN_GROUP_BYTES / row_size).max(1) as usize;
+    let most = (GROUP_BYTES / row_size).max(1) as usize;
+    let groups = (2 * nthreads.max(1)).div_ceil(gathers.max(1));
+    misses.div_ceil(groups).max(fewest).min(most)
+}
 
 /// Whether the misses of a row gather of `entry` (rows of `row_size` bytes) are read past the
 /// cache: a read-only file, rows that fit a group, and either a budget with no frame left to
@@ -50,11 +80,8 @@ pub(crate) fn read_rows_through(
         return Ok(());
     }
     let pool = entry.file.pool();
-    // Enough groups for every pool thread to take two, none over a staging buffer nor under
-    // the least worth a launch.
-    let fewest = (MIN_GROUP_BYTES / row_size).max(1) as usize;
-    let most = (GROUP_BYTES / row_size).max(1) as usize;
-    let per_group = misses.len().div_ceil(2 * pool.nthreads().max(1)).max(fewest).min(most);
+    let (_reading, gathers) = Reading::enter(&engine.reading_through);
+    let per_group = rows_per_group(misses.len(), row_size, pool.nthreads(), gathers);
     let groups: Vec<&[(u64, u64)]> = misses.chunks(per_group).collect();
     let row = row_size as usize;
     match (engine.store.device(), &mut *dst) {
@@ -110,4 +137,50 @@ fn read_row(entry: &FileEntry, index: u64, row: &mut [u8]) -> Result<()> {
     let (offset, len) = (index * row.len() as u64, row.len() as u64);
     let got = entry.file.read_at(row, offset)?;
     entry.file.expect_len(offset, len, got as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_shrink_in_number_as_gathers_share_the_pool() {
+        const KIB: u64 = 1 << 10;
+        // (misses, row size, pool threads, gathers at once) -> rows per group
+        for (misses, row, threads, gathers, per_group) in [
+            // One gather of 1,000 rows of 4 KiB on 16 threads: 32 groups of 32 rows.
+            (1000, 4 * KIB, 16, 1, 32),
+            // Sixteen at once: two groups each.
+            (1000, 4 * KIB, 16, 16, 500),
+            // More gathers than threads: one group each, within a staging buffer (1,024 rows).
+            (1000, 4 * KIB, 16, 64, 1000),
+            (5000, 4 * KIB, 16, 64, 1024),
+            // Never under 64 KiB a group: 16 rows of 4 KiB, 128 of 512 B.
+            (100, 4 * KIB, 16, 1, 16),
+            (1000, 512, 16, 1, 128),
+            // A row larger than a staging buffer goes alone; no thread counted is one.
+            (10, 8 << 20, 16, 1, 1),
+            (10, 4 * KIB, 0, 0, 16),
+        ] {
+            assert_eq!(
+                rows_per_group(misses, row, threads, gathers),
+                per_group,
+                "{misses} misses of {row} B, {threads} threads, {gathers} gathers"
+            );
+        }
+    }
+
+    #[test]
+    fn a_gather_is_counted_while_it_reads() {
+        let count = AtomicUsize::new(0);
+        let (first, n) = Reading::enter(&count);
+        assert_eq!(n, 1);
+        {
+            let (_second, n) = Reading::enter(&count);
+            assert_eq!(n, 2);
+        }
+        assert_eq!(count.load(Ordering::Relaxed), 1);
+        drop(first);
+        assert_eq!(count.load(Ordering::Relaxed), 0);
+    }
 }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use parking_lot::{Condvar, Mutex};
 use super::admission_gate::Admissions;
 use super::books::{key, Books, Catalog, FileCounters, FileId, FrameBudget, SlotId};
 use super::directory::Directory;
+use super::doorkeeper::Doorkeeper;
 use super::geometry::Geometry;
 use super::sticky::StickyError;
 use super::store::{FileMemory, Store};
@@ -85,6 +86,10 @@ pub(crate) struct Engine {
     pub(crate) directory: Directory,
     /// The background admission of rows gathers read past the full cache.
     pub(crate) admissions: Arc<Admissions>,
+    /// The extents read past the full cache lately, so that admissions take those missed again.
+    pub(crate) doorkeeper: Doorkeeper,
+    /// Row gathers reading past the cache at this moment: they share the pool's threads.
+    pub(crate) reading_through: AtomicUsize,
 }
 
 /// One file's numbers, summed over the shards (its stats, in the engine's terms).
@@ -172,6 +177,8 @@ impl Engine {
             pin_wait,
             max_frames,
             admissions: Arc::default(),
+            doorkeeper: Doorkeeper::new(slots),
+            reading_through: AtomicUsize::new(0),
         })
     }
 
