@@ -329,8 +329,11 @@ impl<T> IoFuture<T> {
     /// may run on the calling thread (a small read still queued, see
     /// [`FileHandle::pread_device`](crate::io::FileHandle::pread_device)).
     pub fn wait(self) -> Result<T> {
-        self.help(Help::Run);
-        self.spin(SPIN);
+        // Work already done needs no helper, nor the locks a helper takes to find that out.
+        if !self.is_done() {
+            self.help(Help::Run);
+            self.spin(SPIN);
+        }
         let mut state = self.slot.state.lock();
         while !state.finished {
             self.slot.ready.wait(&mut state);
@@ -349,6 +352,9 @@ impl<T> IoFuture<T> {
     /// long it takes.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
         let start = Instant::now();
+        if self.is_done() {
+            return true;
+        }
         self.help(Help::Run);
         if self.spin(SPIN.min(timeout.saturating_sub(start.elapsed()))) {
             return true;
