@@ -26,6 +26,14 @@ name                        meaning
 ``SETTINGS_TABLE`` holds the same settings as the library's table: each one's variable, KvikIO
 alias, default and a line of documentation.
 
+Values are taken as KvikIO 26.10 takes them: an int setting takes ints, NumPy's integers, a bool
+as 0 or 1 and a float truncated toward zero (``4.7`` is 4); the ``O_DIRECT`` switches take bools,
+0 and 1 and words such as ``"on"`` and ``"off"`` (where KvikIO takes any object's truth, so
+that ``"off"`` is true there, gpumap refuses what it does not know). ``compat_mode`` also takes
+the words of ``KVIKIO_COMPAT_MODE`` (``"on"``, ``"auto"``), which KvikIO's ``set`` refuses. The
+evidence: ``python/bench/kvikio_defaults_probe.py`` and its output beside KvikIO 26.10 in
+``docs/results/2026-11-25-h100-kvikio-defaults-probe.txt``.
+
 Bad values raise what KvikIO raises, with its key phrases: ``TypeError`` for a wrong type,
 ``ValueError`` ("must be a positive integer") for a zero count or size, ``OverflowError``
 ("can't convert negative value") for a negative one and ("too large to convert") for one

@@ -5,6 +5,13 @@
 //! and the `O_DIRECT` settings when it is opened; task size and GDS threshold at each call (as
 //! KvikIO does); the thread count is the size of the one shared pool, resized in place.
 //!
+//! Values are taken as KvikIO 26.10's bindings take them (probed on the GPU machine): an int
+//! setting takes any int, a bool as 0 or 1, NumPy's integers, and a float truncated toward zero
+//! (`4.7` is 4; NaN a `ValueError`, infinity an `OverflowError`, as `int()` raises); a list of
+//! statuses takes the same in a `list`. Where KvikIO takes any object's truth (the `O_DIRECT`
+//! switches: `"off"` is true there), gpumap takes bools, 0 and 1, and words it knows, and
+//! refuses the rest by name.
+//!
 //! Bad values raise what KvikIO 26.x raises, with its key phrases, so that code written for it
 //! keeps working: a wrong type is a `TypeError` ("incorrect type"), a zero count or size a
 //! `ValueError` ("must be a positive integer"), a negative one an `OverflowError` ("can't
@@ -20,7 +27,7 @@ use gpumap::io::{HandleOptions, IoPool};
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString};
 
 use crate::errors::check;
 
@@ -132,16 +139,37 @@ pub fn defaults_get(py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
     })
 }
 
+/// `value` as the Python int KvikIO's bindings make of it: an int as it is (a bool is one),
+/// an object with `__index__` (NumPy's integers) through it, a number with `__int__` (a float)
+/// truncated toward zero by `int()`, whose own errors (NaN, infinity) pass on. `None` for
+/// anything else: strings, `None`, containers.
+fn kvikio_int<'py>(value: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if value.is_instance_of::<PyInt>() {
+        return Ok(Some(value.clone()));
+    }
+    if value.is_instance_of::<PyString>() || value.is_instance_of::<PyBytes>() {
+        return Ok(None);
+    }
+    if value.hasattr("__index__")? {
+        return value.py().import("operator")?.call_method1("index", (value,)).map(Some);
+    }
+    if value.hasattr("__int__")? {
+        return value.py().import("builtins")?.getattr("int")?.call1((value,)).map(Some);
+    }
+    Ok(None)
+}
+
 /// An int setting in `least..=most`, raising what KvikIO raises where it refuses the value too
 /// (see the module's documentation); `most` is gpumap's own limit, a `ValueError` naming it.
 /// Compared as Python ints, so a value of any size gets its message.
 fn size_value(name: &str, value: &Bound<'_, PyAny>, least: u64, most: u64) -> PyResult<u64> {
-    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+    let Some(value) = kvikio_int(value)? else {
         return Err(PyTypeError::new_err(format!(
             "{name} has incorrect type (expected int, got {})",
             value.get_type().name()?
         )));
-    }
+    };
+    let value = &value;
     if value.lt(0)? {
         return Err(PyOverflowError::new_err(format!(
             "{name} {value}: can't convert negative value to an unsigned size"
@@ -170,10 +198,12 @@ fn size_value(name: &str, value: &Bound<'_, PyAny>, least: u64, most: u64) -> Py
 /// KvikIO's `http_timeout` is a signed count of seconds: zero and negative values are both a
 /// `ValueError` ("must be a positive integer").
 fn seconds_value(name: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> {
-    if value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>() && value.le(0)? {
-        return Err(PyValueError::new_err(format!(
-            "{name} must be a positive integer, got {value}"
-        )));
+    if let Some(n) = kvikio_int(value)? {
+        if n.le(0)? {
+            return Err(PyValueError::new_err(format!(
+                "{name} must be a positive integer, got {n}"
+            )));
+        }
     }
     size_value(name, value, 1, u64::MAX)
 }
@@ -188,13 +218,13 @@ fn status_codes_value(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<i32>
         ))
     })?;
     list.iter()
-        .map(|code| {
-            if code.is_instance_of::<PyBool>() || !code.is_instance_of::<PyInt>() {
+        .map(|item| {
+            let Some(code) = kvikio_int(&item)? else {
                 return Err(PyTypeError::new_err(format!(
                     "{name} has incorrect type (expected list of int, holds {})",
-                    code.get_type().name()?
+                    item.get_type().name()?
                 )));
-            }
+            };
             code.extract::<i32>().map_err(|_| {
                 PyOverflowError::new_err(format!(
                     "{name}: status {code} is too large to convert to a C int"
@@ -204,13 +234,14 @@ fn status_codes_value(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Vec<i32>
         .collect()
 }
 
-/// `value` as a small int, if it is an int (not a bool) that fits; `None` for ints of any size
-/// outside `i64` (which are then out of range, whatever the setting).
-fn small_int(value: &Bound<'_, PyAny>) -> Option<i64> {
-    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-        return None;
+/// `value` as a small int, if it is a number other than a bool or a string (see
+/// [`kvikio_int`]) whose int fits; `Ok(None)` for other types, `Err` where `int()` refuses it;
+/// `Some(None)` for ints outside `i64` (which are then out of range, whatever the setting).
+fn small_int(value: &Bound<'_, PyAny>) -> PyResult<Option<Option<i64>>> {
+    if value.is_instance_of::<PyBool>() {
+        return Ok(None);
     }
-    value.extract().ok()
+    Ok(kvikio_int(value)?.map(|n| n.extract().ok()))
 }
 
 /// What a bool setting takes.
@@ -225,9 +256,10 @@ fn bool_value(name: &str, value: &Bound<'_, PyAny>, expected: &str) -> PyResult<
         return gpumap::config::parse_bool(&s.to_cow()?)
             .map_err(|e| PyValueError::new_err(format!("{name}: {e}")));
     }
-    if value.is_instance_of::<PyInt>() {
-        return match small_int(value) {
-            Some(n @ (0 | 1)) => Ok(n == 1),
+    // A number is 0 or 1 exactly (a float too): KvikIO's truth of 0.5 or 7 is no answer here.
+    if let Some(n) = small_int(value)? {
+        return match n {
+            Some(n @ (0 | 1)) if value.eq(n)? => Ok(n == 1),
             _ => Err(PyValueError::new_err(format!("{name} must be {expected}, got {value}"))),
         };
     }
@@ -241,9 +273,9 @@ fn compat_mode_value(value: &Bound<'_, PyAny>) -> PyResult<CompatMode> {
     if let Ok(b) = value.cast::<PyBool>() {
         return Ok(if b.is_true() { CompatMode::On } else { CompatMode::Off });
     }
-    if value.is_instance_of::<PyInt>() {
-        // KvikIO's numbers (CompatMode is an IntEnum: OFF=0, ON=1, AUTO=2).
-        return match small_int(value) {
+    // KvikIO's numbers (CompatMode is an IntEnum: OFF=0, ON=1, AUTO=2), a float truncated.
+    if let Some(n) = small_int(value)? {
+        return match n {
             Some(0) => Ok(CompatMode::Off),
             Some(1) => Ok(CompatMode::On),
             Some(2) => Ok(CompatMode::Auto),

@@ -95,7 +95,9 @@ def test_unknown_names_and_bad_values():
         ("task_size", "4MiB", TypeError),
         ("num_threads", 0, ValueError),
         ("num_threads", 5000, ValueError),
-        ("gds_threshold", 1.5, TypeError),
+        ("gds_threshold", float("nan"), ValueError),
+        ("gds_threshold", float("inf"), OverflowError),
+        ("gds_threshold", [1], TypeError),
         ("auto_direct_io_write", "maybe", ValueError),
     ]:
         with pytest.raises(exc):
@@ -220,9 +222,35 @@ def test_size_settings_say_their_limits(name, least, most):
     if least == 1:
         with pytest.raises(ValueError, match="positive integer"):
             defaults.set(name, 0)
-    for wrong in ("4096", 4096.0, True, None):
+    for wrong in ("4096", b"4096", None, [4096]):
         with pytest.raises(TypeError, match="int"):
             defaults.set(name, wrong)
+
+
+@pytest.mark.parametrize("name", [n for n, _, _ in LIMITS] + ["http_max_attempts", "http_timeout"])
+def test_int_settings_take_what_kvikio_takes(name):
+    """KvikIO 26.10's bindings (probed on the GPU machine, 2026-11-25) take a float truncated
+    toward zero, a bool as 0 or 1, and NumPy's integers."""
+    for given, taken in [(4.7, 4), (16.0, 16), (np.int64(7), 7), (np.uint32(3), 3),
+                         (np.float32(5.9), 5), (True, 1)]:
+        with defaults.set(name, given):
+            assert defaults.get(name) == taken and type(defaults.get(name)) is int, (given, taken)
+    # Truncated to zero: refused as zero is.
+    if name != "gds_threshold":
+        for zero in (0.9, False):
+            with pytest.raises(ValueError, match="positive integer"):
+                defaults.set(name, zero)
+    else:
+        with defaults.set(name, 0.9):
+            assert defaults.get(name) == 0
+
+
+def test_status_codes_take_what_kvikio_takes():
+    with defaults.set("http_status_codes", [500.0, True, np.int16(503)]):
+        assert defaults.get("http_status_codes") == [500, 1, 503]
+    for wrong in ((500, 503), ["500"], [None]):
+        with pytest.raises(TypeError, match="list"):
+            defaults.set("http_status_codes", wrong)
 
 
 def test_the_thread_limit_is_the_librarys_in_every_message():
@@ -240,9 +268,24 @@ def test_choice_settings_refuse_huge_negative_and_wrong_types(name):
         with pytest.raises(ValueError) as e:
             defaults.set(name, bad)
         assert str(bad) in str(e.value), str(e.value)
-    for wrong in (1.5, None, [1]):
-        with pytest.raises(TypeError):
+    for wrong in (None, [1], "maybe" if name == "compat_mode" else b"on"):
+        with pytest.raises((TypeError, ValueError)):
             defaults.set(name, wrong)
+    if name == "compat_mode":
+        # KvikIO truncates a float to the enum's number.
+        for given, mode in [(1.0, kvikio.CompatMode.ON), (1.5, kvikio.CompatMode.ON),
+                            (2.0, kvikio.CompatMode.AUTO), (0.2, kvikio.CompatMode.OFF)]:
+            with defaults.set(name, given):
+                assert defaults.get(name) == mode
+    else:
+        # 0 and 1 in any number type; other numbers are refused by name, not taken as truths.
+        for given, on in [(1.0, True), (0.0, False)]:
+            with defaults.set(name, given):
+                assert defaults.get(name) is on
+        for bad in (0.5, 1.5, 7.0):
+            with pytest.raises(ValueError) as e:
+                defaults.set(name, bad)
+            assert str(bad) in str(e.value), str(e.value)
 
 
 def test_the_names_docs_and_aliases_follow_the_librarys_table():

@@ -68,7 +68,8 @@ def test_negative_is_an_overflow_error_naming_a_negative_value(name):
     assert defaults.get(name) == before
 
 
-@pytest.mark.parametrize("bad", [(429,), "429", 429, [429.0], [None], {429: 1}])
+# A list of floats is truncated, as KvikIO 26.10 does (test_defaults covers it).
+@pytest.mark.parametrize("bad", [(429,), "429", 429, ["429"], [None], {429: 1}])
 def test_http_status_codes_not_a_list_of_ints_is_a_type_error(bad):
     with pytest.raises(TypeError):
         defaults.set("http_status_codes", bad)
