@@ -34,6 +34,7 @@ pub(crate) fn extents_of_rows(
 ) -> Vec<u64> {
     let room = engine.has_room();
     let most = if room { MAX_EXTENTS_PER_ADMISSION_WITH_ROOM } else { MAX_EXTENTS_PER_ADMISSION };
+    // The file's id in the key's top bits, so that the same extent of two files differs.
     let file = u64::from(entry.id).rotate_right(24);
     let mut extents = Vec::new();
     for &row in rows {
