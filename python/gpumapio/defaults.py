@@ -30,7 +30,7 @@ Values are taken as KvikIO 26.10 takes them: an int setting takes ints, NumPy's 
 as 0 or 1 and a float truncated toward zero (``4.7`` is 4); the ``O_DIRECT`` switches take bools,
 0 and 1 and words such as ``"on"`` and ``"off"`` (where KvikIO takes any object's truth, so
 that ``"off"`` is true there, gpumap refuses what it does not know). ``compat_mode`` also takes
-the words of ``KVIKIO_COMPAT_MODE`` (``"on"``, ``"auto"``), which KvikIO's ``set`` refuses. The
+the words its environment variable takes (``"on"``, ``"auto"``), which KvikIO's ``set`` refuses. The
 evidence: ``python/bench/kvikio_defaults_probe.py`` and its output beside KvikIO 26.10 in
 ``docs/results/2026-11-25-h100-kvikio-defaults-probe.txt``.
 
