@@ -198,14 +198,12 @@ fn size_value(name: &str, value: &Bound<'_, PyAny>, least: u64, most: u64) -> Py
 /// KvikIO's `http_timeout` is a signed count of seconds: zero and negative values are both a
 /// `ValueError` ("must be a positive integer").
 fn seconds_value(name: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> {
-    if let Some(n) = kvikio_int(value)? {
-        if n.le(0)? {
-            return Err(PyValueError::new_err(format!(
-                "{name} must be a positive integer, got {n}"
-            )));
-        }
+    // Not a number: `size_value`'s TypeError, naming the type given.
+    let Some(n) = kvikio_int(value)? else { return size_value(name, value, 1, u64::MAX) };
+    if n.le(0)? {
+        return Err(PyValueError::new_err(format!("{name} must be a positive integer, got {n}")));
     }
-    size_value(name, value, 1, u64::MAX)
+    size_value(name, &n, 1, u64::MAX)
 }
 
 /// A list of ints (HTTP statuses), each fitting a C int as KvikIO's do; anything else is a

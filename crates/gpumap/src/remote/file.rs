@@ -98,8 +98,7 @@ impl RemoteFile {
     /// far below what a parallel client reaches.
     pub fn read_device(&self, dst: DeviceViewMut<'_>, offset: u64) -> Result<usize> {
         let len = dst.len();
-        fetch::check_range(offset, len, self.inner.len)?;
-        if len == 0 {
+        if !self.has_bytes_at(offset, len)? {
             return Ok(0);
         }
         let options = &self.inner.options;
@@ -218,11 +217,17 @@ impl RemoteFile {
             ));
         };
         let len = bytes.len();
-        fetch::check_range(offset, len, self.inner.len)?;
-        if len > 0 {
+        if self.has_bytes_at(offset, len)? {
             self.fetch().range(offset, bytes).await?;
         }
         Ok(len)
+    }
+
+    /// `Err` where `len` bytes at `offset` pass the object's end; else whether there are any
+    /// to read (an empty read makes no request).
+    fn has_bytes_at(&self, offset: u64, len: usize) -> Result<bool> {
+        fetch::check_range(offset, len, self.inner.len)?;
+        Ok(len > 0)
     }
 
     fn fetch(&self) -> Fetch<'_> {
