@@ -338,10 +338,11 @@ fn plan_round(
 
 /// Gives each of `wanted` (extents no one holds) a slot, in order, making room: free slots,
 /// new slot frames while the budget has room, then the least recently used slots in one
-/// sweep, and only then the general way (frames, write-backs), which may let go of the
-/// lock — after which the rest is deferred to the next round, which looks again. Where no
-/// room can be made, the rest is deferred too, or in a round that reads through, read
-/// through if its file is read-only.
+/// sweep (those still retiring counted as coming), and only then, with none retiring, the
+/// general way (frames, write-backs), which may let go of the lock — after which the rest is
+/// deferred to the next round, which looks again. Where no room can be made, or it waits for
+/// slots retiring, the rest is deferred too, or in a round that reads through, read through
+/// if its file is read-only.
 fn take_slots(
     engine: &Engine,
     shard: &Shard,
@@ -361,10 +362,22 @@ fn take_slots(
             if let Some(slot) = state.books.take_slot(file, miss.e) {
                 break Some(slot);
             }
-            if !state.books.has_room() && !swept {
-                swept = true;
-                if state.books.evict_oldest_slots(left) > 0 {
-                    continue;
+            if !state.books.has_room() {
+                if !swept {
+                    swept = true;
+                    // Slots already retiring come free once the lookups that may still see
+                    // them end: they count towards what this round needs.
+                    let more = left.saturating_sub(state.books.retiring());
+                    if more == 0 || state.books.evict_oldest_slots(more) > 0 {
+                        continue;
+                    }
+                }
+                // The victims wait for lookups running beside this round (a row gather's):
+                // this round is full, and the rest waits for them (or is read through), rather
+                // than letting go of a whole slot frame, hot rows and all, the general way.
+                if state.books.retiring() > 0 {
+                    full = true;
+                    break None;
                 }
             }
             match room::make_room(engine, shard, state, Want::Slot, true) {

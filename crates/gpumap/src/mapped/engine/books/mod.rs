@@ -596,6 +596,9 @@ impl Books {
     /// Takes a free slot for extent `e` of `file`: it becomes `Loading`, pinned once (a
     /// transient pin) by the caller, and is where requests find `e`. `None` when no slot is free.
     pub(crate) fn take_slot(&mut self, file: FileId, e: u64) -> Option<SlotId> {
+        if !self.arena.has_free() {
+            self.reclaim();
+        }
         let id = self.arena.take(file, e)?;
         self.transient_pins += 1;
         if let Some(books) = self.files.get_mut(&file) {
