@@ -22,7 +22,7 @@ pub fn gather(path: Option<&Path>, gpus: Option<usize>) -> Result<Facts> {
             .read(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
-            .map_err(|e| crate::Error::io("open", path, None, e))?;
+            .map_err(|e| crate::error::Error::io("open", path, None, e))?;
         facts.file_system = Some(file_system(&file, path)?);
         facts.rotational = file.metadata().ok().and_then(|m| rotational(m.dev()));
     }

@@ -117,6 +117,7 @@ pub enum Source {
 /// the environment on top of them. Each field is one row of [`SETTINGS`](super::SETTINGS).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
 pub struct Config {
     /// cuFile or POSIX.
     pub compat_mode: CompatMode,

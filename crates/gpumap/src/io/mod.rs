@@ -55,6 +55,6 @@ pub use stream::StreamTransfer;
 /// directory): `statvfs(2)`'s blocks available to unprivileged users times the block size. For
 /// checking that a write fits before it starts.
 #[doc(alias = "statvfs")]
-pub fn available_space(path: &std::path::Path) -> crate::Result<u64> {
+pub fn available_space(path: &std::path::Path) -> crate::error::Result<u64> {
     crate::sys::posix::available_bytes(path)
 }

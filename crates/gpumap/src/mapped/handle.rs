@@ -46,7 +46,7 @@ impl OpenFile {
                 // Write-backs go through the page cache, as an mmap's do: many small scattered
                 // writes each made synchronous to the disk by O_DIRECT would crawl, and `sync`
                 // makes them durable.
-                let mut o = HandleOptions::from_config(crate::Config::global()?);
+                let mut o = HandleOptions::from_config(crate::config::Config::global()?);
                 o.direct_write(false);
                 o
             }

@@ -37,6 +37,7 @@ const PIECE: u64 = 1 << 30;
 
 /// Options of [`ZeroCopyFile::open_with`].
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ZeroCopyOptions {
     device: Device,
     max_pinned: Option<u64>,

@@ -38,7 +38,7 @@ pub(crate) enum PinFor {
     Read,
     /// A writable view: also marks the extents dirty and counts a live writer.
     Write,
-    /// [`DeviceMappedFile::prefetch`](super::DeviceMappedFile::prefetch), on a thread of its
+    /// A prefetch (the mapped file's `prefetch`), on a thread of its
     /// own: resident, not kept pinned, read in tasks of at least [`PREFETCH_TASK`].
     Prefetch,
     /// A piece of a walk's read-ahead, as one job on the file's pool: resident, not kept
