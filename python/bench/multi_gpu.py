@@ -9,7 +9,9 @@ Modes:
 - ``tp DIR``: every rank loads its tensor-parallel slice of the checkpoint in ``DIR``
   (``gpumapio.load_checkpoint(DIR, "cuda:RANK", tp=TensorParallel(rank, N, vLLM's Llama
   splits))``), all ranks at once, the page cache warm; ``N = 1`` is the whole checkpoint on one
-  GPU. Each rank's slice is checked against safetensors' own tensors (a sample of them, byte for
+  GPU. ``--parts`` adds the load with ``exchange=True`` (column splits read as blocks of rows
+  and swapped over NCCL; checked equal to the strided reads), and the tensors split along rows
+  or along columns alone. Each rank's slice is checked against safetensors' own tensors (a sample of them, byte for
   byte), and the slices of two split tensors are summed across the ranks with an NCCL
   all-reduce and compared with the whole tensor's sum.
 - ``whole FILE``: every rank reads the whole of ``FILE`` into its own GPU (``CuFile.read``) at
@@ -171,17 +173,35 @@ def tp(ranks: Ranks, out: Out, directory: str, repeat: int, part: str) -> None:
 
     # The rank's tensors split along their columns (a strided run per row) or not.
     strided = lambda n: plan.split_dim(n) not in (None, 0)  # noqa: E731
-    keep = {"all": None, "contiguous": lambda n: not strided(n), "strided": strided}[part]
+    if part == "exchange" and ranks.world == 1:
+        return  # one rank has no one to swap with: its load is the "all" row
+    keep = {"all": None, "exchange": None, "contiguous": lambda n: not strided(n), "strided": strided}[part]
+    # "exchange": the column splits read as blocks of rows and swapped over NCCL.
+    exchange = part == "exchange" and ranks.world > 1
 
     def once() -> int:
-        loaded = gpumapio.load_checkpoint(directory, device, tp=plan, tensors=keep)
+        loaded = gpumapio.load_checkpoint(directory, device, tp=plan, tensors=keep, exchange=exchange)
         return nbytes(loaded)
+
+    if exchange:
+        # Checked once: the swapped slices equal the strided reads' on every rank.
+        swapped, strided_reads = once_loaded(gpumapio, directory, device, plan)
+        for name, want in strided_reads.items():
+            if not torch.equal(swapped[name], want):
+                sys.exit(f"rank {ranks.rank}: {name} swapped differs from its strided read")
+        del swapped, strided_reads
 
     done = rounds(ranks, repeat, once)
     suffix = "" if part == "all" else f"_{part}"
     emit_rounds(out, "gpumap-load_checkpoint-tp", f"tp{ranks.world}_warm{suffix}", done,
                 note=f"each rank its slice (vLLM's Llama splits) of {directory}, all at once"
                 + ("" if part == "all" else f"; only the tensors read {part}"))
+
+
+def once_loaded(gpumapio, directory: str, device: str, plan) -> tuple[dict, dict]:
+    """The rank's slices loaded with the exchange and without it."""
+    return (gpumapio.load_checkpoint(directory, device, tp=plan, exchange=True),
+            gpumapio.load_checkpoint(directory, device, tp=plan))
 
 
 def whole(ranks: Ranks, out: Out, path: str, repeat: int) -> None:
@@ -321,7 +341,7 @@ def main() -> None:
     ap.add_argument("--row-size", type=int, default=512)
     ap.add_argument("--batch", type=int, default=100_000)
     ap.add_argument("--batches", type=int, default=20)
-    ap.add_argument("--parts", default="all", help="tp: all, contiguous, strided (comma-separated)")
+    ap.add_argument("--parts", default="all", help="tp: all, exchange, contiguous, strided (comma-separated)")
     ap.add_argument("--only", default="gpumap,in-place,uva", help="rows: gpumap, in-place, uva")
     args = ap.parse_args()
     ranks = Ranks()

@@ -69,6 +69,6 @@ ranks() {
   timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$n" \
     python/bench/multi_gpu.py "$@" --jsonl "$jsonl" || echo "multi_gpu.py $* on $n GPU(s) failed: $?"
 }
-for n in 1 "$gpus"; do ranks "$n" tp "$ckpt" --repeat 5 --parts all,contiguous,strided; done
+for n in 1 "$gpus"; do ranks "$n" tp "$ckpt" --repeat 5 --parts all,exchange,contiguous,strided; done
 for n in 1 "$gpus"; do ranks "$n" whole "$whole" --repeat 3; done
 for n in 1 "$gpus"; do ranks "$n" rows "$table" --batches 50; done

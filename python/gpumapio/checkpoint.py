@@ -4,8 +4,9 @@ dtype cast on the device. (Loading into a model: :mod:`gpumapio.models`.)
 
 Memory, stated: the device holds the tensors loaded (each placed at most 255 bytes past the
 one before it) and, with ``dtype=`` casting, two staging windows of ``staging_bytes / 2``
-each; the host holds the headers, the plan, and gpumap's pinned bounce buffers (at most two
-of ``bounce_buffer_size`` per I/O thread), never a copy of the checkpoint.
+each; with ``exchange=``, one tensor's slice more while it is swapped; the host holds the
+headers, the plan, and gpumap's pinned bounce buffers (at most two of ``bounce_buffer_size``
+per I/O thread), never a copy of the checkpoint.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 from typing import Any, Callable, Iterable, Union
 
 from gpumapio._checkpoint_files import Catalogue, CheckpointError, open_catalogue
+from gpumapio._exchange import block_shape, exchange_for
 from gpumapio._native import CuFile, read_files
 from gpumapio._sources import open_source, read_pieces
 from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
@@ -46,6 +48,8 @@ class _Placed:
     nbytes: int  # of the slice, in the source dtype
     cast: bool = False
     at: int = 0  # in the allocation, in output bytes
+    split: int | None = None  # the dimension a tensor-parallel slice cuts
+    swapped: bool = False  # read as the rank's block of rows, its slice swapped for after
 
     def all_pieces(self) -> list[Run]:
         if self.pieces is None:
@@ -88,8 +92,38 @@ def _plan(catalogue: Catalogue, names: list[str], tp: TensorParallel | None) -> 
         dim, shape = split_shape(name, info.shape, dim, tp.world_size)
         pieces = tensor_slice(info.shape, bits // 8, dim, tp.rank, tp.world_size)
         nbytes = sum(p.nbytes for p in pieces)
-        placed.append(_Placed(info, shard, shape, pieces, nbytes))
+        placed.append(_Placed(info, shard, shape, pieces, nbytes, split=dim))
     return placed
+
+
+def _plan_swaps(placed: list[_Placed], tp: TensorParallel) -> None:
+    """With an exchange: the uncast tensors whose slice is strided (split past the first
+    dimension) and whose rows divide among the ranks are read as the rank's block of rows
+    instead, one contiguous piece of as many bytes, and swapped after the reads
+    (:mod:`gpumapio._exchange`). Every rank decides the same from the shapes alone, so the
+    ranks' swaps pair up."""
+    world = tp.world_size
+    for p in placed:
+        if p.split is None or p.cast or not p.pieces or p.pieces[0].repeat == 1:
+            continue
+        if p.info.shape[0] % world:
+            continue
+        block = (p.info.end - p.info.start) // world
+        p.pieces = [Run(tp.rank * block, block, 0)]
+        p.swapped = True
+
+
+def _swap(fw: "_Framework", flat: Any, placed: list[_Placed], exchange: Any) -> None:
+    """Each swapped tensor's block of rows traded for the rank's slice: the block cut along
+    the split dimension into a part per rank, those parts sent, and the parts of the slice
+    received from every rank in rank order, which is the slice's own layout."""
+    world = exchange.world_size
+    for p in placed:
+        if not p.swapped:
+            continue
+        region = flat[p.at : p.at + p.nbytes]
+        shape = block_shape(p.info.shape, _DTYPES[p.info.dtype][0] // 8, world)
+        exchange.all_to_all(region, fw.parts_in_rank_order(region, shape, p.split, world))
 
 
 def _lay_out(placed: list[_Placed], out_itemsize: Callable[[_Placed], int]) -> int:
@@ -206,6 +240,16 @@ class _Framework:
             else:
                 out[dst : dst + out_len].view(self.dtype)[...] = source
 
+    def parts_in_rank_order(self, region: Any, shape: tuple[int, ...], dim: int, parts: int) -> Any:
+        """The bytes of ``region`` (a C-ordered array of ``shape``, bytes along its last
+        dimension) cut into ``parts`` equal parts along ``dim``, each made contiguous, one
+        after another: a new flat byte array."""
+        cut = shape[:dim] + (parts, shape[dim] // parts) + shape[dim + 1 :]
+        if self.name == "pt":
+            return region.view(shape).reshape(cut).movedim(dim, 0).contiguous().view(-1)
+        moved = self.numpy.moveaxis(region.reshape(shape).reshape(cut), dim, 0)
+        return self.numpy.ascontiguousarray(moved).reshape(-1)
+
     def fence(self) -> Any:
         """A mark after the casts queued so far, to wait on before their staging is reused."""
         if self.stream is None:
@@ -237,6 +281,7 @@ def load_checkpoint(
     tensors: Selection = None,
     dtype: Any = None,
     tp: TensorParallel | None = None,
+    exchange: Any = None,
     framework: str = "pt",
     staging_bytes: int = _STAGING,
 ) -> dict[str, Any]:
@@ -263,15 +308,28 @@ def load_checkpoint(
       integer and bool tensors are left as they are.
     - ``tp``: a :class:`~gpumapio.tensor_parallel.TensorParallel`: tensors its rules match
       are loaded as this rank's slice only, and only the slice's bytes are read.
+    - ``exchange``: with ``tp``, when every rank of a group loads at once (one process per
+      GPU): ``True`` (the default ``torch.distributed`` group), a process group, or an object
+      with ``rank``, ``world_size`` and ``all_to_all(dst, src)``. Tensors split past their
+      first dimension (row-parallel layers' column splits), whose slices are a short read per
+      row, are then read as a contiguous block of rows per rank — as many bytes — and the
+      ranks swap the parts one all-to-all per tensor (NCCL over NVLink between GPUs). Every
+      rank must call with the same checkpoint, ``tensors`` and ``dtype``; tensors cast by
+      ``dtype`` and those whose rows do not divide among the ranks are read strided as
+      without it. Holds one tensor's slice more on the device while it is swapped.
     """
     catalogue = open_catalogue(source)
     names = _select(catalogue, tensors)
     fw = _Framework(framework, device, dtype)
+    swaps = exchange_for(exchange, tp, fw.name)
     placed = _plan(catalogue, names, tp)
     if fw.dtype is not None:
         casts_dtype = {d: fw.casts(d) for d in dict.fromkeys(p.info.dtype for p in placed)}
         for p in placed:
             p.cast = casts_dtype[p.info.dtype]
+    if swaps is not None:
+        assert tp is not None
+        _plan_swaps(placed, tp)
     out_dtype_size = fw.itemsize(fw.dtype) if fw.dtype is not None else 0
     total = _lay_out(placed, lambda p: out_dtype_size if p.cast else _DTYPES[p.info.dtype][0] // 8)
     flat = fw.empty(-(-total // 16) * 16)  # whole elements of every dtype
@@ -287,6 +345,8 @@ def load_checkpoint(
             direct.extend((slot[shard], r.src, r.length, r.dst, r.repeat, r.stride) for r in coalesce(pieces))
         if direct:
             _read(flat, files, direct, [paths[s] for s in used])
+        if swaps is not None:
+            _swap(fw, flat, placed, swaps)
         casts = [p for p in placed if p.cast]
         if casts:
             _cast_through_staging(fw, flat, casts, files, slot, [paths[s] for s in used], staging_bytes)

@@ -43,6 +43,7 @@ def load_into_model(
     *,
     dtype: Any = None,
     tp: TensorParallel | None = None,
+    exchange: Any = None,
     strict: bool = True,
 ) -> Any:
     """Loads ``source`` into ``model`` (a ``torch.nn.Module``, a transformers model included,
@@ -50,10 +51,10 @@ def load_into_model(
     the model's state dict names are read, and they become its parameters and buffers
     (``load_state_dict(..., assign=True)``: no copy). Tied weights are tied again
     (transformers' ``tie_weights``). With ``strict``, a tensor of the model that the
-    checkpoint lacks, and is not tied to one it has, raises ``KeyError`` naming it. Returns
-    ``model``."""
+    checkpoint lacks, and is not tied to one it has, raises ``KeyError`` naming it. ``tp`` and
+    ``exchange``: as :func:`gpumapio.load_checkpoint`. Returns ``model``."""
     wanted = set(model.state_dict().keys())
-    state = load_checkpoint(source, device, tensors=lambda n: n in wanted, dtype=dtype, tp=tp)
+    state = load_checkpoint(source, device, tensors=lambda n: n in wanted, dtype=dtype, tp=tp, exchange=exchange)
     model.load_state_dict(state, strict=False, assign=True)
     if hasattr(model, "tie_weights"):
         model.tie_weights()

@@ -190,6 +190,156 @@ def test_tensor_parallel_column_split_is_strided_and_coalesced(sharded, recorded
     assert (size, count, stride) == (192, 64, 384)
 
 
+class _Ranks:
+    """``world`` ranks in threads of one process: what they send meets at a barrier."""
+
+    def __init__(self, world):
+        import threading
+
+        self.world = world
+        self.sent = [None] * world
+        self.calls = [0] * world
+        self.barrier = threading.Barrier(world, timeout=60)
+
+
+class _ThreadExchange:
+    """An exchange (``rank``, ``world_size``, ``all_to_all``) between the threads of ``_Ranks``."""
+
+    def __init__(self, ranks, rank):
+        self.ranks, self.rank, self.world_size = ranks, rank, ranks.world
+
+    def all_to_all(self, dst, src):
+        r = self.ranks
+        assert len(src) == len(dst) and len(src) % self.world_size == 0
+        r.sent[self.rank] = np.array(src, copy=True)
+        r.barrier.wait()
+        n = len(src) // self.world_size
+        for p in range(self.world_size):
+            dst[p * n : (p + 1) * n] = r.sent[p][self.rank * n : (self.rank + 1) * n]
+        r.calls[self.rank] += 1
+        r.barrier.wait()
+
+
+def _load_ranks(world, load):
+    """``load(rank, exchange)`` on every rank at once, in threads; their results in rank order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ranks = _Ranks(world)
+    with ThreadPoolExecutor(world) as pool:
+        got = list(pool.map(lambda r: load(r, _ThreadExchange(ranks, r)), range(world)))
+    return got, ranks
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_exchange_swaps_column_splits_into_the_strided_slices(sharded, recorded, world):
+    """With an exchange, each rank reads a block of rows of every column-split tensor (one
+    contiguous piece, as many bytes as its slice) and the swaps give exactly the slices the
+    strided reads give."""
+    directory, tensors = sharded
+    rules = {k: v for k, v in RULES.items() if "embed" not in k}
+    want = [load_checkpoint(directory, "cpu", framework="numpy", tp=TensorParallel(r, world, rules)) for r in range(world)]
+    recorded.clear()
+    got, ranks = _load_ranks(
+        world,
+        lambda r, ex: load_checkpoint(directory, "cpu", framework="numpy", tp=TensorParallel(r, world, rules), exchange=ex),
+    )
+    columns = [n for n in tensors if TensorParallel(0, world, rules).split_dim(n) == 1]
+    assert ranks.calls == [len(columns)] * world, "one swap per column-split tensor on every rank"
+    for r in range(world):
+        assert got[r].keys() == want[r].keys()
+        for name in want[r]:
+            _same(got[r][name], want[r][name])
+    # Only the ranks' own bytes were read, the column splits as whole pieces.
+    assert sum(n for _, _, n in recorded) == sum(a.nbytes for g in got for a in g.values())
+
+
+def test_exchange_leaves_strided_what_cannot_swap(tmp_path, rng):
+    """Rows that do not divide among the ranks, and tensors cast by dtype=, are read strided
+    as without an exchange; a split of an inner dimension of a 3-D tensor swaps too."""
+    tensors = {
+        "odd_rows": rng.standard_normal((6, 8)).astype("<f4"),  # 6 rows: not 4 equal blocks
+        "cube": rng.standard_normal((4, 3, 8)).astype("<f2"),  # split along its last dimension
+        "ints": np.arange(8 * 12, dtype="<i4").reshape(8, 12),
+    }
+    directory = _save_sharded(tensors, str(tmp_path / "odd"), shards=2)
+    rules = {"odd_rows": 1, "cube": 2, "ints": 1}
+    for dtype in (None, "float64"):
+        want = [
+            load_checkpoint(directory, "cpu", framework="numpy", tp=TensorParallel(r, 4, rules), dtype=dtype)
+            for r in range(4)
+        ]
+        got, ranks = _load_ranks(
+            4,
+            lambda r, ex: load_checkpoint(
+                directory, "cpu", framework="numpy", tp=TensorParallel(r, 4, rules), exchange=ex, dtype=dtype
+            ),
+        )
+        # Swapped: "ints" (never cast) and "cube" (unless cast); never "odd_rows".
+        assert ranks.calls == [1 if dtype else 2] * 4, dtype
+        for r in range(4):
+            for name in tensors:
+                _same(got[r][name], want[r][name])
+
+
+_TORCH_RANK = """
+import sys
+
+import torch
+import torch.distributed as dist
+
+import gpumapio
+
+rank, world, port, directory, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+rules = {k: v for k, v in eval(sys.argv[6]).items()}
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+tp = gpumapio.TensorParallel(rank, world, rules)
+got = gpumapio.load_checkpoint(directory, "cpu", tp=tp, exchange=True)
+torch.save({k: v.clone() for k, v in got.items()}, out)
+dist.destroy_process_group()
+"""
+
+
+def test_exchange_over_torch_distributed(sharded, tmp_path):
+    """``exchange=True``: the default ``torch.distributed`` group (gloo here, two processes;
+    NCCL between GPUs in python/bench/multi_gpu.py) gives the strided reads' slices."""
+    torch = pytest.importorskip("torch")
+    import socket
+    import subprocess
+    import sys
+
+    if not torch.distributed.is_available():
+        pytest.skip("this torch has no torch.distributed")
+    directory, _ = sharded
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "rank.py"
+    script.write_text(_TORCH_RANK)
+    outs = [tmp_path / f"rank{r}.pt" for r in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(r), "2", str(port), directory, str(outs[r]), repr(RULES)])
+        for r in range(2)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    for r in range(2):
+        got = torch.load(outs[r])
+        want = load_checkpoint(directory, "cpu", framework="numpy", tp=TensorParallel(r, 2, RULES))
+        assert got.keys() == want.keys()
+        for name, w in want.items():
+            _same(got[name].numpy(), w)
+
+
+def test_exchange_refuses_what_does_not_fit(sharded):
+    directory, _ = sharded
+    ranks = _Ranks(2)
+    with pytest.raises(ValueError, match="needs tp="):
+        load_checkpoint(directory, "cpu", framework="numpy", exchange=_ThreadExchange(ranks, 0))
+    with pytest.raises(ValueError, match="rank 1 of 2 is not tp's rank 0 of 2"):
+        load_checkpoint(directory, "cpu", framework="numpy", tp=TensorParallel(0, 2, RULES), exchange=_ThreadExchange(ranks, 1))
+    with pytest.raises(TypeError, match="framework='numpy'"):
+        load_checkpoint(directory, "cpu", framework="numpy", tp=TensorParallel(0, 2, RULES), exchange=True)
+
+
 def test_tensor_parallel_refuses_bad_specs():
     with pytest.raises(ValueError, match="rank 2"):
         TensorParallel(2, 2)
