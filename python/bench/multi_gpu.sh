@@ -13,7 +13,7 @@
 #      mmap (the host's bound for rows read in place).
 # Usage (on a GPU machine, from the repository root; on the lent machine through
 #   `bash .gpu/on-device.sh run bash python/bench/multi_gpu.sh`):
-#   python/bench/multi_gpu.sh [GPUS=all] [GB=8]
+#   python/bench/multi_gpu.sh [GPUS=all] [GB=8]; CASES=tp,whole,rows (the default) picks cases
 # Results: $OUT/multi-gpu.jsonl (the ranks' cases) and $OUT/multi-gpu-cli.jsonl (the bounds);
 # the files in $GPUMAP_BENCH_DIR (kept for reruns).
 set -uo pipefail
@@ -42,7 +42,7 @@ fi
 whole="$ckpt.concatenated"
 [ -s "$whole" ] || cat "$ckpt"/model-*.safetensors > "$whole"
 table="$dir/rows-${gb}g.bin"
-if [ ! -s "$table" ]; then
+if [[ ${CASES:-rows} == *rows* ]] && [ ! -s "$table" ]; then
   echo "== making $table (1 GiB of random bytes, repeated)"
   head -c $((1 << 30)) /dev/urandom > "$table.part"
   for _ in $(seq "$gb"); do cat "$table.part"; done > "$table"
@@ -50,7 +50,8 @@ if [ ! -s "$table" ]; then
 fi
 sync
 # Warm: every file in the page cache before any case runs.
-cat "$ckpt"/*.safetensors "$whole" "$table" > /dev/null
+cat "$ckpt"/*.safetensors "$whole" > /dev/null
+[ -s "$table" ] && cat "$table" > /dev/null
 
 echo "== 1. the bounds: the page cache to host memory from $(nproc) threads, and to one GPU"
 for args in "--host --threads $(nproc)" "--host" "--device 0"; do
@@ -69,6 +70,10 @@ ranks() {
   timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node "$n" \
     python/bench/multi_gpu.py "$@" --jsonl "$jsonl" || echo "multi_gpu.py $* on $n GPU(s) failed: $?"
 }
-for n in 1 "$gpus"; do ranks "$n" tp "$ckpt" --repeat 5 --parts all,exchange,contiguous,strided; done
-for n in 1 "$gpus"; do ranks "$n" whole "$whole" --repeat 3; done
-for n in 1 "$gpus"; do ranks "$n" rows "$table" --batches 50; done
+cases=",${CASES:-tp,whole,rows},"
+for n in 1 "$gpus"; do
+  [[ $cases == *,tp,* ]] && ranks "$n" tp "$ckpt" --repeat 5 --parts all,exchange,contiguous,strided
+done
+for n in 1 "$gpus"; do [[ $cases == *,whole,* ]] && ranks "$n" whole "$whole" --repeat 3; done
+for n in 1 "$gpus"; do [[ $cases == *,rows,* ]] && ranks "$n" rows "$table" --batches 50; done
+true
