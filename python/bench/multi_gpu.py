@@ -195,7 +195,8 @@ def tp(ranks: Ranks, out: Out, directory: str, repeat: int, part: str) -> None:
     suffix = "" if part == "all" else f"_{part}"
     emit_rounds(out, "gpumap-load_checkpoint-tp", f"tp{ranks.world}_warm{suffix}", done,
                 note=f"each rank its slice (vLLM's Llama splits) of {directory}, all at once"
-                + ("" if part == "all" else f"; only the tensors read {part}"))
+                + {"all": "", "exchange": "; column splits read as blocks of rows, swapped over NCCL"}.get(
+                    part, f"; only the tensors read {part}"))
 
 
 def once_loaded(gpumapio, directory: str, device: str, plan) -> tuple[dict, dict]:
