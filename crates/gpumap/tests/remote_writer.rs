@@ -404,6 +404,27 @@ fn dropping_an_unfinished_writer_aborts_its_upload() {
 }
 
 #[test]
+fn inside_an_async_runtime_calls_are_refused_and_a_drop_aborts_in_the_background() {
+    let target = Target::new("async.bin");
+    let bytes = common::random_bytes(PART + 10, 20);
+    let writer = target.writer();
+    writer.pwrite(&bytes, 0).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // A blocking call from a runtime's thread is refused before it changes anything.
+    let e = runtime.block_on(async { writer.finish() }).unwrap_err();
+    assert!(e.to_string().contains("async runtime"), "{e}");
+    assert!(runtime.block_on(async { writer.abort() }).is_err());
+    // Dropped there, the writer cannot block: the remote runtime aborts the upload.
+    runtime.block_on(async move { drop(writer) });
+    let start = Instant::now();
+    while target.server.aborts() == 0 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(target.server.aborts(), 1);
+    target.assert_nothing_written();
+}
+
+#[test]
 fn part_sizes_and_the_objects_bounds_are_checked() {
     aws_environment();
     let mut options = RemoteOptions::default();
