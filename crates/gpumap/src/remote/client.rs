@@ -160,12 +160,14 @@ pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
 
 /// `Ok` where a blocking call may wait on the runtime. A caller already inside an async runtime
 /// would deadlock a worker (tokio panics instead): it gets an error telling it to use the `p*`
-/// futures or `spawn_blocking`.
+/// futures or a thread of its own. The check is any runtime context, so `spawn_blocking`'s
+/// threads are refused too (tokio tells them from workers by nothing public).
 pub(crate) fn blocking_allowed() -> Result<()> {
     if tokio::runtime::Handle::try_current().is_ok() {
         return Err(Error::InvalidArgument(
-            "a blocking remote call was made from inside an async runtime; call it from \
-             tokio::task::spawn_blocking, or use the pread futures"
+            "a blocking remote call was made from inside an async runtime (a task, or \
+             spawn_blocking's threads); make it from a thread of its own (std::thread::spawn), \
+             or use the pread futures"
                 .to_owned(),
         ));
     }

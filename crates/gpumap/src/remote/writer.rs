@@ -49,9 +49,10 @@ const STAGE_BYTES: usize = 4 << 20;
 ///   after the store acted on it, by a timeout, is the one case that leaves an object behind
 ///   an error.)
 /// - **Retries** as for reads: the options' status codes, attempts, backoff and timeout.
-/// - **Blocking.** Every call blocks; from inside an async runtime they are refused (call them
-///   from `spawn_blocking`). Dropping an unfinished writer waits for its parts in flight and
-///   aborts the upload; inside an async runtime, it leaves that to the remote runtime.
+/// - **Blocking.** Every call blocks; from inside an async runtime (`spawn_blocking` included)
+///   they are refused: call them from a thread of its own. Dropping an unfinished writer waits
+///   for its parts in flight and aborts the upload; inside an async runtime, it leaves that to
+///   the remote runtime.
 ///
 /// ```no_run
 /// use gpumap::remote::RemoteWriter;
