@@ -15,7 +15,9 @@ KvikIO's API (code written for ``kvikio`` runs with ``import gpumapio as kvikio`
 
 - :class:`RemoteFile` and :class:`RemoteEndpointType` (``open_http``, ``open_s3``, ``open_s3_url``, ``open_s3_presigned_url``,
   ``open``; ``read``, ``pread``, ``nbytes``): S3 and HTTP objects read with parallel ranged
-  GETs into host or device memory (docs/remote.md).
+  GETs into host or device memory (docs/remote.md); :class:`RemoteWriter` (``write``,
+  ``finish``, ``abort``, context manager): S3 objects written from host or device memory as
+  multipart uploads, whole or not at all.
 
 And beyond it: :func:`read_file_to_device` (a whole file as one CuPy / torch / NumPy array),
 :func:`load_safetensors` (a checkpoint as torch tensors, one read into one allocation),
@@ -43,6 +45,7 @@ from gpumapio._native import (
     Mmap,
     OutOfBudgetError,
     RemoteFile,
+    RemoteWriter,
     UnavailableError,
     __version__,
 )
@@ -74,6 +77,7 @@ __all__ = [
     "LookupScope",
     "RemoteEndpointType",
     "RemoteFile",
+    "RemoteWriter",
     "MappedFile",
     "Mmap",
     "OutOfBudgetError",

@@ -22,6 +22,7 @@ __all__ = [
     "IOFutureStream",
     "Mmap",
     "RemoteFile",
+    "RemoteWriter",
     "defaults_get",
     "defaults_set",
     "defaults_saved",
@@ -177,6 +178,41 @@ class RemoteFile:
     def close(self) -> None: ...
     def __enter__(self) -> Self: ...
     def __exit__(self, *_args: object) -> None: ...
+
+@final
+class RemoteWriter:
+    """A new S3 object written from host or device memory as a multipart upload: whole at
+    ``finish()``, or not at all (docs/remote.md)."""
+
+    def __new__(
+        cls,
+        url: str,
+        *,
+        part_size: int | None = None,
+        max_in_flight: int | None = None,
+        aws_region: str | None = None,
+        aws_endpoint_url: str | None = None,
+        http_max_attempts: int | None = None,
+        http_status_codes: Sequence[int] | None = None,
+        http_timeout: float | None = None,
+    ) -> Self: ...
+    def write(self, buf: _Buffer, size: int | None = None, file_offset: int = 0) -> int:
+        """Writes ``size`` bytes (default: the buffer's) at ``file_offset``; returns the count."""
+    def finish(self) -> int:
+        """Completes the upload; returns the object's size."""
+    def abort(self) -> None:
+        """Abandons the upload: no object is written."""
+    def nbytes(self) -> int:
+        """One past the highest byte written so far."""
+    @property
+    def part_size(self) -> int: ...
+    @property
+    def url(self) -> str:
+        """The URL, without credentials."""
+    def close(self) -> None:
+        """Aborts an unfinished upload and lets the writer go."""
+    def __enter__(self) -> Self: ...
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> bool: ...
 
 @final
 class CuFile:

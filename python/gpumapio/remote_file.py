@@ -1,13 +1,14 @@
 """KvikIO's ``kvikio.remote_file`` names: :class:`RemoteFile` (native, see
-docs/remote.md) and :class:`RemoteEndpointType`, which ``RemoteFile.open`` takes."""
+docs/remote.md) and :class:`RemoteEndpointType`, which ``RemoteFile.open`` takes; and
+gpumapio's own :class:`RemoteWriter` (S3 objects written as multipart uploads)."""
 
 from __future__ import annotations
 
 import enum
 
-from gpumapio._native import RemoteFile
+from gpumapio._native import RemoteFile, RemoteWriter
 
-__all__ = ["RemoteEndpointType", "RemoteFile"]
+__all__ = ["RemoteEndpointType", "RemoteFile", "RemoteWriter"]
 
 
 class RemoteEndpointType(enum.Enum):

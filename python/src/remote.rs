@@ -17,19 +17,20 @@ use crate::future::IOFuture;
 /// `http_timeout` when the file opens) and gpumap's own (requests in flight, request size, S3
 /// endpoint and region).
 #[derive(Default)]
-struct RemoteSettings {
-    nbytes: Option<u64>,
-    http_max_attempts: Option<u32>,
-    http_status_codes: Option<Vec<u16>>,
-    http_timeout: Option<f64>,
-    max_in_flight: Option<usize>,
-    request_size: Option<u64>,
-    s3_endpoint: Option<String>,
-    s3_region: Option<String>,
+pub(crate) struct RemoteSettings {
+    pub(crate) nbytes: Option<u64>,
+    pub(crate) http_max_attempts: Option<u32>,
+    pub(crate) http_status_codes: Option<Vec<u16>>,
+    pub(crate) http_timeout: Option<f64>,
+    pub(crate) max_in_flight: Option<usize>,
+    pub(crate) request_size: Option<u64>,
+    pub(crate) s3_endpoint: Option<String>,
+    pub(crate) s3_region: Option<String>,
 }
 
 impl RemoteSettings {
-    fn options(&self) -> gpumap::Result<RemoteOptions> {
+    /// The options these settings make, `gpumapio.defaults` filling what is not given.
+    pub(crate) fn options(&self) -> gpumap::Result<RemoteOptions> {
         let mut o = RemoteOptions::default();
         o.known_len(self.nbytes).s3_endpoint(self.s3_endpoint.clone());
         o.s3_region(self.s3_region.clone());

@@ -240,23 +240,43 @@ impl ReadArgs {
 /// Arguments of `gpumap write`.
 #[derive(Args, Debug)]
 pub struct WriteArgs {
-    /// The file to write (created if missing; never truncated: use --truncate).
-    file: PathBuf,
+    /// The file to write (created if missing; never truncated: use --truncate), or an
+    /// s3://bucket/key URL: a new object, written whole as a multipart upload (docs/remote.md).
+    pub(crate) file: PathBuf,
     /// How many bytes to write, e.g. 1GiB (generated and written piece by piece: memory does
     /// not grow with the size).
     #[arg(long, value_parser = size_arg)]
-    size: u64,
+    pub(crate) size: u64,
     /// Where to start, in bytes.
     #[arg(long, default_value = "0", value_parser = size_arg)]
-    offset: u64,
+    pub(crate) offset: u64,
     /// Cut the file to zero length first.
     #[arg(long)]
-    truncate: bool,
+    pub(crate) truncate: bool,
     /// fdatasync before reporting, so the rate includes making the data durable.
     #[arg(long)]
-    sync: bool,
+    pub(crate) sync: bool,
     #[command(flatten)]
-    options: TransferOptions,
+    pub(crate) options: TransferOptions,
+    #[command(flatten)]
+    pub(crate) remote: crate::remote_write::RemoteWriteArgs,
+}
+
+impl WriteArgs {
+    /// The first option given that only a local file takes, for refusing it with a URL.
+    pub(crate) fn local_only_flag(&self) -> Option<&'static str> {
+        let o = &self.options;
+        [
+            (self.truncate, "--truncate"),
+            (self.sync, "--sync"),
+            (o.direct.is_some(), "--direct"),
+            (o.compat_mode.is_some(), "--compat-mode"),
+            (o.task_size.is_some(), "--task-size"),
+            (o.threads.is_some(), "--threads"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
 }
 
 /// What one transfer did, for the text line and `--json` (schema 1).
@@ -369,7 +389,7 @@ fn transfer_piece(task_size: u64, threads: usize) -> usize {
 
 /// Calls `step(at, n)` for consecutive pieces `[at, at + n)` of `[0, total)`, each at most
 /// `piece` bytes, moving the progress bar after each.
-fn in_pieces(
+pub(crate) fn in_pieces(
     total: usize,
     piece: usize,
     bar: &ProgressBar,
@@ -389,7 +409,7 @@ fn in_pieces(
 const BAR_TEMPLATE: &str =
     "{msg} [{bar:40}] {decimal_bytes}/{decimal_total_bytes} {gbps} eta {eta}";
 
-fn progress_bar(total: u64, json: bool, what: &str) -> ProgressBar {
+pub(crate) fn progress_bar(total: u64, json: bool, what: &str) -> ProgressBar {
     if json || output::quiet() || total < (256 << 20) {
         return ProgressBar::hidden();
     }
@@ -534,7 +554,7 @@ fn cool(args: &ReadArgs, len: u64) -> Result<()> {
 
 /// Bytes generated and written at a time by `gpumap write`: four tasks a thread, from 64 to
 /// 256 MiB, so that memory stays the same whatever `--size` says.
-fn write_piece(task_size: u64, threads: usize, size: u64) -> usize {
+pub(crate) fn write_piece(task_size: u64, threads: usize, size: u64) -> usize {
     let piece = task_size.saturating_mul(threads as u64).saturating_mul(4);
     let piece = piece.clamp(64 << 20, 256 << 20).min(size).max(1);
     usize::try_from(piece).unwrap_or(usize::MAX)
@@ -544,6 +564,15 @@ fn write_piece(task_size: u64, threads: usize, size: u64) -> usize {
 /// file or nothing) is checked before the file is created or truncated; a file it created is
 /// removed again when the write fails.
 pub fn write(args: &WriteArgs) -> CliResult {
+    if let Some(url) = args.file.to_str().filter(|f| gpumap::remote::is_remote_url(f)) {
+        return crate::remote_write::write(args, url);
+    }
+    if let Some(flag) = args.remote.given_flag() {
+        let file = args.file.display();
+        return Err(
+            Error::InvalidArgument(format!("{flag} applies to s3:// URLs, not to {file}")).into()
+        );
+    }
     if args.offset.checked_add(args.size).is_none_or(|end| i64::try_from(end).is_err()) {
         return Err(Error::Overflow { offset: args.offset, len: args.size }.into());
     }
@@ -646,18 +675,7 @@ fn write_pattern(
     let mut seconds = 0.0;
     in_pieces(size, piece, &bar, |at, n| {
         let offset = args.offset + at as u64;
-        match (&mut pattern_buf, &mut *staged) {
-            (Some(host), staged) => {
-                pattern::fill(&mut host[..n], offset);
-                staged.copy_from_host(0, &host[..n])?;
-            }
-            (None, DeviceBuffer::Host(host)) => pattern::fill(&mut host[..n], offset),
-            (None, staged) => {
-                let mut host = vec![0u8; n];
-                pattern::fill(&mut host, offset);
-                staged.copy_from_host(0, &host)?;
-            }
-        }
+        stage_pattern(staged, pattern_buf.as_deref_mut(), offset, n)?;
         let src = staged.view().slice(0..n)?;
         let start = Instant::now();
         handle.write_device(src, offset)?;
@@ -671,6 +689,29 @@ fn write_pattern(
     }
     bar.finish_and_clear();
     Ok(seconds)
+}
+
+/// Puts the pattern's bytes of `[offset, offset + n)` at the start of `staged` (device memory;
+/// `pattern_buf` is the host side where that is a GPU).
+pub(crate) fn stage_pattern(
+    staged: &mut DeviceBuffer,
+    pattern_buf: Option<&mut HostBuffer>,
+    offset: u64,
+    n: usize,
+) -> CliResult {
+    match (pattern_buf, staged) {
+        (Some(host), staged) => {
+            pattern::fill(&mut host[..n], offset);
+            staged.copy_from_host(0, &host[..n])?;
+        }
+        (None, DeviceBuffer::Host(host)) => pattern::fill(&mut host[..n], offset),
+        (None, staged) => {
+            let mut host = vec![0u8; n];
+            pattern::fill(&mut host, offset);
+            staged.copy_from_host(0, &host)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
-//! `gpumap read` of URLs, against the library's test range server on 127.0.0.1
+//! `gpumap read` and `gpumap write` of URLs, against the library's test server on 127.0.0.1
 //! (crates/gpumap/tests/remote/server.rs): the bytes `gpumap write` made, served and verified,
-//! and the errors a user would hit, as JSON.
+//! objects written to S3 as parts and read back, and the errors a user would hit, as JSON.
 
 mod common;
 
@@ -68,4 +68,106 @@ fn url_errors_are_typed_in_json() {
         assert_ne!(code, 0, "{text}");
         assert_eq!(report["error"]["kind"], kind, "{args:?}: {text}");
     }
+}
+
+const KEY_ID: &str = "GPUMAPTESTKEYID";
+
+/// `gpumap ARGS` with the AWS environment of the test S3 server at `endpoint`.
+fn run_s3(endpoint: &str, args: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = Command::new(common::gpumap_bin())
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", KEY_ID)
+        .env("AWS_SECRET_ACCESS_KEY", "gpumap-test-secret-never-shown")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_PROFILE")
+        .output()
+        .expect("gpumap runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null);
+    (out.status.code().unwrap_or(-1), json, format!("{stdout}{stderr}"))
+}
+
+#[test]
+fn an_s3_object_is_written_as_parts_and_read_back_against_the_pattern() {
+    let server = server::Server::s3(KEY_ID);
+    let endpoint = server.endpoint();
+    let size = (11 << 20) + 123;
+    let url = "s3://test-bucket/dir/written.bin";
+    let (code, report, text) = run_s3(
+        &endpoint,
+        &["write", "--host", "--json", "--size", &size.to_string(), "--part-size", "5MiB", url],
+    );
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(report["op"], "write");
+    assert_eq!(report["url"], url);
+    assert_eq!(report["bytes"], size);
+    assert_eq!(report["part_size"], 5 << 20);
+    assert_eq!(report["durable"], true);
+    assert_eq!((server.uploads_created(), server.completes(), server.part_puts()), (1, 1, 3));
+    assert_eq!(server.object("/test-bucket/dir/written.bin").map(|b| b.len()), Some(size));
+    // Exit status 3 if a byte differed from the pattern.
+    let (code, report, text) =
+        run_s3(&endpoint, &["read", "--host", "--json", "--verify-pattern", url]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(report["bytes"], size);
+    // A small object is one PUT, and its text line names the URL.
+    let (code, _, text) =
+        run_s3(&endpoint, &["write", "--host", "--size", "1000", "s3://test-bucket/small.bin"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("wrote 1000 bytes to s3://test-bucket/small.bin"), "{text}");
+    assert_eq!(server.plain_puts(), 1);
+}
+
+#[test]
+fn remote_write_errors_are_typed_and_leave_nothing_behind() {
+    let server = server::Server::s3(KEY_ID);
+    let endpoint = server.endpoint();
+    let url = "s3://test-bucket/refused.bin";
+    for (args, kind) in [
+        (
+            vec!["write", "--host", "--json", "--size", "10", "--offset", "5", url],
+            "invalid_argument",
+        ),
+        (vec!["write", "--host", "--json", "--size", "10", "--sync", url], "invalid_argument"),
+        (
+            vec!["write", "--host", "--json", "--size", "10", "--part-size", "1MiB", url],
+            "invalid_argument",
+        ),
+        (vec!["write", "--host", "--json", "--size", "10", "http://127.0.0.1:9/x"], "remote"),
+    ] {
+        let (code, report, text) = run_s3(&endpoint, &args);
+        assert_ne!(code, 0, "{args:?}: {text}");
+        assert_eq!(report["error"]["kind"], kind, "{args:?}: {text}");
+    }
+    // --part-size is for URLs only.
+    let dir = common::scratch();
+    let file = dir.path().join("local.bin");
+    let (code, report, text) =
+        run(&["write", "--json", "--size", "10", "--part-size", "5MiB", file.to_str().unwrap()]);
+    assert_ne!(code, 0, "{text}");
+    assert_eq!(report["error"]["kind"], "invalid_argument", "{text}");
+    assert!(!file.exists());
+    // Parts refused for good: the upload is aborted, no object is written.
+    server.inject_writes([500, 500].map(server::WriteFault::Status));
+    let args = [
+        "write",
+        "--host",
+        "--json",
+        "--size",
+        "6MiB",
+        "--part-size",
+        "5MiB",
+        "--http-max-attempts",
+        "2",
+        url,
+    ];
+    let (code, report, text) = run_s3(&endpoint, &args);
+    assert_eq!(code, 1, "{text}");
+    assert_eq!(report["error"]["kind"], "remote", "{text}");
+    assert!(!text.contains("gpumap-test-secret-never-shown"), "{text}");
+    assert_eq!((server.aborts(), server.open_uploads(), server.completes()), (1, 0, 0));
+    assert!(server.object("/test-bucket/refused.bin").is_none());
 }

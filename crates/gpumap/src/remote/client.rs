@@ -30,31 +30,9 @@ impl Client {
     /// environment variables, then the shared AWS files (the options' endpoint and region
     /// override both), or plain HTTP.
     pub(crate) fn connect(url: &RemoteUrl, options: &RemoteOptions) -> Result<Client> {
-        let client_options = ClientOptions::new()
-            .with_timeout(options.timeout)
-            .with_connect_timeout(options.connect_timeout)
-            // The caller chose the scheme; an http:// endpoint is as deliberate as https://.
-            .with_allow_http(true);
-        let no_retries = RetryConfig { max_retries: 0, ..RetryConfig::default() };
-        // A builder's message may quote the URL it was given: scrubbed like any other.
-        let fail = |e: object_store::Error| {
-            let reason = failure::scrub(&e.to_string(), url);
-            Failure::new(RemoteErrorKind::InvalidUrl, None, reason).into_error(url, "open", 0)
-        };
         match url {
             RemoteUrl::S3 { bucket, key } => {
-                let mut builder = object_store::aws::AmazonS3Builder::from_env()
-                    .with_bucket_name(bucket)
-                    .with_client_options(client_options)
-                    .with_retry(no_retries);
-                builder = with_shared_profile(builder)?;
-                if let Some(endpoint) = &options.s3_endpoint {
-                    builder = builder.with_endpoint(endpoint);
-                }
-                if let Some(region) = &options.s3_region {
-                    builder = builder.with_region(region);
-                }
-                let store = builder.build().map_err(fail)?;
+                let store = s3_store(url, bucket, options)?;
                 Ok(Client { store: Arc::new(store), path: StorePath::from(key.as_str()) })
             }
             RemoteUrl::Http(full) => {
@@ -63,14 +41,55 @@ impl Client {
                 // signature) included.
                 let store = object_store::http::HttpBuilder::new()
                     .with_url(full.as_str())
-                    .with_client_options(client_options)
-                    .with_retry(no_retries)
+                    .with_client_options(client_options(options))
+                    .with_retry(no_retries())
                     .build()
-                    .map_err(fail)?;
+                    .map_err(|e| invalid(url, &e))?;
                 Ok(Client { store: Arc::new(store), path: StorePath::default() })
             }
         }
     }
+}
+
+/// The S3 store of `bucket` (for `url`, named in errors): credentials, region and endpoint
+/// from the standard AWS environment variables, then the shared AWS files; the options'
+/// endpoint and region override both.
+pub(crate) fn s3_store(
+    url: &RemoteUrl,
+    bucket: &str,
+    options: &RemoteOptions,
+) -> Result<object_store::aws::AmazonS3> {
+    let mut builder = object_store::aws::AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_client_options(client_options(options))
+        .with_retry(no_retries());
+    builder = with_shared_profile(builder)?;
+    if let Some(endpoint) = &options.s3_endpoint {
+        builder = builder.with_endpoint(endpoint);
+    }
+    if let Some(region) = &options.s3_region {
+        builder = builder.with_region(region);
+    }
+    builder.build().map_err(|e| invalid(url, &e))
+}
+
+fn client_options(options: &RemoteOptions) -> ClientOptions {
+    ClientOptions::new()
+        .with_timeout(options.timeout)
+        .with_connect_timeout(options.connect_timeout)
+        // The caller chose the scheme; an http:// endpoint is as deliberate as https://.
+        .with_allow_http(true)
+}
+
+/// object_store's own retries are off: gpumap's retry with the caller's statuses and backoff.
+fn no_retries() -> RetryConfig {
+    RetryConfig { max_retries: 0, ..RetryConfig::default() }
+}
+
+/// A builder's refusal, its message scrubbed (it may quote the URL it was given).
+fn invalid(url: &RemoteUrl, e: &object_store::Error) -> Error {
+    let reason = failure::scrub(&e.to_string(), url);
+    Failure::new(RemoteErrorKind::InvalidUrl, None, reason).into_error(url, "open", 0)
 }
 
 /// `builder` with what the AWS shared files' profile sets and the environment does not, in the
@@ -139,16 +158,24 @@ pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
     })
 }
 
-/// Runs `work` to completion on the runtime from a blocking caller. A caller already inside an
-/// async runtime would deadlock a worker (tokio panics instead): it gets an error telling it to
-/// use the `p*` futures or `spawn_blocking`.
-pub(crate) fn block_on<T>(work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+/// `Ok` where a blocking call may wait on the runtime. A caller already inside an async runtime
+/// would deadlock a worker (tokio panics instead): it gets an error telling it to use the `p*`
+/// futures or a thread of its own. The check is any runtime context, so `spawn_blocking`'s
+/// threads are refused too (tokio tells them from workers by nothing public).
+pub(crate) fn blocking_allowed() -> Result<()> {
     if tokio::runtime::Handle::try_current().is_ok() {
         return Err(Error::InvalidArgument(
-            "a blocking remote read was called from inside an async runtime; call it from \
-             tokio::task::spawn_blocking, or use the pread futures"
+            "a blocking remote call was made from inside an async runtime (a task, or \
+             spawn_blocking's threads); make it from a thread of its own (std::thread::spawn), \
+             or use the pread futures"
                 .to_owned(),
         ));
     }
+    Ok(())
+}
+
+/// Runs `work` to completion on the runtime from a blocking caller (see [`blocking_allowed`]).
+pub(crate) fn block_on<T>(work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    blocking_allowed()?;
     runtime()?.block_on(work)
 }

@@ -17,6 +17,7 @@ use crate::memory::cuda::RawRegion;
 use crate::remote::client::Client;
 use crate::remote::failure::Failure;
 use crate::remote::options::RemoteOptions;
+use crate::remote::retry::Attempts;
 use crate::remote::upload::{self, Uploader};
 use crate::remote::url::RemoteUrl;
 
@@ -28,75 +29,41 @@ pub(crate) struct Fetch<'a> {
     pub(crate) url: &'a RemoteUrl,
 }
 
-impl Fetch<'_> {
+impl<'a> Fetch<'a> {
     /// The object's size, with retries: a HEAD request, or for a URL with a query string (a
     /// presigned URL, signed for GET alone) a GET of its first byte, whose `Content-Range`
     /// gives the size.
     pub(crate) async fn len(self) -> Result<u64> {
         let by_get = matches!(self.url, RemoteUrl::Http(url) if url.query().is_some());
         let op = if by_get { "GET bytes 0-0 of" } else { "HEAD" };
-        let mut attempt = 1;
-        loop {
-            let ask = async {
-                if by_get {
-                    let first = GetOptions {
-                        range: Some(GetRange::Bounded(0..1)),
-                        ..GetOptions::default()
-                    };
-                    self.client.store.get_opts(&self.client.path, first).await.map(|r| r.meta.size)
-                } else {
-                    self.client.store.head(&self.client.path).await.map(|meta| meta.size)
-                }
+        let ask = || async {
+            let answer = if by_get {
+                let first =
+                    GetOptions { range: Some(GetRange::Bounded(0..1)), ..GetOptions::default() };
+                self.client.store.get_opts(&self.client.path, first).await.map(|r| r.meta.size)
+            } else {
+                self.client.store.head(&self.client.path).await.map(|meta| meta.size)
             };
-            let failure = match tokio::time::timeout(self.options.timeout, ask).await {
-                Ok(Ok(size)) => return Ok(size),
-                Ok(Err(e)) => Failure::from_store(&e, self.url),
-                Err(_) => self.timed_out(),
-            };
-            attempt = self.retry_or_fail(failure, op, attempt).await?;
-        }
+            answer.map_err(|e| Failure::from_store(&e, self.url))
+        };
+        self.attempts().run(op, ask).await.map_err(|gave_up| gave_up.into_error(self.url))
     }
 
     /// `dst.len()` bytes from `offset` into `dst`, with retries.
     pub(crate) async fn range(self, offset: u64, dst: &mut [u8]) -> Result<()> {
-        let mut attempt = 1;
+        let mut attempts = self.attempts();
         loop {
-            let failure = match tokio::time::timeout(
-                self.options.timeout,
-                self.range_once(offset, dst),
-            )
-            .await
-            {
-                Ok(Ok(())) => return Ok(()),
-                Ok(Err(failure)) => failure,
-                Err(_) => self.timed_out(),
+            let failure = match attempts.attempt(self.range_once(offset, dst)).await {
+                Ok(()) => return Ok(()),
+                Err(failure) => failure,
             };
             let op = format!("GET bytes {offset}-{} of", offset + dst.len() as u64 - 1);
-            attempt = self.retry_or_fail(failure, &op, attempt).await?;
+            attempts.retry_after(failure, &op).await.map_err(|g| g.into_error(self.url))?;
         }
     }
 
-    /// After attempt `attempt` failed with `failure`: waits and returns the next attempt's
-    /// number, or the error when the failure is final or the attempts are spent.
-    async fn retry_or_fail(self, failure: Failure, op: &str, attempt: u32) -> Result<u32> {
-        if attempt >= self.options.max_attempts || !failure.retryable(self.options) {
-            return Err(failure.into_error(self.url, op, attempt));
-        }
-        let wait = self.options.backoff_after(attempt);
-        tracing::warn!(
-            url = %self.url, op, attempt, status = ?failure.status, reason = %failure.reason,
-            wait_ms = wait.as_millis() as u64, "remote request failed; retrying"
-        );
-        tokio::time::sleep(wait).await;
-        Ok(attempt + 1)
-    }
-
-    fn timed_out(self) -> Failure {
-        Failure::new(
-            RemoteErrorKind::Timeout,
-            None,
-            format!("no complete answer within {:?}", self.options.timeout),
-        )
+    fn attempts(self) -> Attempts<'a> {
+        Attempts::new(self.options, self.url)
     }
 
     async fn range_once(self, offset: u64, dst: &mut [u8]) -> Result<(), Failure> {

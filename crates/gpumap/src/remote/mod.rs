@@ -1,5 +1,5 @@
-//! Remote objects — S3 and HTTP(S) — read straight into host or GPU memory (the `remote`
-//! feature).
+//! Remote objects — S3 and HTTP(S) — read straight into host or GPU memory, and S3 objects
+//! written from either as multipart uploads ([`RemoteWriter`]) (the `remote` feature).
 //!
 //! ```no_run
 //! use gpumap::remote::{RemoteFile, RemoteOptions};
@@ -37,12 +37,18 @@ mod failure;
 mod fetch;
 mod file;
 mod options;
+mod parts;
+mod retry;
 mod upload;
 mod url;
+mod writer;
 
 pub use crate::error::RemoteErrorKind;
 pub use file::{RemoteFile, MAX_LANES};
 pub use options::{
-    RemoteOptions, AUTO_IN_FLIGHT, MAX_IN_FLIGHT, MAX_REQUEST_SIZE, MAX_STAGED_BYTES,
+    RemoteOptions, AUTO_IN_FLIGHT, DEFAULT_PART_SIZE, MAX_IN_FLIGHT, MAX_REQUEST_SIZE,
+    MAX_STAGED_BYTES,
 };
+pub use parts::{MAX_PARTS, MAX_PART_SIZE, MIN_PART_SIZE};
 pub use url::{is_remote_url, RemoteUrl, MAX_URL_LEN};
+pub use writer::RemoteWriter;

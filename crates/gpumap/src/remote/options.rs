@@ -1,4 +1,5 @@
-//! [`RemoteOptions`]: how a [`RemoteFile`](super::RemoteFile) talks to its server.
+//! [`RemoteOptions`]: how a [`RemoteFile`](super::RemoteFile) or a
+//! [`RemoteWriter`](super::RemoteWriter) talks to its server.
 //!
 //! The retry settings default to KvikIO's (`KVIKIO_HTTP_MAX_ATTEMPTS`,
 //! `KVIKIO_HTTP_STATUS_CODES`, `KVIKIO_HTTP_TIMEOUT`), so that code moving from KvikIO sees
@@ -8,6 +9,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::remote::parts::{MAX_PART_SIZE, MIN_PART_SIZE};
 
 /// The most requests one read keeps in flight, whatever is asked: each holds a connection and
 /// up to one request's bytes, so the bound caps both.
@@ -26,7 +28,12 @@ pub const MAX_STAGED_BYTES: u64 = 4 << 30;
 /// keeps a default read within `AUTO_IN_FLIGHT × request_size` bytes of memory.
 pub const AUTO_IN_FLIGHT: usize = 64;
 
-/// Settings of a remote read. Build with [`RemoteOptions::default`] and the setters.
+/// The bytes of one part of an upload when none is asked for: parts go out as soon as they are
+/// whole, so smaller parts start sending sooner, while [`MAX_PARTS`](super::MAX_PARTS) of them bound the object
+/// (156 GiB at this size).
+pub const DEFAULT_PART_SIZE: u64 = 16 << 20;
+
+/// Settings of remote reads and writes. Build with [`RemoteOptions::default`] and the setters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteOptions {
     pub(crate) max_attempts: u32,
@@ -37,6 +44,7 @@ pub struct RemoteOptions {
     pub(crate) backoff_max: Duration,
     pub(crate) max_in_flight: Option<usize>,
     pub(crate) request_size: u64,
+    pub(crate) part_size: u64,
     pub(crate) known_len: Option<u64>,
     pub(crate) s3_endpoint: Option<String>,
     pub(crate) s3_region: Option<String>,
@@ -55,6 +63,7 @@ impl Default for RemoteOptions {
             // One request fills one pinned bounce buffer of the default size on the way to a
             // GPU (crate::config's bounce buffer size).
             request_size: 4 << 20,
+            part_size: DEFAULT_PART_SIZE,
             known_len: None,
             s3_endpoint: None,
             s3_region: None,
@@ -103,7 +112,8 @@ impl RemoteOptions {
     }
 
     /// Ranged GETs one read keeps in flight: `None` (the default) picks it from the read's
-    /// size; at most [`MAX_IN_FLIGHT`].
+    /// size; at most [`MAX_IN_FLIGHT`]. For a [`RemoteWriter`](super::RemoteWriter), the parts
+    /// it holds in memory (being written or sent) at most: `None` is [`AUTO_IN_FLIGHT`].
     pub fn max_in_flight(&mut self, requests: Option<usize>) -> Result<&mut Self> {
         if let Some(n) = requests {
             if n == 0 || n > MAX_IN_FLIGHT {
@@ -124,6 +134,19 @@ impl RemoteOptions {
             )));
         }
         self.request_size = bytes;
+        Ok(self)
+    }
+
+    /// Bytes of each part of an upload ([`RemoteWriter`](super::RemoteWriter)) but the last,
+    /// within S3's limits ([`MIN_PART_SIZE`]..=[`MAX_PART_SIZE`]); an object holds
+    /// [`MAX_PARTS`](super::MAX_PARTS) parts at most.
+    pub fn part_size(&mut self, bytes: u64) -> Result<&mut Self> {
+        if !(MIN_PART_SIZE..=MAX_PART_SIZE).contains(&bytes) {
+            return Err(Error::InvalidArgument(format!(
+                "part_size {bytes} is outside S3's {MIN_PART_SIZE}..={MAX_PART_SIZE}"
+            )));
+        }
+        self.part_size = bytes;
         Ok(self)
     }
 
@@ -172,6 +195,11 @@ impl RemoteOptions {
         self.request_size
     }
 
+    /// Bytes of each part of an upload but the last.
+    pub fn get_part_size(&self) -> u64 {
+        self.part_size
+    }
+
     /// Requests in flight for a read of `chunks` requests.
     pub(crate) fn in_flight_for(&self, chunks: usize) -> usize {
         self.max_in_flight.unwrap_or(AUTO_IN_FLIGHT).min(chunks).max(1)
@@ -213,6 +241,8 @@ mod tests {
         assert!(o.max_in_flight(Some(MAX_IN_FLIGHT + 1)).is_err());
         assert!(o.request_size(0).is_err());
         assert!(o.request_size(MAX_REQUEST_SIZE + 1).is_err());
+        assert!(o.part_size(MIN_PART_SIZE - 1).is_err());
+        assert!(o.part_size(MAX_PART_SIZE + 1).is_err());
         assert_eq!(o, RemoteOptions::default());
     }
 

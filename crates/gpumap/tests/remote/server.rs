@@ -3,10 +3,12 @@
 //! stalls, bodies cut short, wrong ranges, garbage). In S3 mode it serves path-style
 //! `/bucket/key`, answers S3's XML errors, and refuses requests not signed with the expected
 //! access key id (it does not verify signatures: object_store's signing is not under test).
+//! S3 mode also takes writes: plain PUTs and multipart uploads (create, parts, complete with
+//! AWS's rules on part order, ETags and the 5 MiB minimum, abort), with their own fault queue.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -29,6 +31,34 @@ pub enum Fault {
     Garbage,
 }
 
+/// What the server does to one write (PUT object, PUT part, POST complete) instead of answering
+/// it well. A faulted write stores nothing.
+#[allow(dead_code)] // Not every test binary writes.
+#[derive(Debug, Clone)]
+pub enum WriteFault {
+    /// Answer with this status and an S3 XML error body (503: `SlowDown`, 500: `InternalError`).
+    Status(u16),
+    /// Wait this long before handling it (well).
+    Stall(Duration),
+    /// Read the request, then close the connection without answering.
+    Drop,
+}
+
+/// AWS's smallest part, but for the last of an upload.
+const MIN_PART: usize = 5 * 1024 * 1024;
+
+/// One uploaded part: its ETag (quoted) and bytes.
+struct Part {
+    etag: String,
+    bytes: Vec<u8>,
+}
+
+/// A multipart upload in progress, for the object at `path`.
+struct Upload {
+    path: String,
+    parts: BTreeMap<u16, Part>,
+}
+
 #[derive(Default)]
 struct State {
     objects: Mutex<HashMap<String, Arc<Vec<u8>>>>,
@@ -41,6 +71,18 @@ struct State {
     gets: AtomicUsize,
     active_gets: AtomicUsize,
     max_active_gets: AtomicUsize,
+    write_faults: Mutex<VecDeque<WriteFault>>,
+    /// Multipart uploads by upload id.
+    uploads: Mutex<HashMap<String, Upload>>,
+    /// Every part put waits this long (after its body is in), so that concurrency can be seen.
+    part_delay: Mutex<Duration>,
+    uploads_created: AtomicUsize,
+    aborts: AtomicUsize,
+    completes: AtomicUsize,
+    part_puts: AtomicUsize,
+    plain_puts: AtomicUsize,
+    active_part_puts: AtomicUsize,
+    max_active_part_puts: AtomicUsize,
 }
 
 /// A running server; it stops accepting when dropped (connections in progress finish).
@@ -110,13 +152,79 @@ impl Server {
     }
 }
 
-struct Request {
-    method: String,
-    path: String,
-    headers: HashMap<String, String>,
+/// The write side, for the tests of writers.
+#[allow(dead_code)] // Not every test binary writes.
+impl Server {
+    /// Queues faults for the next writes (PUT object, PUT part, POST complete), one each.
+    pub fn inject_writes(&self, faults: impl IntoIterator<Item = WriteFault>) {
+        self.state.write_faults.lock().unwrap().extend(faults);
+    }
+
+    /// Makes every part put wait `delay` before answering.
+    pub fn delay_part_puts(&self, delay: Duration) {
+        *self.state.part_delay.lock().unwrap() = delay;
+    }
+
+    /// The bytes stored at `path`, by [`Server::put`] or by a write.
+    pub fn object(&self, path: &str) -> Option<Vec<u8>> {
+        self.state.objects.lock().unwrap().get(path).map(|bytes| bytes.to_vec())
+    }
+
+    /// Multipart uploads created and neither completed nor aborted.
+    pub fn open_uploads(&self) -> usize {
+        self.state.uploads.lock().unwrap().len()
+    }
+
+    /// Multipart uploads created, ever.
+    pub fn uploads_created(&self) -> usize {
+        self.state.uploads_created.load(Ordering::SeqCst)
+    }
+
+    /// Multipart uploads aborted (a DELETE of an upload that was open).
+    pub fn aborts(&self) -> usize {
+        self.state.aborts.load(Ordering::SeqCst)
+    }
+
+    /// Multipart uploads completed.
+    pub fn completes(&self) -> usize {
+        self.state.completes.load(Ordering::SeqCst)
+    }
+
+    /// Signed part puts received, those answered with a fault included.
+    pub fn part_puts(&self) -> usize {
+        self.state.part_puts.load(Ordering::SeqCst)
+    }
+
+    /// Signed plain object puts received, those answered with a fault included.
+    pub fn plain_puts(&self) -> usize {
+        self.state.plain_puts.load(Ordering::SeqCst)
+    }
+
+    /// The most part puts seen in progress at once (from their head to their answer).
+    pub fn max_active_part_puts(&self) -> usize {
+        self.state.max_active_part_puts.load(Ordering::SeqCst)
+    }
 }
 
-fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Request> {
+struct Request {
+    method: String,
+    /// Percent-decoded, without the query.
+    path: String,
+    /// Percent-decoded; a name without `=` has an empty value.
+    query: HashMap<String, String>,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+}
+
+impl Request {
+    fn is_part_put(&self) -> bool {
+        self.method == "PUT"
+            && self.query.contains_key("partNumber")
+            && self.query.contains_key("uploadId")
+    }
+}
+
+fn read_head(reader: &mut BufReader<TcpStream>) -> Option<Request> {
     let mut line = String::new();
     if reader.read_line(&mut line).ok()? == 0 {
         return None;
@@ -124,7 +232,7 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Request> {
     let mut parts = line.split_whitespace();
     let method = parts.next()?.to_owned();
     let target = parts.next()?;
-    let path = target.split('?').next()?.to_owned();
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let mut headers = HashMap::new();
     loop {
         let mut header = String::new();
@@ -136,10 +244,59 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Request> {
         let (name, value) = header.split_once(':')?;
         headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
     }
-    if let Some(n) = headers.get("content-length").and_then(|v| v.parse::<u64>().ok()) {
-        std::io::copy(&mut reader.by_ref().take(n), &mut std::io::sink()).ok()?;
+    let query = parse_query(query);
+    Some(Request { method, path: percent_decode(path), query, headers, body: Vec::new() })
+}
+
+fn parse_query(query: &str) -> HashMap<String, String> {
+    let pairs = query.split('&').filter(|pair| !pair.is_empty());
+    pairs
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(name), percent_decode(value))
+        })
+        .collect()
+}
+
+/// Reads the body that `Content-Length` or `Transfer-Encoding: chunked` announces. object_store
+/// sends a `Content-Length` with every write, streamed payloads included; chunked costs little.
+fn read_body(reader: &mut BufReader<TcpStream>, request: &mut Request) -> Option<()> {
+    let encoding = request.headers.get("transfer-encoding");
+    if encoding.is_some_and(|e| e.to_ascii_lowercase().contains("chunked")) {
+        request.body = read_chunked(reader)?;
+    } else if let Some(n) = request.headers.get("content-length") {
+        let n: u64 = n.parse().ok()?;
+        reader.by_ref().take(n).read_to_end(&mut request.body).ok()?;
+        (request.body.len() as u64 == n).then_some(())?;
     }
-    Some(Request { method, path: percent_decode(&path), headers })
+    Some(())
+}
+
+fn read_chunked(reader: &mut BufReader<TcpStream>) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let size_line = read_line(reader)?;
+        let size = usize::from_str_radix(size_line.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            break;
+        }
+        let start = body.len();
+        body.resize(start + size, 0);
+        reader.read_exact(&mut body[start..]).ok()?;
+        read_line(reader)?;
+    }
+    // Trailers, up to the empty line.
+    while !read_line(reader)?.is_empty() {}
+    Some(body)
+}
+
+/// One line without its line end; `None` at the end of the stream.
+fn read_line(reader: &mut BufReader<TcpStream>) -> Option<String> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    Some(line.trim_end().to_owned())
 }
 
 fn percent_decode(text: &str) -> String {
@@ -163,31 +320,66 @@ fn percent_decode(text: &str) -> String {
 fn serve(stream: TcpStream, state: &State) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
-    while let Some(request) = read_request(&mut reader) {
-        let keep_open = match request.method.as_str() {
-            "HEAD" => {
-                state.heads.fetch_add(1, Ordering::SeqCst);
-                answer(&mut writer, state, &request, true)
-            }
-            "GET" => {
-                state.gets.fetch_add(1, Ordering::SeqCst);
-                let now = state.active_gets.fetch_add(1, Ordering::SeqCst) + 1;
-                state.max_active_gets.fetch_max(now, Ordering::SeqCst);
-                let delay = *state.get_delay.lock().unwrap();
-                thread::sleep(delay);
-                let fault = state.faults.lock().unwrap().pop_front();
-                let keep = match fault {
-                    None => answer(&mut writer, state, &request, false),
-                    Some(fault) => misbehave(&mut writer, state, &request, fault),
-                };
-                state.active_gets.fetch_sub(1, Ordering::SeqCst);
-                keep
-            }
-            _ => respond(&mut writer, 405, &[], b""),
-        };
-        if !keep_open {
+    while let Some(mut request) = read_head(&mut reader) {
+        // A part put is in progress from its head on, the transfer of its body included.
+        let _active = request
+            .is_part_put()
+            .then(|| Active::enter(&state.active_part_puts, &state.max_active_part_puts));
+        // A client that asked to close waits for the end of the stream.
+        let close =
+            request.headers.get("connection").is_some_and(|c| c.eq_ignore_ascii_case("close"));
+        if read_body(&mut reader, &mut request).is_none() || !handle(&mut writer, state, request) {
             return;
         }
+        if close {
+            let _ = writer.shutdown(Shutdown::Both);
+            return;
+        }
+    }
+}
+
+/// Answers one request; false: close the connection.
+fn handle(out: &mut TcpStream, state: &State, request: Request) -> bool {
+    match request.method.as_str() {
+        "HEAD" => {
+            state.heads.fetch_add(1, Ordering::SeqCst);
+            answer(out, state, &request, true)
+        }
+        "GET" => get(out, state, &request),
+        "PUT" | "POST" | "DELETE" if state.s3_key_id.is_some() => write(out, state, request),
+        _ => respond(out, 405, &[], b""),
+    }
+}
+
+fn get(out: &mut TcpStream, state: &State, request: &Request) -> bool {
+    state.gets.fetch_add(1, Ordering::SeqCst);
+    let now = state.active_gets.fetch_add(1, Ordering::SeqCst) + 1;
+    state.max_active_gets.fetch_max(now, Ordering::SeqCst);
+    let delay = *state.get_delay.lock().unwrap();
+    thread::sleep(delay);
+    let fault = state.faults.lock().unwrap().pop_front();
+    let keep = match fault {
+        None => answer(out, state, request, false),
+        Some(fault) => misbehave(out, state, request, fault),
+    };
+    state.active_gets.fetch_sub(1, Ordering::SeqCst);
+    keep
+}
+
+/// Counts one request in progress while it lives, and keeps the most seen at once.
+struct Active<'a>(&'a AtomicUsize);
+
+impl<'a> Active<'a> {
+    fn enter(active: &'a AtomicUsize, max: &AtomicUsize) -> Active<'a> {
+        let now = active.fetch_add(1, Ordering::SeqCst) + 1;
+        max.fetch_max(now, Ordering::SeqCst);
+        Active(active)
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -196,7 +388,9 @@ fn respond(out: &mut TcpStream, status: u16, headers: &[(&str, String)], body: &
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
-    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-length")) {
+    // A 204 has no body, and says so by sending no length at all.
+    let has_length = headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-length"));
+    if status != 204 && !has_length {
         head.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     head.push_str("\r\n");
@@ -206,7 +400,9 @@ fn respond(out: &mut TcpStream, status: u16, headers: &[(&str, String)], body: &
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        204 => "No Content",
         206 => "Partial Content",
+        400 => "Bad Request",
         403 => "Forbidden",
         404 => "Not Found",
         416 => "Range Not Satisfiable",
@@ -217,26 +413,36 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
+/// In S3 mode, refuses (403) a request not signed with the expected access key id; the error
+/// response is already sent: `Err(keep_open)`.
+fn authorize(out: &mut TcpStream, state: &State, request: &Request) -> Result<(), bool> {
+    let Some(key_id) = &state.s3_key_id else { return Ok(()) };
+    let signed = request
+        .headers
+        .get("authorization")
+        .is_some_and(|a| a.contains(&format!("Credential={key_id}/")));
+    if signed {
+        return Ok(());
+    }
+    Err(s3_reply(out, 403, "InvalidAccessKeyId", "The AWS Access Key Id does not exist"))
+}
+
 /// The object a request names, or the error response it gets (already sent: `Err(keep_open)`).
 fn lookup(out: &mut TcpStream, state: &State, request: &Request) -> Result<Arc<Vec<u8>>, bool> {
-    if let Some(key_id) = &state.s3_key_id {
-        let signed = request
-            .headers
-            .get("authorization")
-            .is_some_and(|a| a.contains(&format!("Credential={key_id}/")));
-        if !signed {
-            let body = s3_error("InvalidAccessKeyId", "The AWS Access Key Id does not exist");
-            return Err(respond(out, 403, &[("Content-Type", "application/xml".into())], &body));
-        }
-    }
+    authorize(out, state, request)?;
     match state.objects.lock().unwrap().get(&request.path) {
         Some(bytes) => Ok(Arc::clone(bytes)),
         None if state.s3_key_id.is_some() => {
-            let body = s3_error("NoSuchKey", "The specified key does not exist.");
-            Err(respond(out, 404, &[("Content-Type", "application/xml".into())], &body))
+            Err(s3_reply(out, 404, "NoSuchKey", "The specified key does not exist."))
         }
         None => Err(respond(out, 404, &[], b"not found")),
     }
+}
+
+/// An S3 error: `status` with the XML body naming `code`.
+fn s3_reply(out: &mut TcpStream, status: u16, code: &str, message: &str) -> bool {
+    let body = s3_error(code, message);
+    respond(out, status, &[("Content-Type", "application/xml".into())], &body)
 }
 
 fn s3_error(code: &str, message: &str) -> Vec<u8> {
@@ -319,4 +525,245 @@ fn misbehave(out: &mut TcpStream, state: &State, request: &Request, fault: Fault
             false
         }
     }
+}
+
+/// The S3 writes: a plain PUT, and a multipart upload's create, parts, complete and abort. The
+/// puts and the complete take the next write fault, if one is queued.
+fn write(out: &mut TcpStream, state: &State, request: Request) -> bool {
+    if let Err(keep_open) = authorize(out, state, &request) {
+        return keep_open;
+    }
+    let upload_id = request.query.get("uploadId").cloned();
+    match (request.method.as_str(), upload_id) {
+        ("POST", None) if request.query.contains_key("uploads") => {
+            create_upload(out, state, &request)
+        }
+        ("DELETE", Some(id)) => abort_upload(out, state, &request, &id),
+        ("PUT", Some(id)) => {
+            state.part_puts.fetch_add(1, Ordering::SeqCst);
+            let delay = *state.part_delay.lock().unwrap();
+            thread::sleep(delay);
+            faulted(out, state, |out| put_part(out, state, request, &id))
+        }
+        ("PUT", None) => {
+            state.plain_puts.fetch_add(1, Ordering::SeqCst);
+            faulted(out, state, |out| put_object(out, state, request))
+        }
+        ("POST", Some(id)) => faulted(out, state, |out| complete_upload(out, state, request, &id)),
+        _ => s3_reply(out, 501, "NotImplemented", "This server does not implement that request."),
+    }
+}
+
+/// Runs `handle` (which answers well) unless the next queued write fault says otherwise.
+fn faulted(
+    out: &mut TcpStream,
+    state: &State,
+    handle: impl FnOnce(&mut TcpStream) -> bool,
+) -> bool {
+    let fault = state.write_faults.lock().unwrap().pop_front();
+    match fault {
+        None => handle(out),
+        Some(WriteFault::Stall(wait)) => {
+            thread::sleep(wait);
+            handle(out)
+        }
+        Some(WriteFault::Status(status)) => {
+            let (code, message) = match status {
+                503 => ("SlowDown", "Please reduce your request rate."),
+                500 => ("InternalError", "We encountered an internal error. Please try again."),
+                _ => ("InjectedFault", "A fault the test injected."),
+            };
+            s3_reply(out, status, code, message)
+        }
+        Some(WriteFault::Drop) => {
+            let _ = out.shutdown(Shutdown::Both);
+            false
+        }
+    }
+}
+
+fn put_object(out: &mut TcpStream, state: &State, request: Request) -> bool {
+    let etag = content_etag(&request.body);
+    state.objects.lock().unwrap().insert(request.path, Arc::new(request.body));
+    respond(out, 200, &[("ETag", etag)], b"")
+}
+
+fn create_upload(out: &mut TcpStream, state: &State, request: &Request) -> bool {
+    let n = state.uploads_created.fetch_add(1, Ordering::SeqCst) + 1;
+    let id = format!("gpumap-test-upload-{n:06}");
+    let upload = Upload { path: request.path.clone(), parts: BTreeMap::new() };
+    state.uploads.lock().unwrap().insert(id.clone(), upload);
+    let inner = format!("{}<UploadId>{id}</UploadId>", bucket_and_key(&request.path));
+    respond_xml(out, "InitiateMultipartUploadResult", &inner)
+}
+
+fn abort_upload(out: &mut TcpStream, state: &State, request: &Request, id: &str) -> bool {
+    let known = {
+        let mut uploads = state.uploads.lock().unwrap();
+        let known = uploads.get(id).is_some_and(|upload| upload.path == request.path);
+        if known {
+            uploads.remove(id);
+        }
+        known
+    };
+    if !known {
+        return no_such_upload(out);
+    }
+    state.aborts.fetch_add(1, Ordering::SeqCst);
+    respond(out, 204, &[], b"")
+}
+
+fn put_part(out: &mut TcpStream, state: &State, request: Request, id: &str) -> bool {
+    let number = request.query.get("partNumber").and_then(|n| n.parse::<u16>().ok());
+    let Some(number) = number.filter(|n| (1..=10_000).contains(n)) else {
+        let message = "Part number must be an integer between 1 and 10000, inclusive";
+        return s3_reply(out, 400, "InvalidArgument", message);
+    };
+    let etag = content_etag(&request.body);
+    let stored = {
+        let mut uploads = state.uploads.lock().unwrap();
+        let upload = uploads.get_mut(id).filter(|upload| upload.path == request.path);
+        let part = Part { etag: etag.clone(), bytes: request.body };
+        upload.map(|upload| upload.parts.insert(number, part)).is_some()
+    };
+    if !stored {
+        return no_such_upload(out);
+    }
+    respond(out, 200, &[("ETag", etag)], b"")
+}
+
+fn complete_upload(out: &mut TcpStream, state: &State, request: Request, id: &str) -> bool {
+    let Some(listed) = listed_parts(&String::from_utf8_lossy(&request.body)) else {
+        let message = "The XML you provided was not well-formed or did not validate against \
+                       our published schema";
+        return s3_reply(out, 400, "MalformedXML", message);
+    };
+    let assembled = {
+        let mut uploads = state.uploads.lock().unwrap();
+        match uploads.get(id).filter(|upload| upload.path == request.path) {
+            None => None,
+            Some(upload) => {
+                let assembled = assemble(upload, &listed);
+                if assembled.is_ok() {
+                    uploads.remove(id);
+                }
+                Some(assembled)
+            }
+        }
+    };
+    let bytes = match assembled {
+        None => return no_such_upload(out),
+        Some(Err((code, message))) => return s3_reply(out, 400, code, message),
+        Some(Ok(bytes)) => bytes,
+    };
+    let etags: String = listed.iter().map(|(_, etag)| etag.as_str()).collect();
+    let etag = content_etag(etags.as_bytes());
+    let etag = format!("{}-{}\"", etag.trim_end_matches('"'), listed.len());
+    let inner = format!("{}<ETag>{}</ETag>", bucket_and_key(&request.path), xml_escape(&etag));
+    state.objects.lock().unwrap().insert(request.path, Arc::new(bytes));
+    state.completes.fetch_add(1, Ordering::SeqCst);
+    respond_xml(out, "CompleteMultipartUploadResult", &inner)
+}
+
+/// AWS's rules for a completion: part numbers ascend, each listed part was uploaded with the
+/// ETag given, and every part but the last is at least 5 MiB. `Ok`: the object's bytes.
+fn assemble(
+    upload: &Upload,
+    listed: &[(u16, String)],
+) -> Result<Vec<u8>, (&'static str, &'static str)> {
+    if listed.windows(2).any(|pair| pair[0].0 >= pair[1].0) {
+        return Err((
+            "InvalidPartOrder",
+            "The list of parts was not in ascending order. The parts list must be specified in \
+             order by part number.",
+        ));
+    }
+    let mut bytes = Vec::new();
+    for (i, (number, etag)) in listed.iter().enumerate() {
+        let part = upload.parts.get(number).filter(|part| unquote(&part.etag) == unquote(etag));
+        let Some(part) = part else {
+            return Err((
+                "InvalidPart",
+                "One or more of the specified parts could not be found. The part may not have \
+                 been uploaded, or the specified entity tag may not match the part's entity tag.",
+            ));
+        };
+        if i + 1 < listed.len() && part.bytes.len() < MIN_PART {
+            return Err((
+                "EntityTooSmall",
+                "Your proposed upload is smaller than the minimum allowed object size.",
+            ));
+        }
+        bytes.extend_from_slice(&part.bytes);
+    }
+    Ok(bytes)
+}
+
+/// The `(PartNumber, ETag)` of each `<Part>` of a `CompleteMultipartUpload` body, in order
+/// (other elements, such as checksums, are ignored); `None`: malformed, or no part at all.
+fn listed_parts(xml: &str) -> Option<Vec<(u16, String)>> {
+    let mut parts = Vec::new();
+    let mut rest = xml;
+    while let Some(start) = rest.find("<Part>") {
+        let (part, after) = rest[start + "<Part>".len()..].split_once("</Part>")?;
+        let number = element(part, "PartNumber")?.trim().parse().ok()?;
+        parts.push((number, xml_unescape(element(part, "ETag")?.trim())));
+        rest = after;
+    }
+    (!parts.is_empty()).then_some(parts)
+}
+
+/// The text of the first `<name>` element in `xml`.
+fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+    let (_, after) = xml.split_once(&format!("<{name}>"))?;
+    Some(after.split_once(&format!("</{name}>"))?.0)
+}
+
+fn unquote(etag: &str) -> &str {
+    etag.trim_matches('"')
+}
+
+fn xml_escape(text: &str) -> String {
+    let text = text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    text.replace('"', "&quot;").replace('\'', "&apos;")
+}
+
+fn xml_unescape(text: &str) -> String {
+    let text = text.replace("&quot;", "\"").replace("&apos;", "'").replace("&#34;", "\"");
+    text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+}
+
+/// `<Bucket>..</Bucket><Key>..</Key>` for a path-style `/bucket/key`.
+fn bucket_and_key(path: &str) -> String {
+    let (bucket, key) = path.trim_start_matches('/').split_once('/').unwrap_or((path, ""));
+    format!("<Bucket>{}</Bucket><Key>{}</Key>", xml_escape(bucket), xml_escape(key))
+}
+
+fn respond_xml(out: &mut TcpStream, root: &str, inner: &str) -> bool {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+         <{root} xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">{inner}</{root}>"
+    );
+    respond(out, 200, &[("Content-Type", "application/xml".into())], body.as_bytes())
+}
+
+fn no_such_upload(out: &mut TcpStream) -> bool {
+    let message = "The specified upload does not exist. The upload ID may be invalid, or the \
+                   upload may have been aborted or completed.";
+    s3_reply(out, 404, "NoSuchUpload", message)
+}
+
+/// A quoted ETag that tells contents apart, as S3's MD5 does (a 64-bit mix of the bytes, a
+/// word at a time so that tens of MiB hash quickly in a debug build, and the length).
+fn content_etag(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut words = bytes.chunks_exact(8);
+    for word in words.by_ref() {
+        let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        hash = (hash ^ word).wrapping_mul(0x0100_0000_01b3).rotate_left(23);
+    }
+    for &byte in words.remainder() {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3).rotate_left(23);
+    }
+    format!("\"{hash:016x}{:016x}\"", bytes.len())
 }

@@ -1,0 +1,166 @@
+//! `RemoteWriter`: a new S3 object written from host or device memory as a multipart upload,
+//! over [`gpumap::remote::RemoteWriter`] (docs/remote.md).
+
+use std::sync::Arc;
+
+use gpumap::remote::{RemoteUrl, RemoteWriter as Writer};
+use parking_lot::Mutex;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::buffers::memory;
+use crate::errors::{check, nogil};
+use crate::remote::RemoteSettings;
+
+/// A new S3 object, written with `write(buf, file_offset=...)` at any offsets (from any
+/// threads: each call releases the GIL) and made visible, whole, by `finish()`. Any failure,
+/// `abort()`, `close()` before `finish()`, or leaving a `with` block by an exception aborts
+/// the upload: no object is written. (A writer collected unfinished aborts too, but holds the
+/// GIL while it waits for its parts in flight: close it.)
+#[pyclass(module = "gpumapio", name = "RemoteWriter", frozen)]
+pub struct RemoteWriter {
+    /// `None` once closed. Shared so that writes from many threads run at once, the lock held
+    /// only to take a reference.
+    writer: Mutex<Option<Arc<Writer>>>,
+}
+
+#[pymethods]
+impl RemoteWriter {
+    /// Starts writing the object at `url` (`s3://bucket/key`), with credentials, region and
+    /// endpoint from the AWS environment (`aws_endpoint_url` and `aws_region` override the
+    /// last two). Nothing is sent until a part of `part_size` bytes is whole.
+    #[new]
+    #[pyo3(signature = (url, *, part_size = None, max_in_flight = None, aws_region = None, aws_endpoint_url = None, http_max_attempts = None, http_status_codes = None, http_timeout = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        url: &str,
+        part_size: Option<u64>,
+        max_in_flight: Option<usize>,
+        aws_region: Option<String>,
+        aws_endpoint_url: Option<String>,
+        http_max_attempts: Option<u32>,
+        http_status_codes: Option<Vec<u16>>,
+        http_timeout: Option<f64>,
+    ) -> PyResult<RemoteWriter> {
+        let parsed = check(py, RemoteUrl::parse(url))?;
+        let settings = RemoteSettings {
+            http_max_attempts,
+            http_status_codes,
+            http_timeout,
+            max_in_flight,
+            s3_endpoint: aws_endpoint_url,
+            s3_region: aws_region,
+            ..RemoteSettings::default()
+        };
+        let mut options = check(py, settings.options())?;
+        if let Some(bytes) = part_size {
+            check(py, options.part_size(bytes).map(drop))?;
+        }
+        let writer = nogil(py, move || Writer::create_url(parsed, &options))?;
+        Ok(RemoteWriter { writer: Mutex::new(Some(Arc::new(writer))) })
+    }
+
+    /// Writes `size` bytes (default: the buffer's size) of `buf` (host or device memory) at
+    /// `file_offset` and returns the count; the bytes are copied before it returns.
+    #[pyo3(signature = (buf, size = None, file_offset = 0))]
+    fn write(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+    ) -> PyResult<usize> {
+        let writer = self.writer()?;
+        let mem = memory(buf, false)?;
+        let len = match size {
+            None => mem.len(),
+            Some(n) if n <= mem.len() => n,
+            Some(n) => {
+                return Err(PyValueError::new_err(format!(
+                    "Size is greater than the size of the buffer: {n} bytes asked, the buffer \
+                     has {}",
+                    mem.len()
+                )))
+            }
+        };
+        let src = mem.into_src(py, 0, len)?;
+        let n = nogil(py, || writer.pwrite_device(src.view(), file_offset));
+        drop(src);
+        n
+    }
+
+    /// Sends what remains and completes the upload; returns the object's size. A hole (a
+    /// byte below the end never written) is a `ValueError` naming its offset, and aborts.
+    fn finish(&self, py: Python<'_>) -> PyResult<u64> {
+        let writer = self.writer()?;
+        nogil(py, move || writer.finish())
+    }
+
+    /// Abandons the upload: no object is written.
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        let writer = self.writer()?;
+        nogil(py, move || writer.abort())
+    }
+
+    /// One past the highest byte written so far.
+    fn nbytes(&self) -> PyResult<u64> {
+        Ok(self.writer()?.len())
+    }
+
+    /// Bytes of each part but the last.
+    #[getter]
+    fn part_size(&self) -> PyResult<u64> {
+        Ok(self.writer()?.part_size())
+    }
+
+    /// The URL, without credentials.
+    #[getter]
+    fn url(&self) -> PyResult<String> {
+        Ok(self.writer()?.url().to_string())
+    }
+
+    /// Lets the writer go: an unfinished upload is aborted (waiting for its parts in flight).
+    fn close(&self, py: Python<'_>) {
+        let writer = self.writer.lock().take();
+        py.detach(move || drop(writer));
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Finishes the upload when the block ends normally; aborts it when it ends by an
+    /// exception (which goes on).
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let finished = if exc_type.is_none() {
+            self.writer().and_then(|writer| nogil(py, move || writer.finish()).map(drop))
+        } else {
+            Ok(())
+        };
+        self.close(py);
+        finished.map(|()| false)
+    }
+
+    fn __repr__(&self) -> String {
+        match self.writer.lock().as_ref() {
+            Some(w) => format!("<gpumapio.RemoteWriter {} ({} bytes written)>", w.url(), w.len()),
+            None => "<gpumapio.RemoteWriter (closed)>".to_owned(),
+        }
+    }
+}
+
+impl RemoteWriter {
+    fn writer(&self) -> PyResult<Arc<Writer>> {
+        self.writer
+            .lock()
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("I/O operation on a closed RemoteWriter"))
+    }
+}
