@@ -31,35 +31,21 @@ pub(crate) struct RemoteSettings {
 impl RemoteSettings {
     /// The options these settings make, `gpumapio.defaults` filling what is not given.
     pub(crate) fn options(&self) -> gpumap::Result<RemoteOptions> {
-        let mut o = RemoteOptions::default();
+        let mut o = RemoteOptions::from_config(&crate::defaults::current()?)?;
         o.known_len(self.nbytes).s3_endpoint(self.s3_endpoint.clone());
         o.s3_region(self.s3_region.clone());
-        let defaults = crate::defaults::current()?;
-        let attempts = match self.http_max_attempts {
-            Some(n) => n,
-            None => u32::try_from(defaults.http_max_attempts).unwrap_or(u32::MAX),
-        };
-        o.max_attempts(attempts)?;
-        let codes = match &self.http_status_codes {
-            Some(codes) => codes.clone(),
-            None => defaults
-                .http_status_codes
-                .iter()
-                .map(|&c| {
-                    u16::try_from(c).map_err(|_| {
-                        gpumap::Error::InvalidArgument(format!(
-                            "http_status_codes: {c} is not an HTTP status code (100 to 599)"
-                        ))
-                    })
-                })
-                .collect::<gpumap::Result<Vec<u16>>>()?,
-        };
-        o.retry_status_codes(&codes)?;
-        let seconds = self.http_timeout.unwrap_or(defaults.http_timeout as f64);
-        let timeout = Duration::try_from_secs_f64(seconds).map_err(|_| {
-            gpumap::Error::InvalidArgument(format!("http_timeout {seconds} is not a duration"))
-        })?;
-        o.timeout(timeout)?;
+        if let Some(n) = self.http_max_attempts {
+            o.max_attempts(n)?;
+        }
+        if let Some(codes) = &self.http_status_codes {
+            o.retry_status_codes(codes)?;
+        }
+        if let Some(seconds) = self.http_timeout {
+            let timeout = Duration::try_from_secs_f64(seconds).map_err(|_| {
+                gpumap::Error::InvalidArgument(format!("http_timeout {seconds} is not a duration"))
+            })?;
+            o.timeout(timeout)?;
+        }
         o.max_in_flight(self.max_in_flight)?;
         if let Some(bytes) = self.request_size {
             o.request_size(bytes)?;

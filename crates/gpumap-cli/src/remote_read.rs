@@ -24,20 +24,23 @@ pub struct RemoteArgs {
     /// Bytes one ranged GET asks for, e.g. 8MiB (default: 4 MiB).
     #[arg(long, value_parser = size_arg)]
     request_size: Option<u64>,
-    /// Requests made for one range before giving up (default: 3, as KvikIO's).
+    /// Requests made for one range before giving up (default: the http_max_attempts setting,
+    /// GPUMAP_HTTP_MAX_ATTEMPTS or KVIKIO_HTTP_MAX_ATTEMPTS; 3 as KvikIO's).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     http_max_attempts: Option<u32>,
-    /// Seconds one request may take, body included (default: 60, as KvikIO's).
+    /// Seconds one request may take, body included (default: the http_timeout setting; 60 as
+    /// KvikIO's).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     http_timeout: Option<u64>,
-    /// HTTP statuses retried, comma-separated (default: 429,500,502,503,504, as KvikIO's).
+    /// HTTP statuses retried, comma-separated (default: the http_status_codes setting;
+    /// 429,500,502,503,504 as KvikIO's).
     #[arg(long, value_delimiter = ',')]
     http_status_codes: Option<Vec<u16>>,
 }
 
 impl RemoteArgs {
     fn options(&self) -> gpumap::Result<RemoteOptions> {
-        let mut options = RemoteOptions::default();
+        let mut options = RemoteOptions::from_config(gpumap::config::Config::global()?)?;
         if let Some(n) = self.max_in_flight {
             options.max_in_flight(Some(n as usize))?;
         }

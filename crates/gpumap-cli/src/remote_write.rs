@@ -27,13 +27,16 @@ pub struct RemoteWriteArgs {
     /// Parts held in memory and sent at once, 1 to 1024 (default: 64, within 4 GiB).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=gpumap::remote::MAX_IN_FLIGHT as u64))]
     max_in_flight: Option<u64>,
-    /// Requests made for one part before giving up (default: 3, as KvikIO's).
+    /// Requests made for one part before giving up (default: the http_max_attempts setting,
+    /// GPUMAP_HTTP_MAX_ATTEMPTS or KVIKIO_HTTP_MAX_ATTEMPTS; 3 as KvikIO's).
     #[arg(long = "http-max-attempts", value_parser = clap::value_parser!(u32).range(1..))]
     max_attempts: Option<u32>,
-    /// Seconds one request may take, body included (default: 60, as KvikIO's).
+    /// Seconds one request may take, body included (default: the http_timeout setting; 60 as
+    /// KvikIO's).
     #[arg(long = "http-timeout", value_parser = clap::value_parser!(u64).range(1..))]
     timeout: Option<u64>,
-    /// HTTP statuses retried, comma-separated (default: 429,500,502,503,504, as KvikIO's).
+    /// HTTP statuses retried, comma-separated (default: the http_status_codes setting;
+    /// 429,500,502,503,504 as KvikIO's).
     #[arg(long = "http-status-codes", value_delimiter = ',')]
     status_codes: Option<Vec<u16>>,
 }
@@ -53,7 +56,7 @@ impl RemoteWriteArgs {
     }
 
     fn options(&self) -> gpumap::Result<RemoteOptions> {
-        let mut options = RemoteOptions::default();
+        let mut options = RemoteOptions::from_config(gpumap::config::Config::global()?)?;
         if let Some(bytes) = self.part_size {
             options.part_size(bytes)?;
         }

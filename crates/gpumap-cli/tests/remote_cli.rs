@@ -70,6 +70,37 @@ fn url_errors_are_typed_in_json() {
     }
 }
 
+/// The retry settings of the settings table reach `gpumap read` of a URL: two 503s are retried
+/// past by default (3 attempts, as KvikIO's), and fail the read under
+/// `KVIKIO_HTTP_MAX_ATTEMPTS=1`.
+#[test]
+fn url_reads_take_the_retry_settings_from_the_environment() {
+    let server = server::Server::http();
+    server.put("/x.bin", vec![7u8; 10_000]);
+    let url = format!("{}/x.bin", server.endpoint());
+    let read = |env: Option<&str>| {
+        let mut command = Command::new(common::gpumap_bin());
+        command.args(["read", "--host", "--json", &url]);
+        if let Some(attempts) = env {
+            command.env("KVIKIO_HTTP_MAX_ATTEMPTS", attempts);
+        }
+        let out = command.output().expect("gpumap runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code().unwrap_or(-1), text)
+    };
+    server.inject([server::Fault::Status(503)]);
+    let (code, text) = read(Some("1"));
+    assert_ne!(code, 0, "one attempt cannot pass a 503: {text}");
+    assert!(text.contains("503"), "{text}");
+    server.inject([server::Fault::Status(503), server::Fault::Status(503)]);
+    let (code, text) = read(None);
+    assert_eq!(code, 0, "three attempts pass two 503s: {text}");
+}
+
 const KEY_ID: &str = "GPUMAPTESTKEYID";
 
 /// `gpumap ARGS` with the AWS environment of the test S3 server at `endpoint`.

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::config::Config;
 use crate::error::Result;
 use crate::io::{IoFuture, IoPool};
 use crate::memory::{DeviceViewMut, OwnedDeviceMemory};
@@ -33,9 +34,10 @@ struct Inner {
 }
 
 impl RemoteFile {
-    /// Opens `url` (`s3://bucket/key`, `http://...`, `https://...`) with default options.
+    /// Opens `url` (`s3://bucket/key`, `http://...`, `https://...`) with the options the
+    /// settings give ([`RemoteOptions::from_config`] of [`Config::global`]).
     pub fn open(url: &str) -> Result<RemoteFile> {
-        Self::open_with(url, &RemoteOptions::default())
+        Self::open_with(url, &RemoteOptions::from_config(Config::global()?)?)
     }
 
     /// Opens `url` with `options`: the object's size comes from the options' known length, or

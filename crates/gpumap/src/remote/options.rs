@@ -1,13 +1,16 @@
 //! [`RemoteOptions`]: how a [`RemoteFile`](super::RemoteFile) or a
 //! [`RemoteWriter`](super::RemoteWriter) talks to its server.
 //!
-//! The retry settings default to KvikIO's (`KVIKIO_HTTP_MAX_ATTEMPTS`,
-//! `KVIKIO_HTTP_STATUS_CODES`, `KVIKIO_HTTP_TIMEOUT`), so that code moving from KvikIO sees
-//! the same behaviour; the Python binding hands its settings over explicitly.
+//! [`RemoteOptions::default`] holds KvikIO's built-in retry values; [`RemoteOptions::from_config`]
+//! takes them from the settings table instead (`http_max_attempts`, `http_status_codes`,
+//! `http_timeout`: `GPUMAP_HTTP_*`, or KvikIO's `KVIKIO_HTTP_*`), which is where
+//! [`RemoteFile::open`](super::RemoteFile::open), [`RemoteWriter::create`](super::RemoteWriter::create),
+//! the CLI and the Python binding start, so that code moving from KvikIO sees the same behaviour.
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
 
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::remote::parts::{MAX_PART_SIZE, MIN_PART_SIZE};
 
@@ -72,6 +75,27 @@ impl Default for RemoteOptions {
 }
 
 impl RemoteOptions {
+    /// The defaults with the retry settings of `config` (its `http_max_attempts`,
+    /// `http_status_codes` and `http_timeout`); errors name a value out of range.
+    pub fn from_config(config: &Config) -> Result<RemoteOptions> {
+        let mut o = RemoteOptions::default();
+        o.max_attempts(u32::try_from(config.http_max_attempts).unwrap_or(u32::MAX))?;
+        let codes = config
+            .http_status_codes
+            .iter()
+            .map(|&c| {
+                u16::try_from(c).map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "http_status_codes: {c} is not an HTTP status code (100 to 599)"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<u16>>>()?;
+        o.retry_status_codes(&codes)?;
+        o.timeout(Duration::from_secs(config.http_timeout))?;
+        Ok(o)
+    }
+
     /// Requests made for one range before giving up: 1 means no retry (at least 1).
     pub fn max_attempts(&mut self, attempts: u32) -> Result<&mut Self> {
         if attempts == 0 {
@@ -229,6 +253,25 @@ mod tests {
         assert_eq!(o.max_attempts, 3);
         assert_eq!(o.retry_status_codes, [429, 500, 502, 503, 504]);
         assert_eq!(o.timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn from_config_takes_the_retry_settings() {
+        let mut c = Config::default();
+        assert_eq!(RemoteOptions::from_config(&c).unwrap(), RemoteOptions::default());
+        c.http_max_attempts = 7;
+        c.http_status_codes = vec![503];
+        c.http_timeout = 9;
+        let o = RemoteOptions::from_config(&c).unwrap();
+        assert_eq!(o.max_attempts, 7);
+        assert_eq!(o.retry_status_codes, vec![503]);
+        assert_eq!(o.timeout, Duration::from_secs(9));
+        c.http_status_codes = vec![503, 70_000];
+        let err = RemoteOptions::from_config(&c).unwrap_err().to_string();
+        assert!(err.contains("70000"), "{err}");
+        c.http_status_codes = vec![503];
+        c.http_timeout = 0;
+        assert!(RemoteOptions::from_config(&c).is_err());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use object_store::path::Path as StorePath;
 use object_store::{MultipartId, ObjectStoreExt, PutPayload};
 use parking_lot::{Condvar, Mutex};
 
+use crate::config::Config;
 use crate::error::{Error, RemoteErrorKind, Result};
 use crate::memory::DeviceView;
 use crate::remote::client;
@@ -127,9 +128,10 @@ struct Filling {
 }
 
 impl RemoteWriter {
-    /// Starts writing the object at `url` (`s3://bucket/key`) with default options.
+    /// Starts writing the object at `url` (`s3://bucket/key`) with the options the settings
+    /// give ([`RemoteOptions::from_config`] of [`Config::global`]).
     pub fn create(url: &str) -> Result<RemoteWriter> {
-        Self::create_with(url, &RemoteOptions::default())
+        Self::create_with(url, &RemoteOptions::from_config(Config::global()?)?)
     }
 
     /// Starts writing the object at `url` with `options` (endpoint, region, retries, part size,
