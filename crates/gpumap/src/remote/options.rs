@@ -36,8 +36,10 @@ pub const AUTO_IN_FLIGHT: usize = 64;
 /// (156 GiB at this size).
 pub const DEFAULT_PART_SIZE: u64 = 16 << 20;
 
-/// Settings of remote reads and writes. Build with [`RemoteOptions::default`] and the setters.
+/// Settings of remote reads and writes. Build with [`RemoteOptions::from_config`] (or
+/// [`RemoteOptions::default`]) and the setters.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RemoteOptions {
     pub(crate) max_attempts: u32,
     pub(crate) retry_status_codes: Vec<u16>,
