@@ -11,7 +11,7 @@ use gpumap_bench::{append_jsonl, run_device, run_host, BenchOptions, Record};
 use crate::error::{CliError, CliResult};
 use crate::output;
 use crate::schema::SCHEMA;
-use crate::transfer::rate_text;
+use crate::units::rate_text;
 
 /// Arguments of `gpumap bench`.
 #[derive(Args, Debug)]

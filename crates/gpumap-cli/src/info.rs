@@ -17,7 +17,7 @@ use gpumap::tuning_facts;
 use crate::error::CliResult;
 use crate::output;
 use crate::schema::{Memory, SCHEMA};
-use crate::transfer::human;
+use crate::units::human;
 
 /// Arguments of `gpumap info`.
 #[derive(Args, Debug)]

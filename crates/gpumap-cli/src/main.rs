@@ -9,10 +9,13 @@ mod map;
 mod output;
 mod pagecache;
 mod pattern;
+mod progress;
+mod remote_args;
 mod remote_read;
 mod remote_write;
 mod schema;
 mod transfer;
+mod units;
 
 use std::process::ExitCode;
 
@@ -85,8 +88,14 @@ fn main() -> ExitCode {
 fn run(command: &Command) -> CliResult {
     match command {
         Command::Info(args) => info::info(args),
-        Command::Read(args) => transfer::read(args),
-        Command::Write(args) => transfer::write(args),
+        Command::Read(args) => match remote_args::remote_url(&args.file) {
+            Some(url) => remote_read::read(args, url),
+            None => transfer::read(args),
+        },
+        Command::Write(args) => match remote_args::remote_url(&args.file) {
+            Some(url) => remote_write::write(args, url),
+            None => transfer::write(args),
+        },
         Command::Bench(args) => bench::bench(args),
         Command::Map(args) => map::map(args),
         Command::Pagecache(args) => pagecache::run(args),

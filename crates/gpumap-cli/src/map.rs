@@ -17,7 +17,8 @@ use gpumap::memory::DeviceBuffer;
 
 use crate::error::{CliError, CliResult};
 use crate::schema::{Memory, SCHEMA};
-use crate::transfer::{size_arg, MemoryArgs};
+use crate::transfer::MemoryArgs;
+use crate::units::size_arg;
 use crate::{output, pattern};
 
 /// Most views one run may ask for: enough for any benchmark, and a bound on what a typo costs.

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::error::{CliError, CliResult};
 use crate::output;
 use crate::schema::{ErrorObject, SCHEMA};
-use crate::transfer::size_arg;
+use crate::units::size_arg;
 
 /// Show how much of each file is in the host page cache, and change it.
 ///

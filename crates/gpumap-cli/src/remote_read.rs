@@ -1,64 +1,19 @@
 //! `gpumap read s3://...` and `gpumap read https://...`: a remote object read with ranged GETs
 //! into GPU (or host) memory, and the rate reported.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use clap::Args;
 use serde::Serialize;
 
 use gpumap::memory::DeviceBuffer;
-use gpumap::remote::{RemoteFile, RemoteOptions};
+use gpumap::remote::RemoteFile;
 use gpumap::Error;
 
 use crate::error::{CliError, CliResult};
 use crate::output;
 use crate::schema::{Memory, SCHEMA};
-use crate::transfer::{human, rate_text, size_arg, ReadArgs};
-
-/// Options of reads from `s3://` and `http(s)://` URLs (ignored for local files).
-#[derive(Args, Debug)]
-pub struct RemoteArgs {
-    /// Ranged GETs in flight at once, 1 to 1024 (default: picked from the read's size).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=gpumap::remote::MAX_IN_FLIGHT as u64))]
-    max_in_flight: Option<u64>,
-    /// Bytes one ranged GET asks for, e.g. 8MiB (default: 4 MiB).
-    #[arg(long, value_parser = size_arg)]
-    request_size: Option<u64>,
-    /// Requests made for one range before giving up (default: the http_max_attempts setting,
-    /// GPUMAP_HTTP_MAX_ATTEMPTS or KVIKIO_HTTP_MAX_ATTEMPTS; 3 as KvikIO's).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    http_max_attempts: Option<u32>,
-    /// Seconds one request may take, body included (default: the http_timeout setting; 60 as
-    /// KvikIO's).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    http_timeout: Option<u64>,
-    /// HTTP statuses retried, comma-separated (default: the http_status_codes setting;
-    /// 429,500,502,503,504 as KvikIO's).
-    #[arg(long, value_delimiter = ',')]
-    http_status_codes: Option<Vec<u16>>,
-}
-
-impl RemoteArgs {
-    fn options(&self) -> gpumap::Result<RemoteOptions> {
-        let mut options = RemoteOptions::from_config(gpumap::config::Config::global()?)?;
-        if let Some(n) = self.max_in_flight {
-            options.max_in_flight(Some(n as usize))?;
-        }
-        if let Some(bytes) = self.request_size {
-            options.request_size(bytes)?;
-        }
-        if let Some(n) = self.http_max_attempts {
-            options.max_attempts(n)?;
-        }
-        if let Some(seconds) = self.http_timeout {
-            options.timeout(Duration::from_secs(seconds))?;
-        }
-        if let Some(codes) = &self.http_status_codes {
-            options.retry_status_codes(codes)?;
-        }
-        Ok(options)
-    }
-}
+use crate::transfer::ReadArgs;
+use crate::units::{human, rate_text};
 
 /// What one remote read did, for the text line and `--json` (schema 1, `op` `"read"`).
 #[derive(Serialize, Debug)]

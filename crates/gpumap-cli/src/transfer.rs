@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressState, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::Serialize;
 
 use gpumap::config::{check_nthreads, parse_size, CompatMode, Config, DirectRead, MAX_THREADS};
@@ -14,14 +14,10 @@ use gpumap::memory::{Device, DeviceBuffer, HostBuffer};
 use gpumap::{Error, Result};
 
 use crate::error::{CliError, CliResult};
+use crate::progress::{in_pieces, progress_bar};
 use crate::schema::{DirectIo, Memory, TransferPath, SCHEMA};
+use crate::units::{human, rate_text, size_arg};
 use crate::{output, pattern};
-
-/// A byte count with `dd` suffixes (`4096`, `4K`, `4KiB`, `4KB`, `1GiB`; see
-/// [`gpumap::config::parse_size`]), for every size option of every command.
-pub(crate) fn size_arg(text: &str) -> std::result::Result<u64, String> {
-    parse_size(text)
-}
 
 /// A size above zero (`--task-size`: a task moves at least one byte).
 fn nonzero_size_arg(text: &str) -> std::result::Result<u64, String> {
@@ -191,7 +187,7 @@ impl TransferOptions {
 pub struct ReadArgs {
     /// The file to read: a path, or an s3://bucket/key or http(s):// URL (credentials from
     /// the AWS environment variables; see docs/remote.md).
-    file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Where to start, in bytes (suffixes such as 4KiB allowed); past the end is an error.
     #[arg(long, default_value = "0", value_parser = size_arg)]
     pub(crate) offset: u64,
@@ -201,7 +197,7 @@ pub struct ReadArgs {
     #[command(flatten)]
     pub(crate) options: TransferOptions,
     #[command(flatten)]
-    pub(crate) remote: crate::remote_read::RemoteArgs,
+    pub(crate) remote: crate::remote_args::RemoteArgs,
     /// Check the bytes read against the pattern `gpumap write` generates (exit status 3 when
     /// they differ).
     #[arg(long)]
@@ -259,7 +255,7 @@ pub struct WriteArgs {
     #[command(flatten)]
     pub(crate) options: TransferOptions,
     #[command(flatten)]
-    pub(crate) remote: crate::remote_write::RemoteWriteArgs,
+    pub(crate) remote: crate::remote_args::RemoteWriteArgs,
 }
 
 impl WriteArgs {
@@ -285,7 +281,7 @@ struct Report {
     schema: u32,
     /// `"read"` or `"write"`.
     op: &'static str,
-    file: PathBuf,
+    pub(crate) file: PathBuf,
     offset: u64,
     bytes: u64,
     /// Seconds of the fastest run (reads) or of the writes and the sync (writes).
@@ -343,24 +339,6 @@ impl Report {
     }
 }
 
-/// A rate in GB/s (10^9 bytes a second), the unit of every rate gpumap prints: results,
-/// progress bars, bench tables.
-pub(crate) fn rate_text(bytes_per_second: f64) -> String {
-    format!("{:.2} GB/s", bytes_per_second / 1e9)
-}
-
-/// `4 MiB`, `1 GiB`, or bytes where no binary unit divides evenly.
-pub(crate) fn human(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] =
-        [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
-    for (unit, size) in UNITS {
-        if bytes >= size && bytes.is_multiple_of(size) {
-            return format!("{} {unit}", bytes / size);
-        }
-    }
-    format!("{bytes} B")
-}
-
 /// Pieces a transfer is moved in, one after another, when a progress bar shows them (each
 /// piece still split into tasks across every thread); without a bar, one piece.
 fn progress_piece(handle: &FileHandle, threads: usize, bar: &ProgressBar, total: usize) -> usize {
@@ -387,44 +365,6 @@ fn transfer_piece(task_size: u64, threads: usize) -> usize {
     usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
-/// Calls `step(at, n)` for consecutive pieces `[at, at + n)` of `[0, total)`, each at most
-/// `piece` bytes, moving the progress bar after each.
-pub(crate) fn in_pieces(
-    total: usize,
-    piece: usize,
-    bar: &ProgressBar,
-    mut step: impl FnMut(usize, usize) -> CliResult,
-) -> CliResult {
-    let mut at = 0usize;
-    while at < total {
-        let n = piece.min(total - at);
-        step(at, n)?;
-        at += n;
-        bar.set_position(at as u64);
-    }
-    Ok(())
-}
-
-/// The bar's template: bytes and rate in decimal units (GB, GB/s), like the results.
-const BAR_TEMPLATE: &str =
-    "{msg} [{bar:40}] {decimal_bytes}/{decimal_total_bytes} {gbps} eta {eta}";
-
-pub(crate) fn progress_bar(total: u64, json: bool, what: &str) -> ProgressBar {
-    if json || output::quiet() || total < (256 << 20) {
-        return ProgressBar::hidden();
-    }
-    // Drawn to stderr, and hidden by indicatif when stderr is not a terminal.
-    let bar = ProgressBar::new(total);
-    if let Ok(style) = ProgressStyle::with_template(BAR_TEMPLATE) {
-        let style = style.with_key("gbps", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
-            let _ = w.write_str(&rate_text(state.per_sec()));
-        });
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_message(what.to_string());
-    bar
-}
-
 /// The length `gpumap read` reads: `len`, or to the end of the file. An offset past the end
 /// is an error either way; an offset at the end reads 0 bytes.
 pub(crate) fn read_len(offset: u64, len: Option<u64>, file_len: u64) -> Result<u64> {
@@ -438,9 +378,6 @@ pub(crate) fn read_len(offset: u64, len: Option<u64>, file_len: u64) -> Result<u
 
 /// `gpumap read`.
 pub fn read(args: &ReadArgs) -> CliResult {
-    if let Some(url) = args.file.to_str().filter(|f| gpumap::remote::is_remote_url(f)) {
-        return crate::remote_read::read(args, url);
-    }
     let (device, memory) = args.options.placement.memory()?;
     let (handle, pool) = args.options.open(&args.file, "r")?;
     let len = read_len(args.offset, args.len, handle.len()?)?;
@@ -564,9 +501,6 @@ pub(crate) fn write_piece(task_size: u64, threads: usize, size: u64) -> usize {
 /// file or nothing) is checked before the file is created or truncated; a file it created is
 /// removed again when the write fails.
 pub fn write(args: &WriteArgs) -> CliResult {
-    if let Some(url) = args.file.to_str().filter(|f| gpumap::remote::is_remote_url(f)) {
-        return crate::remote_write::write(args, url);
-    }
     if let Some(flag) = args.remote.given_flag() {
         let file = args.file.display();
         return Err(
@@ -766,13 +700,6 @@ mod tests {
                     || (len.is_none() && offset > file_len)),
             }
         }
-    }
-
-    #[test]
-    fn rates_are_in_gb_per_second_in_results_and_bars() {
-        assert_eq!(rate_text(2.5e9), "2.50 GB/s");
-        assert!(BAR_TEMPLATE.contains("{gbps}") && BAR_TEMPLATE.contains("decimal_bytes"));
-        assert!(!BAR_TEMPLATE.contains("binary"));
     }
 
     #[test]
