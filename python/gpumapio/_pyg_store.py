@@ -17,7 +17,7 @@ from torch_geometric.data import FeatureStore, TensorAttr
 
 from gpumapio._device import gpu_count
 from gpumapio._native import DeviceCache, MappedFile
-from gpumapio.pyg import FeatureTables, Key, Table
+from gpumapio._pyg_tables import FeatureTables, Key, Table
 
 __all__ = ["MappedFeatureStore"]
 
