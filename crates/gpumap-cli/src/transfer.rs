@@ -139,6 +139,19 @@ fn keep_until_exit(pool: &Arc<IoPool>) {
 }
 
 impl TransferOptions {
+    /// The first of these options given that only a local file takes, for refusing it with a
+    /// URL.
+    fn local_only_flag(&self) -> Option<&'static str> {
+        [
+            (self.direct.is_some(), "--direct"),
+            (self.compat_mode.is_some(), "--compat-mode"),
+            (self.task_size.is_some(), "--task-size"),
+            (self.threads.is_some(), "--threads"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+
     /// The handle options these flags give on top of the environment's.
     /// The pool is sized for `path`'s file system where neither `--threads` nor the
     /// environment gave a count (see `tuned_threads`).
@@ -219,17 +232,10 @@ pub struct ReadArgs {
 impl ReadArgs {
     /// The first option given that only a local file takes, for refusing it with a URL.
     pub(crate) fn local_only_flag(&self) -> Option<&'static str> {
-        let o = &self.options;
-        [
-            (self.cold, "--cold"),
-            (self.verify, "--verify"),
-            (o.direct.is_some(), "--direct"),
-            (o.compat_mode.is_some(), "--compat-mode"),
-            (o.task_size.is_some(), "--task-size"),
-            (o.threads.is_some(), "--threads"),
-        ]
-        .into_iter()
-        .find_map(|(given, flag)| given.then_some(flag))
+        [(self.cold, "--cold"), (self.verify, "--verify")]
+            .into_iter()
+            .find_map(|(given, flag)| given.then_some(flag))
+            .or_else(|| self.options.local_only_flag())
     }
 }
 
@@ -261,17 +267,10 @@ pub struct WriteArgs {
 impl WriteArgs {
     /// The first option given that only a local file takes, for refusing it with a URL.
     pub(crate) fn local_only_flag(&self) -> Option<&'static str> {
-        let o = &self.options;
-        [
-            (self.truncate, "--truncate"),
-            (self.sync, "--sync"),
-            (o.direct.is_some(), "--direct"),
-            (o.compat_mode.is_some(), "--compat-mode"),
-            (o.task_size.is_some(), "--task-size"),
-            (o.threads.is_some(), "--threads"),
-        ]
-        .into_iter()
-        .find_map(|(given, flag)| given.then_some(flag))
+        [(self.truncate, "--truncate"), (self.sync, "--sync")]
+            .into_iter()
+            .find_map(|(given, flag)| given.then_some(flag))
+            .or_else(|| self.options.local_only_flag())
     }
 }
 
