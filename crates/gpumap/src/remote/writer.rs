@@ -80,7 +80,7 @@ struct Shared {
     part_size: usize,
     /// Parts held in memory (filling or sending) at most.
     max_held: usize,
-    books: Mutex<Books>,
+    books: Mutex<UploadBooks>,
     /// Signalled whenever a part is sent or fails, a copy or a write ends, or the phase changes.
     changed: Condvar,
     /// The multipart upload, created when the first part goes out.
@@ -101,7 +101,7 @@ enum Phase {
 /// The writer's state, under [`Shared::books`]. Its lock is never held across a request, a
 /// copy of the caller's bytes or a wait on another lock's holder.
 #[derive(Debug)]
-struct Books {
+struct UploadBooks {
     phase: Phase,
     filling: HashMap<usize, Filling>,
     sending: BTreeSet<usize>,
@@ -167,7 +167,7 @@ impl RemoteWriter {
         let fit = usize::try_from(MAX_STAGED_BYTES / options.part_size).unwrap_or(usize::MAX);
         let max_held = options.in_flight_for(usize::MAX).min(fit).max(1);
         tracing::debug!(url = %url, part_size, max_held, "remote writer created");
-        let books = Books {
+        let books = UploadBooks {
             phase: Phase::Open,
             filling: HashMap::new(),
             sending: BTreeSet::new(),
@@ -368,7 +368,7 @@ impl Drop for WriterGuard<'_> {
     }
 }
 
-impl Books {
+impl UploadBooks {
     /// `Ok` while writes are taken; else why not.
     fn check_open(&self, url: &RemoteUrl) -> Result<()> {
         if let Some(gave_up) = &self.gave_up {
