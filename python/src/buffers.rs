@@ -688,3 +688,48 @@ fn dlpack(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
         .filter(|&n| n == 4 || n == 8);
     Ok(Memory { kind, len, readonly: false, keep: Keep::Object(capsule.unbind()), signed_int })
 }
+
+/// `size` (default: the whole buffer, after `offset`) checked against the buffer.
+pub(crate) fn span(mem: &Memory, size: Option<usize>, offset: usize) -> PyResult<usize> {
+    let available = mem.len().checked_sub(offset).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "offset {offset} is past the end of the buffer of {} bytes",
+            mem.len()
+        ))
+    })?;
+    match size {
+        None => Ok(available),
+        Some(n) if n <= available => Ok(n),
+        Some(n) => {
+            let after = if offset > 0 { format!(" after offset {offset}") } else { String::new() };
+            Err(PyValueError::new_err(format!(
+                "Size is greater than the size of the buffer: {n} bytes asked, the buffer has {}{after}",
+                mem.len()
+            )))
+        }
+    }
+}
+
+/// `buf`'s memory to read into: `size` bytes (default: the rest of the buffer) from `offset`.
+pub(crate) fn destination(
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    size: Option<usize>,
+    offset: usize,
+) -> PyResult<OwnedDst> {
+    let mem = memory(buf, true)?;
+    let len = span(&mem, size, offset)?;
+    mem.into_dst(py, offset, len)
+}
+
+/// `buf`'s memory to write from: `size` bytes (default: the rest of the buffer) from `offset`.
+pub(crate) fn source(
+    py: Python<'_>,
+    buf: &Bound<'_, PyAny>,
+    size: Option<usize>,
+    offset: usize,
+) -> PyResult<OwnedSrc> {
+    let mem = memory(buf, false)?;
+    let len = span(&mem, size, offset)?;
+    mem.into_src(py, offset, len)
+}

@@ -9,7 +9,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::buffers::Keeper;
-use crate::buffers::{memory, Memory, OwnedDst, OwnedSrc};
+use crate::buffers::{destination, memory, source, span, OwnedDst, OwnedSrc};
 use crate::cufile::Stream;
 use crate::defaults;
 use crate::errors::{check, nogil, wait_interruptibly};
@@ -133,49 +133,6 @@ impl CuFile {
         variants.push(variant.clone());
         Ok(variant)
     }
-}
-
-/// `size` (default: the whole buffer, after `offset`) checked against the buffer.
-fn span(mem: &Memory, size: Option<usize>, offset: usize) -> PyResult<usize> {
-    let available = mem.len().checked_sub(offset).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "offset {offset} is past the end of the buffer of {} bytes",
-            mem.len()
-        ))
-    })?;
-    match size {
-        None => Ok(available),
-        Some(n) if n <= available => Ok(n),
-        Some(n) => Err(PyValueError::new_err(format!(
-            "Size is greater than the size of the buffer: {n} bytes asked, the buffer has {} \
-             after offset {offset}",
-            mem.len()
-        ))),
-    }
-}
-
-/// `buf`'s memory to read into: `size` bytes (default: the rest of the buffer) from `offset`.
-fn destination(
-    py: Python<'_>,
-    buf: &Bound<'_, PyAny>,
-    size: Option<usize>,
-    offset: usize,
-) -> PyResult<OwnedDst> {
-    let mem = memory(buf, true)?;
-    let len = span(&mem, size, offset)?;
-    mem.into_dst(py, offset, len)
-}
-
-/// `buf`'s memory to write from: `size` bytes (default: the rest of the buffer) from `offset`.
-fn source(
-    py: Python<'_>,
-    buf: &Bound<'_, PyAny>,
-    size: Option<usize>,
-    offset: usize,
-) -> PyResult<OwnedSrc> {
-    let mem = memory(buf, false)?;
-    let len = span(&mem, size, offset)?;
-    mem.into_src(py, offset, len)
 }
 
 #[pymethods]

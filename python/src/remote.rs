@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::buffers::memory;
+use crate::buffers::destination;
 use crate::errors::{check, nogil, wait_interruptibly};
 use crate::future::IOFuture;
 
@@ -302,7 +302,7 @@ impl RemoteFile {
         file_offset: u64,
     ) -> PyResult<usize> {
         let file = self.file()?;
-        let dst = destination(py, buf, size)?;
+        let dst = destination(py, buf, size, 0)?;
         let (dst, n) = wait_interruptibly(py, file.pread_device(dst, file_offset))?;
         drop(dst);
         Ok(n)
@@ -319,7 +319,7 @@ impl RemoteFile {
         file_offset: u64,
     ) -> PyResult<IOFuture> {
         let file = self.file()?;
-        let dst = destination(py, buf, size)?;
+        let dst = destination(py, buf, size, 0)?;
         Ok(IOFuture::pending(Box::new(file.pread_device(dst, file_offset))))
     }
 
@@ -361,24 +361,4 @@ fn endpoint_name(kind: &Bound<'_, PyAny>) -> PyResult<String> {
         Err(_) => kind.extract()?,
     };
     Ok(name.to_ascii_uppercase())
-}
-
-/// The first `size` bytes of `buf` (default: all of it), as memory a read may fill.
-fn destination(
-    py: Python<'_>,
-    buf: &Bound<'_, PyAny>,
-    size: Option<usize>,
-) -> PyResult<crate::buffers::OwnedDst> {
-    let mem = memory(buf, true)?;
-    let len = match size {
-        None => mem.len(),
-        Some(n) if n <= mem.len() => n,
-        Some(n) => {
-            return Err(PyValueError::new_err(format!(
-                "Size is greater than the size of the buffer: {n} bytes asked, the buffer has {}",
-                mem.len()
-            )))
-        }
-    };
-    mem.into_dst(py, 0, len)
 }

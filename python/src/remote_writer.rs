@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::buffers::memory;
+use crate::buffers::source;
 use crate::errors::{check, nogil};
 use crate::remote::RemoteSettings;
 
@@ -72,19 +72,7 @@ impl RemoteWriter {
         file_offset: u64,
     ) -> PyResult<usize> {
         let writer = self.writer()?;
-        let mem = memory(buf, false)?;
-        let len = match size {
-            None => mem.len(),
-            Some(n) if n <= mem.len() => n,
-            Some(n) => {
-                return Err(PyValueError::new_err(format!(
-                    "Size is greater than the size of the buffer: {n} bytes asked, the buffer \
-                     has {}",
-                    mem.len()
-                )))
-            }
-        };
-        let src = mem.into_src(py, 0, len)?;
+        let src = source(py, buf, size, 0)?;
         let n = nogil(py, || writer.pwrite_device(src.view(), file_offset));
         drop(src);
         n
