@@ -9,7 +9,8 @@
 #   .gpu/pywhl/        the gpumapio wheel (abi3, manylinux), built here with maturin
 #   .gpu/whl/          wheels the machine lacks: KvikIO (the peer of every benchmark; downloaded
 #                      once), zarr and its dependencies, pytest, pytest-asyncio, hypothesis,
-#                      fastsafetensors and instanttensor. NumPy is not carried: CuPy and PyTorch
+#                      dask and distributed (python/tests/test_dask.py), fastsafetensors and
+#                      instanttensor. NumPy is not carried: CuPy and PyTorch
 #                      there were built against theirs.
 # Then, there, with .gpu carried: bash .gpu/on-device.sh tests --include-ignored | bench 4 |
 # env | run CMD... (docs/gpu.md).
@@ -46,7 +47,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  -d "$tmp" 'zarr>=3' pytest pytest-asyncio hypothesis
+  -d "$tmp" 'zarr>=3' pytest pytest-asyncio hypothesis 'dask[array]' distributed
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d "$tmp" fastsafetensors==0.5.0 \
   || echo "stage-gpu.sh: fastsafetensors not staged; the safetensors bench skips that row" >&2

@@ -42,8 +42,9 @@ fi
 # (a test-only feature; release wheels are built without it).
 "$maturin" build --release -m python/Cargo.toml -i "$py" -o "$work/wheels" --features fault-injection
 # moto[server]: the S3 server python/tests/test_remote.py reads from on 127.0.0.1, as KvikIO's
-# remote tests do; pytest-asyncio: zarr's own StoreTests are async.
-"$py" -m pip install -q "$work"/wheels/gpumapio-*.whl numpy pytest pytest-asyncio 'zarr>=3' safetensors mypy hypothesis 'moto[server]'
+# remote tests do; pytest-asyncio: zarr's own StoreTests are async; dask and distributed:
+# python/tests/test_dask.py's LocalCluster.
+"$py" -m pip install -q "$work"/wheels/gpumapio-*.whl numpy pytest pytest-asyncio 'zarr>=3' safetensors mypy hypothesis 'moto[server]' 'dask[array]' distributed
 
 echo "== Python: pytest (the installed wheel, not the source tree)"
 cd "$work"

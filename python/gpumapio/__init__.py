@@ -17,7 +17,8 @@ KvikIO's API (code written for ``kvikio`` runs with ``import gpumapio as kvikio`
   ``open``; ``read``, ``pread``, ``nbytes``): S3 and HTTP objects read with parallel ranged
   GETs into host or device memory (docs/remote.md); :class:`RemoteWriter` (``write``,
   ``finish``, ``abort``, context manager): S3 objects written from host or device memory as
-  multipart uploads, whole or not at all.
+  multipart uploads, whole or not at all; :class:`RemotePrefix` (``list``, ``list_dir``,
+  ``size``, ``open``, ``create``, ``delete``): an S3 prefix used as a directory.
 
 And beyond it: :func:`read_file_to_device` (a whole file as one CuPy / torch / NumPy array),
 :func:`load_safetensors` (a checkpoint as torch tensors, one read into one allocation),
@@ -45,6 +46,8 @@ from gpumapio._native import (
     Mmap,
     OutOfBudgetError,
     RemoteFile,
+    RemoteObjects,
+    RemotePrefix,
     RemoteWriter,
     UnavailableError,
     __version__,
@@ -77,6 +80,8 @@ __all__ = [
     "LookupScope",
     "RemoteEndpointType",
     "RemoteFile",
+    "RemoteObjects",
+    "RemotePrefix",
     "RemoteWriter",
     "MappedFile",
     "Mmap",

@@ -9,6 +9,7 @@ import json
 import os
 from typing import Any
 
+from gpumapio._native import RemotePrefix
 from gpumapio._sources import is_url, join, open_source, read_bytes
 from gpumapio.safetensors import TensorInfo, _all_of_type, _brief, _object, read_header
 
@@ -50,33 +51,43 @@ def open_catalogue(source: str | os.PathLike[str]) -> Catalogue:
     """The catalogue of ``source``: a ``.safetensors`` file, an index JSON, or a directory
     (its ``model.safetensors.index.json``, else its one ``*.safetensors.index.json``, else
     every ``*.safetensors`` file in it). A URL (``s3://``, ``http(s)://``) names a file or an
-    index; a URL ending in ``/`` is a directory, read as its ``model.safetensors.index.json``
-    or else its ``model.safetensors`` (an object store's or web server's listing is not
-    read)."""
+    index; an ``s3://`` URL ending in ``/`` is a prefix, listed and read as a directory is; an
+    ``http(s)://`` URL ending in ``/`` is read as its ``model.safetensors.index.json`` or else
+    its ``model.safetensors`` (a web server's listing is not read)."""
     path = os.fspath(source)
     if is_url(path):
         return _from_url(path)
     if os.path.isdir(path):
-        names = sorted(os.listdir(path))
-        indices = [n for n in names if n.endswith(_INDEX_SUFFIX)]
-        if "model.safetensors.index.json" in indices:
-            indices = ["model.safetensors.index.json"]
-        if len(indices) > 1:
-            raise CheckpointError(f"{path}: {len(indices)} index files ({', '.join(indices)}); name the one to load")
-        if indices:
-            return _from_index(os.path.join(path, indices[0]))
-        files = [os.path.join(path, n) for n in names if n.endswith(".safetensors")]
-        if not files:
-            raise CheckpointError(f"{path}: no *.safetensors file and no *{_INDEX_SUFFIX} in this directory")
-        return _from_files(files, None, None)
+        return _from_directory(path, os.listdir(path), lambda name: os.path.join(path, name))
     if path.endswith(".json"):
         return _from_index(path)
     return _from_files([path], None, None)
 
 
+def _from_directory(where: str, names: list[str], path_of: Any) -> Catalogue:
+    """The catalogue of a directory (or an S3 prefix) ``where`` holding the files ``names``:
+    its ``model.safetensors.index.json``, else its one index, else every ``*.safetensors``."""
+    names = sorted(names)
+    indices = [n for n in names if n.endswith(_INDEX_SUFFIX)]
+    if "model.safetensors.index.json" in indices:
+        indices = ["model.safetensors.index.json"]
+    if len(indices) > 1:
+        raise CheckpointError(f"{where}: {len(indices)} index files ({', '.join(indices)}); name the one to load")
+    if indices:
+        return _from_index(path_of(indices[0]))
+    files = [path_of(n) for n in names if n.endswith(".safetensors")]
+    if not files:
+        raise CheckpointError(f"{where}: no *.safetensors file and no *{_INDEX_SUFFIX} in this directory")
+    return _from_files(files, None, None)
+
+
 def _from_url(url: str) -> Catalogue:
     if not url.endswith("/"):
         return _from_index(url) if url.endswith(".json") else _from_files([url], None, None)
+    if url.lower().startswith("s3://"):
+        prefix = RemotePrefix(url)
+        objects, _ = prefix.list_dir("")
+        return _from_directory(prefix.url, [name for name, _ in objects], lambda name: prefix.url + name)
     tried = []
     for name in ("model.safetensors.index.json", "model.safetensors"):
         candidate = url + name

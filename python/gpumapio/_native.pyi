@@ -180,6 +180,48 @@ class RemoteFile:
     def __exit__(self, *_args: object) -> None: ...
 
 @final
+class RemotePrefix:
+    """The objects under ``s3://bucket/prefix/`` as a directory: listed, sized, opened,
+    written and deleted through one client (docs/remote.md)."""
+
+    def __new__(
+        cls,
+        url: str,
+        *,
+        aws_region: str | None = None,
+        aws_endpoint_url: str | None = None,
+        http_max_attempts: int | None = None,
+        http_status_codes: Sequence[int] | None = None,
+        http_timeout: float | None = None,
+        max_in_flight: int | None = None,
+        request_size: int | None = None,
+    ) -> Self: ...
+    @property
+    def url(self) -> str:
+        """``s3://bucket/prefix/``."""
+    def url_of(self, name: str) -> str:
+        """The URL of the object ``name``."""
+    def open(self, name: str, nbytes: int | None = None) -> RemoteFile:
+        """Opens the object ``name`` for reading."""
+    def create(self, name: str, *, part_size: int | None = None) -> RemoteWriter:
+        """Starts writing the object ``name``."""
+    def size(self, name: str) -> int | None:
+        """The object's size, or ``None`` where there is none."""
+    def list(self, under: str = "") -> RemoteObjects:
+        """``(name, size)`` of every object under ``under``, in key order."""
+    def list_dir(self, under: str = "") -> tuple[list[tuple[str, int]], list[str]]:
+        """One level: its objects' ``(name, size)`` and the names of the levels below."""
+    def delete(self, names: Sequence[str]) -> None:
+        """Deletes the named objects; names with no object are no error."""
+
+@final
+class RemoteObjects:
+    """``(name, size)`` pairs of a listing, one page asked at a time."""
+
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> tuple[str, int]: ...
+
+@final
 class RemoteWriter:
     """A new S3 object written from host or device memory as a multipart upload: whole at
     ``finish()``, or not at all (docs/remote.md)."""

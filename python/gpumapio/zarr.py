@@ -12,6 +12,11 @@ otherwise — like KvikIO's ``kvikio.zarr.GDSStore`` (also importable under that
 It is zarr's ``LocalStore`` (the same files on disk, the same listing, deleting, ...) with reads
 and writes of chunk data going through :class:`gpumapio.CuFile`. Needs ``zarr>=3``.
 
+:class:`RemoteStore` is the same over an S3 prefix (``RemoteStore("s3://bucket/data.zarr/")``):
+chunks read with ranged GETs straight into the buffers zarr asks for, written as S3 objects
+(multipart uploads where large), listed and deleted through :class:`gpumapio.RemotePrefix`;
+:func:`open_store` picks the store for a path or an ``s3://`` URL.
+
 Unlike ``LocalStore``, it checks every key before it touches the file system: a key is
 ``/``-separated names, none of them empty, ``.`` or ``..``, with no NUL, no backslash, no lone
 surrogate and no name over 255 bytes; anything else (``../x``, ``/etc/passwd``, ``a//b``) is a
@@ -22,20 +27,22 @@ surrogate and no name over 255 bytes; anything else (``../x``, ``/etc/passwd``, 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterable
 
 import numpy as np
+import zarr.abc.store
 import zarr.storage
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.core.buffer.core import default_buffer_prototype
 
-from gpumapio._native import CuFile
+from gpumapio._native import CuFile, RemotePrefix
 
-__all__ = ["GpumapStore", "GDSStore"]
+__all__ = ["GpumapStore", "GDSStore", "RemoteStore", "open_store"]
 
 _BYTE = np.dtype("B")
 
@@ -237,3 +244,191 @@ class GpumapStore(zarr.storage.LocalStore):
 
 #: KvikIO's name for the same store.
 GDSStore = GpumapStore
+
+
+def _checked_name(key: str, *, prefix: bool = False) -> str:
+    """``key`` as a name under a remote store's prefix (a trailing ``/`` of a prefix dropped),
+    or ``ValueError`` for one that is not a key: the same rules as :class:`GpumapStore`'s, so a
+    store copied between a directory and a bucket takes the same keys."""
+    if not isinstance(key, str):
+        raise TypeError(f"a zarr key is a str, not {type(key).__name__}: {key!r}")
+    text = key[:-1] if prefix and key.endswith("/") else key
+    shown = repr(key) if len(key) <= 100 else f"{key[:80]!r}... ({len(key)} characters)"
+    if text == "":
+        if prefix:
+            return ""
+        raise ValueError("the empty key names the store's root, not a value in it")
+    if "\0" in text or "\\" in text:
+        raise ValueError(f"zarr key {shown} holds a {'NUL' if chr(0) in text else 'backslash'}")
+    if text.startswith("/"):
+        raise ValueError(f"zarr key {shown} is absolute (keys are relative to the store's root)")
+    for name in text.split("/"):
+        if name in ("", ".", ".."):
+            raise ValueError(f"zarr key {shown} has a name {name!r} (empty, '.' and '..' are not names)")
+    return text
+
+
+def _remote_get(prefix: RemotePrefix, name: str, prototype: BufferPrototype, byte_range: ByteRequest | None) -> Buffer | None:
+    size = prefix.size(name)
+    if size is None:
+        return None
+    start, stop = _span(size, byte_range)
+    raw = _empty(prototype, stop - start)
+    if stop > start:
+        try:
+            with prefix.open(name, nbytes=size) as f:
+                f.read(raw, stop - start, start)
+        except FileNotFoundError:
+            return None  # deleted since it was sized
+    return prototype.buffer.from_array_like(raw)
+
+
+def _remote_put(prefix: RemotePrefix, name: str, value: Buffer) -> None:
+    data = value.as_array_like()
+    with prefix.create(name) as writer:
+        if len(data):
+            writer.write(data)
+
+
+# Keys taken from a listing per trip to a worker thread, so that the event loop never waits on
+# the network and a listing of millions of keys is not held whole.
+_LIST_BATCH = 1000
+
+
+class RemoteStore(zarr.abc.store.Store):
+    """A Zarr v3 store over an S3 prefix, read and written by gpumap: chunks go straight into
+    the buffers zarr asks for (GPU buffers with ``zarr.config.enable_gpu()``), with ranged GETs
+    in parallel; values are written as whole objects (a multipart upload where large), listed
+    and deleted through one :class:`gpumapio.RemotePrefix`.
+
+        store = RemoteStore("s3://bucket/data.zarr/", read_only=True)
+        z = zarr.open_array(store, mode="r")
+
+    ``settings`` go to :class:`gpumapio.RemotePrefix` (``aws_endpoint_url``, ``aws_region``,
+    ``http_max_attempts``, ...); credentials come from the AWS environment. The store pickles
+    as its URL and settings, and each process that unpickles it (a Dask worker) opens its own
+    connections. Keys follow :class:`GpumapStore`'s rules.
+    """
+
+    supports_writes = True
+    supports_deletes = True
+    supports_listing = True
+    supports_partial_writes = False
+
+    def __init__(self, url: str, *, read_only: bool = False, **settings: Any) -> None:
+        super().__init__(read_only=read_only)
+        self._settings = dict(settings)
+        self._prefix = RemotePrefix(url, **self._settings)
+        self.url = self._prefix.url
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "read_only": self.read_only, "settings": self._settings, "is_open": self._is_open}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], read_only=state["read_only"], **state["settings"])  # type: ignore[misc]
+        self._is_open = state["is_open"]
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, RemoteStore)
+            and (self.url, self.read_only, self._settings) == (other.url, other.read_only, other._settings)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"RemoteStore('{self.url}')"
+
+    def with_read_only(self, read_only: bool = False) -> RemoteStore:
+        return type(self)(self.url, read_only=read_only, **self._settings)
+
+    async def get(
+        self,
+        key: str,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        return await asyncio.to_thread(self.get_sync, key, prototype=prototype, byte_range=byte_range)
+
+    def get_sync(
+        self,
+        key: str,
+        *,
+        prototype: BufferPrototype | None = None,
+        byte_range: ByteRequest | None = None,
+    ) -> Buffer | None:
+        if prototype is None:
+            prototype = default_buffer_prototype()
+        if byte_range is not None and not isinstance(byte_range, (RangeByteRequest, OffsetByteRequest, SuffixByteRequest)):
+            raise TypeError(f"Unexpected byte_range, got {byte_range}.")
+        return _remote_get(self._prefix, _checked_name(key), prototype, byte_range)
+
+    async def get_partial_values(
+        self,
+        prototype: BufferPrototype,
+        key_ranges: Iterable[tuple[str, ByteRequest | None]],
+    ) -> list[Buffer | None]:
+        return list(await asyncio.gather(*(self.get(key, prototype, byte_range) for key, byte_range in key_ranges)))
+
+    async def exists(self, key: str) -> bool:
+        name = _checked_name(key)
+        return await asyncio.to_thread(self._prefix.size, name) is not None
+
+    async def getsize(self, key: str) -> int:
+        name = _checked_name(key)
+        size = await asyncio.to_thread(self._prefix.size, name)
+        if size is None:
+            raise FileNotFoundError(f"{self._prefix.url_of(name)}: no such object")
+        return int(size)
+
+    async def set(self, key: str, value: Buffer) -> None:
+        await asyncio.to_thread(self.set_sync, key, value)
+
+    def set_sync(self, key: str, value: Buffer) -> None:
+        self._check_writable()
+        if not isinstance(value, Buffer):
+            raise TypeError(f"RemoteStore.set(): `value` must be a Buffer instance, not {type(value)}")
+        _remote_put(self._prefix, _checked_name(key), value)
+
+    async def delete(self, key: str) -> None:
+        await asyncio.to_thread(self.delete_sync, key)
+
+    def delete_sync(self, key: str) -> None:
+        self._check_writable()
+        self._prefix.delete([_checked_name(key)])
+
+    async def delete_dir(self, prefix: str) -> None:
+        self._check_writable()
+        under = _checked_name(prefix, prefix=True)
+        objects = self._prefix.list(under)
+        while batch := await asyncio.to_thread(lambda: [name for name, _ in itertools.islice(objects, _LIST_BATCH)]):
+            await asyncio.to_thread(self._prefix.delete, batch)
+
+    async def list(self) -> AsyncIterator[str]:
+        async for key in self.list_prefix(""):
+            yield key
+
+    async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        objects = self._prefix.list(_checked_name(prefix, prefix=True))
+        while batch := await asyncio.to_thread(lambda: [name for name, _ in itertools.islice(objects, _LIST_BATCH)]):
+            for key in batch:
+                yield key
+
+    async def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        under = _checked_name(prefix, prefix=True)
+        objects, dirs = await asyncio.to_thread(self._prefix.list_dir, under)
+        for name in [name for name, _ in objects] + dirs:
+            yield name.rsplit("/", 1)[-1]
+
+
+def open_store(location: str | os.PathLike[str], *, read_only: bool = False, **settings: Any) -> zarr.abc.store.Store:
+    """The gpumap store for ``location``: a :class:`RemoteStore` for an ``s3://`` URL (with
+    ``settings``), else a :class:`GpumapStore` of the local directory."""
+    if isinstance(location, str) and location.lower().startswith("s3://"):
+        return RemoteStore(location, read_only=read_only, **settings)
+    if settings:
+        raise TypeError(f"settings {sorted(settings)} are for s3:// stores; {location!r} is a local path")
+    return GpumapStore(location, read_only=read_only)

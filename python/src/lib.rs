@@ -14,8 +14,9 @@
 //!   registration), streams, and what the machine offers;
 //! - [`multi_read`]: pieces of many files into one buffer in one pipeline (checkpoints);
 //! - [`dlpack`]: DLPack's C ABI, once, for reading producers' capsules and exporting views;
-//! - [`remote`], [`remote_writer`]: `RemoteFile` (S3 and HTTP(S) reads) and `RemoteWriter`
-//!   (S3 writes as multipart uploads);
+//! - [`remote`], [`remote_writer`], [`remote_prefix`]: `RemoteFile` (S3 and HTTP(S) reads),
+//!   `RemoteWriter` (S3 writes as multipart uploads) and `RemotePrefix` (an S3 prefix as a
+//!   directory: listed, opened, written, deleted);
 //! - [`pagecache`]: residency, warm, evict, drop, lock;
 //! - [`maps`]: files in GPU memory through gpumap's `DeviceCache` (`DeviceCache`,
 //!   `MappedFile`, `View` exported through `__cuda_array_interface__` and `__dlpack__`).
@@ -32,6 +33,7 @@ mod mmap;
 mod multi_read;
 mod pagecache;
 mod remote;
+mod remote_prefix;
 mod remote_writer;
 mod rows;
 
@@ -45,6 +47,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<future::IOFuture>()?;
     m.add_class::<future::IOFutureStream>()?;
     m.add_class::<remote::RemoteFile>()?;
+    m.add_class::<remote_prefix::RemotePrefix>()?;
+    m.add_class::<remote_prefix::RemoteObjects>()?;
     m.add_class::<remote_writer::RemoteWriter>()?;
     m.add_function(wrap_pyfunction!(defaults::defaults_get, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::defaults_set, m)?)?;

@@ -69,6 +69,13 @@ pub struct RemoteFile {
     file: Mutex<Option<Remote>>,
 }
 
+impl RemoteFile {
+    /// An open file, as the Python object (a `RemotePrefix`'s files are opened by it).
+    pub(crate) fn wrap(file: Remote) -> RemoteFile {
+        RemoteFile { file: Mutex::new(Some(file)) }
+    }
+}
+
 fn parse(py: Python<'_>, url: &str) -> PyResult<RemoteUrl> {
     check(py, RemoteUrl::parse(url))
 }

@@ -145,6 +145,11 @@ impl RemoteWriter {
 }
 
 impl RemoteWriter {
+    /// A writer started elsewhere (a `RemotePrefix`'s), as the Python object.
+    pub(crate) fn wrap(writer: Writer) -> RemoteWriter {
+        RemoteWriter { writer: Mutex::new(Some(Arc::new(writer))) }
+    }
+
     fn writer(&self) -> PyResult<Arc<Writer>> {
         self.writer
             .lock()

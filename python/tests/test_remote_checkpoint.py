@@ -117,3 +117,30 @@ def test_s3_checkpoints_through_moto(moto_s3, monkeypatch, tmp_path, rng):
     assert set(got) == set(tensors)
     for name, array in got.items():
         _same(array, tensors[name])
+
+
+def test_s3_prefixes_are_listed_as_directories(moto_s3, monkeypatch, tmp_path, rng):
+    """A prefix with no index: its *.safetensors objects, found by listing, make the checkpoint,
+    as a local directory's files do; neighbours of the prefix and deeper levels are not read."""
+    endpoint, _, put = moto_s3
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    tensors = _model(rng, layers=2)
+    directory = _save_sharded(tensors, str(tmp_path / "ckpt"), shards=2)
+    for name in os.listdir(directory):
+        if name.endswith(".safetensors"):
+            with open(os.path.join(directory, name), "rb") as f:
+                put(f"plain/{name}", f.read())
+    put("plain/README.md", b"not a shard")
+    put("plain/old/model.safetensors", b"a level below: not read")
+    put("plainer/model-9.safetensors", b"a neighbour: not read")
+    got = load_checkpoint("s3://gpumap-bucket/plain/", "cpu", framework="numpy")
+    local = load_checkpoint(directory, "cpu", framework="numpy")
+    assert list(got) == list(local) and set(got) == set(tensors)
+    for name, array in got.items():
+        _same(array, tensors[name])
+    with pytest.raises(CheckpointError, match=r"s3://gpumap-bucket/nothing/: no \*.safetensors file"):
+        load_checkpoint("s3://gpumap-bucket/nothing/", "cpu", framework="numpy")
+    put("two/a.safetensors.index.json", b"{}")
+    put("two/b.safetensors.index.json", b"{}")
+    with pytest.raises(CheckpointError, match="2 index files"):
+        load_checkpoint("s3://gpumap-bucket/two/", "cpu", framework="numpy")

@@ -54,6 +54,16 @@ impl RemoteFile {
     /// Opens a parsed URL.
     pub fn open_url(url: RemoteUrl, options: &RemoteOptions) -> Result<RemoteFile> {
         let client = Client::connect(&url, options)?;
+        Self::open_on(url, client, options)
+    }
+
+    /// Opens `url` through a client already made (a [`RemotePrefix`](super::RemotePrefix)'s,
+    /// whose connections it shares).
+    pub(crate) fn open_on(
+        url: RemoteUrl,
+        client: Client,
+        options: &RemoteOptions,
+    ) -> Result<RemoteFile> {
         let len = match options.known_len {
             Some(len) => len,
             None => {

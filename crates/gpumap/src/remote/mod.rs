@@ -38,6 +38,7 @@ mod fetch;
 mod file;
 mod options;
 mod parts;
+mod prefix;
 mod retry;
 mod upload;
 mod url;
@@ -50,5 +51,6 @@ pub use options::{
     MAX_STAGED_BYTES,
 };
 pub use parts::{MAX_PARTS, MAX_PART_SIZE, MIN_PART_SIZE};
+pub use prefix::{RemoteEntry, RemoteListing, RemoteObjects, RemotePrefix};
 pub use url::{is_remote_url, RemoteUrl, MAX_URL_LEN};
 pub use writer::RemoteWriter;

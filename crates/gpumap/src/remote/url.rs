@@ -133,9 +133,46 @@ fn parse_s3(text: &str, rest: &str) -> Result<RemoteUrl> {
     Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), key: key.to_owned() })
 }
 
+/// `s3://bucket`, `s3://bucket/` or `s3://bucket/some/prefix(/)`: the bucket and the prefix
+/// (without its trailing `/`; empty for the whole bucket), checked as keys are.
+pub(crate) fn parse_s3_prefix(text: &str) -> Result<(String, String)> {
+    check_text(text)?;
+    let rest =
+        match text.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("s3") => rest,
+            _ => return Err(invalid(
+                &redact_text(text),
+                "a prefix to list is an s3:// URL (s3://bucket/prefix/); HTTP servers list nothing",
+            )),
+        };
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let stripped = prefix.strip_suffix('/').unwrap_or(prefix);
+    // `s3://bucket//`: an empty segment, not the bucket's root.
+    let prefix = if stripped.is_empty() && !prefix.is_empty() { prefix } else { stripped };
+    if bucket.contains(['@', '?', '#']) || prefix.contains(['?', '#']) {
+        return Err(invalid(
+            &redact_text(text),
+            "an s3:// prefix is s3://bucket/prefix/, with no user, query or fragment",
+        ));
+    }
+    check_bucket(text, bucket)?;
+    if !prefix.is_empty() {
+        check_key(text, prefix)?;
+    }
+    Ok((bucket.to_owned(), prefix.to_owned()))
+}
+
 /// S3's own rules for bucket names (3 to 63 of lowercase letters, digits, `.` and `-`) and the
 /// keys object_store can address (no empty, `.` or `..` segment, at most 1024 bytes).
 fn check_s3(text: &str, bucket: &str, key: &str) -> Result<()> {
+    check_bucket(text, bucket)?;
+    if key.is_empty() {
+        return Err(invalid(&redact_text(text), "the URL names a bucket but no key"));
+    }
+    check_key(text, key)
+}
+
+fn check_bucket(text: &str, bucket: &str) -> Result<()> {
     let bucket_ok = (3..=63).contains(&bucket.len())
         && bucket
             .bytes()
@@ -148,9 +185,10 @@ fn check_s3(text: &str, bucket: &str, key: &str) -> Result<()> {
             ),
         ));
     }
-    if key.is_empty() {
-        return Err(invalid(&redact_text(text), "the URL names a bucket but no key"));
-    }
+    Ok(())
+}
+
+fn check_key(text: &str, key: &str) -> Result<()> {
     if key.len() > 1024 {
         return Err(invalid(&redact_text(text), "S3 keys are at most 1024 bytes long"));
     }
@@ -295,6 +333,34 @@ mod tests {
         assert_eq!(url.redacted(), "https://bucket.s3.amazonaws.com/key?…");
         assert_eq!(format!("{url:?}"), "RemoteUrl(https://bucket.s3.amazonaws.com/key?…)");
         assert!(url.secrets().iter().any(|s| s.contains("X-Amz-Signature=abc")));
+    }
+
+    #[test]
+    fn s3_prefixes_name_a_bucket_and_an_optional_prefix() {
+        let parse = |t: &str| parse_s3_prefix(t).unwrap();
+        assert_eq!(parse("s3://bucket"), ("bucket".into(), "".into()));
+        assert_eq!(parse("s3://bucket/"), ("bucket".into(), "".into()));
+        assert_eq!(parse("s3://bucket/a/b"), ("bucket".into(), "a/b".into()));
+        assert_eq!(parse("s3://bucket/a/b/"), ("bucket".into(), "a/b".into()));
+        for text in [
+            "s3://",
+            "s3://B/",
+            "s3://bucket//",
+            "s3://bucket/a//b/",
+            "s3://bucket/../x/",
+            "s3://bucket/a?x=1",
+            "s3://user@bucket/",
+            "https://host/dir/",
+            "bucket/dir/",
+        ] {
+            assert!(
+                matches!(
+                    parse_s3_prefix(text),
+                    Err(Error::Remote { kind: RemoteErrorKind::InvalidUrl, .. })
+                ),
+                "{text:?} was not refused"
+            );
+        }
     }
 
     #[test]

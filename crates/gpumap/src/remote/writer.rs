@@ -148,7 +148,7 @@ impl RemoteWriter {
     /// Starts writing the object at a parsed URL. Nothing is sent until a part is whole (or
     /// until `finish`, for an object of one part).
     pub fn create_url(url: RemoteUrl, options: &RemoteOptions) -> Result<RemoteWriter> {
-        let RemoteUrl::S3 { bucket, key } = &url else {
+        let RemoteUrl::S3 { bucket, .. } = &url else {
             return Err(Failure::new(
                 RemoteErrorKind::InvalidUrl,
                 None,
@@ -157,6 +157,24 @@ impl RemoteWriter {
             .into_error(&url, "write to", 0));
         };
         let store = client::s3_store(&url, bucket, options)?;
+        Self::create_on(url, store, options)
+    }
+
+    /// Starts writing the S3 object at `url` through a store already made (a
+    /// [`RemotePrefix`](super::RemotePrefix)'s, whose connections it shares).
+    pub(crate) fn create_on(
+        url: RemoteUrl,
+        store: AmazonS3,
+        options: &RemoteOptions,
+    ) -> Result<RemoteWriter> {
+        let RemoteUrl::S3 { key, .. } = &url else {
+            return Err(Failure::new(
+                RemoteErrorKind::InvalidUrl,
+                None,
+                "writes go to s3:// objects only",
+            )
+            .into_error(&url, "write to", 0));
+        };
         let path = StorePath::from(key.as_str());
         let part_size = usize::try_from(options.part_size).map_err(|_| {
             Error::InvalidArgument(format!(

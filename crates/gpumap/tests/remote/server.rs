@@ -83,6 +83,9 @@ struct State {
     plain_puts: AtomicUsize,
     active_part_puts: AtomicUsize,
     max_active_part_puts: AtomicUsize,
+    /// Keys a listing page holds at most (S3's is 1000); 0 means 1000.
+    list_page: AtomicUsize,
+    lists: AtomicUsize,
 }
 
 /// A running server; it stops accepting when dropped (connections in progress finish).
@@ -147,6 +150,27 @@ impl Server {
     }
 
     /// The most GETs seen in progress at once.
+    /// Listing pages hold at most `keys` keys (and common prefixes), so that tests see
+    /// continuation tokens.
+    #[allow(dead_code)] // Not every test binary lists.
+    pub fn list_page_size(&self, keys: usize) {
+        self.state.list_page.store(keys, Ordering::SeqCst);
+    }
+
+    /// Listing pages asked for (GET with `list-type=2`), answered or faulted.
+    #[allow(dead_code)]
+    pub fn lists(&self) -> usize {
+        self.state.lists.load(Ordering::SeqCst)
+    }
+
+    /// The paths (`/bucket/key`) of the objects held, in order.
+    #[allow(dead_code)]
+    pub fn paths(&self) -> Vec<String> {
+        let mut paths: Vec<String> = self.state.objects.lock().unwrap().keys().cloned().collect();
+        paths.sort();
+        paths
+    }
+
     pub fn max_active_gets(&self) -> usize {
         self.state.max_active_gets.load(Ordering::SeqCst)
     }
@@ -352,6 +376,9 @@ fn handle(out: &mut TcpStream, state: &State, request: Request) -> bool {
 }
 
 fn get(out: &mut TcpStream, state: &State, request: &Request) -> bool {
+    if state.s3_key_id.is_some() && request.query.get("list-type").is_some_and(|t| t == "2") {
+        return list(out, state, request);
+    }
     state.gets.fetch_add(1, Ordering::SeqCst);
     let now = state.active_gets.fetch_add(1, Ordering::SeqCst) + 1;
     state.max_active_gets.fetch_max(now, Ordering::SeqCst);
@@ -539,6 +566,13 @@ fn write(out: &mut TcpStream, state: &State, request: Request) -> bool {
             create_upload(out, state, &request)
         }
         ("DELETE", Some(id)) => abort_upload(out, state, &request, &id),
+        ("DELETE", None) => {
+            state.objects.lock().unwrap().remove(&request.path);
+            respond(out, 204, &[], b"")
+        }
+        ("POST", None) if request.query.contains_key("delete") => {
+            delete_objects(out, state, &request)
+        }
         ("PUT", Some(id)) => {
             state.part_puts.fetch_add(1, Ordering::SeqCst);
             let delay = *state.part_delay.lock().unwrap();
@@ -766,4 +800,110 @@ fn content_etag(bytes: &[u8]) -> String {
         hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3).rotate_left(23);
     }
     format!("\"{hash:016x}{:016x}\"", bytes.len())
+}
+
+/// ListObjectsV2 of `/bucket`: the keys under `prefix` after `start-after` and the continuation
+/// token, in order, with `delimiter` grouping what lies below the next `/` into common prefixes;
+/// a page holds at most the page size of entries. Takes the next GET fault (status, stall or a
+/// dropped connection), so that a listing's retries can be seen.
+fn list(out: &mut TcpStream, state: &State, request: &Request) -> bool {
+    state.lists.fetch_add(1, Ordering::SeqCst);
+    if let Err(keep_open) = authorize(out, state, request) {
+        return keep_open;
+    }
+    match state.faults.lock().unwrap().pop_front() {
+        None => {}
+        Some(Fault::Status(status)) => return respond(out, status, &[], b""),
+        Some(Fault::Stall(wait)) => thread::sleep(wait),
+        Some(_) => {
+            let _ = out.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n<List");
+            return false;
+        }
+    }
+    let bucket = request.path.trim_start_matches('/').trim_end_matches('/').to_owned();
+    let query = |name: &str| request.query.get(name).cloned().unwrap_or_default();
+    let (prefix, delimiter) = (query("prefix"), query("delimiter"));
+    let after = query("continuation-token").max(query("start-after"));
+    let page = match state.list_page.load(Ordering::SeqCst) {
+        0 => 1000,
+        n => n,
+    };
+    let mut keys: Vec<(String, usize)> = state
+        .objects
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(path, bytes)| {
+            let key = path.strip_prefix(&format!("/{bucket}/"))?;
+            Some((key.to_owned(), bytes.len()))
+        })
+        .filter(|(key, _)| key.starts_with(&prefix) && *key > after)
+        .collect();
+    keys.sort();
+    let (mut contents, mut prefixes, mut entries, mut last) = (String::new(), Vec::new(), 0, None);
+    let mut truncated = false;
+    for (key, len) in keys {
+        let below = key[prefix.len()..].find(delimiter.as_str()).filter(|_| !delimiter.is_empty());
+        if let Some(at) = below {
+            let common = key[..prefix.len() + at + delimiter.len()].to_owned();
+            if prefixes.last() == Some(&common) {
+                continue;
+            }
+            if entries == page {
+                truncated = true;
+                break;
+            }
+            prefixes.push(common.clone());
+            // The next page starts after every key below this prefix.
+            last = Some(format!("{common}\u{10FFFF}"));
+        } else {
+            if entries == page {
+                truncated = true;
+                break;
+            }
+            contents.push_str(&format!(
+                "<Contents><Key>{}</Key><LastModified>2026-11-24T12:00:00.000Z</LastModified>\
+                 <ETag>\"0123456789abcdef\"</ETag><Size>{len}</Size>\
+                 <StorageClass>STANDARD</StorageClass></Contents>",
+                xml_escape(&key)
+            ));
+            last = Some(key);
+        }
+        entries += 1;
+    }
+    let mut inner = format!(
+        "<Name>{bucket}</Name><Prefix>{}</Prefix><KeyCount>{entries}</KeyCount>\
+         <MaxKeys>{page}</MaxKeys><IsTruncated>{truncated}</IsTruncated>{contents}",
+        xml_escape(&prefix)
+    );
+    for common in prefixes {
+        inner.push_str(&format!(
+            "<CommonPrefixes><Prefix>{}</Prefix></CommonPrefixes>",
+            xml_escape(&common)
+        ));
+    }
+    if let (true, Some(last)) = (truncated, last) {
+        inner.push_str(&format!(
+            "<NextContinuationToken>{}</NextContinuationToken>",
+            xml_escape(&last)
+        ));
+    }
+    respond_xml(out, "ListBucketResult", &inner)
+}
+
+/// DeleteObjects (`POST /bucket?delete`): every `<Key>` of the body removed, each reported
+/// deleted (S3 reports a missing key deleted too).
+fn delete_objects(out: &mut TcpStream, state: &State, request: &Request) -> bool {
+    let bucket = request.path.trim_start_matches('/').trim_end_matches('/').to_owned();
+    let body = String::from_utf8_lossy(&request.body).into_owned();
+    let mut deleted = String::new();
+    let mut objects = state.objects.lock().unwrap();
+    for piece in body.split("<Key>").skip(1) {
+        let Some((key, _)) = piece.split_once("</Key>") else { continue };
+        let key = xml_unescape(key);
+        objects.remove(&format!("/{bucket}/{key}"));
+        deleted.push_str(&format!("<Deleted><Key>{}</Key></Deleted>", xml_escape(&key)));
+    }
+    drop(objects);
+    respond_xml(out, "DeleteResult", &deleted)
 }

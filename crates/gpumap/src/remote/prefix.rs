@@ -1,0 +1,315 @@
+//! [`RemotePrefix`]: the objects under one S3 prefix, used as a directory — listed, sized,
+//! opened, written and deleted through one client, whose connections they all share.
+//!
+//! Listing pages through the bucket lazily ([`RemoteObjects`] is an iterator), so a prefix of
+//! millions of keys costs memory for one page at a time; a page that fails is asked again, with
+//! the options' retries, from the last key already given out, so that no key is given twice or
+//! skipped.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use futures_util::stream::BoxStream;
+use futures_util::{StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+
+use crate::config::Config;
+use crate::error::Result;
+use crate::remote::client::{self, Client};
+use crate::remote::failure::Failure;
+use crate::remote::file::RemoteFile;
+use crate::remote::options::RemoteOptions;
+use crate::remote::retry::Attempts;
+use crate::remote::url::{self, RemoteUrl};
+use crate::remote::writer::RemoteWriter;
+
+/// Keys deleted by one request: S3's own limit for `DeleteObjects`.
+const DELETE_BATCH: usize = 1000;
+
+/// One object found under a prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteEntry {
+    /// Its key relative to the prefix (`a/b.bin` under `s3://bucket/data/`).
+    pub name: String,
+    /// Its size in bytes.
+    pub len: u64,
+}
+
+/// One level of a prefix, as a directory listing shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemoteListing {
+    /// The objects directly at this level, by name.
+    pub objects: Vec<RemoteEntry>,
+    /// The names of the levels below (`sub` for keys `sub/...`), without a trailing `/`.
+    pub dirs: Vec<String>,
+}
+
+/// The objects under `s3://bucket/prefix/`. Cloning is cheap; clones, and the files and
+/// writers they open, share one connection pool.
+#[derive(Debug, Clone)]
+pub struct RemotePrefix {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    bucket: String,
+    /// Without a trailing `/`; empty for the whole bucket.
+    prefix: String,
+    /// `s3://bucket/prefix/`, as errors name it.
+    url: RemoteUrl,
+    store: AmazonS3,
+    options: RemoteOptions,
+}
+
+impl RemotePrefix {
+    /// Opens `url` (`s3://bucket/`, `s3://bucket/prefix/`; the trailing `/` may be left out)
+    /// with the options the settings give ([`RemoteOptions::from_config`] of
+    /// [`Config::global`]). Nothing is requested until it is used.
+    pub fn open(url: &str) -> Result<RemotePrefix> {
+        Self::open_with(url, &RemoteOptions::from_config(Config::global()?)?)
+    }
+
+    /// Opens `url` with `options` (endpoint, region, retries; a known length is ignored).
+    pub fn open_with(url: &str, options: &RemoteOptions) -> Result<RemotePrefix> {
+        let (bucket, prefix) = url::parse_s3_prefix(url)?;
+        let shown = RemoteUrl::S3 {
+            bucket: bucket.clone(),
+            key: if prefix.is_empty() { String::new() } else { format!("{prefix}/") },
+        };
+        let store = client::s3_store(&shown, &bucket, options)?;
+        let mut options = options.clone();
+        options.known_len(None);
+        Ok(RemotePrefix { inner: Arc::new(Inner { bucket, prefix, url: shown, store, options }) })
+    }
+
+    /// `s3://bucket/prefix/`.
+    pub fn url(&self) -> &RemoteUrl {
+        &self.inner.url
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &RemoteOptions {
+        &self.inner.options
+    }
+
+    /// The URL of `name` (a key relative to the prefix, checked as keys are).
+    pub fn url_of(&self, name: &str) -> Result<RemoteUrl> {
+        RemoteUrl::s3(&self.inner.bucket, &self.key_of(name))
+    }
+
+    /// Opens the object `name` for reading; `len`, where known, spares the HEAD request.
+    pub fn open_file(&self, name: &str, len: Option<u64>) -> Result<RemoteFile> {
+        let key = self.key_of(name);
+        let url = RemoteUrl::s3(&self.inner.bucket, &key)?;
+        let client = Client {
+            store: Arc::new(self.inner.store.clone()),
+            path: StorePath::from(key.as_str()),
+        };
+        let mut options = self.inner.options.clone();
+        options.known_len(len);
+        RemoteFile::open_on(url, client, &options)
+    }
+
+    /// Starts writing the object `name` (replacing it when finished), with `options`' part
+    /// size and parts held, or the prefix's when `None`.
+    pub fn create_file(&self, name: &str, options: Option<&RemoteOptions>) -> Result<RemoteWriter> {
+        let url = self.url_of(name)?;
+        RemoteWriter::create_on(
+            url,
+            self.inner.store.clone(),
+            options.unwrap_or(&self.inner.options),
+        )
+    }
+
+    /// The size of the object `name`, or `None` where there is none (a HEAD request, retried).
+    pub fn len_of(&self, name: &str) -> Result<Option<u64>> {
+        let url = self.url_of(name)?;
+        let path = StorePath::from(self.key_of(name).as_str());
+        let store = &self.inner.store;
+        let asked = Attempts::new(&self.inner.options, &url).run("HEAD", || async {
+            match store.head(&path).await {
+                Ok(meta) => Ok(Some(meta.size)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(Failure::from_store(&e, &url)),
+            }
+        });
+        client::block_on(async { asked.await.map_err(|gave_up| gave_up.into_error(&url)) })
+    }
+
+    /// Every object under `under` (a name relative to the prefix; `""` for all of them), in key
+    /// order, one page at a time.
+    pub fn list(&self, under: &str) -> Result<RemoteObjects> {
+        let path = self.path_under(under)?;
+        Ok(RemoteObjects {
+            inner: Arc::clone(&self.inner),
+            path,
+            stream: None,
+            last: None,
+            done: false,
+        })
+    }
+
+    /// The objects and the levels directly under `under` (`""` for the prefix itself): one
+    /// level, as `ls` shows a directory. The listing is read whole (with retries) before it
+    /// returns.
+    pub fn list_dir(&self, under: &str) -> Result<RemoteListing> {
+        let path = self.path_under(under)?;
+        let inner = &self.inner;
+        let asked = Attempts::new(&inner.options, &inner.url).run("LIST", || async {
+            inner
+                .store
+                .list_with_delimiter(Some(&path))
+                .await
+                .map_err(|e| Failure::from_store(&e, &inner.url))
+        });
+        let found = client::block_on(async { asked.await.map_err(|g| g.into_error(&inner.url)) })?;
+        let objects = found
+            .objects
+            .iter()
+            .filter_map(|meta| {
+                Some(RemoteEntry { name: inner.name_of(&meta.location)?, len: meta.size })
+            })
+            .collect();
+        let dirs = found.common_prefixes.iter().filter_map(|p| inner.name_of(p)).collect();
+        Ok(RemoteListing { objects, dirs })
+    }
+
+    /// Deletes the objects `names` (relative to the prefix), a thousand to a request, each
+    /// request retried; names with no object are no error (S3's own rule). Every name is
+    /// checked before anything is deleted.
+    pub fn delete<S: AsRef<str>>(&self, names: &[S]) -> Result<()> {
+        let paths = names
+            .iter()
+            .map(|name| {
+                self.url_of(name.as_ref())?;
+                Ok(StorePath::from(self.key_of(name.as_ref()).as_str()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let inner = &self.inner;
+        for batch in paths.chunks(DELETE_BATCH) {
+            let asked =
+                Attempts::new(&inner.options, &inner.url).run("DELETE objects under", || {
+                    let batch: Vec<object_store::Result<StorePath>> =
+                        batch.iter().cloned().map(Ok).collect();
+                    async move {
+                        inner
+                            .store
+                            .delete_stream(futures_util::stream::iter(batch).boxed())
+                            .try_collect::<Vec<_>>()
+                            .await
+                            .map_err(|e| Failure::from_store(&e, &inner.url))
+                    }
+                });
+            client::block_on(async { asked.await.map_err(|g| g.into_error(&inner.url)) })?;
+        }
+        Ok(())
+    }
+
+    fn key_of(&self, name: &str) -> String {
+        if self.inner.prefix.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{}/{name}", self.inner.prefix)
+        }
+    }
+
+    /// The store path of the level `under`, checked as a key (empty: the prefix itself).
+    fn path_under(&self, under: &str) -> Result<StorePath> {
+        let under = under.strip_suffix('/').unwrap_or(under);
+        if under.is_empty() {
+            return Ok(StorePath::from(self.inner.prefix.as_str()));
+        }
+        self.url_of(under)?;
+        Ok(StorePath::from(self.key_of(under).as_str()))
+    }
+}
+
+impl Inner {
+    /// A listed location's name relative to the prefix (`None` for one outside it, which a
+    /// well-behaved store never lists).
+    fn name_of(&self, location: &StorePath) -> Option<String> {
+        let key = location.as_ref();
+        if self.prefix.is_empty() {
+            return Some(key.to_owned());
+        }
+        key.strip_prefix(self.prefix.as_str())?.strip_prefix('/').map(str::to_owned)
+    }
+}
+
+/// The objects under a level of a [`RemotePrefix`], in key order: an iterator that asks for
+/// the next page when the last one is used up. The first error ends it.
+pub struct RemoteObjects {
+    inner: Arc<Inner>,
+    path: StorePath,
+    stream: Option<BoxStream<'static, object_store::Result<ObjectMeta>>>,
+    /// The last location given out: a page asked again starts after it.
+    last: Option<StorePath>,
+    done: bool,
+}
+
+impl std::fmt::Debug for RemoteObjects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteObjects")
+            .field("url", &self.inner.url)
+            .field("under", &self.path.as_ref())
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl RemoteObjects {
+    async fn next_entry(&mut self) -> Result<Option<RemoteEntry>> {
+        let inner = Arc::clone(&self.inner);
+        let mut attempts = Attempts::new(&inner.options, &inner.url);
+        loop {
+            let stream = self.stream.get_or_insert_with(|| match &self.last {
+                Some(last) => inner.store.list_with_offset(Some(&self.path), last),
+                None => inner.store.list(Some(&self.path)),
+            });
+            let page = async {
+                stream.next().await.transpose().map_err(|e| Failure::from_store(&e, &inner.url))
+            };
+            let failure = match attempts.attempt(page).await {
+                Ok(Some(meta)) => {
+                    let name = inner.name_of(&meta.location);
+                    self.last = Some(meta.location);
+                    match name {
+                        Some(name) => return Ok(Some(RemoteEntry { name, len: meta.size })),
+                        None => continue,
+                    }
+                }
+                Ok(None) => return Ok(None),
+                Err(failure) => failure,
+            };
+            // The stream is spent by its error: the next attempt lists again from the last
+            // key given out.
+            self.stream = None;
+            attempts.retry_after(failure, "LIST").await.map_err(|g| g.into_error(&inner.url))?;
+        }
+    }
+}
+
+impl Iterator for RemoteObjects {
+    type Item = Result<RemoteEntry>;
+
+    fn next(&mut self) -> Option<Result<RemoteEntry>> {
+        if self.done {
+            return None;
+        }
+        let next = client::block_on(self.next_entry());
+        match next {
+            Ok(Some(entry)) => Some(Ok(entry)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
