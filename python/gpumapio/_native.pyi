@@ -499,7 +499,8 @@ class MappedFile:
     @property
     def nbytes(self) -> int: ...
     @property
-    def path(self) -> str: ...
+    def path(self) -> os.PathLike[str] | str:
+        """The path it was opened with (a ``pathlib.Path``), or a remote object's URL (``str``)."""
     @property
     def writable(self) -> bool: ...
     @property

@@ -66,7 +66,9 @@ def map(  # noqa: A001 - the name users reach for, as mmap.mmap / np.memmap
     process). ``zero_copy="misses"`` keeps the cache in front of that tier for row gathers: rows
     resident in GPU memory come from there, the others are read in place by the same kernel and
     made resident in the background (docs/decisions/0013-misses-in-place.md). ``read_ahead``:
-    bytes a walk reads ahead (default 512 MiB; 0: none).
+    bytes a walk reads ahead (default 512 MiB; 0: none). ``path`` may be an ``s3://`` or
+    ``http(s)://`` URL: the object is mapped read-only, its missing extents fetched with ranged
+    GETs (docs/remote.md).
     """
     # Without a cache, a cache of its own, sized by the library (MapOptions::open).
     open_in: Callable[..., MappedFile] = cache.open if cache is not None else functools.partial(

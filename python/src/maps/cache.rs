@@ -22,6 +22,39 @@ use crate::buffers::memory;
 use crate::errors::{nogil, to_py};
 use crate::future::{IOFuture, Pending};
 
+/// What a map is opened from: a local path, or an `s3://` / `http(s)://` URL (mapped
+/// read-only, its extents fetched with ranged GETs).
+enum Location {
+    Path(PathBuf),
+    Url(String),
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Location {
+    type Error = PyErr;
+
+    fn extract(ob: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if let Ok(text) = ob.extract::<String>() {
+            if gpumap::remote::is_remote_url(&text) {
+                return Ok(Location::Url(text));
+            }
+        }
+        Ok(Location::Path(ob.extract::<PathBuf>()?))
+    }
+}
+
+/// A map's source once opened: a local path and its length, or a remote object.
+enum Opened {
+    Local(PathBuf, u64),
+    Remote(gpumap::remote::RemoteFile),
+}
+
+/// The remote object at `url`, with `gpumapio.defaults`' retry settings and the AWS
+/// environment's credentials.
+fn open_remote(url: &str) -> gpumap::Result<gpumap::remote::RemoteFile> {
+    let options = crate::remote::RemoteSettings::default().options()?;
+    gpumap::remote::RemoteFile::open_with(url, &options)
+}
+
 /// `[offset, offset + len)` checked against a map of `file_len` bytes, with the library's
 /// error, before anything is allocated for it: a caller's length must not size an allocation
 /// until it is known to be inside the file.
@@ -76,13 +109,14 @@ impl DeviceCache {
     /// Opens `path` in this cache (read-only unless `writable`). `zero_copy`: gathers and views
     /// read the file in place from the host's page cache (registered for the GPU; the whole
     /// file is read and pinned, within `max_pinned` bytes across the process). `read_ahead`:
-    /// bytes a walk reads ahead (default 512 MiB; 0: none).
+    /// bytes a walk reads ahead (default 512 MiB; 0: none). An `s3://` or `http(s)://` URL is
+    /// mapped read-only, its missing extents fetched with ranged GETs.
     #[pyo3(signature = (path, *, writable = false, advice = "normal", zero_copy = None, max_pinned = None, read_ahead = None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         &self,
         py: Python<'_>,
-        path: PathBuf,
+        path: Location,
         writable: bool,
         advice: &str,
         zero_copy: Option<Bound<'_, PyAny>>,
@@ -91,7 +125,10 @@ impl DeviceCache {
     ) -> PyResult<MappedFile> {
         let o = map_options(writable, advice, zero_copy.as_ref(), max_pinned, read_ahead)?;
         let cache = self.inner.clone();
-        let inner = nogil(py, move || cache.open_with(&path, &o))?;
+        let inner = nogil(py, move || match path {
+            Location::Path(path) => cache.open_with(&path, &o),
+            Location::Url(url) => cache.open_remote(open_remote(&url)?, &o),
+        })?;
         Ok(MappedFile::new(inner, self.inner.clone()))
     }
 
@@ -223,7 +260,7 @@ impl MappedFile {
     #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
-        path: PathBuf,
+        path: Location,
         budget: Option<u64>,
         writable: bool,
         extent_size: u64,
@@ -237,27 +274,43 @@ impl MappedFile {
         let o = map_options(writable, advice, zero_copy.as_ref(), max_pinned, read_ahead)?;
         let device = device_arg(device.as_ref())?;
         let (inner, cache) = nogil(py, move || {
+            // A URL's object is opened first: its size sizes the cache.
+            let opened = match path {
+                Location::Path(path) => {
+                    let len = std::fs::metadata(&path).map(|m| m.len()).map_err(|e| {
+                        gpumap::Error::Io {
+                            op: "stat",
+                            path: Some(path.clone()),
+                            offset: None,
+                            source: e,
+                        }
+                    })?;
+                    Opened::Local(path, len)
+                }
+                Location::Url(url) => Opened::Remote(open_remote(&url)?),
+            };
+            let len = match &opened {
+                Opened::Local(_, len) => *len,
+                Opened::Remote(file) => file.len(),
+            };
             let mut c = match budget {
                 Some(budget) => {
                     let mut c = CacheOptions::new();
                     c.budget(budget);
                     c
                 }
-                None => CacheOptions::for_file(std::fs::metadata(&path).map(|m| m.len()).map_err(
-                    |e| gpumap::Error::Io {
-                        op: "stat",
-                        path: Some(path.clone()),
-                        offset: None,
-                        source: e,
-                    },
-                )?),
+                None => CacheOptions::for_file(len),
             };
             c.extent_size(extent_size).memory(device);
             if let Some(frame) = frame_size {
                 c.frame_size(frame);
             }
             let cache = c.build()?;
-            Ok((cache.open_with(&path, &o)?, cache))
+            let map = match opened {
+                Opened::Local(path, _) => cache.open_with(&path, &o)?,
+                Opened::Remote(file) => cache.open_remote(file, &o)?,
+            };
+            Ok((map, cache))
         })?;
         Ok(MappedFile::new(inner, cache))
     }
@@ -272,10 +325,14 @@ impl MappedFile {
         self.inner.len()
     }
 
-    /// The path it was opened with.
+    /// The path it was opened with (a `pathlib.Path`), or the URL (a `str`, without
+    /// credentials) of a remote object.
     #[getter]
-    fn path(&self) -> PathBuf {
-        self.inner.path().to_path_buf()
+    fn path<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if self.inner.is_remote() {
+            return Ok(self.inner.path().to_string_lossy().into_pyobject(py)?.into_any());
+        }
+        Ok(self.inner.path().to_path_buf().into_pyobject(py)?.into_any())
     }
 
     /// Whether writes are allowed.

@@ -81,6 +81,20 @@ impl DeviceCache {
         Ok(DeviceMappedFile::from_open(open))
     }
 
+    /// Maps the remote object `file` (an S3 object or an HTTP(S) URL; the `remote` feature)
+    /// in this cache, read-only: missing extents are read with ranged GETs (adjacent ones in
+    /// one request) and stay resident, evicted as any file's. `options` that make the map
+    /// writable or zero-copy are refused.
+    #[cfg(feature = "remote")]
+    pub fn open_remote(
+        &self,
+        file: crate::remote::RemoteFile,
+        options: &MapOptions,
+    ) -> Result<DeviceMappedFile> {
+        let open = OpenFile::open_remote(Arc::clone(&self.engine), file, options)?;
+        Ok(DeviceMappedFile::from_open(open))
+    }
+
     /// Where the cache's memory is.
     pub fn device(&self) -> Device {
         self.engine.device()

@@ -140,9 +140,14 @@ impl DeviceMappedFile {
         &self.inner.entry
     }
 
-    /// The path it was opened with.
+    /// The path it was opened with (a remote object's URL, without credentials).
     pub fn path(&self) -> &Path {
         &self.entry().path
+    }
+
+    /// Whether it maps a remote object ([`DeviceCache::open_remote`](super::DeviceCache::open_remote)).
+    pub fn is_remote(&self) -> bool {
+        self.entry().file.is_remote()
     }
 
     /// Bytes mapped: the file's length when it was mapped.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::engine::{self, Engine, FileEntry, GatherRange};
+use super::engine::{self, Backing, Engine, FileEntry, GatherRange};
 use super::map_options::{MapOptions, ZeroCopy};
 use super::read_ahead::AccessState;
 use super::zero_copy::{self, ZeroCopyFile, ZeroCopyOptions};
@@ -81,7 +81,7 @@ impl OpenFile {
             Some(registered) => registered.len(),
             None => file.len()?,
         };
-        let entry = engine.add_file(path.to_path_buf(), file, writable, len)?;
+        let entry = engine.add_file(path.to_path_buf(), Backing::Local(file), writable, len)?;
         let access = AccessState { advice: options.access_advice(), ..AccessState::default() };
         Ok(Arc::new(OpenFile {
             engine,
@@ -90,6 +90,42 @@ impl OpenFile {
             read_ahead: options.read_ahead_bytes(),
             zero_copy,
             misses_in_place: matches!(mode, ZeroCopy::Misses | ZeroCopy::MissesWithin(_)),
+        }))
+    }
+
+    /// Maps the remote object `file` in `engine`'s cache, read-only: its extents are read
+    /// with ranged GETs when they miss (adjacent missing extents in one request), and stay
+    /// resident as a local file's do. Writable and zero-copy options are refused: a remote
+    /// object is replaced whole, never written in place, and has no pages to read in place.
+    #[cfg(feature = "remote")]
+    pub(crate) fn open_remote(
+        engine: Arc<Engine>,
+        file: crate::remote::RemoteFile,
+        options: &MapOptions,
+    ) -> Result<Arc<OpenFile>> {
+        let shown = file.url().redacted();
+        if options.is_writable() {
+            return Err(Error::InvalidArgument(format!(
+                "{shown} is a remote object: it is mapped read-only"
+            )));
+        }
+        if !matches!(options.zero_copy_mode(), ZeroCopy::Off) {
+            return Err(Error::InvalidArgument(format!(
+                "{shown} is a remote object: the zero-copy tier reads local files in place"
+            )));
+        }
+        let pool = crate::io::IoPool::global()?;
+        let len = file.len();
+        let backing = Backing::Remote { file, pool };
+        let entry = engine.add_file(std::path::PathBuf::from(shown), backing, false, len)?;
+        let access = AccessState { advice: options.access_advice(), ..AccessState::default() };
+        Ok(Arc::new(OpenFile {
+            engine,
+            entry,
+            access: Mutex::new(access),
+            read_ahead: options.read_ahead_bytes(),
+            zero_copy: None,
+            misses_in_place: false,
         }))
     }
 

@@ -3,6 +3,7 @@
 //!
 //! - `state`: the engine (shards of books under their locks, the memory store, the budget) and
 //!   what it keeps of each open file;
+//! - `backing`: where an open file's bytes come from (a local file, or a remote object);
 //! - `books`: a shard's residency books — states, pins, LRU, slots — a pure state machine;
 //! - `geometry`: extent and frame arithmetic;
 //! - `store`: GPU or host memory — mapping frames and moving bytes;
@@ -18,6 +19,7 @@
 
 mod admission;
 mod admission_gate;
+mod backing;
 mod books;
 mod directory;
 mod doorkeeper;
@@ -35,6 +37,7 @@ mod writeback;
 
 pub(crate) use admission::{admit, extents_of_rows};
 pub(crate) use admission_gate::AdmissionClaim;
+pub(crate) use backing::Backing;
 pub(crate) use gather::{gather, GatherRange};
 pub(crate) use geometry::Geometry;
 pub(crate) use pins::{pin_extent, pin_frames, unpin_view, PinFor, Pins};

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::admission_gate::Admissions;
+use super::backing::Backing;
 use super::books::{key, Books, Catalog, FileCounters, FileId, FrameBudget, SlotId};
 use super::directory::Directory;
 use super::doorkeeper::Doorkeeper;
@@ -20,7 +21,6 @@ use super::geometry::Geometry;
 use super::sticky::StickyError;
 use super::store::{FileMemory, Store};
 use crate::error::{Error, Result};
-use crate::io::FileHandle;
 use crate::memory::Device;
 
 /// What an engine is built with: its sizes, already checked (`CacheOptions` does that).
@@ -39,7 +39,7 @@ pub(crate) struct EngineConfig {
 pub(crate) struct FileEntry {
     pub(crate) id: FileId,
     pub(crate) path: PathBuf,
-    pub(crate) file: FileHandle,
+    pub(crate) file: Backing,
     pub(crate) writable: bool,
     pub(crate) len: u64,
     pub(crate) memory: FileMemory,
@@ -206,7 +206,7 @@ impl Engine {
     pub(crate) fn add_file(
         &self,
         path: PathBuf,
-        file: FileHandle,
+        file: Backing,
         writable: bool,
         len: u64,
     ) -> Result<Arc<FileEntry>> {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::backing::Backing;
 use super::books::SlotId;
 use super::geometry::Geometry;
 use crate::error::{Error, Result};
@@ -324,7 +325,7 @@ impl Store {
     pub(crate) fn load(
         &self,
         home: Home<'_>,
-        file: &FileHandle,
+        file: &Backing,
         offset: u64,
         len: usize,
         fill: usize,
@@ -441,7 +442,7 @@ impl CudaStore {
     fn load_small(
         &self,
         region: RawRegion,
-        file: &FileHandle,
+        file: &Backing,
         offset: u64,
         len: usize,
     ) -> Result<usize> {

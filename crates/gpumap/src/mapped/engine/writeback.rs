@@ -167,7 +167,7 @@ fn write_claimed(
             entry.file.pool().run(runs, |(offset, len)| {
                 engine.store.write_back(
                     Home::Frame(&entry.memory, offset),
-                    &entry.file,
+                    entry.file.writable_file(&entry.path)?,
                     offset,
                     len as usize,
                 )?;
@@ -214,7 +214,7 @@ pub(crate) fn flush(engine: &Engine, entry: &FileEntry, extents: Range<u64>) -> 
 pub(crate) fn sync(engine: &Engine, entry: &FileEntry) -> Result<()> {
     write_back(engine, entry, 0..engine.geometry.extents(entry.len))?;
     if entry.writable {
-        if let Err(e) = entry.file.sync_data() {
+        if let Err(e) = entry.file.writable_file(&entry.path).and_then(|file| file.sync_data()) {
             *entry.sticky.lock() = Some(StickyError::from_error(&e));
             return Err(e);
         }

@@ -1,0 +1,231 @@
+//! A DeviceCache over remote objects (`DeviceCache::open_remote`), against the HTTP range server
+//! and the S3-compatible responder on 127.0.0.1 (tests/remote/server.rs), on host memory (every
+//! machine) and on the GPU (where there is one): views, gathers and row gathers checked byte
+//! for byte against the object; only missing extents fetched, adjacent ones in one ranged GET;
+//! a hot set served with no request at all; eviction under a budget smaller than the object;
+//! server failures typed and not sticky; writable and zero-copy maps refused.
+#![cfg(feature = "remote")]
+
+#[macro_use]
+mod common;
+#[allow(dead_code)]
+#[path = "remote/server.rs"]
+mod server;
+
+use std::sync::Once;
+use std::time::Duration;
+
+use common::random_bytes;
+use gpumap::error::{Error, RemoteErrorKind};
+use gpumap::mapped::{CacheOptions, DeviceCache, DeviceMappedFile, MapOptions, ZeroCopy};
+use gpumap::memory::{Device, DeviceBuffer};
+use gpumap::remote::{RemoteFile, RemoteOptions};
+use server::{Fault, Server};
+
+const MIB: u64 = 1 << 20;
+const EXTENT: u64 = 4096;
+
+on_host_and_gpu!(
+    views_and_gathers_match_the_object,
+    only_missing_extents_are_fetched_adjacent_ones_together,
+    row_gathers_match_the_object_and_a_hot_set_costs_no_request,
+    a_budget_smaller_than_the_object_evicts_and_reads_again,
+    server_failures_are_typed_and_do_not_stick,
+);
+
+fn aws_environment() {
+    static SET: Once = Once::new();
+    SET.call_once(|| {
+        std::env::set_var("AWS_ACCESS_KEY_ID", "GPUMAPTESTKEYID");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "gpumap-test-secret-never-shown");
+        std::env::set_var("AWS_DEFAULT_REGION", "us-east-1");
+        std::env::remove_var("AWS_ENDPOINT_URL");
+    });
+}
+
+/// An HTTP server holding `len` random bytes at `/table.bin`, and the object opened.
+fn served(len: usize, seed: u64) -> (Server, Vec<u8>, RemoteFile) {
+    let server = Server::http();
+    let bytes = random_bytes(len, seed);
+    server.put("/table.bin", bytes.clone());
+    let mut options = RemoteOptions::default();
+    options.backoff(Duration::from_millis(2), Duration::from_millis(10));
+    options.max_attempts(3).unwrap();
+    let file =
+        RemoteFile::open_with(&format!("{}/table.bin", server.endpoint()), &options).unwrap();
+    (server, bytes, file)
+}
+
+fn cache(memory: &Device, budget: u64) -> DeviceCache {
+    CacheOptions::new()
+        .memory(memory.clone())
+        .frame_size(2 * MIB)
+        .budget(budget)
+        .extent_size(EXTENT)
+        .build()
+        .unwrap()
+}
+
+fn map(cache: &DeviceCache, file: RemoteFile) -> DeviceMappedFile {
+    cache.open_remote(file, &MapOptions::new()).unwrap()
+}
+
+fn read(map: &DeviceMappedFile, offset: u64, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    map.read(offset, &mut out).unwrap();
+    out
+}
+
+fn views_and_gathers_match_the_object(memory: Device) {
+    let (_server, bytes, file) = served((5 * MIB + 777) as usize, 1);
+    let c = cache(&memory, 16 * MIB);
+    let m = map(&c, file);
+    assert_eq!(m.len(), bytes.len() as u64);
+    assert!(m.path().to_string_lossy().ends_with("/table.bin"), "{}", m.path().display());
+    // Odd offsets and sizes, across extents and frames, up to the last byte.
+    let cases: &[(u64, usize)] = &[
+        (0, 1),
+        (4095, 2),
+        (12_345, 100_000),
+        (2 * MIB - 3, 9),
+        (5 * MIB, 777),
+        (bytes.len() as u64 - 1, 1),
+    ];
+    for &(offset, len) in cases {
+        assert!(
+            read(&m, offset, len) == bytes[offset as usize..][..len],
+            "{memory:?} {offset}+{len}"
+        );
+        let view = m.view(offset, len as u64).unwrap();
+        let mut out = vec![0u8; len];
+        view.copy_to_host(0, &mut out).unwrap();
+        assert!(out == bytes[offset as usize..][..len], "{memory:?} view {offset}+{len}");
+    }
+    let mut dst = DeviceBuffer::zeroed(&memory, 3000).unwrap();
+    c.gather(&[m.range(100, 1000), m.range(4 * MIB, 2000)], dst.view_mut()).unwrap();
+    let got = dst.to_vec().unwrap();
+    assert!(got[..1000] == bytes[100..1100] && got[1000..] == bytes[(4 * MIB) as usize..][..2000]);
+    // Past the end: typed, before any request.
+    let e = m.view(bytes.len() as u64 - 10, 11).unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e:?}");
+}
+
+fn only_missing_extents_are_fetched_adjacent_ones_together(memory: Device) {
+    let (server, bytes, file) = served((4 * MIB) as usize, 2);
+    let c = cache(&memory, 16 * MIB);
+    let m = map(&c, file);
+    let gets = server.gets();
+    // Sixteen adjacent extents, missing: fetched together, in far fewer requests than extents.
+    assert!(
+        read(&m, 8 * EXTENT, (16 * EXTENT) as usize)
+            == bytes[(8 * EXTENT) as usize..][..(16 * EXTENT) as usize]
+    );
+    let first = server.gets() - gets;
+    assert!((1..=4).contains(&first), "{memory:?}: {first} GETs for 16 adjacent extents");
+    // The same bytes again, and any part of them: no request.
+    let before = server.gets();
+    assert!(read(&m, 8 * EXTENT + 5, 1000) == bytes[(8 * EXTENT + 5) as usize..][..1000]);
+    let _ = read(&m, 8 * EXTENT, (16 * EXTENT) as usize);
+    assert_eq!(server.gets(), before, "{memory:?}: resident extents were fetched again");
+    // A range half resident: only its missing extents are fetched.
+    let heads = server.heads();
+    assert!(
+        read(&m, 20 * EXTENT, (8 * EXTENT) as usize)
+            == bytes[(20 * EXTENT) as usize..][..(8 * EXTENT) as usize]
+    );
+    let stats = m.stats();
+    assert_eq!(stats.bytes_faulted, 20 * EXTENT, "{memory:?}: {stats:?}");
+    assert_eq!(server.heads(), heads, "the object's size is known from the open");
+}
+
+fn row_gathers_match_the_object_and_a_hot_set_costs_no_request(memory: Device) {
+    let (server, bytes, file) = served((2 * MIB + 300) as usize, 3);
+    let c = cache(&memory, 8 * MIB);
+    let m = map(&c, file);
+    let row = 512usize;
+    let rows = bytes.len() / row;
+    let indices: Vec<i64> = (0..3000).map(|i| ((i * 7919) % rows) as i64).collect();
+    let gather = |indices: &[i64]| {
+        let mut dst = DeviceBuffer::zeroed(&memory, indices.len() * row).unwrap();
+        m.gather_rows(indices, row as u64, dst.view_mut()).unwrap();
+        dst.to_vec().unwrap()
+    };
+    let expected: Vec<u8> =
+        indices.iter().flat_map(|&i| &bytes[i as usize * row..][..row]).copied().collect();
+    assert!(gather(&indices) == expected, "{memory:?}");
+    let before = server.gets();
+    assert!(gather(&indices) == expected, "{memory:?}");
+    assert_eq!(server.gets(), before, "{memory:?}: a resident hot set made requests");
+    // A row index past the table: named, nothing read.
+    let mut dst = DeviceBuffer::zeroed(&memory, row).unwrap();
+    let e = m.gather_rows(&[rows as i64][..], row as u64, dst.view_mut()).unwrap_err();
+    assert!(e.to_string().contains(&rows.to_string()), "{e}");
+}
+
+fn a_budget_smaller_than_the_object_evicts_and_reads_again(memory: Device) {
+    let (server, bytes, file) = served((12 * MIB + 5) as usize, 4);
+    let c = cache(&memory, 4 * MIB);
+    let m = map(&c, file);
+    for pass in 0..2 {
+        for offset in (0..bytes.len() as u64).step_by(MIB as usize + 4093) {
+            let len = 70_000.min(bytes.len() - offset as usize);
+            assert!(
+                read(&m, offset, len) == bytes[offset as usize..][..len],
+                "{memory:?} pass {pass} at {offset}"
+            );
+        }
+    }
+    let stats = c.stats();
+    assert!(stats.used_bytes <= 4 * MIB, "{memory:?}: {stats:?}");
+    assert!(m.stats().evictions > 0, "{memory:?}: {:?}", m.stats());
+    assert!(server.gets() > 0);
+}
+
+fn server_failures_are_typed_and_do_not_stick(memory: Device) {
+    let (server, bytes, file) = served((MIB) as usize, 5);
+    let c = cache(&memory, 8 * MIB);
+    let m = map(&c, file);
+    // Three 503s: the attempts (3) run out on the first request.
+    server.inject([Fault::Status(503), Fault::Status(503), Fault::Status(503)]);
+    let mut out = vec![0u8; 5000];
+    let e = m.read(10_000, &mut out).unwrap_err();
+    assert!(
+        matches!(e, Error::Remote { kind: RemoteErrorKind::Status, status: Some(503), .. }),
+        "{memory:?}: {e:?}"
+    );
+    // A body cut short: an error, never bytes reported read.
+    server.inject([Fault::Truncate, Fault::Truncate, Fault::Truncate]);
+    assert!(m.read(300_000, &mut out).is_err());
+    // The server recovers: the same ranges read whole and right.
+    assert!(read(&m, 10_000, 5000) == bytes[10_000..15_000], "{memory:?}");
+    assert!(read(&m, 300_000, 5000) == bytes[300_000..305_000], "{memory:?}");
+}
+
+#[test]
+fn writable_and_zero_copy_maps_of_objects_are_refused() {
+    let (_server, _bytes, file) = served(10_000, 6);
+    let c = cache(&Device::Host, 4 * MIB);
+    let mut writable = MapOptions::new();
+    writable.writable(true);
+    let e = c.open_remote(file.clone(), &writable).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("read-only"), "{e}");
+    let mut zero_copy = MapOptions::new();
+    zero_copy.zero_copy(ZeroCopy::On);
+    let e = c.open_remote(file, &zero_copy).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("zero-copy"), "{e}");
+}
+
+#[test]
+fn s3_objects_map_as_http_ones_do() {
+    aws_environment();
+    let server = Server::s3("GPUMAPTESTKEYID");
+    let bytes = random_bytes(300_001, 7);
+    server.put("/test-bucket/t/table.bin", bytes.clone());
+    let mut options = RemoteOptions::default();
+    options.s3_endpoint(Some(server.endpoint()));
+    let file = RemoteFile::open_with("s3://test-bucket/t/table.bin", &options).unwrap();
+    let c = cache(&Device::Host, 4 * MIB);
+    let m = map(&c, file);
+    assert!(read(&m, 1, 300_000) == bytes[1..]);
+    assert_eq!(m.path().to_string_lossy(), "s3://test-bucket/t/table.bin");
+}
