@@ -152,6 +152,18 @@ class RemoteFile:
         request_size: int | None = None,
     ) -> RemoteFile: ...
     @staticmethod
+    def open_webhdfs(
+        url: str,
+        nbytes: int | None = None,
+        *,
+        http_max_attempts: int | None = None,
+        http_status_codes: Sequence[int] | None = None,
+        http_timeout: float | None = None,
+        max_in_flight: int | None = None,
+        request_size: int | None = None,
+    ) -> RemoteFile:
+        """A WebHDFS file (``http(s)://namenode:port/webhdfs/v1/<path>`` or ``webhdfs://``)."""
+    @staticmethod
     def open(
         url: str,
         remote_endpoint_type: object = None,

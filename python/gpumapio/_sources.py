@@ -14,7 +14,7 @@ __all__ = ["is_url", "join", "open_source", "read_bytes", "read_pieces"]
 
 Source = Union[str, "os.PathLike[str]"]
 
-_SCHEMES = ("s3", "http", "https")
+_SCHEMES = ("s3", "http", "https", "webhdfs", "swebhdfs")
 
 
 def is_url(source: Any) -> bool:

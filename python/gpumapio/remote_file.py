@@ -13,8 +13,9 @@ __all__ = ["RemoteEndpointType", "RemoteFile", "RemoteWriter"]
 
 class RemoteEndpointType(enum.Enum):
     """The kinds of remote endpoint, as KvikIO names them. gpumapio reads ``S3``,
-    ``S3_PRESIGNED_URL`` and ``HTTP``; ``AUTO`` infers the kind from the URL; ``S3_PUBLIC``
-    and ``WEBHDFS`` are refused with ``ValueError``."""
+    ``S3_PRESIGNED_URL``, ``WEBHDFS`` and ``HTTP``; ``AUTO`` infers the kind from the URL
+    (WebHDFS where the path starts with ``/webhdfs/v1/``); ``S3_PUBLIC`` is refused with
+    ``ValueError``."""
 
     AUTO = 0
     S3 = 1

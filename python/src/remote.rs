@@ -111,10 +111,44 @@ impl RemoteFile {
         max_in_flight: Option<usize>,
         request_size: Option<u64>,
     ) -> PyResult<RemoteFile> {
-        let parsed = parse(py, url)?;
-        if !matches!(parsed, RemoteUrl::Http(_)) {
-            return Err(PyValueError::new_err(format!("{parsed} is not an http(s):// URL")));
-        }
+        // Asked for as plain HTTP, a URL is read as plain HTTP, whatever its path looks like.
+        let parsed = match parse(py, url)? {
+            RemoteUrl::WebHdfs(u) => RemoteUrl::Http(u),
+            RemoteUrl::Http(u) => RemoteUrl::Http(u),
+            other => {
+                return Err(PyValueError::new_err(format!("{other} is not an http(s):// URL")))
+            }
+        };
+        settings!(
+            nbytes,
+            http_max_attempts,
+            http_status_codes,
+            http_timeout,
+            max_in_flight,
+            request_size,
+            None,
+            None
+        )
+        .open(py, parsed)
+    }
+
+    /// Opens a WebHDFS file: `http(s)://namenode:port/webhdfs/v1/<path>` (its query, such as
+    /// `user.name`, goes with every request), or `webhdfs://host:port/<path>`. The size comes
+    /// from `GETFILESTATUS`, ranges from `OPEN` (through the datanode it redirects to).
+    #[staticmethod]
+    #[pyo3(signature = (url, nbytes = None, *, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open_webhdfs(
+        py: Python<'_>,
+        url: &str,
+        nbytes: Option<u64>,
+        http_max_attempts: Option<u32>,
+        http_status_codes: Option<Vec<u16>>,
+        http_timeout: Option<f64>,
+        max_in_flight: Option<usize>,
+        request_size: Option<u64>,
+    ) -> PyResult<RemoteFile> {
+        let parsed = check(py, RemoteUrl::webhdfs(url))?;
         settings!(
             nbytes,
             http_max_attempts,
@@ -248,6 +282,7 @@ impl RemoteFile {
         let parsed = parse(py, url)?;
         let inferred = match &parsed {
             RemoteUrl::S3 { .. } => "S3",
+            RemoteUrl::WebHdfs(_) => "WEBHDFS",
             RemoteUrl::Http(u) if u.query().is_some_and(|q| q.contains("X-Amz-Signature")) => {
                 "S3_PRESIGNED_URL"
             }
@@ -262,8 +297,8 @@ impl RemoteFile {
             |name: &str| name == inferred || (inferred == "S3_PRESIGNED_URL" && name == "HTTP");
         if asked != "AUTO" && !agrees(&asked) {
             return Err(PyValueError::new_err(format!(
-                "{parsed} is not a {asked} endpoint (gpumapio reads S3, S3_PRESIGNED_URL and \
-                 HTTP endpoints)"
+                "{parsed} is not a {asked} endpoint (gpumapio reads S3, S3_PRESIGNED_URL, \
+                 WEBHDFS and HTTP endpoints)"
             )));
         }
         if let Some(allowed) = allow_list {

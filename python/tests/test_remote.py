@@ -1,11 +1,14 @@
 """gpumapio.RemoteFile against servers on 127.0.0.1 only: a range server (conftest.py; faults
-injected: 503s, stalls, bodies cut short) and moto's S3 server; byte for byte against the
-source bytes."""
+injected: 503s, stalls, bodies cut short), moto's S3 server and a WebHDFS namenode (below);
+byte for byte against the source bytes."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import threading
 import time
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -206,3 +209,68 @@ def test_reads_into_gpu_memory(served):
     assert cupy.asnumpy(out).tobytes() == data[: len(out)]
     got = gpumapio.read_file_to_device(url, output="cupy")
     assert cupy.asnumpy(got).tobytes() == data
+
+
+class _WebHdfsHandler(http.server.BaseHTTPRequestHandler):
+    """A WebHDFS namenode and datanode in one: ``GETFILESTATUS`` and ``OPEN`` (redirected once,
+    as a namenode does, to the same path with ``datanode=true``)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status, body=b"", headers=()):
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        path, _, query = self.path.partition("?")
+        params = dict(urllib.parse.parse_qsl(query))
+        self.server.requests.append(params)
+        data = self.server.files.get(path)
+        if data is None:
+            return self._send(404, b'{"RemoteException":{"exception":"FileNotFoundException"}}')
+        if params.get("op") == "GETFILESTATUS":
+            return self._send(200, json.dumps({"FileStatus": {"length": len(data), "type": "FILE"}}).encode())
+        if params.get("op") == "OPEN" and "datanode" not in params:
+            return self._send(307, headers=[("Location", f"{path}?{query}&datanode=true")])
+        if params.get("op") == "OPEN":
+            offset, length = int(params["offset"]), int(params["length"])
+            return self._send(200, data[offset : offset + length])
+        self._send(400)
+
+
+@pytest.fixture
+def webhdfs(rng):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _WebHdfsHandler)
+    srv.daemon_threads = True
+    srv.files = {"/webhdfs/v1/user/me/data.bin": rng.integers(0, 256, size=(1 << 20) + 77, dtype="u1").tobytes()}
+    srv.requests = []
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv, f"http://127.0.0.1:{srv.server_address[1]}/webhdfs/v1/user/me/data.bin?user.name=me"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_webhdfs_files_read_as_kvikio_reads_them(webhdfs):
+    srv, url = webhdfs
+    data = srv.files["/webhdfs/v1/user/me/data.bin"]
+    kinds = gpumapio.RemoteEndpointType
+    for f in [RemoteFile.open_webhdfs(url, request_size=100_000), RemoteFile.open(url), RemoteFile.open(url, kinds.WEBHDFS)]:
+        assert f.nbytes() == len(data)
+        out = np.empty(300_001, dtype="u1")
+        assert f.read(out, file_offset=77) == out.size
+        assert out.tobytes() == data[77 : 77 + out.size]
+        assert "me" not in f.url.split("?")[-1]
+    # Every request carried the URL's own user.name; reads went through the redirect.
+    assert all(r.get("user.name") == "me" for r in srv.requests)
+    assert any(r.get("datanode") == "true" for r in srv.requests)
+    with pytest.raises(FileNotFoundError, match="missing"):
+        RemoteFile.open_webhdfs(url.replace("data.bin", "missing.bin"))
+    with pytest.raises(ValueError, match="WebHDFS"):
+        RemoteFile.open_webhdfs(url.replace("/webhdfs/v1", ""))

@@ -17,6 +17,7 @@ use crate::remote::aws_profile::Profile;
 use crate::remote::failure::{self, Failure};
 use crate::remote::options::RemoteOptions;
 use crate::remote::url::RemoteUrl;
+use crate::remote::webhdfs::WebHdfs;
 
 /// A store and the object in it.
 #[derive(Debug, Clone)]
@@ -28,7 +29,7 @@ pub(crate) struct Client {
 impl Client {
     /// A client for `url`: S3 with credentials, region and endpoint from the standard AWS
     /// environment variables, then the shared AWS files (the options' endpoint and region
-    /// override both), or plain HTTP.
+    /// override both), plain HTTP, or WebHDFS.
     pub(crate) fn connect(url: &RemoteUrl, options: &RemoteOptions) -> Result<Client> {
         match url {
             RemoteUrl::S3 { bucket, key } => {
@@ -44,6 +45,11 @@ impl Client {
                     .with_client_options(client_options(options))
                     .with_retry(no_retries())
                     .build()
+                    .map_err(|e| invalid(url, &e))?;
+                Ok(Client { store: Arc::new(store), path: StorePath::default() })
+            }
+            RemoteUrl::WebHdfs(full) => {
+                let store = WebHdfs::new(full.clone(), url.redacted(), &client_options(options))
                     .map_err(|e| invalid(url, &e))?;
                 Ok(Client { store: Arc::new(store), path: StorePath::default() })
             }

@@ -46,6 +46,13 @@ impl RemoteFile {
         Self::open_url(RemoteUrl::parse(url)?, options)
     }
 
+    /// Opens a WebHDFS file (`http(s)://namenode:port/webhdfs/v1/<path>`, or `webhdfs://` /
+    /// `swebhdfs://`): its size from `GETFILESTATUS`, ranges from `OPEN` (KvikIO's
+    /// `open_webhdfs`).
+    pub fn open_webhdfs(url: &str, options: &RemoteOptions) -> Result<RemoteFile> {
+        Self::open_url(RemoteUrl::webhdfs(url)?, options)
+    }
+
     /// Opens the S3 object `key` of `bucket`.
     pub fn open_s3(bucket: &str, key: &str, options: &RemoteOptions) -> Result<RemoteFile> {
         Self::open_url(RemoteUrl::s3(bucket, key)?, options)

@@ -1,4 +1,4 @@
-//! Remote objects — S3 and HTTP(S) — read straight into host or GPU memory, and S3 objects
+//! Remote objects — S3, HTTP(S) and WebHDFS — read straight into host or GPU memory, and S3 objects
 //! written from either as multipart uploads ([`RemoteWriter`]) (the `remote` feature).
 //!
 //! ```no_run
@@ -42,6 +42,7 @@ mod prefix;
 mod retry;
 mod upload;
 mod url;
+mod webhdfs;
 mod writer;
 
 pub use crate::error::RemoteErrorKind;

@@ -29,10 +29,16 @@ pub enum RemoteUrl {
     /// A plain `http(s)://` URL read with ranged GETs; a presigned S3 URL is one (its query
     /// string carries the signature and is kept).
     Http(url::Url),
+    /// A file of Hadoop's WebHDFS REST API, `http(s)://namenode:port/webhdfs/v1/<path>` (its
+    /// query, `user.name` or a delegation token, is kept and goes with every request).
+    WebHdfs(url::Url),
 }
 
 impl RemoteUrl {
-    /// Parses `text` by its scheme: `s3://bucket/key`, or `http://` / `https://` URLs.
+    /// Parses `text` by its scheme: `s3://bucket/key`; `http://` / `https://` URLs (WebHDFS
+    /// where the path starts with `/webhdfs/v1/`, the API's own prefix, as KvikIO infers it);
+    /// `webhdfs://host:port/path` and `swebhdfs://...` (Hadoop's names for the same over
+    /// http and https).
     pub fn parse(text: &str) -> Result<RemoteUrl> {
         check_text(text)?;
         match text.split_once("://") {
@@ -40,13 +46,46 @@ impl RemoteUrl {
             Some((scheme, _))
                 if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
             {
-                parse_http(text)
+                let url = parse_http(text)?;
+                match url {
+                    RemoteUrl::Http(u) if u.path().starts_with(WEBHDFS_PREFIX) => {
+                        check_webhdfs(RemoteUrl::WebHdfs(u))
+                    }
+                    other => Ok(other),
+                }
+            }
+            Some((scheme, rest))
+                if scheme.eq_ignore_ascii_case("webhdfs")
+                    || scheme.eq_ignore_ascii_case("swebhdfs") =>
+            {
+                let http = if scheme.eq_ignore_ascii_case("webhdfs") { "http" } else { "https" };
+                let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+                let mapped = format!("{http}://{authority}{WEBHDFS_PREFIX}{path}");
+                match parse_http(&mapped)? {
+                    RemoteUrl::Http(u) => check_webhdfs(RemoteUrl::WebHdfs(u)),
+                    other => Ok(other),
+                }
             }
             Some((scheme, _)) => Err(invalid(
                 &redact_text(text),
-                format!("the scheme {:?} is not supported (s3, http and https are)", scheme),
+                format!(
+                    "the scheme {:?} is not supported (s3, http, https, webhdfs and swebhdfs are)",
+                    scheme
+                ),
             )),
             None => Err(invalid(&redact_text(text), "the URL has no scheme (s3://, https://)")),
+        }
+    }
+
+    /// A WebHDFS file: `url` as [`parse`](Self::parse) reads it, which must name one
+    /// (`http(s)://host:port/webhdfs/v1/<path>`, or `webhdfs://` / `swebhdfs://`).
+    pub fn webhdfs(url: &str) -> Result<RemoteUrl> {
+        match RemoteUrl::parse(url)? {
+            found @ RemoteUrl::WebHdfs(_) => Ok(found),
+            other => Err(invalid(
+                &other.redacted(),
+                format!("not a WebHDFS URL (http(s)://host:port{WEBHDFS_PREFIX}<path>)"),
+            )),
         }
     }
 
@@ -63,7 +102,7 @@ impl RemoteUrl {
     pub fn redacted(&self) -> String {
         match self {
             RemoteUrl::S3 { bucket, key } => format!("s3://{bucket}/{key}"),
-            RemoteUrl::Http(url) => redact_url(url),
+            RemoteUrl::Http(url) | RemoteUrl::WebHdfs(url) => redact_url(url),
         }
     }
 
@@ -72,7 +111,7 @@ impl RemoteUrl {
     pub(crate) fn secrets(&self) -> Vec<String> {
         match self {
             RemoteUrl::S3 { .. } => Vec::new(),
-            RemoteUrl::Http(url) => {
+            RemoteUrl::Http(url) | RemoteUrl::WebHdfs(url) => {
                 let mut secrets = vec![url.as_str().to_owned()];
                 if let Some(query) = url.query().filter(|q| !q.is_empty()) {
                     secrets.push(query.to_owned());
@@ -98,8 +137,28 @@ impl fmt::Debug for RemoteUrl {
 /// Whether `text` looks like a URL gpumap reads remotely rather than a local path: the
 /// callers that take both (the CLI, Python's `read_file_to_device`) ask this first.
 pub fn is_remote_url(text: &str) -> bool {
-    let lower = text.get(..8).unwrap_or(text).to_ascii_lowercase();
-    lower.starts_with("s3://") || lower.starts_with("http://") || lower.starts_with("https://")
+    let lower = text.get(..11).unwrap_or(text).to_ascii_lowercase();
+    ["s3://", "http://", "https://", "webhdfs://", "swebhdfs://"]
+        .iter()
+        .any(|scheme| lower.starts_with(scheme))
+}
+
+/// The path every WebHDFS URL starts with.
+const WEBHDFS_PREFIX: &str = "/webhdfs/v1/";
+
+/// A WebHDFS URL names a file below the prefix, and leaves `op` to the reader.
+fn check_webhdfs(url: RemoteUrl) -> Result<RemoteUrl> {
+    let RemoteUrl::WebHdfs(u) = &url else { return Ok(url) };
+    if u.path().len() <= WEBHDFS_PREFIX.len() {
+        return Err(invalid(&url.redacted(), "the WebHDFS URL names no file"));
+    }
+    if u.query_pairs().any(|(name, _)| matches!(name.as_ref(), "op" | "offset" | "length")) {
+        return Err(invalid(
+            &url.redacted(),
+            "a WebHDFS URL names the file; the reader adds op, offset and length itself",
+        ));
+    }
+    Ok(url)
 }
 
 /// Refusals that do not depend on the scheme: length, and characters that could end a request
@@ -299,6 +358,7 @@ mod tests {
             "ftp://host/file",
             "file:///etc/passwd",
             "gs://bucket/key",
+            "hdfs://namenode/path",
             "no-scheme/at/all",
             "s3://",
             "s3://bucket",
@@ -361,6 +421,33 @@ mod tests {
                 "{text:?} was not refused"
             );
         }
+    }
+
+    #[test]
+    fn webhdfs_urls_are_told_from_plain_http_and_keep_their_query() {
+        let url = RemoteUrl::parse("http://nn:9870/webhdfs/v1/data/x.bin?user.name=me").unwrap();
+        assert!(matches!(&url, RemoteUrl::WebHdfs(u) if u.query() == Some("user.name=me")));
+        assert_eq!(url.redacted(), "http://nn:9870/webhdfs/v1/data/x.bin?…");
+        let hadoop = RemoteUrl::parse("webhdfs://nn:9870/data/x.bin").unwrap();
+        assert!(
+            matches!(&hadoop, RemoteUrl::WebHdfs(u) if u.as_str() == "http://nn:9870/webhdfs/v1/data/x.bin")
+        );
+        let secure = RemoteUrl::parse("swebhdfs://nn:9871/x").unwrap();
+        assert_eq!(secure.redacted(), "https://nn:9871/webhdfs/v1/x");
+        assert!(matches!(
+            RemoteUrl::parse("http://nn/data/webhdfs/v1/x").unwrap(),
+            RemoteUrl::Http(_)
+        ));
+        assert!(RemoteUrl::webhdfs("http://nn/data/x").is_err());
+        for text in [
+            "http://nn/webhdfs/v1/",
+            "http://nn/webhdfs/v1/x?op=DELETE",
+            "webhdfs:///x",
+            "webhdfs://user:pw@nn/x",
+        ] {
+            refused(text);
+        }
+        assert!(is_remote_url("webhdfs://nn/x") && is_remote_url("SWEBHDFS://nn/x"));
     }
 
     #[test]

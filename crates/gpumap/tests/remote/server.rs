@@ -65,6 +65,9 @@ struct State {
     faults: Mutex<VecDeque<Fault>>,
     /// The access key id S3 mode requires in `Authorization`; `None`: plain HTTP mode.
     s3_key_id: Option<String>,
+    /// WebHDFS mode: files under `/webhdfs/v1/`, sized by `op=GETFILESTATUS` (counted as a
+    /// HEAD) and read by `op=OPEN`, which redirects (307) to a "datanode" path first.
+    webhdfs: bool,
     /// Every GET waits this long, so that concurrency can be seen.
     get_delay: Mutex<Duration>,
     heads: AtomicUsize,
@@ -105,10 +108,19 @@ impl Server {
         Self::start(Some(key_id.to_owned()))
     }
 
+    /// A WebHDFS namenode and datanode in one: `put("/webhdfs/v1/<path>", ...)` files.
+    pub fn webhdfs() -> Server {
+        Self::start_with(State { webhdfs: true, ..State::default() })
+    }
+
     fn start(s3_key_id: Option<String>) -> Server {
+        Self::start_with(State { s3_key_id, ..State::default() })
+    }
+
+    fn start_with(state: State) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let state = Arc::new(State { s3_key_id, ..State::default() });
+        let state = Arc::new(state);
         let shared = Arc::clone(&state);
         thread::spawn(move || {
             for stream in listener.incoming() {
@@ -376,9 +388,17 @@ fn handle(out: &mut TcpStream, state: &State, request: Request) -> bool {
 }
 
 fn get(out: &mut TcpStream, state: &State, request: &Request) -> bool {
+    if state.webhdfs {
+        return webhdfs(out, state, request);
+    }
     if state.s3_key_id.is_some() && request.query.get("list-type").is_some_and(|t| t == "2") {
         return list(out, state, request);
     }
+    plain_get(out, state, request)
+}
+
+/// A GET of an object, whole or ranged, counted, delayed and faulted as the tests ask.
+fn plain_get(out: &mut TcpStream, state: &State, request: &Request) -> bool {
     state.gets.fetch_add(1, Ordering::SeqCst);
     let now = state.active_gets.fetch_add(1, Ordering::SeqCst) + 1;
     state.max_active_gets.fetch_max(now, Ordering::SeqCst);
@@ -906,4 +926,60 @@ fn delete_objects(out: &mut TcpStream, state: &State, request: &Request) -> bool
     }
     drop(objects);
     respond_xml(out, "DeleteResult", &deleted)
+}
+
+/// WebHDFS: `GETFILESTATUS` answers the file's JSON status (counted as a HEAD; a 404 with a
+/// RemoteException for a missing file); `OPEN` at the "namenode" redirects to the same path
+/// with `datanode=true`, where it is served as the ranged GET of `offset` and `length` would be
+/// (faults, delays and counts included; the body with a 200, as a datanode sends it).
+fn webhdfs(out: &mut TcpStream, state: &State, request: &Request) -> bool {
+    let op = request.query.get("op").map(String::as_str).unwrap_or_default();
+    match op {
+        "GETFILESTATUS" => {
+            state.heads.fetch_add(1, Ordering::SeqCst);
+            let Some(bytes) = state.objects.lock().unwrap().get(&request.path).cloned() else {
+                let body = "{\"RemoteException\":{\"exception\":\"FileNotFoundException\",\
+                            \"message\":\"File does not exist\"}}";
+                return respond(
+                    out,
+                    404,
+                    &[("Content-Type", "application/json".into())],
+                    body.as_bytes(),
+                );
+            };
+            let body = format!(
+                "{{\"FileStatus\":{{\"length\":{},\"type\":\"FILE\",\"blockSize\":134217728,\
+                 \"owner\":\"gpumap\",\"pathSuffix\":\"\",\"permission\":\"644\"}}}}",
+                bytes.len()
+            );
+            respond(out, 200, &[("Content-Type", "application/json".into())], body.as_bytes())
+        }
+        "OPEN" if !request.query.contains_key("datanode") => {
+            let mut query: Vec<String> =
+                request.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            query.push("datanode=true".into());
+            let location = format!("{}?{}", request.path, query.join("&"));
+            respond(out, 307, &[("Location", location)], b"")
+        }
+        "OPEN" => {
+            let number = |name: &str| request.query.get(name).and_then(|v| v.parse::<u64>().ok());
+            let (Some(offset), Some(length)) = (number("offset"), number("length")) else {
+                return respond(out, 400, &[], b"offset and length wanted");
+            };
+            let mut ranged = Request {
+                method: "GET".into(),
+                path: request.path.clone(),
+                query: HashMap::new(),
+                headers: request.headers.clone(),
+                body: Vec::new(),
+            };
+            if length > 0 {
+                ranged
+                    .headers
+                    .insert("range".into(), format!("bytes={offset}-{}", offset + length - 1));
+            }
+            plain_get(out, state, &ranged)
+        }
+        _ => respond(out, 400, &[], b"unsupported op"),
+    }
 }
