@@ -4,7 +4,7 @@ a plain parallel client (``http.client``), all measured in one run on the same o
 
     python3 python/bench/remote.py --jsonl OUT.jsonl [--size 4GiB] [--dir DIR] [--repeats 3]
         [--threads 32] [--client-procs N] [--server-procs N] [--request-size 4MiB]
-        [--ops-4k 4096] [--ops-1m 512] [--only plain,gpumap,kvikio]
+        [--ops-4k 4096] [--ops-1m 512] [--rows 100000] [--only plain,gpumap,kvikio,rows]
 
 The server runs in its own processes (``--server-procs``, one listening socket each on a
 shared port through SO_REUSEPORT, a thread per connection, bodies sent with ``os.sendfile``
@@ -15,6 +15,13 @@ it starts with ``gpumap``; ``memory`` says where the bytes land):
   ``--request-size`` over ``--threads`` keep-alive connections in ``--client-procs`` processes);
 - ``remote_rand_4k`` / ``remote_rand_1m``: aligned ranges at offsets from a fixed seed, the
   same for every client, all issued as ``pread`` futures at once and then waited.
+
+- ``remote_rows_512_cold`` / ``remote_rows_512_hot`` (``--rows``, the ``rows`` part of
+  ``--only``): random 512-byte rows of the object as a table, gathered into one array:
+  ``gpumapio.map(url)`` (the GPU page cache over the object; cold: a fresh map each run, every
+  row's 4 KiB extent fetched; hot: the same rows again, resident) beside one ``pread`` future
+  per row of ``gpumapio.RemoteFile`` and ``kvikio.RemoteFile`` (what a reader without a cache
+  does, every time).
 
 Each case runs once untimed and verified (sampled blocks compared with the file; a mismatch
 fails the run), then ``--repeats`` timed runs; ``seconds`` is their median, ``best_seconds``
@@ -265,6 +272,83 @@ def run_client(a, mm, cp, impl, opener, memory, workloads, out, **extra):
     f.close()
 
 
+def rows_cases(a, mm, cp, out):
+    """Random 512 B rows of the object: through gpumap's cache over the URL (cold and hot), and
+    one pread future per row from gpumapio's and KvikIO's RemoteFile."""
+    import gpumapio
+
+    row = 512
+    url = f"http://127.0.0.1:{a.port}/obj"
+    rng = np.random.default_rng(a.seed + 1)
+    indices = rng.integers(0, a.size // row, a.rows)
+    table = np.frombuffer(mm, dtype=np.uint8, count=(a.size // row) * row).reshape(-1, row)
+    expected = table[indices[:: max(len(indices) // 64, 1)]]
+    xp = cp if cp is not None else np
+    memory = "device" if cp is not None else "host"
+    on_device = xp.asarray(indices)
+    sync = cp.cuda.runtime.deviceSynchronize if cp is not None else (lambda: None)
+    nbytes = len(indices) * row
+
+    def verify(got, impl):
+        got = got.get() if hasattr(got, "get") else got
+        if not np.array_equal(np.asarray(got)[:: max(len(indices) // 64, 1)], expected):
+            sys.exit(f"{impl}: rows differ")
+
+    def timed(run):
+        sync()
+        t = time.perf_counter()
+        got = run()
+        sync()
+        return time.perf_counter() - t, got
+
+    # The cache: a budget holding every row's extent; cold runs each on a fresh map.
+    budget = max(64 << 20, 2 * len(indices) * 4096)
+    cold, hot = [], []
+    for r in range(a.repeats):
+        m = gpumapio.map(url, budget=budget, extent_size=4096, device=None if cp is not None else "host")
+        seconds, got = timed(lambda: gpumapio.gather_rows(m, on_device, row))
+        verify(got, "gpumapio-map")
+        cold.append(seconds)
+        for _ in range(2):
+            seconds, got = timed(lambda: gpumapio.gather_rows(m, on_device, row))
+            hot.append(seconds)
+        verify(got, "gpumapio-map hot")
+        m.close()
+    out.emit("gpumap-map", "remote_rows_512_cold", a.threads, nbytes, cold, ops=len(indices), memory=memory,
+             size=a.size, extent_size=4096)
+    out.emit("gpumap-map", "remote_rows_512_hot", a.threads, nbytes, hot, ops=len(indices), memory=memory,
+             size=a.size, extent_size=4096)
+
+    def per_row(f, impl, **extra):
+        dst = xp.zeros((len(indices), row), dtype=xp.uint8)
+        offsets = (indices * row).tolist()
+
+        def run():
+            futs = [f.pread(dst[i], row, o) for i, o in enumerate(offsets)]
+            if sum(fu.get() for fu in futs) != nbytes:
+                sys.exit(f"{impl}: short pread")
+            return dst
+
+        times = []
+        for _ in range(a.repeats):
+            seconds, got = timed(run)
+            times.append(seconds)
+        verify(got, impl)
+        out.emit(impl, "remote_rows_512_cold", a.threads, nbytes, times, ops=len(indices), memory=memory,
+                 size=a.size, **extra)
+        f.close()
+
+    per_row(gpumapio.RemoteFile.open_http(url, max_in_flight=a.threads), "gpumap-remote-preads")
+    try:
+        import kvikio
+        import kvikio.defaults
+
+        kvikio.defaults.set({"num_threads": a.threads})
+        per_row(kvikio.RemoteFile.open_http(url), "kvikio-remote-preads", kvikio_version=kvikio.__version__)
+    except ImportError as e:
+        print(f"== kvikio rows skipped: {e}", flush=True)
+
+
 def summary(recs):
     bound = {r["workload"]: r["gbps"] for r in recs if r["impl"] == "plain-parallel-client"}
     kv = {(r["workload"], r["memory"]): r["gbps"] for r in recs if r["impl"].startswith("kvikio")}
@@ -291,8 +375,9 @@ def main() -> None:
     p.add_argument("--request-size", type=parse_size, default=4 << 20)
     p.add_argument("--ops-4k", type=int, default=4096)
     p.add_argument("--ops-1m", type=int, default=512)
+    p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=25)
-    p.add_argument("--only", default="plain,gpumap,kvikio")
+    p.add_argument("--only", default="plain,gpumap,kvikio,rows")
     p.add_argument("--serve", metavar="FILE", help=argparse.SUPPRESS)  # the server's own process
     a = p.parse_args()
     if a.serve:
@@ -361,6 +446,8 @@ def main() -> None:
                     impl = "kvikio-remote" + ("-host" if memory == "host" else "")
                     run_client(a, mm, cp, impl, kvikio.RemoteFile.open_http, memory, workloads, out,
                                kvikio_version=kvikio.__version__, kvikio_threads=a.threads)
+        if "rows" in only and a.rows:
+            rows_cases(a, mm, cp, out)
         summary(out.recs)
     finally:
         os.killpg(server.pid, signal.SIGTERM)

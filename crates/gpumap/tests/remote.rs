@@ -553,3 +553,45 @@ fn webhdfs_urls_keep_their_query_follow_the_redirect_and_never_show_it() {
     }
     assert_eq!(server.gets(), gets);
 }
+
+#[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
+fn small_futures_into_gpu_memory_are_not_capped_by_the_io_pool() {
+    let Some(device) = common::gpu() else { return };
+    // As into host memory: each small pread into the GPU is a task of the remote runtime (the
+    // body into a pinned buffer where one is free, else memory of its own, then copied up), so
+    // more are in flight than the pool has threads, and more bodies than the pool has buffers.
+    let threads = gpumap::io::IoPool::global().unwrap().nthreads();
+    let count = 4 * threads + 8;
+    for kind in [Kind::Http, Kind::S3, Kind::WebHdfs] {
+        let target = Target::new(kind, count * 4096);
+        let mut options = target.options();
+        options.request_size(4096).unwrap();
+        let file = target.open(&options).unwrap();
+        target.server.delay_gets(Duration::from_millis(100));
+        let memory = Device::Cuda(device.clone());
+        let futures: Vec<_> = (0..count)
+            .map(|i| {
+                let dst = DeviceBuffer::zeroed(&memory, 4096).unwrap();
+                file.pread_device(dst, (i * 4096) as u64)
+            })
+            .collect();
+        for (i, future) in futures.into_iter().enumerate() {
+            let (buf, n) = future.wait().unwrap();
+            assert_eq!(n, 4096);
+            let want = &target.bytes[i * 4096..(i + 1) * 4096];
+            assert!(buf.to_vec().unwrap() == want, "{kind:?}: read {i}");
+        }
+        let most = target.server.max_active_gets();
+        assert!(
+            most > threads,
+            "{kind:?}: {most} GETs at once, {count} futures, {threads} threads"
+        );
+        // A failing server: each future's own error, nothing reported read.
+        target.server.delay_gets(Duration::ZERO);
+        target.server.inject([Fault::Status(404)]);
+        let e =
+            file.pread_device(DeviceBuffer::zeroed(&memory, 4096).unwrap(), 0).wait().unwrap_err();
+        assert!(matches!(e, Error::Remote { status: Some(404), .. }), "{kind:?}: {e:?}");
+    }
+}
