@@ -107,37 +107,55 @@ _PATH_MAX = 4096
 
 def _checked(root: Path, key: str, *, prefix: bool = False) -> tuple[str, Path]:
     """``key`` as it names a path inside ``root`` (a trailing ``/`` of a prefix dropped) and that
-    path, or ``ValueError`` for a key that could name anything else. ``prefix``: a trailing ``/``
-    is allowed, and ``""`` (or ``"/"``) is the root itself.
+    path, or ``ValueError`` for a key that could name anything else: :func:`_checked_name`'s
+    rules, and the file system's limits on names and paths. ``prefix``: a trailing ``/`` is
+    allowed, and ``""`` (or ``"/"``) is the root itself.
 
     Callers hand LocalStore the key returned here, never the one they were given: LocalStore
     joins it to the root as it is, and ``root / "/"`` is the file system's root."""
+    text = _checked_name(key, prefix=prefix)
+    if text == "":
+        return "", root
+    names = text.split("/")
+    for name in names:
+        size = len(name.encode("utf-8"))
+        if size > _NAME_MAX:
+            raise ValueError(f"zarr key {_shown(key)}: a name of {size} bytes (file names take {_NAME_MAX})")
+    path = root.joinpath(*names)
+    if len(os.fsencode(path)) >= _PATH_MAX:
+        raise ValueError(f"zarr key {_shown(key)}: its path is longer than the {_PATH_MAX} bytes paths take")
+    return text, path
+
+
+def _shown(key: str) -> str:
+    return repr(key) if len(key) <= 100 else f"{key[:80]!r}... ({len(key)} characters)"
+
+
+def _checked_name(key: str, *, prefix: bool = False) -> str:
+    """``key`` as a name relative to a store's root (a trailing ``/`` of a prefix dropped), or
+    ``ValueError`` for one that is not a key: ``/``-separated names, none of them empty, ``.`` or
+    ``..``, with no NUL, no backslash and no lone surrogate, not absolute. The same rules for a
+    directory and a bucket, so a store copied between them takes the same keys. ``prefix``: a
+    trailing ``/`` is allowed, and ``""`` names the root."""
     if not isinstance(key, str):
         raise TypeError(f"a zarr key is a str, not {type(key).__name__}: {key!r}")
     text = key[:-1] if prefix and key.endswith("/") else key
-    shown = repr(key) if len(key) <= 100 else f"{key[:80]!r}... ({len(key)} characters)"
     if text == "":
         if prefix:
-            return "", root
+            return ""
         raise ValueError("the empty key names the store's root, not a value in it")
     if "\0" in text or "\\" in text:
-        raise ValueError(f"zarr key {shown} holds a {'NUL' if chr(0) in text else 'backslash'}")
+        raise ValueError(f"zarr key {_shown(key)} holds a {'NUL' if chr(0) in text else 'backslash'}")
     if text.startswith("/"):
-        raise ValueError(f"zarr key {shown} is absolute (keys are relative to the store's root)")
-    names = text.split("/")
-    for name in names:
+        raise ValueError(f"zarr key {_shown(key)} is absolute (keys are relative to the store's root)")
+    for name in text.split("/"):
         if name in ("", ".", ".."):
-            raise ValueError(f"zarr key {shown} has a name {name!r} (empty, '.' and '..' are not names)")
+            raise ValueError(f"zarr key {_shown(key)} has a name {name!r} (empty, '.' and '..' are not names)")
         try:
-            size = len(name.encode("utf-8"))
+            name.encode("utf-8")
         except UnicodeEncodeError:
-            raise ValueError(f"zarr key {shown} is not Unicode text (it holds a lone surrogate)") from None
-        if size > _NAME_MAX:
-            raise ValueError(f"zarr key {shown}: a name of {size} bytes (file names take {_NAME_MAX})")
-    path = root.joinpath(*names)
-    if len(os.fsencode(path)) >= _PATH_MAX:
-        raise ValueError(f"zarr key {shown}: its path is longer than the {_PATH_MAX} bytes paths take")
-    return text, path
+            raise ValueError(f"zarr key {_shown(key)} is not Unicode text (it holds a lone surrogate)") from None
+    return text
 
 
 class GpumapStore(zarr.storage.LocalStore):
@@ -244,28 +262,6 @@ class GpumapStore(zarr.storage.LocalStore):
 
 #: KvikIO's name for the same store.
 GDSStore = GpumapStore
-
-
-def _checked_name(key: str, *, prefix: bool = False) -> str:
-    """``key`` as a name under a remote store's prefix (a trailing ``/`` of a prefix dropped),
-    or ``ValueError`` for one that is not a key: the same rules as :class:`GpumapStore`'s, so a
-    store copied between a directory and a bucket takes the same keys."""
-    if not isinstance(key, str):
-        raise TypeError(f"a zarr key is a str, not {type(key).__name__}: {key!r}")
-    text = key[:-1] if prefix and key.endswith("/") else key
-    shown = repr(key) if len(key) <= 100 else f"{key[:80]!r}... ({len(key)} characters)"
-    if text == "":
-        if prefix:
-            return ""
-        raise ValueError("the empty key names the store's root, not a value in it")
-    if "\0" in text or "\\" in text:
-        raise ValueError(f"zarr key {shown} holds a {'NUL' if chr(0) in text else 'backslash'}")
-    if text.startswith("/"):
-        raise ValueError(f"zarr key {shown} is absolute (keys are relative to the store's root)")
-    for name in text.split("/"):
-        if name in ("", ".", ".."):
-            raise ValueError(f"zarr key {shown} has a name {name!r} (empty, '.' and '..' are not names)")
-    return text
 
 
 def _remote_get(prefix: RemotePrefix, name: str, prototype: BufferPrototype, byte_range: ByteRequest | None) -> Buffer | None:

@@ -82,15 +82,27 @@ impl OpenFile {
             None => file.len()?,
         };
         let entry = engine.add_file(path.to_path_buf(), Backing::Local(file), writable, len)?;
+        let misses_in_place = matches!(mode, ZeroCopy::Misses | ZeroCopy::MissesWithin(_));
+        Ok(Self::opened(engine, entry, options, zero_copy, misses_in_place))
+    }
+
+    /// The open file of `entry`, just added to `engine`'s books.
+    fn opened(
+        engine: Arc<Engine>,
+        entry: Arc<FileEntry>,
+        options: &MapOptions,
+        zero_copy: Option<ZeroCopyFile>,
+        misses_in_place: bool,
+    ) -> Arc<OpenFile> {
         let access = AccessState { advice: options.access_advice(), ..AccessState::default() };
-        Ok(Arc::new(OpenFile {
+        Arc::new(OpenFile {
             engine,
             entry,
             access: Mutex::new(access),
             read_ahead: options.read_ahead_bytes(),
             zero_copy,
-            misses_in_place: matches!(mode, ZeroCopy::Misses | ZeroCopy::MissesWithin(_)),
-        }))
+            misses_in_place,
+        })
     }
 
     /// Maps the remote object `file` in `engine`'s cache, read-only: its extents are read
@@ -118,15 +130,7 @@ impl OpenFile {
         let len = file.len();
         let backing = Backing::Remote { file, pool };
         let entry = engine.add_file(std::path::PathBuf::from(shown), backing, false, len)?;
-        let access = AccessState { advice: options.access_advice(), ..AccessState::default() };
-        Ok(Arc::new(OpenFile {
-            engine,
-            entry,
-            access: Mutex::new(access),
-            read_ahead: options.read_ahead_bytes(),
-            zero_copy: None,
-            misses_in_place: false,
-        }))
+        Ok(Self::opened(engine, entry, options, None, false))
     }
 
     /// `Ok` when `[offset, offset + len)` lies within the mapped length.

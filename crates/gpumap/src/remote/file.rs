@@ -7,12 +7,10 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::error::Result;
 use crate::io::{IoFuture, IoPool};
-use crate::memory::cuda::CudaDevice;
 use crate::memory::{DeviceViewMut, OwnedDeviceMemory};
 use crate::remote::client::{self, Client};
 use crate::remote::fetch::{self, Fetch};
 use crate::remote::options::RemoteOptions;
-use crate::remote::upload;
 use crate::remote::url::RemoteUrl;
 
 /// Threads one read's requests are shared among, at most (and no more than the CPUs).
@@ -182,17 +180,18 @@ impl RemoteFile {
     }
 
     /// Starts [`read_device`](Self::read_device) into the owned `dst`; the future gives back
-    /// `dst` and the count. A read of one request at most (into host or GPU memory) is a task
-    /// of the remote runtime, holding no thread while it waits for the server, so that as many
-    /// are in flight as the caller starts (the I/O pool's threads would cap them); others run
-    /// on the I/O pool.
+    /// `dst` and the count. A read into host memory of one request at most is a task of the
+    /// remote runtime, holding no thread while it waits for the server, so that as many are in
+    /// flight as the caller starts (the I/O pool's threads would cap them); others run on the
+    /// I/O pool.
     pub fn pread_device<B: OwnedDeviceMemory>(
         &self,
         mut dst: B,
         offset: u64,
     ) -> IoFuture<(B, usize)> {
         let view = dst.device_view_mut();
-        if view.len() <= fetch::request_size(&self.inner.options) {
+        let one_request = view.len() <= fetch::request_size(&self.inner.options);
+        if one_request && matches!(view, DeviceViewMut::Host(_)) {
             return self.pread_one_request(dst, offset);
         }
         let file = self.clone();
@@ -210,7 +209,8 @@ impl RemoteFile {
         }
     }
 
-    /// [`pread_device`](Self::pread_device) of one request, on the remote runtime.
+    /// [`pread_device`](Self::pread_device) of one request into host memory, on the remote
+    /// runtime.
     fn pread_one_request<B: OwnedDeviceMemory>(&self, dst: B, offset: u64) -> IoFuture<(B, usize)> {
         let (future, completer) = IoFuture::pending();
         let runtime = match client::runtime() {
@@ -229,22 +229,15 @@ impl RemoteFile {
         future
     }
 
-    /// One request's bytes into `dst`: in place for host memory; for GPU memory, received
-    /// into a pinned bounce buffer (where one is free) and copied up from there.
     async fn read_one_request(&self, dst: DeviceViewMut<'_>, offset: u64) -> Result<usize> {
-        let len = dst.len();
-        if !self.has_bytes_at(offset, len)? {
-            return Ok(len);
-        }
-        match dst {
-            DeviceViewMut::Host(bytes) => self.fetch().range(offset, bytes).await?,
-            DeviceViewMut::Cuda(view) => {
-                let raw = view.raw;
-                let pool = upload::landing_pool(&CudaDevice::new(raw.ordinal)?, 1)?;
-                let mut body = upload::landing(&pool, len)?;
-                self.fetch().range(offset, body.bytes_mut()).await?;
-                upload::upload_now(raw, body, 0)?;
-            }
+        let DeviceViewMut::Host(bytes) = dst else {
+            return Err(crate::error::Error::InvalidArgument(
+                "a remote read of one request on the runtime goes into host memory".into(),
+            ));
+        };
+        let len = bytes.len();
+        if self.has_bytes_at(offset, len)? {
+            self.fetch().range(offset, bytes).await?;
         }
         Ok(len)
     }

@@ -54,7 +54,12 @@ impl Uploader {
     pub(crate) fn new(dst: RawRegion, landings: usize) -> Result<Uploader> {
         let device = CudaDevice::new(dst.ordinal)?;
         device.bind_to_thread()?;
-        let pool = landing_pool(&device, landings)?;
+        let buffer_size = usize::try_from(Config::global()?.bounce_buffer_size).unwrap_or(4 << 20);
+        // The pool the local device path shares (two buffers per I/O thread), so that both
+        // draw on one bounded set of pinned buffers.
+        let local = 2 * IoPool::global()?.nthreads();
+        let bound = local.max(landings.min(MAX_LANDING_BUFFERS));
+        let pool = BouncePool::for_device(&device, buffer_size, bound)?;
         Ok(Uploader { pool, stream: Stream::for_current_thread(&device)?, dst, in_flight: None })
     }
 
@@ -92,24 +97,6 @@ impl Uploader {
             None => Ok(()),
         }
     }
-}
-
-/// The pinned buffers bodies for `device` land in: the pool the local device path shares (two
-/// buffers per I/O thread), so that both draw on one bounded set, its bound raised to
-/// `landings` within [`MAX_LANDING_BUFFERS`].
-pub(crate) fn landing_pool(device: &CudaDevice, landings: usize) -> Result<Arc<BouncePool>> {
-    let buffer_size = usize::try_from(Config::global()?.bounce_buffer_size).unwrap_or(4 << 20);
-    let local = 2 * IoPool::global()?.nthreads();
-    let bound = local.max(landings.min(MAX_LANDING_BUFFERS));
-    BouncePool::for_device(device, buffer_size, bound)
-}
-
-/// Sends one landed body to `dst` at `at` and waits for it, on the calling thread's stream
-/// (a task of the remote runtime: no stream is held across an await).
-pub(crate) fn upload_now(dst: RawRegion, landing: Landing, at: usize) -> Result<()> {
-    let mut uploader = Uploader::new(dst, 1)?;
-    uploader.upload(landing, at)?;
-    uploader.finish()
 }
 
 /// Where a body of `len` bytes lands: a free buffer of `pool` that holds it, else memory of

@@ -127,6 +127,13 @@ struct Filling {
     copying: usize,
 }
 
+/// The refusal of a write to a URL that is not an S3 object.
+fn not_s3(url: &RemoteUrl) -> Error {
+    let reason =
+        "writes go to s3:// objects only (an HTTP or WebHDFS server takes no multipart upload)";
+    Failure::new(RemoteErrorKind::InvalidUrl, None, reason).into_error(url, "write to", 0)
+}
+
 impl RemoteWriter {
     /// Starts writing the object at `url` (`s3://bucket/key`) with the options the settings
     /// give ([`RemoteOptions::from_config`] of [`Config::global`]).
@@ -148,14 +155,7 @@ impl RemoteWriter {
     /// Starts writing the object at a parsed URL. Nothing is sent until a part is whole (or
     /// until `finish`, for an object of one part).
     pub fn create_url(url: RemoteUrl, options: &RemoteOptions) -> Result<RemoteWriter> {
-        let RemoteUrl::S3 { bucket, .. } = &url else {
-            return Err(Failure::new(
-                RemoteErrorKind::InvalidUrl,
-                None,
-                "writes go to s3:// objects only (an HTTP server takes no multipart upload)",
-            )
-            .into_error(&url, "write to", 0));
-        };
+        let RemoteUrl::S3 { bucket, .. } = &url else { return Err(not_s3(&url)) };
         let store = client::s3_store(&url, bucket, options)?;
         Self::create_on(url, store, options)
     }
@@ -167,14 +167,7 @@ impl RemoteWriter {
         store: AmazonS3,
         options: &RemoteOptions,
     ) -> Result<RemoteWriter> {
-        let RemoteUrl::S3 { key, .. } = &url else {
-            return Err(Failure::new(
-                RemoteErrorKind::InvalidUrl,
-                None,
-                "writes go to s3:// objects only",
-            )
-            .into_error(&url, "write to", 0));
-        };
+        let RemoteUrl::S3 { key, .. } = &url else { return Err(not_s3(&url)) };
         let path = StorePath::from(key.as_str());
         let part_size = usize::try_from(options.part_size).map_err(|_| {
             Error::InvalidArgument(format!(
