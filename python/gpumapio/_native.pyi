@@ -1,5 +1,6 @@
 """Type stubs of the Rust extension module ``gpumapio._native`` (see python/src/)."""
 
+import builtins
 import os
 from collections.abc import Sequence
 from typing import IO, Any, Literal, Union, final
@@ -22,6 +23,8 @@ __all__ = [
     "IOFutureStream",
     "Mmap",
     "RemoteFile",
+    "RemoteObjects",
+    "RemotePrefix",
     "RemoteWriter",
     "defaults_get",
     "defaults_set",
@@ -221,7 +224,7 @@ class RemotePrefix:
         """The object's size, or ``None`` where there is none."""
     def list(self, under: str = "") -> RemoteObjects:
         """``(name, size)`` of every object under ``under``, in key order."""
-    def list_dir(self, under: str = "") -> tuple[list[tuple[str, int]], list[str]]:
+    def list_dir(self, under: str = "") -> tuple[builtins.list[tuple[str, int]], builtins.list[str]]:
         """One level: its objects' ``(name, size)`` and the names of the levels below."""
     def delete(self, names: Sequence[str]) -> None:
         """Deletes the named objects; names with no object are no error."""
