@@ -553,3 +553,17 @@ fn webhdfs_urls_keep_their_query_follow_the_redirect_and_never_show_it() {
     }
     assert_eq!(server.gets(), gets);
 }
+
+#[test]
+fn a_webhdfs_status_past_its_bound_is_refused_not_held() {
+    let server = Server::webhdfs();
+    server.put("/webhdfs/v1/f.bin", vec![1; 100]);
+    let url = format!("{}/webhdfs/v1/f.bin", server.endpoint());
+    server.pad_status(1000);
+    assert_eq!(RemoteFile::open_webhdfs(&url, &RemoteOptions::default()).unwrap().len(), 100);
+    // A status of megabytes: refused after its first 64 KiB, typed, not read whole.
+    server.pad_status(8 << 20);
+    let e = RemoteFile::open_webhdfs(&url, &RemoteOptions::default()).unwrap_err();
+    assert!(matches!(e, Error::Remote { kind: RemoteErrorKind::BadResponse, .. }), "{e:?}");
+    assert!(e.to_string().contains("file status of more than"), "{e}");
+}

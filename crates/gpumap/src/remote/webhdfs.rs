@@ -23,6 +23,9 @@ use object_store::{
 /// The longest `GETFILESTATUS` answer read: a status is a few hundred bytes.
 const MAX_STATUS_BYTES: usize = 64 << 10;
 
+/// The most of a refusal's body read, for its message.
+const MAX_ERROR_BYTES: usize = 4 << 10;
+
 const STORE: &str = "WebHDFS";
 
 /// One WebHDFS file, as a store whose every path names it.
@@ -71,8 +74,8 @@ impl WebHdfs {
         if response.status().is_success() {
             return Ok(response);
         }
-        // The body of a refusal says why (a RemoteException's JSON); its first line is enough.
-        let body = response.into_body().bytes().await.map(|b| b.to_vec()).unwrap_or_default();
+        // The body of a refusal says why (a RemoteException's JSON); its start is enough.
+        let (body, _) = read_at_most(response, MAX_ERROR_BYTES).await.unwrap_or_default();
         let why: String = String::from_utf8_lossy(&body).chars().take(300).collect();
         let source = format!("status code: {status}: {}", why.trim()).into();
         Err(match status {
@@ -86,13 +89,11 @@ impl WebHdfs {
     /// The file's length, from `GETFILESTATUS`.
     async fn length(&self) -> object_store::Result<u64> {
         let response = self.send(&self.request_url("GETFILESTATUS", &[])).await?;
-        let body = response
-            .into_body()
-            .bytes()
-            .await
-            .map_err(|e| object_store::Error::Generic { store: STORE, source: Box::new(e) })?;
-        if body.len() > MAX_STATUS_BYTES {
-            return Err(generic(format!("a file status of {} bytes is not one", body.len())));
+        let (body, cut) = read_at_most(response, MAX_STATUS_BYTES).await?;
+        if cut {
+            return Err(generic(format!(
+                "a file status of more than {MAX_STATUS_BYTES} bytes is not one"
+            )));
         }
         let status: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| generic(format!("the file status is not JSON: {e}")))?;
@@ -114,6 +115,27 @@ impl WebHdfs {
             version: None,
         }
     }
+}
+
+/// Up to `max` bytes of `response`'s body, and whether there was more: a server's answer never
+/// sizes what is held.
+async fn read_at_most(
+    response: object_store::client::HttpResponse,
+    max: usize,
+) -> object_store::Result<(Vec<u8>, bool)> {
+    let mut body = Vec::new();
+    let mut chunks = response.into_body().bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk
+            .map_err(|e| object_store::Error::Generic { store: STORE, source: Box::new(e) })?;
+        let room = max - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, true));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, false))
 }
 
 fn generic(reason: String) -> object_store::Error {

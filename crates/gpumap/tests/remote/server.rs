@@ -68,6 +68,8 @@ struct State {
     /// WebHDFS mode: files under `/webhdfs/v1/`, sized by `op=GETFILESTATUS` (counted as a
     /// HEAD) and read by `op=OPEN`, which redirects (307) to a "datanode" path first.
     webhdfs: bool,
+    /// Spaces added to every WebHDFS file status, to make it as long as a hostile one.
+    status_padding: AtomicUsize,
     /// Every GET waits this long, so that concurrency can be seen.
     get_delay: Mutex<Duration>,
     heads: AtomicUsize,
@@ -167,6 +169,12 @@ impl Server {
     #[allow(dead_code)] // Not every test binary lists.
     pub fn list_page_size(&self, keys: usize) {
         self.state.list_page.store(keys, Ordering::SeqCst);
+    }
+
+    /// WebHDFS file statuses come padded with `bytes` spaces.
+    #[allow(dead_code)]
+    pub fn pad_status(&self, bytes: usize) {
+        self.state.status_padding.store(bytes, Ordering::SeqCst);
     }
 
     /// Listing pages asked for (GET with `list-type=2`), answered or faulted.
@@ -947,9 +955,10 @@ fn webhdfs(out: &mut TcpStream, state: &State, request: &Request) -> bool {
                     body.as_bytes(),
                 );
             };
+            let padding = " ".repeat(state.status_padding.load(Ordering::SeqCst));
             let body = format!(
                 "{{\"FileStatus\":{{\"length\":{},\"type\":\"FILE\",\"blockSize\":134217728,\
-                 \"owner\":\"gpumap\",\"pathSuffix\":\"\",\"permission\":\"644\"}}}}",
+                 \"owner\":\"gpumap\",\"pathSuffix\":\"\",\"permission\":\"644\"}}}}{padding}",
                 bytes.len()
             );
             respond(out, 200, &[("Content-Type", "application/json".into())], body.as_bytes())
