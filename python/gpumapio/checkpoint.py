@@ -290,7 +290,8 @@ def load_checkpoint(
     ``source`` is a ``.safetensors`` file, a ``model.safetensors.index.json`` (or any
     ``*.safetensors.index.json``), or a directory holding either; or an ``s3://`` or
     ``http(s)://`` URL of a file or an index (its shards named relative to it), or of a
-    directory ending in ``/`` (its ``model.safetensors.index.json``, else its
+    directory ending in ``/`` (an ``s3://`` prefix is listed and read as a local directory is;
+    an ``http(s)://`` one means its ``model.safetensors.index.json``, else its
     ``model.safetensors``). Objects are read with parallel ranged GETs
     (:class:`gpumapio.RemoteFile`, credentials from the AWS environment). Every header and the index
     are checked first (:class:`CheckpointError` names the file and the values: a shard
