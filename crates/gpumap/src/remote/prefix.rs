@@ -102,12 +102,8 @@ impl RemotePrefix {
 
     /// Opens the object `name` for reading; `len`, where known, spares the HEAD request.
     pub fn open_file(&self, name: &str, len: Option<u64>) -> Result<RemoteFile> {
-        let key = self.key_of(name);
-        let url = RemoteUrl::s3(&self.inner.bucket, &key)?;
-        let client = Client {
-            store: Arc::new(self.inner.store.clone()),
-            path: StorePath::from(key.as_str()),
-        };
+        let (url, path) = self.locate(name)?;
+        let client = Client { store: Arc::new(self.inner.store.clone()), path };
         let mut options = self.inner.options.clone();
         options.known_len(len);
         RemoteFile::open_on(url, client, &options)
@@ -126,8 +122,7 @@ impl RemotePrefix {
 
     /// The size of the object `name`, or `None` where there is none (a HEAD request, retried).
     pub fn len_of(&self, name: &str) -> Result<Option<u64>> {
-        let url = self.url_of(name)?;
-        let path = StorePath::from(self.key_of(name).as_str());
+        let (url, path) = self.locate(name)?;
         let store = &self.inner.store;
         let asked = Attempts::new(&self.inner.options, &url).run("HEAD", || async {
             match store.head(&path).await {
@@ -183,10 +178,7 @@ impl RemotePrefix {
     pub fn delete<S: AsRef<str>>(&self, names: &[S]) -> Result<()> {
         let paths = names
             .iter()
-            .map(|name| {
-                self.url_of(name.as_ref())?;
-                Ok(StorePath::from(self.key_of(name.as_ref()).as_str()))
-            })
+            .map(|name| Ok(self.locate(name.as_ref())?.1))
             .collect::<Result<Vec<_>>>()?;
         let inner = &self.inner;
         for batch in paths.chunks(DELETE_BATCH) {
@@ -208,6 +200,13 @@ impl RemotePrefix {
         Ok(())
     }
 
+    /// The URL of `name` (checked as keys are) and its path in the store.
+    fn locate(&self, name: &str) -> Result<(RemoteUrl, StorePath)> {
+        let key = self.key_of(name);
+        let url = RemoteUrl::s3(&self.inner.bucket, &key)?;
+        Ok((url, StorePath::from(key.as_str())))
+    }
+
     fn key_of(&self, name: &str) -> String {
         if self.inner.prefix.is_empty() {
             name.to_owned()
@@ -222,8 +221,7 @@ impl RemotePrefix {
         if under.is_empty() {
             return Ok(StorePath::from(self.inner.prefix.as_str()));
         }
-        self.url_of(under)?;
-        Ok(StorePath::from(self.key_of(under).as_str()))
+        Ok(self.locate(under)?.1)
     }
 }
 
