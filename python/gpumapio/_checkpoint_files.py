@@ -13,7 +13,7 @@ from gpumapio._native import RemotePrefix
 from gpumapio._sources import is_url, join, open_source, read_bytes
 from gpumapio.safetensors import TensorInfo, _all_of_type, _brief, _object, read_header
 
-__all__ = ["Catalogue", "CheckpointError", "Shard", "open_catalogue"]
+__all__ = ["Catalogue", "CheckpointError", "Listing", "Shard", "list_shards", "open_catalogue", "read_catalogue"]
 
 # An index maps names to file names; one past this size is not an index (safetensors' own
 # header limit, used again).
@@ -47,13 +47,30 @@ class Catalogue:
         return self.shards[self.where[name]].tensors[name]
 
 
+@dataclasses.dataclass(frozen=True)
+class Listing:
+    """Which files make a checkpoint, before their headers are read: the shards' paths, and
+    the index they come from (its path, ``weight_map`` and ``metadata``), if any."""
+
+    paths: list[str]
+    weight_map: dict[str, str] | None = None
+    index_path: str | None = None
+    metadata: Any = None
+
+
 def open_catalogue(source: str | os.PathLike[str]) -> Catalogue:
-    """The catalogue of ``source``: a ``.safetensors`` file, an index JSON, or a directory
-    (its ``model.safetensors.index.json``, else its one ``*.safetensors.index.json``, else
-    every ``*.safetensors`` file in it). A URL (``s3://``, ``http(s)://``) names a file or an
-    index; an ``s3://`` URL ending in ``/`` is a prefix, listed and read as a directory is; an
+    """The catalogue of ``source``: :func:`read_catalogue` of :func:`list_shards`."""
+    return read_catalogue(list_shards(source))
+
+
+def list_shards(source: str | os.PathLike[str]) -> Listing:
+    """The files of ``source``: a ``.safetensors`` file, an index JSON, or a directory (its
+    ``model.safetensors.index.json``, else its one ``*.safetensors.index.json``, else every
+    ``*.safetensors`` file in it). A URL (``s3://``, ``http(s)://``) names a file or an index;
+    an ``s3://`` URL ending in ``/`` is a prefix, listed and read as a directory is; an
     ``http(s)://`` URL ending in ``/`` is read as its ``model.safetensors.index.json`` or else
-    its ``model.safetensors`` (a web server's listing is not read)."""
+    its ``model.safetensors`` (a web server's listing is not read). An index is read and
+    checked here; the shards' headers are not."""
     path = os.fspath(source)
     if is_url(path):
         return _from_url(path)
@@ -61,10 +78,10 @@ def open_catalogue(source: str | os.PathLike[str]) -> Catalogue:
         return _from_directory(path, os.listdir(path), lambda name: os.path.join(path, name))
     if path.endswith(".json"):
         return _from_index(path)
-    return _from_files([path], None, None)
+    return Listing([path])
 
 
-def _from_directory(where: str, names: list[str], path_of: Any) -> Catalogue:
+def _from_directory(where: str, names: list[str], path_of: Any) -> Listing:
     """The catalogue of a directory (or an S3 prefix) ``where`` holding the files ``names``:
     its ``model.safetensors.index.json``, else its one index, else every ``*.safetensors``."""
     names = sorted(names)
@@ -78,12 +95,12 @@ def _from_directory(where: str, names: list[str], path_of: Any) -> Catalogue:
     files = [path_of(n) for n in names if n.endswith(".safetensors")]
     if not files:
         raise CheckpointError(f"{where}: no *.safetensors file and no *{_INDEX_SUFFIX} in this directory")
-    return _from_files(files, None, None)
+    return Listing(files)
 
 
-def _from_url(url: str) -> Catalogue:
+def _from_url(url: str) -> Listing:
     if not url.endswith("/"):
-        return _from_index(url) if url.endswith(".json") else _from_files([url], None, None)
+        return _from_index(url) if url.endswith(".json") else Listing([url])
     if url.lower().startswith("s3://"):
         prefix = RemotePrefix(url)
         objects, _ = prefix.list_dir("")
@@ -139,7 +156,7 @@ def _check_shard_names(index_path: str, weight_map: dict[str, Any]) -> None:
             )
 
 
-def _from_index(index_path: str) -> Catalogue:
+def _from_index(index_path: str) -> Listing:
     raw = _read_index(index_path)
     if len(raw) > _MAX_INDEX:
         raise CheckpointError(f"{index_path}: more than {_MAX_INDEX} bytes; not a checkpoint index")
@@ -164,15 +181,13 @@ def _from_index(index_path: str) -> Catalogue:
             f"is not a file in {base or '.'}" + (f"; {len(missing) - 1} more missing" if len(missing) > 1 else "")
         )
     metadata = index.get("metadata")
-    return _from_files([join(index_path, s) for s in shard_names], weight_map, index_path, metadata)
+    return Listing([join(index_path, s) for s in shard_names], weight_map, index_path, metadata)
 
 
-def _from_files(
-    paths: list[str],
-    weight_map: dict[str, str] | None,
-    index_path: str | None,
-    metadata: Any = None,
-) -> Catalogue:
+def read_catalogue(listing: Listing) -> Catalogue:
+    """Every shard's header read and checked, and checked against the index if there is one
+    (:class:`CheckpointError` names the file and the values at fault)."""
+    paths, weight_map, index_path, metadata = listing.paths, listing.weight_map, listing.index_path, listing.metadata
     shards: list[Shard] = []
     where: dict[str, int] = {}
     for i, path in enumerate(paths):

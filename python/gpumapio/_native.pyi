@@ -46,6 +46,9 @@ __all__ = [
     "capabilities",
     "gpu_count",
     "read_files",
+    "start_read_files",
+    "FilesRead",
+    "plain_header",
     "LockedRange",
     "residency",
     "warm",
@@ -354,6 +357,22 @@ def read_files(buf: _Buffer, files: Sequence[CuFile], pieces: Sequence[tuple[int
     each: ``count`` runs of ``size`` bytes, the ``k``-th at ``file offset + k * stride``, back
     to back in the buffer — of ``files`` into ``buf``, every file's reads in flight together in
     one pipeline; returns each piece's count (short only where its file ends first)."""
+
+def start_read_files(buf: _Buffer, files: Sequence[CuFile], pieces: Sequence[tuple[int, int, int, int, int, int]]) -> FilesRead:
+    """``read_files`` started and left running; ``wait()`` gives the counts."""
+
+class FilesRead:
+    """A ``read_files`` in flight; the buffer and files stay referenced until it ends. Close
+    the files only after ``wait()``."""
+
+    def wait(self) -> list[int]:
+        """Waits (GIL released, Ctrl-C cancels) and returns each piece's count; only once."""
+    def cancel(self) -> None:
+        """Skips the tasks not started; ``wait()`` then raises the cancellation."""
+
+def plain_header(raw: bytes, data_start: int, file_size: int) -> tuple[list[dict[str, Any]], dict[str, str] | None] | None:
+    """The tensors of a safetensors header in the common case — rows ``{"name", "dtype",
+    "shape", "start", "end"}`` in file order — and its metadata; None for any other header."""
 
 def defaults_get(name: str) -> Any: ...
 def defaults_set(name: str, value: Any) -> None: ...

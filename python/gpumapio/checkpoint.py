@@ -11,14 +11,16 @@ per I/O thread), never a copy of the checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import os
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Iterable, Iterator, Union
 
-from gpumapio._checkpoint_files import Catalogue, CheckpointError, open_catalogue
+from gpumapio._checkpoint_files import Catalogue, CheckpointError, Listing, list_shards, read_catalogue
 from gpumapio._exchange import block_shape, exchange_for
-from gpumapio._native import CuFile, read_files
-from gpumapio._sources import open_source, read_pieces
+from gpumapio._native import CuFile, read_files, start_read_files
+from gpumapio._sources import is_url, open_source, read_bytes, read_pieces
 from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
 from gpumapio.safetensors import _DTYPES, TensorInfo, _torch_device
 from gpumapio.tensor_parallel import TensorParallel
@@ -225,11 +227,7 @@ class _Framework:
         typed = self.typed.get(element)
         if typed is None:
             typed = self.typed[element] = flat.view(element)
-        strides, step = [], 1
-        for extent in reversed(shape):
-            strides.append(step)
-            step *= extent
-        return typed.as_strided(shape, tuple(reversed(strides)), at // size)
+        return typed.as_strided(shape, _contiguous_strides(shape), at // size)
 
     def cast_into(self, out: Any, staging: Any, copies: list[tuple[int, int, int, int, Any]]) -> None:
         """``out[dst:dst + n_out] = staging[src:src + n]`` read as ``src_element``, cast."""
@@ -266,7 +264,10 @@ _Read = tuple[int, int, int, int, int, int]
 def _read(flat: Any, files: list[Any], pieces: list[_Read], paths: list[str]) -> None:
     # Local shards in one native pipeline; objects at URLs as parallel ranged reads each.
     local = all(isinstance(f, CuFile) for f in files)
-    counts = read_files(flat, files, pieces) if local else read_pieces(flat, files, pieces)
+    _check_counts(read_files(flat, files, pieces) if local else read_pieces(flat, files, pieces), pieces, paths)
+
+
+def _check_counts(counts: list[int], pieces: list[_Read], paths: list[str]) -> None:
     for (shard, offset, size, _, count, _), got in zip(pieces, counts):
         if got != size * count:
             raise EOFError(
@@ -294,10 +295,14 @@ def load_checkpoint(
     an ``http(s)://`` one means its ``model.safetensors.index.json``, else its
     ``model.safetensors``). Objects are read with parallel ranged GETs
     (:class:`gpumapio.RemoteFile`, credentials from the AWS environment). Every header and the index
-    are checked first (:class:`CheckpointError` names the file and the values: a shard
-    missing, a tensor in two shards or not where the index says, offsets that overlap or pass
-    the end of a file); then the bytes of every shard are read by one pipeline, all shards in
-    flight together, into one allocation, and each tensor is a view of it.
+    are checked before any tensor is returned (:class:`CheckpointError` names the file and the
+    values: a shard missing, a tensor in two shards or not where the index says, offsets that
+    overlap or pass the end of a file); the bytes of every shard are read by one pipeline, all
+    shards in flight together, into one allocation, and each tensor is a view of it. Loading
+    every tensor of local shards as it is (no ``tensors``, ``tp`` or ``dtype``), the reads
+    start first, each shard's data section found from its first 8 bytes, and the headers are
+    read and checked, and the views made, while they run; otherwise the reads follow the
+    checks.
 
     - ``device``, ``framework``: as :func:`gpumapio.load_safetensors` — torch tensors on
       ``device`` (``"cuda"``, ``"cuda:1"``, ``1``, ``"cpu"``), or NumPy arrays in host memory
@@ -319,42 +324,213 @@ def load_checkpoint(
       ``dtype`` and those whose rows do not divide among the ranks are read strided as
       without it. Holds one tensor's slice more on the device while it is swapped.
     """
-    catalogue = open_catalogue(source)
-    names = _select(catalogue, tensors)
-    fw = _Framework(framework, device, dtype)
-    swaps = exchange_for(exchange, tp, fw.name)
-    placed = _plan(catalogue, names, tp)
-    if fw.dtype is not None:
-        casts_dtype = {d: fw.casts(d) for d in dict.fromkeys(p.info.dtype for p in placed)}
-        for p in placed:
-            p.cast = casts_dtype[p.info.dtype]
-    if swaps is not None:
-        assert tp is not None
-        _plan_swaps(placed, tp)
-    out_dtype_size = fw.itemsize(fw.dtype) if fw.dtype is not None else 0
-    total = _lay_out(placed, lambda p: out_dtype_size if p.cast else _DTYPES[p.info.dtype][0] // 8)
-    flat = fw.empty(-(-total // 16) * 16)  # whole elements of every dtype
-    paths = [s.path for s in catalogue.shards]
-    used = sorted({p.shard for p in placed})
+    # Thousands of tensors are thousands of objects made at once: the cyclic collector, run
+    # by their number, would walk every object of the process (torch's many) again and again.
+    with _collector_paused():
+        listing = list_shards(source)
+        fw = _Framework(framework, device, dtype)
+        swaps = exchange_for(exchange, tp, fw.name)
+        whole = tensors is None and tp is None
+        if whole and fw.dtype is None and not any(map(is_url, listing.paths)):
+            return _load_whole(fw, listing, None)
+        catalogue = read_catalogue(listing)
+        if whole and not _any_cast(fw, catalogue):
+            return _load_whole(fw, listing, catalogue)
+        names = _select(catalogue, tensors)
+        placed = _plan(catalogue, names, tp)
+        if fw.dtype is not None:
+            casts_dtype = {d: fw.casts(d) for d in dict.fromkeys(p.info.dtype for p in placed)}
+            for p in placed:
+                p.cast = casts_dtype[p.info.dtype]
+        if swaps is not None:
+            assert tp is not None
+            _plan_swaps(placed, tp)
+        out_dtype_size = fw.itemsize(fw.dtype) if fw.dtype is not None else 0
+        total = _lay_out(placed, lambda p: out_dtype_size if p.cast else _DTYPES[p.info.dtype][0] // 8)
+        flat = fw.empty(-(-total // 16) * 16)  # whole elements of every dtype
+        paths = [s.path for s in catalogue.shards]
+        used = sorted({p.shard for p in placed})
+        files: list[Any] = []
+        try:
+            # A shard's data ends with it (read_header checks so): its last tensor's end is its size.
+            files = [open_source(paths[s], _data_end(catalogue.shards[s].tensors)) for s in used]
+            slot = {s: i for i, s in enumerate(used)}
+            direct: list[_Read] = []
+            for shard, pieces in _direct_pieces(placed).items():
+                direct.extend((slot[shard], r.src, r.length, r.dst, r.repeat, r.stride) for r in coalesce(pieces))
+            # The views are made while the reads run: they need only the allocation.
+            with _reading(flat, files, direct, [paths[s] for s in used]):
+                views = _views(fw, flat, placed)
+            if swaps is not None:
+                _swap(fw, flat, placed, swaps)
+            casts = [p for p in placed if p.cast]
+            if casts:
+                _cast_through_staging(fw, flat, casts, files, slot, [paths[s] for s in used], staging_bytes)
+        finally:
+            for f in files:
+                f.close()
+        return dict(zip(names, views))
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block, if it was on."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def _reading(flat: Any, files: list[Any], reads: list[_Read], paths: list[str]) -> Iterator[None]:
+    """The block runs while ``reads`` fill ``flat``; on leaving it, every read is done (or, if
+    the block raised, stopped) and checked. Local shards are read by one native pipeline that
+    runs beside the block; objects at URLs by parallel ranged reads before it."""
+    if not reads:
+        yield
+        return
+    if not all(isinstance(f, CuFile) for f in files):
+        _check_counts(read_pieces(flat, files, reads), reads, paths)
+        yield
+        return
+    pending = start_read_files(flat, files, reads)
+    try:
+        yield
+    except BaseException:
+        # The files are closed after this: nothing may still read them.
+        pending.cancel()
+        try:
+            pending.wait()
+        except BaseException:
+            pass
+        raise
+    _check_counts(pending.wait(), reads, paths)
+
+
+def _any_cast(fw: "_Framework", catalogue: Catalogue) -> bool:
+    """Whether a tensor of the checkpoint would be cast to the ``dtype`` asked for."""
+    if fw.dtype is None:
+        return False
+    dtypes = {t.dtype for shard in catalogue.shards for t in shard.tensors.values()}
+    return any(fw.casts(d) for d in dtypes if _DTYPES[d][0] % 8 == 0)
+
+
+def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None) -> dict[str, Any]:
+    """Every tensor, whole and uncast: each shard's data section, which its tensors tile (the
+    header is checked so), is one read into its own place in the allocation, 256-aligned as
+    its file is; a tensor's place is its offset in the file plus its shard's shift. This is
+    what :func:`_lay_out` makes of whole tensors in file order, planned per shard rather than
+    per tensor, which matters for checkpoints of thousands of small tensors.
+
+    Without a ``catalogue``, the data sections are found from each file's first 8 bytes (the
+    header's length) and its size, and read while the headers are read and checked, and the
+    views made; nothing is returned unless the checked headers place the data where it was
+    read (a file changed in between is loaded again from its checked header)."""
     files: list[Any] = []
     try:
-        # A shard's data ends with it (read_header checks so): its last tensor's end is its size.
-        files = [open_source(paths[s], _data_end(catalogue.shards[s].tensors)) for s in used]
-        slot = {s: i for i, s in enumerate(used)}
-        direct: list[_Read] = []
-        for shard, pieces in _direct_pieces(placed).items():
-            direct.extend((slot[shard], r.src, r.length, r.dst, r.repeat, r.stride) for r in coalesce(pieces))
-        if direct:
-            _read(flat, files, direct, [paths[s] for s in used])
-        if swaps is not None:
-            _swap(fw, flat, placed, swaps)
-        casts = [p for p in placed if p.cast]
-        if casts:
-            _cast_through_staging(fw, flat, casts, files, slot, [paths[s] for s in used], staging_bytes)
+        if catalogue is None:
+            files = [open_source(path) for path in listing.paths]
+            spans = [_data_span(f) for f in files]
+        else:
+            files = [open_source(s.path, _data_end(s.tensors)) for s in catalogue.shards]
+            spans = [_span_of(s) or (0, 0) for s in catalogue.shards]
+        at = 0
+        shifts: list[int] = []  # per shard: from file offset to allocation offset
+        reads: list[_Read] = []
+        for k, (first, end) in enumerate(spans):
+            base = -(-at // _ALIGN) * _ALIGN + first % _ALIGN
+            shifts.append(base - first)
+            if end > first:
+                reads.append((k, first, end - first, base, 1, 0))
+                at = base + end - first
+        flat = fw.empty(-(-at // 16) * 16)
+        out: dict[str, Any] = {}
+        with _reading(flat, files, reads, listing.paths):
+            if catalogue is None:
+                catalogue = read_catalogue(listing)
+                if any(_span_of(s) not in (None, span) for s, span in zip(catalogue.shards, spans)):
+                    spans = []  # a file changed since its first bytes were read
+            if spans:
+                for shard, shift in zip(catalogue.shards, shifts):
+                    if _packed_in(shard):
+                        packed = next(t for t in shard.tensors.values() if _DTYPES[t.dtype][0] % 8)
+                        raise ValueError(
+                            f"{shard.path}: tensor {packed.name!r} is {packed.dtype}, packed below "
+                            f"a byte; torch and NumPy have no such dtype (leave it out with tensors=)"
+                        )
+                    out.update(zip(shard.tensors, _whole_views(fw, flat, shard.tensors.values(), shift)))
     finally:
         for f in files:
             f.close()
-    return dict(zip(names, _views(fw, flat, placed)))
+    if not spans:
+        assert catalogue is not None
+        return _load_whole(fw, listing, catalogue)
+    return out
+
+
+def _data_span(file: Any) -> tuple[int, int]:
+    """Where a safetensors file's data section is, from its first 8 bytes and its size: the
+    bytes after the header (none where the length is not one a header could have)."""
+    size = file.nbytes()
+    prefix = read_bytes(file, 0, 8)
+    start = 8 + int.from_bytes(prefix, "little") if len(prefix) == 8 else size
+    return (start, size) if start <= size else (size, size)
+
+
+def _span_of(shard: Any) -> tuple[int, int] | None:
+    """Where the data section of a checked shard is, as :func:`_data_span` finds it: from its
+    first tensor's start to its last one's end (the tensors tile it); None for a shard of no
+    tensors, whose header says nothing of where its (empty) data is."""
+    infos = shard.tensors.values()
+    if not infos:
+        return None
+    return next(iter(infos)).start, _data_end(shard.tensors)  # type: ignore[return-value]
+
+
+def _packed_in(shard: Any) -> bool:
+    """Whether any tensor of ``shard`` has a dtype packed below a byte (looked at per dtype)."""
+    return any(_DTYPES[d][0] % 8 for d in {t.dtype for t in shard.tensors.values()})
+
+
+def _whole_views(fw: "_Framework", flat: Any, infos: Iterable[TensorInfo], shift: int) -> list[Any]:
+    """Each tensor of ``infos`` as a view of ``flat`` at its file offset plus ``shift``: for
+    torch, one ``as_strided`` each, called from C (``map``) where the tensors share a dtype,
+    with what depends on the dtype or the shape worked out once."""
+    infos = list(infos)
+    if fw.name != "pt":
+        elements = {d: fw.element(d) for d in {t.dtype for t in infos}}
+        return [fw.view(flat, t.start + shift, t.end - t.start, elements[t.dtype], t.shape) for t in infos]
+    typed = {}
+    for d in {t.dtype for t in infos}:
+        element = fw.element(d)
+        typed[d] = (flat.view(element), element.itemsize)
+    ats = [t.start + shift for t in infos]
+    shapes = [t.shape for t in infos]
+    strides_of = {shape: _contiguous_strides(shape) for shape in set(shapes)}
+    if len(typed) == 1:
+        [(whole, size)] = typed.values()
+        if size == 1 or not any(at % size for at in ats):
+            offsets = ats if size == 1 else [at // size for at in ats]
+            return list(map(whole.as_strided, shapes, map(strides_of.__getitem__, shapes), offsets))
+    views = []
+    for t, at, shape in zip(infos, ats, shapes):
+        whole, size = typed[t.dtype]
+        if at % size:
+            views.append(fw.view(flat, at, t.end - t.start, fw.element(t.dtype), shape))  # copied
+        else:
+            views.append(whole.as_strided(shape, strides_of[shape], at // size))
+    return views
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
 
 
 def _data_end(tensors: dict[str, TensorInfo]) -> int | None:

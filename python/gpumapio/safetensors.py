@@ -20,6 +20,7 @@ import stat
 import struct
 from typing import Any, Iterable
 
+from gpumapio._native import plain_header
 from gpumapio._sources import is_url, open_source, read_bytes
 
 __all__ = ["TensorInfo", "load_safetensors", "read_header"]
@@ -233,6 +234,12 @@ def _header_bytes(name: str, file_size: int, read: Any) -> tuple[int, bytes]:
 
 
 def _parse_header(name: str, file_size: int, n: int, raw: bytes) -> tuple[dict[str, TensorInfo], dict[str, str] | None]:
+    # The header a safetensors writer produces, read and checked in one native pass; anything
+    # else is read by json and checked below, which names what is wrong.
+    plain = plain_header(raw, 8 + n, file_size)
+    if plain is not None:
+        rows, metadata = plain
+        return dict(zip(map(operator.itemgetter("name"), rows), _tensor_infos(rows))), metadata
     try:
         text = raw.decode("utf-8")
         header = json.loads(

@@ -62,13 +62,17 @@ def sharded(tmp_path, rng):
 def recorded(monkeypatch):
     """Every piece load_checkpoint reads: (file, offset, bytes of all its runs)."""
     seen: list[tuple[str, int, int]] = []
-    original = checkpoint.read_files
 
-    def spy(buf, files, pieces):
-        seen.extend((files[f].__repr__(), off, n * count) for f, off, n, _, count, _ in pieces)
-        return original(buf, files, pieces)
+    def spy(original):
+        def read(buf, files, pieces):
+            seen.extend((files[f].__repr__(), off, n * count) for f, off, n, _, count, _ in pieces)
+            return original(buf, files, pieces)
 
-    monkeypatch.setattr(checkpoint, "read_files", spy)
+        return read
+
+    # Reads waited for at once, and those started to run beside other work.
+    monkeypatch.setattr(checkpoint, "read_files", spy(checkpoint.read_files))
+    monkeypatch.setattr(checkpoint, "start_read_files", spy(checkpoint.start_read_files))
     return seen
 
 
@@ -174,16 +178,13 @@ def test_tensor_parallel_ranks_tile_every_tensor(sharded, recorded, world):
             _same(np.concatenate(parts, axis=dim), want)
 
 
-def test_tensor_parallel_column_split_is_strided_and_coalesced(sharded, recorded):
+def test_tensor_parallel_column_split_is_strided_and_coalesced(sharded, monkeypatch):
     directory, tensors = sharded
     name = "model.layers.0.mlp.down_proj.weight"  # (64, 96) f4: 64 rows of 192 bytes per rank of 2
     pieces = []
-    original = checkpoint.read_files
-    checkpoint.read_files = lambda buf, files, p: (pieces.extend(p), original(buf, files, p))[1]
-    try:
-        got = load_checkpoint(directory, "cpu", framework="numpy", tensors=[name], tp=TensorParallel(1, 2, {name: 1}))
-    finally:
-        checkpoint.read_files = original
+    original = checkpoint.start_read_files
+    monkeypatch.setattr(checkpoint, "start_read_files", lambda buf, files, p: (pieces.extend(p), original(buf, files, p))[1])
+    got = load_checkpoint(directory, "cpu", framework="numpy", tensors=[name], tp=TensorParallel(1, 2, {name: 1}))
     _same(got[name], np.ascontiguousarray(tensors[name][:, 48:]))
     # One strided piece: 64 runs of 192 bytes, a row (384 bytes) apart, from the second half.
     [(_, offset, size, _, count, stride)] = pieces
@@ -455,18 +456,67 @@ def test_overlapping_offsets_in_a_shard(tmp_path):
         load_checkpoint(path, "cpu", framework="numpy")
 
 
-def test_shard_cut_while_loading(sharded, monkeypatch):
-    directory, _ = sharded
+@pytest.mark.parametrize("selection", ["named", "cast"])
+def test_shard_cut_while_loading(sharded, monkeypatch, selection):
+    """Loads that read after the headers are checked: a shard cut in between is a short read."""
+    directory, tensors = sharded
     shard = os.path.join(directory, "model-00002-of-00003.safetensors")
-    original = checkpoint.open_catalogue
+    original = checkpoint.read_catalogue
 
-    def then_cut(source):
-        catalogue = original(source)
+    def then_cut(listing):
+        catalogue = original(listing)
         os.truncate(shard, os.path.getsize(shard) - 100)  # after the checks, before the read
         return catalogue
 
-    monkeypatch.setattr(checkpoint, "open_catalogue", then_cut)
+    monkeypatch.setattr(checkpoint, "read_catalogue", then_cut)
+    options = {"tensors": list(tensors)} if selection == "named" else {"dtype": "float64"}
     with pytest.raises(EOFError, match=r"model-00002-of-00003.safetensors: read \d+ of \d+ bytes .*the file was cut"):
+        load_checkpoint(directory, "cpu", framework="numpy", **options)
+
+
+def test_shard_rewritten_while_its_header_is_read(sharded, monkeypatch, rng, recorded):
+    """The whole load reads each shard's data section, found from its first bytes, while the
+    headers are read: a shard rewritten in between (its header now longer, its values new) is
+    loaded again from its checked header, and the tensors are the new ones."""
+    directory, tensors = sharded
+    name = "model-00002-of-00003.safetensors"
+    with open(os.path.join(directory, "model.safetensors.index.json")) as f:
+        weight_map = json.load(f)["weight_map"]
+    part = {n: t for n, t in tensors.items() if weight_map[n] == name}
+    new = {n: (t * 3 if t.dtype.kind == "f" else t + 1).astype(t.dtype) for n, t in part.items()}
+    original = checkpoint.read_catalogue
+
+    def then_rewrite(listing):
+        st_numpy.save_file(new, os.path.join(directory, name), metadata={"format": "pt", "note": "x" * 1000})
+        return original(listing)
+
+    monkeypatch.setattr(checkpoint, "read_catalogue", then_rewrite)
+    got = load_checkpoint(directory, "cpu", framework="numpy")
+    want = {**tensors, **new}
+    assert set(got) == set(tensors)
+    for n, t in want.items():
+        _same(got[n], t)
+    # Three shards read, then all three again from their checked headers.
+    assert len(recorded) == 6
+
+
+def test_whole_load_overlaps_header_reading_with_the_read(sharded, monkeypatch, recorded):
+    """The whole load starts its reads before any header is read (from each file's first
+    bytes), so a header found malformed then stops them and raises, and nothing is left
+    reading the files."""
+    directory, _ = sharded
+    order = []
+    original_start, original_read = checkpoint.start_read_files, checkpoint.read_catalogue
+    monkeypatch.setattr(checkpoint, "start_read_files", lambda *a: (order.append("read"), original_start(*a))[1])
+    monkeypatch.setattr(checkpoint, "read_catalogue", lambda listing: (order.append("headers"), original_read(listing))[1])
+    load_checkpoint(directory, "cpu", framework="numpy")
+    assert order == ["read", "headers"]
+    shard = os.path.join(directory, "model-00001-of-00003.safetensors")
+    with open(shard, "r+b") as f:
+        n = int.from_bytes(f.read(8), "little")
+        f.seek(8 + n - 1)
+        f.write(b"!")  # past the JSON's closing brace: malformed
+    with pytest.raises(CheckpointError, match="not JSON"):
         load_checkpoint(directory, "cpu", framework="numpy")
 
 

@@ -1,0 +1,272 @@
+//! `plain_header`: the common case of a safetensors header — the JSON safetensors' writers
+//! produce — read and checked in one pass over its bytes, for `gpumapio.safetensors`.
+//!
+//! Checkpoints hold thousands of small tensors, and Python's `json` with the hooks that make it
+//! read as safetensors does costs microseconds per tensor. This pass accepts a strict subset of
+//! JSON (strings without escapes or control characters, sizes written as plain digits, every
+//! entry exactly `dtype`, `shape` and `data_offsets`, `__metadata__` a map of strings) and
+//! answers `None` for anything else, well formed or not: the Python checker then reads the
+//! header and names what is wrong. Where it answers, the answer is the Python checker's, which
+//! the tests hold it to.
+
+use std::collections::HashSet;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+
+/// safetensors' dtypes and their bits per element (its `Dtype` enum).
+const DTYPES: [(&str, u64); 22] = [
+    ("BOOL", 8),
+    ("F4", 4),
+    ("F6_E2M3", 6),
+    ("F6_E3M2", 6),
+    ("U8", 8),
+    ("I8", 8),
+    ("F8_E5M2", 8),
+    ("F8_E4M3", 8),
+    ("F8_E8M0", 8),
+    ("F8_E4M3FNUZ", 8),
+    ("F8_E5M2FNUZ", 8),
+    ("I16", 16),
+    ("U16", 16),
+    ("F16", 16),
+    ("BF16", 16),
+    ("I32", 32),
+    ("U32", 32),
+    ("F32", 32),
+    ("C64", 64),
+    ("F64", 64),
+    ("I64", 64),
+    ("U64", 64),
+];
+
+/// One tensor's entry, checked on its own; offsets relative to the data section.
+struct Entry<'a> {
+    name: &'a str,
+    dtype: &'static str,
+    shape: Vec<u64>,
+    begin: u64,
+    end: u64,
+}
+
+/// What the pass found: the tensors in header order and `__metadata__`, if any.
+struct Plain<'a> {
+    entries: Vec<Entry<'a>>,
+    metadata: Option<Vec<(&'a str, &'a str)>>,
+}
+
+/// A cursor over the header's bytes; every method answers `None` where the text leaves the
+/// subset this pass reads.
+struct Scanner<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn skip_space(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.text.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    /// Takes `byte`, after any whitespace.
+    fn take(&mut self, byte: u8) -> Option<()> {
+        self.skip_space();
+        (self.text.get(self.at) == Some(&byte)).then(|| self.at += 1)
+    }
+
+    /// Whether `byte` comes next (after whitespace), taking it if so.
+    fn next_is(&mut self, byte: u8) -> bool {
+        self.take(byte).is_some()
+    }
+
+    /// A string with no escape and no control character, as UTF-8 text.
+    fn string(&mut self) -> Option<&'a str> {
+        self.take(b'"')?;
+        let start = self.at;
+        let len = self.text[start..].iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        if self.text[start + len] != b'"' {
+            return None;
+        }
+        self.at = start + len + 1;
+        std::str::from_utf8(&self.text[start..start + len]).ok()
+    }
+
+    /// A size written as JSON writes a whole number from 0 to 2^64 - 1: no sign, no leading
+    /// zero, no fraction or exponent.
+    fn size(&mut self) -> Option<u64> {
+        self.skip_space();
+        let digits = self.text[self.at..].iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 || (digits > 1 && self.text[self.at] == b'0') {
+            return None;
+        }
+        let mut value: u64 = 0;
+        for &b in &self.text[self.at..self.at + digits] {
+            value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+        }
+        self.at += digits;
+        // A fraction or an exponent would make it a float.
+        match self.text.get(self.at) {
+            Some(b'.' | b'e' | b'E') => None,
+            _ => Some(value),
+        }
+    }
+
+    /// `[size, ...]`.
+    fn sizes(&mut self) -> Option<Vec<u64>> {
+        self.take(b'[')?;
+        let mut out = Vec::new();
+        if self.next_is(b']') {
+            return Some(out);
+        }
+        loop {
+            out.push(self.size()?);
+            if self.next_is(b']') {
+                return Some(out);
+            }
+            self.take(b',')?;
+        }
+    }
+
+    /// The members of an object, `each` called after each key's colon to read its value.
+    fn object(&mut self, mut each: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.take(b'{')?;
+        if self.next_is(b'}') {
+            return Some(());
+        }
+        loop {
+            let key = self.string()?;
+            self.take(b':')?;
+            each(self, key)?;
+            if self.next_is(b'}') {
+                return Some(());
+            }
+            self.take(b',')?;
+        }
+    }
+
+    /// One tensor's entry: exactly `dtype`, `shape` and `data_offsets`, each once.
+    fn entry(&mut self, name: &'a str) -> Option<Entry<'a>> {
+        let (mut dtype, mut shape, mut offsets) = (None, None, None);
+        self.object(|s, key| {
+            match key {
+                "dtype" if dtype.is_none() => {
+                    let text = s.string()?;
+                    dtype = Some(DTYPES.iter().find(|(d, _)| *d == text)?.0);
+                }
+                "shape" if shape.is_none() => shape = Some(s.sizes()?),
+                "data_offsets" if offsets.is_none() => offsets = Some(s.sizes()?),
+                _ => return None,
+            }
+            Some(())
+        })?;
+        let offsets = offsets?;
+        let [begin, end] = offsets[..] else { return None };
+        Some(Entry { name, dtype: dtype?, shape: shape?, begin, end })
+    }
+
+    /// `{"key": "value", ...}` with no key twice.
+    fn metadata(&mut self) -> Option<Vec<(&'a str, &'a str)>> {
+        let mut out = Vec::new();
+        self.object(|s, key| {
+            out.push((key, s.string()?));
+            Some(())
+        })?;
+        let keys: HashSet<&str> = out.iter().map(|(k, _)| *k).collect();
+        (keys.len() == out.len()).then_some(out)
+    }
+
+    /// The whole header, with nothing after it but whitespace.
+    fn header(&mut self) -> Option<Plain<'a>> {
+        let mut entries = Vec::new();
+        let mut metadata = None;
+        self.object(|s, key| {
+            if key == "__metadata__" {
+                if metadata.is_some() {
+                    return None;
+                }
+                metadata = Some(s.metadata()?);
+            } else {
+                entries.push(s.entry(key)?);
+            }
+            Some(())
+        })?;
+        self.skip_space();
+        if self.at != self.text.len() {
+            return None;
+        }
+        let names: HashSet<&str> = entries.iter().map(|e| e.name).collect();
+        (names.len() == entries.len()).then_some(Plain { entries, metadata })
+    }
+}
+
+/// Bits per element of a known dtype.
+fn bits_of(dtype: &str) -> u64 {
+    DTYPES.iter().find(|(d, _)| *d == dtype).map_or(0, |(_, b)| *b)
+}
+
+/// The checks of the Python checker on entries that parsed: each tensor's bytes are those of
+/// its shape (counted in order, each step within 64 bits), and the tensors tile the data
+/// section from its first byte to the end of the file. The entries come back in file order
+/// (by start, then end, ties in header order).
+fn checked(mut entries: Vec<Entry<'_>>, data_start: u64, file_size: u64) -> Option<Vec<Entry<'_>>> {
+    for e in &entries {
+        let count = e.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d))?;
+        let bits = count.checked_mul(bits_of(e.dtype))?;
+        let bytes = e.end.checked_sub(e.begin)?;
+        if bytes.checked_mul(8)? != bits {
+            return None;
+        }
+    }
+    entries.sort_by_key(|e| (e.begin, e.end));
+    let mut at = 0u64;
+    for e in &entries {
+        if e.begin != at {
+            return None;
+        }
+        at = e.end;
+    }
+    (data_start.checked_add(at)? == file_size).then_some(entries)
+}
+
+/// `plain_header`'s answer: the rows, and the metadata if the header has it.
+type Rows<'py> = (Bound<'py, PyList>, Option<Bound<'py, PyDict>>);
+
+/// The tensors of the header `raw` (the JSON after the 8-byte length) of a file of
+/// `file_size` bytes whose data section starts at `data_start`, as the rows
+/// `gpumapio.safetensors` builds its `TensorInfo`s from — `{"name", "dtype", "shape",
+/// "start", "end"}`, file offsets absolute, in file order — and its metadata (a dict of
+/// strings, or `None` without one); `None` for a header outside the common case, which the
+/// Python checker then reads.
+#[pyfunction]
+pub fn plain_header<'py>(
+    py: Python<'py>,
+    raw: &[u8],
+    data_start: u64,
+    file_size: u64,
+) -> PyResult<Option<Rows<'py>>> {
+    let Some(plain) = (Scanner { text: raw, at: 0 }).header() else { return Ok(None) };
+    let Some(entries) = checked(plain.entries, data_start, file_size) else { return Ok(None) };
+    let keys = ["name", "dtype", "shape", "start", "end"].map(|k| PyString::intern(py, k));
+    let rows = PyList::empty(py);
+    for e in entries {
+        let row = PyDict::new(py);
+        row.set_item(&keys[0], e.name)?;
+        row.set_item(&keys[1], PyString::intern(py, e.dtype))?;
+        row.set_item(&keys[2], PyTuple::new(py, &e.shape)?)?;
+        row.set_item(&keys[3], data_start + e.begin)?;
+        row.set_item(&keys[4], data_start + e.end)?;
+        rows.append(row)?;
+    }
+    let metadata = match plain.metadata {
+        None => None,
+        Some(pairs) => {
+            let dict = PyDict::new(py);
+            for (k, v) in pairs {
+                dict.set_item(k, v)?;
+            }
+            Some(dict)
+        }
+    };
+    Ok(Some((rows, metadata)))
+}
