@@ -5,13 +5,14 @@ checked before anything is allocated or read."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from typing import Any
 
-from gpumapio._native import RemotePrefix
+from gpumapio._native import RemotePrefix, plain_index
 from gpumapio._sources import is_url, join, open_source, read_bytes
-from gpumapio.safetensors import TensorInfo, _all_of_type, _brief, _object, read_header
+from gpumapio.safetensors import TensorInfo, _all_of_type, _brief, _Columns, _object, _read_columns
 
 __all__ = ["Catalogue", "CheckpointError", "Listing", "Shard", "list_shards", "open_catalogue", "read_catalogue"]
 
@@ -29,10 +30,22 @@ class CheckpointError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
-    """One safetensors file of a checkpoint and its tensors (file offsets absolute)."""
+    """One safetensors file of a checkpoint and its tensors (file offsets absolute), as
+    columns in file order; ``tensors`` gives them as :class:`TensorInfo` by name, made on first
+    use (a whole load of thousands of tensors needs only the columns)."""
 
     path: str
-    tensors: dict[str, TensorInfo]
+    columns: _Columns
+
+    @functools.cached_property
+    def tensors(self) -> dict[str, TensorInfo]:
+        return self.columns.infos()
+
+    def data_span(self) -> tuple[int, int] | None:
+        """Where its data section is — from its first tensor's start to its last one's end,
+        as its tensors tile it — or None with no tensor to say so."""
+        c = self.columns
+        return (c.starts[0], c.ends[-1]) if c.names else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,10 +173,13 @@ def _from_index(index_path: str) -> Listing:
     raw = _read_index(index_path)
     if len(raw) > _MAX_INDEX:
         raise CheckpointError(f"{index_path}: more than {_MAX_INDEX} bytes; not a checkpoint index")
-    try:
-        index = json.loads(raw.decode("utf-8"), object_pairs_hook=_object)
-    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
-        raise CheckpointError(f"{index_path}: not a JSON index: {e}") from None
+    # An index as transformers writes one in one native pass; any other through json.
+    index = plain_index(raw)
+    if index is None:
+        try:
+            index = json.loads(raw.decode("utf-8"), object_pairs_hook=_object)
+        except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
+            raise CheckpointError(f"{index_path}: not a JSON index: {e}") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise CheckpointError(f"{index_path}: no \"weight_map\" object mapping tensor names to shard files")
@@ -192,16 +208,17 @@ def read_catalogue(listing: Listing) -> Catalogue:
     where: dict[str, int] = {}
     for i, path in enumerate(paths):
         try:
-            tensors, file_metadata = read_header(path)
+            columns, file_metadata = _read_columns(path)
         except ValueError as e:
             raise CheckpointError(str(e)) from None
         if metadata is None and len(paths) == 1:
             metadata = file_metadata
-        if not where.keys().isdisjoint(tensors):
-            name = next(n for n in tensors if n in where)
+        names = columns.names
+        if not where.keys().isdisjoint(names):
+            name = next(n for n in names if n in where)
             raise CheckpointError(f"tensor {name!r} is in two shards: {shards[where[name]].path} and {path}")
-        where.update(dict.fromkeys(tensors, i))
-        shards.append(Shard(path, tensors))
+        where.update(dict.fromkeys(names, i))
+        shards.append(Shard(path, columns))
     if weight_map is not None:
         # Each shard name of the index once, as the index of the file it names.
         number = {s.path: i for i, s in enumerate(shards)}

@@ -49,6 +49,7 @@ __all__ = [
     "start_read_files",
     "FilesRead",
     "plain_header",
+    "plain_index",
     "LockedRange",
     "residency",
     "warm",
@@ -361,6 +362,7 @@ def read_files(buf: _Buffer, files: Sequence[CuFile], pieces: Sequence[tuple[int
 def start_read_files(buf: _Buffer, files: Sequence[CuFile], pieces: Sequence[tuple[int, int, int, int, int, int]]) -> FilesRead:
     """``read_files`` started and left running; ``wait()`` gives the counts."""
 
+@final
 class FilesRead:
     """A ``read_files`` in flight; the buffer and files stay referenced until it ends. Close
     the files only after ``wait()``."""
@@ -370,9 +372,16 @@ class FilesRead:
     def cancel(self) -> None:
         """Skips the tasks not started; ``wait()`` then raises the cancellation."""
 
-def plain_header(raw: bytes, data_start: int, file_size: int) -> tuple[list[dict[str, Any]], dict[str, str] | None] | None:
-    """The tensors of a safetensors header in the common case — rows ``{"name", "dtype",
-    "shape", "start", "end"}`` in file order — and its metadata; None for any other header."""
+def plain_header(
+    raw: bytes, data_start: int, file_size: int
+) -> tuple[list[str], list[str], list[tuple[int, ...]], list[int], list[int], dict[str, str] | None] | None:
+    """The tensors of a safetensors header in the common case, as columns in file order —
+    names, dtypes, shapes, starts, ends (absolute) — and its metadata; None for any other
+    header."""
+
+def plain_index(raw: bytes) -> dict[str, Any] | None:
+    """A checkpoint index as ``json.loads`` reads it, for the common case (a ``weight_map`` of
+    names to files, a ``metadata`` of strings and sizes, no escapes); None for any other."""
 
 def defaults_get(name: str) -> Any: ...
 def defaults_set(name: str, value: Any) -> None: ...

@@ -22,7 +22,7 @@ from gpumapio._exchange import block_shape, exchange_for
 from gpumapio._native import CuFile, read_files, start_read_files
 from gpumapio._sources import is_url, open_source, read_bytes, read_pieces
 from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
-from gpumapio.safetensors import _DTYPES, TensorInfo, _torch_device
+from gpumapio.safetensors import _DTYPES, TensorInfo, _Columns, _torch_device
 from gpumapio.tensor_parallel import TensorParallel
 
 __all__ = ["CheckpointError", "load_checkpoint"]
@@ -353,7 +353,7 @@ def load_checkpoint(
         files: list[Any] = []
         try:
             # A shard's data ends with it (read_header checks so): its last tensor's end is its size.
-            files = [open_source(paths[s], _data_end(catalogue.shards[s].tensors)) for s in used]
+            files = [open_source(paths[s], _data_end(catalogue.shards[s])) for s in used]
             slot = {s: i for i, s in enumerate(used)}
             direct: list[_Read] = []
             for shard, pieces in _direct_pieces(placed).items():
@@ -414,7 +414,7 @@ def _any_cast(fw: "_Framework", catalogue: Catalogue) -> bool:
     """Whether a tensor of the checkpoint would be cast to the ``dtype`` asked for."""
     if fw.dtype is None:
         return False
-    dtypes = {t.dtype for shard in catalogue.shards for t in shard.tensors.values()}
+    dtypes = {d for shard in catalogue.shards for d in set(shard.columns.dtypes)}
     return any(fw.casts(d) for d in dtypes if _DTYPES[d][0] % 8 == 0)
 
 
@@ -435,8 +435,8 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
             files = [open_source(path) for path in listing.paths]
             spans = [_data_span(f) for f in files]
         else:
-            files = [open_source(s.path, _data_end(s.tensors)) for s in catalogue.shards]
-            spans = [_span_of(s) or (0, 0) for s in catalogue.shards]
+            files = [open_source(s.path, _data_end(s)) for s in catalogue.shards]
+            spans = [s.data_span() or (0, 0) for s in catalogue.shards]
         at = 0
         shifts: list[int] = []  # per shard: from file offset to allocation offset
         reads: list[_Read] = []
@@ -451,17 +451,19 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
         with _reading(flat, files, reads, listing.paths):
             if catalogue is None:
                 catalogue = read_catalogue(listing)
-                if any(_span_of(s) not in (None, span) for s, span in zip(catalogue.shards, spans)):
+                if any(s.data_span() not in (None, span) for s, span in zip(catalogue.shards, spans)):
                     spans = []  # a file changed since its first bytes were read
             if spans:
                 for shard, shift in zip(catalogue.shards, shifts):
-                    if _packed_in(shard):
-                        packed = next(t for t in shard.tensors.values() if _DTYPES[t.dtype][0] % 8)
+                    columns = shard.columns
+                    packed = [d for d in set(columns.dtypes) if _DTYPES[d][0] % 8]
+                    if packed:
+                        name, dtype = next((n, d) for n, d in zip(columns.names, columns.dtypes) if d in packed)
                         raise ValueError(
-                            f"{shard.path}: tensor {packed.name!r} is {packed.dtype}, packed below "
+                            f"{shard.path}: tensor {name!r} is {dtype}, packed below "
                             f"a byte; torch and NumPy have no such dtype (leave it out with tensors=)"
                         )
-                    out.update(zip(shard.tensors, _whole_views(fw, flat, shard.tensors.values(), shift)))
+                    out.update(zip(columns.names, _whole_views(fw, flat, columns, shift)))
     finally:
         for f in files:
             f.close()
@@ -480,35 +482,22 @@ def _data_span(file: Any) -> tuple[int, int]:
     return (start, size) if start <= size else (size, size)
 
 
-def _span_of(shard: Any) -> tuple[int, int] | None:
-    """Where the data section of a checked shard is, as :func:`_data_span` finds it: from its
-    first tensor's start to its last one's end (the tensors tile it); None for a shard of no
-    tensors, whose header says nothing of where its (empty) data is."""
-    infos = shard.tensors.values()
-    if not infos:
-        return None
-    return next(iter(infos)).start, _data_end(shard.tensors)  # type: ignore[return-value]
-
-
-def _packed_in(shard: Any) -> bool:
-    """Whether any tensor of ``shard`` has a dtype packed below a byte (looked at per dtype)."""
-    return any(_DTYPES[d][0] % 8 for d in {t.dtype for t in shard.tensors.values()})
-
-
-def _whole_views(fw: "_Framework", flat: Any, infos: Iterable[TensorInfo], shift: int) -> list[Any]:
-    """Each tensor of ``infos`` as a view of ``flat`` at its file offset plus ``shift``: for
+def _whole_views(fw: "_Framework", flat: Any, columns: _Columns, shift: int) -> list[Any]:
+    """Each tensor of ``columns`` as a view of ``flat`` at its file offset plus ``shift``: for
     torch, one ``as_strided`` each, called from C (``map``) where the tensors share a dtype,
     with what depends on the dtype or the shape worked out once."""
-    infos = list(infos)
+    shapes = columns.shapes
+    ats = [start + shift for start in columns.starts]
     if fw.name != "pt":
-        elements = {d: fw.element(d) for d in {t.dtype for t in infos}}
-        return [fw.view(flat, t.start + shift, t.end - t.start, elements[t.dtype], t.shape) for t in infos]
+        elements = {d: fw.element(d) for d in set(columns.dtypes)}
+        return [
+            fw.view(flat, at, end - start, elements[d], shape)
+            for at, start, end, d, shape in zip(ats, columns.starts, columns.ends, columns.dtypes, shapes)
+        ]
     typed = {}
-    for d in {t.dtype for t in infos}:
+    for d in set(columns.dtypes):
         element = fw.element(d)
         typed[d] = (flat.view(element), element.itemsize)
-    ats = [t.start + shift for t in infos]
-    shapes = [t.shape for t in infos]
     strides_of = {shape: _contiguous_strides(shape) for shape in set(shapes)}
     if len(typed) == 1:
         [(whole, size)] = typed.values()
@@ -516,10 +505,10 @@ def _whole_views(fw: "_Framework", flat: Any, infos: Iterable[TensorInfo], shift
             offsets = ats if size == 1 else [at // size for at in ats]
             return list(map(whole.as_strided, shapes, map(strides_of.__getitem__, shapes), offsets))
     views = []
-    for t, at, shape in zip(infos, ats, shapes):
-        whole, size = typed[t.dtype]
+    for d, at, start, end, shape in zip(columns.dtypes, ats, columns.starts, columns.ends, shapes):
+        whole, size = typed[d]
         if at % size:
-            views.append(fw.view(flat, at, t.end - t.start, fw.element(t.dtype), shape))  # copied
+            views.append(fw.view(flat, at, end - start, fw.element(d), shape))  # copied
         else:
             views.append(whole.as_strided(shape, strides_of[shape], at // size))
     return views
@@ -533,10 +522,11 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _data_end(tensors: dict[str, TensorInfo]) -> int | None:
-    """Where the last tensor of a shard ends: read_header lists them in file order, each
-    starting where the one before ends, so the last one listed."""
-    return next(reversed(tensors.values())).end if tensors else None
+def _data_end(shard: Any) -> int | None:
+    """Where the last tensor of a shard ends (its tensors are in file order, each starting
+    where the one before ends): the file's size."""
+    ends = shard.columns.ends
+    return ends[-1] if ends else None
 
 
 def _direct_pieces(placed: list[_Placed]) -> dict[int, list[Run]]:

@@ -199,6 +199,16 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], di
     ``path`` may also be an ``s3://bucket/key`` or ``http(s)://`` URL: the header is read with
     ranged GETs (:class:`gpumapio.RemoteFile`).
     """
+    return _parse_header(*_read_header_bytes(path))
+
+
+def _read_columns(path: str | os.PathLike[str]) -> tuple["_Columns", dict[str, str] | None]:
+    """What :func:`read_header` reads, as columns (the checks are the same)."""
+    return _parse_columns(*_read_header_bytes(path))
+
+
+def _read_header_bytes(path: str | os.PathLike[str]) -> tuple[str, int, int, bytes]:
+    """The file's name, size, header length and header bytes."""
     name = os.fspath(path)
     if is_url(name):
         with open_source(name) as f:
@@ -212,7 +222,40 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], di
                 raise OSError(f"{name}: not a regular file (a FIFO, device or socket); only regular files are read")
             file_size = st.st_size
             n, raw = _header_bytes(name, file_size, lambda offset, size: f.read(size))
-    return _parse_header(name, file_size, n, raw)
+    return name, file_size, n, raw
+
+
+@dataclasses.dataclass(frozen=True)
+class _Columns:
+    """A checked header's tensors as lists, in file order (offsets absolute): what a loader of
+    thousands of tensors needs, without an object per tensor."""
+
+    names: list[str]
+    dtypes: list[str]
+    shapes: list[tuple[int, ...]]
+    starts: list[int]
+    ends: list[int]
+
+    def infos(self) -> dict[str, TensorInfo]:
+        fields = ("name", "dtype", "shape", "start", "end")
+        rows = [dict(zip(fields, row)) for row in zip(self.names, self.dtypes, self.shapes, self.starts, self.ends)]
+        return dict(zip(self.names, _tensor_infos(rows)))
+
+    @staticmethod
+    def of(infos: dict[str, TensorInfo]) -> "_Columns":
+        values = infos.values()
+        return _Columns(
+            list(infos), [t.dtype for t in values], [t.shape for t in values], [t.start for t in values], [t.end for t in values]
+        )
+
+
+def _parse_columns(name: str, file_size: int, n: int, raw: bytes) -> tuple[_Columns, dict[str, str] | None]:
+    plain = plain_header(raw, 8 + n, file_size)
+    if plain is not None:
+        *columns, metadata = plain
+        return _Columns(*columns), metadata
+    infos, metadata = _parse_header_in_python(name, file_size, n, raw)
+    return _Columns.of(infos), metadata
 
 
 def _header_bytes(name: str, file_size: int, read: Any) -> tuple[int, bytes]:
@@ -235,11 +278,17 @@ def _header_bytes(name: str, file_size: int, read: Any) -> tuple[int, bytes]:
 
 def _parse_header(name: str, file_size: int, n: int, raw: bytes) -> tuple[dict[str, TensorInfo], dict[str, str] | None]:
     # The header a safetensors writer produces, read and checked in one native pass; anything
-    # else is read by json and checked below, which names what is wrong.
+    # else is read by json and checked, which names what is wrong.
     plain = plain_header(raw, 8 + n, file_size)
     if plain is not None:
-        rows, metadata = plain
-        return dict(zip(map(operator.itemgetter("name"), rows), _tensor_infos(rows))), metadata
+        *columns, metadata = plain
+        return _Columns(*columns).infos(), metadata
+    return _parse_header_in_python(name, file_size, n, raw)
+
+
+def _parse_header_in_python(
+    name: str, file_size: int, n: int, raw: bytes
+) -> tuple[dict[str, TensorInfo], dict[str, str] | None]:
     try:
         text = raw.decode("utf-8")
         header = json.loads(

@@ -13,7 +13,7 @@
 //! - [`cufile`]: low-level cuFile (driver, handles, batches, stream-ordered I/O, buffer
 //!   registration), streams, and what the machine offers;
 //! - [`multi_read`]: pieces of many files into one buffer in one pipeline (checkpoints);
-//! - [`safetensors_header`]: the common case of a safetensors header, read in one pass;
+//! - [`safetensors_header`]: the common case of a safetensors header or index, read in one pass;
 //! - [`dlpack`]: DLPack's C ABI, once, for reading producers' capsules and exporting views;
 //! - [`remote`], [`remote_writer`], [`remote_prefix`]: `RemoteFile` (S3 and HTTP(S) reads),
 //!   `RemoteWriter` (S3 writes as multipart uploads) and `RemotePrefix` (an S3 prefix as a
@@ -75,6 +75,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(multi_read::start_read_files, m)?)?;
     m.add_class::<multi_read::FilesRead>()?;
     m.add_function(wrap_pyfunction!(safetensors_header::plain_header, m)?)?;
+    m.add_function(wrap_pyfunction!(safetensors_header::plain_index, m)?)?;
     m.add_class::<pagecache::LockedRange>()?;
     m.add_function(wrap_pyfunction!(pagecache::residency, m)?)?;
     m.add_function(wrap_pyfunction!(pagecache::warm, m)?)?;

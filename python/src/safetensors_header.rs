@@ -1,5 +1,6 @@
-//! `plain_header`: the common case of a safetensors header — the JSON safetensors' writers
-//! produce — read and checked in one pass over its bytes, for `gpumapio.safetensors`.
+//! `plain_header` and `plain_index`: the common case of a safetensors header — the JSON
+//! safetensors' writers produce — read and checked in one pass over its bytes, for
+//! `gpumapio.safetensors`; and likewise a checkpoint's `model.safetensors.index.json`.
 //!
 //! Checkpoints hold thousands of small tensors, and Python's `json` with the hooks that make it
 //! read as safetensors does costs microseconds per tensor. This pass accepts a strict subset of
@@ -9,7 +10,7 @@
 //! header and names what is wrong. Where it answers, the answer is the Python checker's, which
 //! the tests hold it to.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
@@ -200,6 +201,111 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// A metadata value of an index: a string or a size.
+enum Value<'a> {
+    Text(&'a str),
+    Size(u64),
+}
+
+/// What the pass found in an index: its `weight_map` and `metadata`, each in file order.
+struct Index<'a> {
+    weight_map: Vec<(&'a str, &'a str)>,
+    metadata: Option<Vec<(&'a str, Value<'a>)>>,
+    /// Whether `metadata` comes first in the text (json keeps the text's order).
+    metadata_first: bool,
+}
+
+impl<'a> Scanner<'a> {
+    /// An index as transformers writes one: `{"metadata": {...}, "weight_map": {...}}`, each
+    /// at most once, metadata values strings or sizes, no key twice in any object.
+    fn index(&mut self) -> Option<Index<'a>> {
+        let (mut weight_map, mut metadata, mut metadata_first) = (None, None, false);
+        self.object(|s, key| {
+            match key {
+                "weight_map" if weight_map.is_none() => {
+                    let mut pairs = Vec::new();
+                    s.object(|s, name| {
+                        pairs.push((name, s.string()?));
+                        Some(())
+                    })?;
+                    weight_map = Some(pairs);
+                }
+                "metadata" if metadata.is_none() => {
+                    metadata_first = weight_map.is_none();
+                    let mut pairs = Vec::new();
+                    s.object(|s, name| {
+                        s.skip_space();
+                        let value = match s.text.get(s.at) {
+                            Some(b'"') => Value::Text(s.string()?),
+                            _ => Value::Size(s.size()?),
+                        };
+                        pairs.push((name, value));
+                        Some(())
+                    })?;
+                    metadata = Some(pairs);
+                }
+                _ => return None,
+            }
+            Some(())
+        })?;
+        self.skip_space();
+        if self.at != self.text.len() {
+            return None;
+        }
+        let weight_map = weight_map?;
+        let unique = |keys: &mut dyn Iterator<Item = &'a str>, n: usize| {
+            keys.collect::<HashSet<_>>().len() == n
+        };
+        if !unique(&mut weight_map.iter().map(|(k, _)| *k), weight_map.len()) {
+            return None;
+        }
+        if let Some(m) = &metadata {
+            if !unique(&mut m.iter().map(|(k, _)| *k), m.len()) {
+                return None;
+            }
+        }
+        Some(Index { weight_map, metadata, metadata_first })
+    }
+}
+
+/// A checkpoint index's bytes, as `json.loads` reads them — `{"weight_map": {...},
+/// "metadata": {...}}` as dicts — for the common case: a `weight_map` of names to file names
+/// and an optional `metadata` of strings and sizes, strings without escapes, nothing else;
+/// `None` for anything else, which Python's `json` then reads.
+#[pyfunction]
+pub fn plain_index<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some(index) = (Scanner { text: raw, at: 0 }).index() else { return Ok(None) };
+    let out = PyDict::new(py);
+    let metadata = match index.metadata {
+        None => None,
+        Some(pairs) => {
+            let metadata = PyDict::new(py);
+            for (k, v) in pairs {
+                match v {
+                    Value::Text(t) => metadata.set_item(k, t)?,
+                    Value::Size(n) => metadata.set_item(k, n)?,
+                }
+            }
+            Some(metadata)
+        }
+    };
+    if let (Some(m), true) = (&metadata, index.metadata_first) {
+        out.set_item("metadata", m)?;
+    }
+    let weight_map = PyDict::new(py);
+    // Thousands of names map to a few files: one Python string per file.
+    let mut files: HashMap<&str, Bound<'py, PyString>> = HashMap::new();
+    for (name, file) in index.weight_map {
+        let value = files.entry(file).or_insert_with(|| PyString::new(py, file));
+        weight_map.set_item(name, &*value)?;
+    }
+    out.set_item("weight_map", weight_map)?;
+    if let (Some(m), false) = (&metadata, index.metadata_first) {
+        out.set_item("metadata", m)?;
+    }
+    Ok(Some(out))
+}
+
 /// Bits per element of a known dtype.
 fn bits_of(dtype: &str) -> u64 {
     DTYPES.iter().find(|(d, _)| *d == dtype).map_or(0, |(_, b)| *b)
@@ -229,35 +335,50 @@ fn checked(mut entries: Vec<Entry<'_>>, data_start: u64, file_size: u64) -> Opti
     (data_start.checked_add(at)? == file_size).then_some(entries)
 }
 
-/// `plain_header`'s answer: the rows, and the metadata if the header has it.
-type Rows<'py> = (Bound<'py, PyList>, Option<Bound<'py, PyDict>>);
+/// `plain_header`'s answer: the tensors' names, dtypes, shapes, starts and ends (file
+/// offsets, absolute), in file order, and the metadata if the header has it.
+type Columns<'py> = (
+    Bound<'py, PyList>,
+    Bound<'py, PyList>,
+    Bound<'py, PyList>,
+    Bound<'py, PyList>,
+    Bound<'py, PyList>,
+    Option<Bound<'py, PyDict>>,
+);
 
 /// The tensors of the header `raw` (the JSON after the 8-byte length) of a file of
-/// `file_size` bytes whose data section starts at `data_start`, as the rows
-/// `gpumapio.safetensors` builds its `TensorInfo`s from — `{"name", "dtype", "shape",
-/// "start", "end"}`, file offsets absolute, in file order — and its metadata (a dict of
-/// strings, or `None` without one); `None` for a header outside the common case, which the
-/// Python checker then reads.
+/// `file_size` bytes whose data section starts at `data_start`, as columns — names, dtypes,
+/// shapes (tuples), starts and ends (file offsets, absolute), in file order — and its metadata
+/// (a dict of strings, or `None` without one); `None` for a header outside the common case,
+/// which the Python checker then reads. Columns, not an object per tensor: a checkpoint's
+/// loader needs only these lists, and thousands of objects cost more than the parse.
 #[pyfunction]
 pub fn plain_header<'py>(
     py: Python<'py>,
     raw: &[u8],
     data_start: u64,
     file_size: u64,
-) -> PyResult<Option<Rows<'py>>> {
+) -> PyResult<Option<Columns<'py>>> {
     let Some(plain) = (Scanner { text: raw, at: 0 }).header() else { return Ok(None) };
     let Some(entries) = checked(plain.entries, data_start, file_size) else { return Ok(None) };
-    let keys = ["name", "dtype", "shape", "start", "end"].map(|k| PyString::intern(py, k));
-    let rows = PyList::empty(py);
-    for e in entries {
-        let row = PyDict::new(py);
-        row.set_item(&keys[0], e.name)?;
-        row.set_item(&keys[1], PyString::intern(py, e.dtype))?;
-        row.set_item(&keys[2], PyTuple::new(py, &e.shape)?)?;
-        row.set_item(&keys[3], data_start + e.begin)?;
-        row.set_item(&keys[4], data_start + e.end)?;
-        rows.append(row)?;
+    let names = PyList::new(py, entries.iter().map(|e| e.name))?;
+    let dtypes = PyList::new(py, entries.iter().map(|e| PyString::intern(py, e.dtype)))?;
+    // Checkpoints repeat a few shapes thousands of times: one tuple per distinct shape.
+    let shapes = PyList::empty(py);
+    let mut seen: HashMap<&[u64], Bound<'py, PyTuple>> = HashMap::new();
+    for e in &entries {
+        let shape = match seen.get(e.shape.as_slice()) {
+            Some(t) => t.clone(),
+            None => {
+                let t = PyTuple::new(py, &e.shape)?;
+                seen.insert(&e.shape, t.clone());
+                t
+            }
+        };
+        shapes.append(shape)?;
     }
+    let starts = PyList::new(py, entries.iter().map(|e| data_start + e.begin))?;
+    let ends = PyList::new(py, entries.iter().map(|e| data_start + e.end))?;
     let metadata = match plain.metadata {
         None => None,
         Some(pairs) => {
@@ -268,5 +389,5 @@ pub fn plain_header<'py>(
             Some(dict)
         }
     };
-    Ok(Some((rows, metadata)))
+    Ok(Some((names, dtypes, shapes, starts, ends, metadata)))
 }

@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import io
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -118,6 +120,19 @@ def test_compat_mode_off_without_cufile_fails_with_the_reason(tmp_path):
         with pytest.raises(gpumapio.UnavailableError, match="cuFile"):
             gpumapio.CuFile(path, "r")
     gpumapio.CuFile(path, "r").close()  # the old mode is back
+
+
+def test_probing_after_torch_loaded_libcufile_returns():
+    """torch's CUDA wheels load their own libcufile into the process; on a machine without a
+    CUDA driver, that library's cuFileDriverOpen never returns, so probing (and any cuFile
+    call) must not reach it. Run in a child, with a deadline, so a hang fails the test."""
+    pytest.importorskip("torch")
+    code = "import torch, gpumapio; c = gpumapio.capabilities(); print(c['cufile_usable'], gpumapio.gpu_count())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    usable, gpus = done.stdout.split()
+    if gpus == "0":
+        assert usable == "False"
 
 
 def test_eof_error_for_short_files(tmp_path):

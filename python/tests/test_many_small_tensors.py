@@ -19,7 +19,7 @@ import gpumapio.checkpoint as checkpoint
 import gpumapio.safetensors as gst
 from gpumapio import load_checkpoint
 from gpumapio._checkpoint_files import open_catalogue
-from gpumapio._native import plain_header
+from gpumapio._native import plain_header, plain_index
 from gpumapio._pieces import Run, coalesce
 from gpumapio.safetensors import _DTYPES, _checked_infos, _parse_header, _plain_infos
 
@@ -166,8 +166,9 @@ def _native_parse(raw: bytes, size: int):
     found = plain_header(raw, 8 + len(raw), 8 + len(raw) + size)
     if found is None:
         return None
-    rows, metadata = found
-    return {row["name"]: gst.TensorInfo(**row) for row in rows}, metadata
+    names, dtypes, shapes, starts, ends, metadata = found
+    rows = zip(names, dtypes, shapes, starts, ends)
+    return {row[0]: gst.TensorInfo(*row) for row in rows}, metadata
 
 
 def _spellings(r: random.Random, header: dict) -> list[bytes]:
@@ -278,6 +279,82 @@ def test_native_header_cases(text, answered):
 def test_native_header_empty_file_data():
     assert _native_parse(b"{}", 0) == ({}, None)
     assert _native_parse(b'{"__metadata__":{}}', 0) == ({}, {})
+
+
+def _json_index(raw: bytes):
+    """The index as the Python reader (json, a key twice refused) reads it, or "error"."""
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=gst._object)
+    except ValueError:
+        return "error"
+
+
+def _index(r: random.Random) -> dict:
+    files = [f"model-{k:05d}-of-00003.safetensors" for k in range(1, 4)]
+    index: dict = {}
+    if r.random() < 0.8:
+        index["metadata"] = r.choice([{}, {"total_size": r.randrange(2**40)}, {"total_size": 7, "format": "pt"}])
+    index["weight_map"] = {f"model.layers.{i}.w{'é' if r.random() < 0.1 else ''}": r.choice(files) for i in range(r.randrange(0, 40))}
+    if r.random() < 0.5:
+        index = dict(reversed(list(index.items())))
+    return index
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_native_index_agrees_with_json(seed):
+    """plain_index answers every index as transformers writes one (spelled any way, escapes
+    aside), with what json reads, in the same order; and after random byte mutations it
+    answers only what json reads the same."""
+    r = random.Random(9000 + seed)
+    for _ in range(20):
+        index = _index(r)
+        for raw in _spellings(r, index):
+            got = plain_index(raw)
+            if b"\\" not in raw:
+                assert got is not None, raw
+            if got is not None:
+                assert got == _json_index(raw) and list(got) == list(index)
+                assert list(got["weight_map"]) == list(index["weight_map"])
+        raw = bytearray(r.choice(_spellings(r, index)))
+        for _ in range(r.randrange(1, 4)):
+            at = r.randrange(len(raw) + 1)
+            raw[at : at + r.randrange(0, 3)] = r.choice(_MUTANTS + [b'"metadata"', b'"weight_map"', b'"x"'])
+        got = plain_index(bytes(raw))
+        if got is not None:
+            assert got == _json_index(bytes(raw)), bytes(raw)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"weight_map": {"a": "f", "a": "g"}}',
+        b'{"weight_map": {"a": "f"}, "weight_map": {"a": "f"}}',
+        b'{"metadata": {"total_size": 1.5}, "weight_map": {"a": "f"}}',
+        b'{"metadata": {"k": 1, "k": 2}, "weight_map": {"a": "f"}}',
+        b'{"metadata": {"total_size": 1}}',
+        b'{"weight_map": {"a": "f"}, "other": 1}',
+        b'{"weight_map": {"a": 1}}',
+        b'{"weight_map": {"\\u0061": "f"}}',
+        b'{"weight_map": {"a": "f"}} x',
+    ],
+)
+def test_native_index_declines_the_uncommon(text):
+    assert plain_index(text) is None
+
+
+def test_columns_are_the_header():
+    """The columns a checkpoint's catalogue keeps give back read_header's tensors, by the
+    native pass and by the Python reader alike."""
+    r = random.Random(3)
+    for _ in range(50):
+        header, size = _good_header(r, r.randrange(0, 10))
+        # Plain, and with a name holding a backslash (escaped in JSON: the Python reader's).
+        escaped = {"x\\y": {"dtype": "U8", "shape": [0], "data_offsets": [size, size]}, **header}
+        for raw in (json.dumps(header).encode(), json.dumps(escaped).encode()):
+            columns, metadata = gst._parse_columns("f", 8 + len(raw) + size, len(raw), raw)
+            infos, want_metadata = _python_parse(raw, size)
+            assert columns.infos() == infos and list(columns.infos()) == list(infos)
+            assert metadata == want_metadata
 
 
 def _write(path: str, tensors: list[tuple[str, np.ndarray]], pad: int = 8) -> None:

@@ -316,6 +316,14 @@ fn open_driver() -> Result<Driver, String> {
         Error::Unavailable { reason, .. } => reason,
         other => other.to_string(),
     })?;
+    // cuFile needs the CUDA driver and a device; without them some libcufile builds never return
+    // from cuFileDriverOpen (the CUDA 13 pip wheel's, which torch loads, on a machine with no
+    // driver), so it is not called.
+    match crate::sys::cuda::driver() {
+        Ok(cuda) if cuda.device_count > 0 => {}
+        Ok(_) => return Err("cuFileDriverOpen not tried: no CUDA device".to_owned()),
+        Err(_) => return Err("cuFileDriverOpen not tried: no CUDA driver".to_owned()),
+    }
     let api = &library.api;
     // SAFETY: no arguments; opening twice is harmless (returns DRIVER_ALREADY_OPEN or success).
     let st = unsafe { (api.cuFileDriverOpen)() };
