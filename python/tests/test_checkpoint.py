@@ -5,6 +5,7 @@ marked so (skipped, with the reason, where there is none)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 
@@ -518,6 +519,41 @@ def test_whole_load_overlaps_header_reading_with_the_read(sharded, monkeypatch, 
         f.write(b"!")  # past the JSON's closing brace: malformed
     with pytest.raises(CheckpointError, match="not JSON"):
         load_checkpoint(directory, "cpu", framework="numpy")
+
+
+def test_interrupted_while_reading_stops_the_reads_before_closing(sharded, monkeypatch):
+    """A KeyboardInterrupt (or any error) while the views are made, the reads in flight: the
+    reads are cancelled and waited for before the files close, the error comes out, and the
+    next load is whole."""
+    directory, tensors = sharded
+    calls = []
+    original_start = checkpoint.start_read_files
+
+    class Watched:
+        def __init__(self, pending):
+            self.pending = pending
+
+        def cancel(self):
+            calls.append("cancel")
+            self.pending.cancel()
+
+        def wait(self):
+            calls.append("wait")
+            return self.pending.wait()
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "start_read_files", lambda *a: Watched(original_start(*a)))
+    monkeypatch.setattr(checkpoint, "_whole_views", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_checkpoint(directory, "cpu", framework="numpy")
+    assert calls == ["cancel", "wait"]
+    assert gc.isenabled(), "the collector is back on"
+    monkeypatch.undo()
+    got = load_checkpoint(directory, "cpu", framework="numpy")
+    for name, want in tensors.items():
+        _same(got[name], want)
 
 
 def test_empty_and_ambiguous_directories(tmp_path):
