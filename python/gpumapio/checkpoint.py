@@ -209,6 +209,12 @@ class _Framework:
             return out
         return self.numpy.empty(size, dtype=self.numpy.uint8)
 
+    def copies(self, at: int, element: Any) -> bool:
+        """Whether :meth:`view` copies a tensor at byte ``at`` (torch's views must be aligned
+        for their dtype; NumPy's need not be): such a tensor is made only once its bytes are
+        in place."""
+        return self.name == "pt" and at % element.itemsize != 0
+
     def view(self, flat: Any, at: int, nbytes: int, element: Any, shape: tuple[int, ...]) -> Any:
         """The tensor of ``shape`` at byte ``at`` of ``flat`` (whose length is a multiple of 16),
         a view; one call per tensor, as checkpoints hold thousands."""
@@ -359,13 +365,15 @@ def load_checkpoint(
             for shard, pieces in _direct_pieces(placed).items():
                 direct.extend((slot[shard], r.src, r.length, r.dst, r.repeat, r.stride) for r in coalesce(pieces))
             # The views are made while the reads run: they need only the allocation.
+            later = _Copies()
             with _reading(flat, files, direct, [paths[s] for s in used]):
-                views = _views(fw, flat, placed)
+                views = _views(fw, flat, placed, later)
             if swaps is not None:
                 _swap(fw, flat, placed, swaps)
             casts = [p for p in placed if p.cast]
             if casts:
                 _cast_through_staging(fw, flat, casts, files, slot, [paths[s] for s in used], staging_bytes)
+            later.make(fw, flat, views)
         finally:
             for f in files:
                 f.close()
@@ -447,7 +455,9 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
                 reads.append((k, first, end - first, base, 1, 0))
                 at = base + end - first
         flat = fw.empty(-(-at // 16) * 16)
-        out: dict[str, Any] = {}
+        names: list[str] = []
+        views: list[Any] = []
+        later = _Copies()
         with _reading(flat, files, reads, listing.paths):
             if catalogue is None:
                 catalogue = read_catalogue(listing)
@@ -463,14 +473,39 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
                             f"{shard.path}: tensor {name!r} is {dtype}, packed below "
                             f"a byte; torch and NumPy have no such dtype (leave it out with tensors=)"
                         )
-                    out.update(zip(columns.names, _whole_views(fw, flat, columns, shift)))
+                    names.extend(columns.names)
+                    views.extend(_whole_views(fw, flat, columns, shift, later.at(len(views))))
+        later.make(fw, flat, views)
     finally:
         for f in files:
             f.close()
     if not spans:
         assert catalogue is not None
         return _load_whole(fw, listing, catalogue)
-    return out
+    return dict(zip(names, views))
+
+
+class _Copies:
+    """The tensors that cannot be views (torch refuses a view misaligned for its dtype) and
+    are copied out of the allocation instead: noted while the views are made, which may be
+    before the reads end, and copied once the bytes are in place."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, tuple[Any, ...]]] = []
+        self.offset = 0
+
+    def at(self, offset: int) -> "_Copies":
+        """This list, for views numbered from ``offset`` in the caller's list."""
+        self.offset = offset
+        return self
+
+    def note(self, index: int, *view_args: Any) -> None:
+        """View ``index`` (of the views being made) is ``fw.view(flat, *view_args)``, copied."""
+        self.pending.append((self.offset + index, view_args))
+
+    def make(self, fw: "_Framework", flat: Any, views: list[Any]) -> None:
+        for index, view_args in self.pending:
+            views[index] = fw.view(flat, *view_args)
 
 
 def _data_span(file: Any) -> tuple[int, int]:
@@ -482,10 +517,11 @@ def _data_span(file: Any) -> tuple[int, int]:
     return (start, size) if start <= size else (size, size)
 
 
-def _whole_views(fw: "_Framework", flat: Any, columns: _Columns, shift: int) -> list[Any]:
-    """Each tensor of ``columns`` as a view of ``flat`` at its file offset plus ``shift``: for
-    torch, one ``as_strided`` each, called from C (``map``) where the tensors share a dtype,
-    with what depends on the dtype or the shape worked out once."""
+def _whole_views(fw: "_Framework", flat: Any, columns: _Columns, shift: int, later: _Copies) -> list[Any]:
+    """Each tensor of ``columns`` as a view of ``flat`` at its file offset plus ``shift`` (one
+    torch cannot view, noted in ``later``): for torch, one ``as_strided`` each, called from C
+    (``map``) where the tensors share a dtype, with what depends on the dtype or the shape
+    worked out once."""
     shapes = columns.shapes
     ats = [start + shift for start in columns.starts]
     if fw.name != "pt":
@@ -504,11 +540,13 @@ def _whole_views(fw: "_Framework", flat: Any, columns: _Columns, shift: int) -> 
         if size == 1 or not any(at % size for at in ats):
             offsets = ats if size == 1 else [at // size for at in ats]
             return list(map(whole.as_strided, shapes, map(strides_of.__getitem__, shapes), offsets))
-    views = []
-    for d, at, start, end, shape in zip(columns.dtypes, ats, columns.starts, columns.ends, shapes):
+    views: list[Any] = []
+    for k, (d, at, shape) in enumerate(zip(columns.dtypes, ats, shapes)):
         whole, size = typed[d]
         if at % size:
-            views.append(fw.view(flat, at, end - start, fw.element(d), shape))  # copied
+            # Misaligned for its dtype (safetensors' writers never do this): copied, once read.
+            later.note(k, at, columns.ends[k] - columns.starts[k], fw.element(d), shape)
+            views.append(None)
         else:
             views.append(whole.as_strided(shape, strides_of[shape], at // size))
     return views
@@ -552,9 +590,9 @@ def _direct_pieces(placed: list[_Placed]) -> dict[int, list[Run]]:
     return {shard: [Run(*r) for r in pieces] for shard, pieces in by_shard.items()}
 
 
-def _views(fw: _Framework, flat: Any, placed: list[_Placed]) -> list[Any]:
-    """Each tensor as a view of ``flat``, in the order of ``placed``; what depends only on
-    the dtype looked up once per dtype."""
+def _views(fw: _Framework, flat: Any, placed: list[_Placed], later: _Copies) -> list[Any]:
+    """Each tensor as a view of ``flat``, in the order of ``placed`` (those torch cannot view,
+    noted in ``later``); what depends only on the dtype looked up once per dtype."""
     elements: dict[tuple[str, bool], tuple[Any, int, int]] = {}
     views = []
     for p in placed:
@@ -564,7 +602,11 @@ def _views(fw: _Framework, flat: Any, placed: list[_Placed]) -> list[Any]:
             element = fw.dtype if p.cast else fw.element(p.info.dtype)
             found = elements[kind] = (element, _DTYPES[p.info.dtype][0] // 8, fw.itemsize(element))
         element, in_size, out_size = found
-        views.append(fw.view(flat, p.at, p.nbytes // in_size * out_size, element, p.shape))
+        if fw.copies(p.at, element):
+            later.note(len(views), p.at, p.nbytes // in_size * out_size, element, p.shape)
+            views.append(None)
+        else:
+            views.append(fw.view(flat, p.at, p.nbytes // in_size * out_size, element, p.shape))
     return views
 
 

@@ -401,6 +401,41 @@ def test_many_small_tensors_byte_for_byte(many_small):
         assert got[name].tobytes() == array.tobytes(), name
 
 
+def test_many_small_tensors_as_torch_views(tmp_path):
+    """torch views of many small tensors, runs of one dtype and shape among them, one shard
+    at odd offsets (its misaligned tensors copied once read): every byte, shape and dtype
+    right, and each view as free to use as any tensor — modified in place, even from a tensor
+    that requires grad with autograd on (which views of a multi-output op refuse)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    tensors, want = [], {}
+    kinds = [("<f4", (3, 4)), ("<f4", (3, 4)), ("<f4", (3, 4)), ("<f2", (5,)), ("<f2", (5,)), ("|u1", ()), ("<i8", (0, 2)), ("<i8", (0, 2)), ("<f4", (3, 4))]
+    for i in range(300):
+        dtype, shape = kinds[int(rng.integers(len(kinds)))] if i % 7 else kinds[i % len(kinds)]
+        array = (rng.standard_normal(shape) * 9).astype(dtype)
+        tensors.append((f"t{i}", array))
+        want[f"t{i}"] = array
+    directory = tmp_path / "runs"
+    directory.mkdir()
+    _write(str(directory / "a.safetensors"), tensors[:150])
+    _write(str(directory / "b.safetensors"), tensors[150:], pad=3)  # misaligned for some dtypes
+    got = load_checkpoint(str(directory), "cpu")
+    assert list(got) == list(want)
+    for name, array in want.items():
+        t = got[name]
+        assert tuple(t.shape) == array.shape and t.is_contiguous(), name
+        assert t.numpy().tobytes() == array.tobytes(), name
+    # Planned tensor by tensor (a selection): the misaligned ones copied once read, too.
+    some = list(want)[::3]
+    chosen = load_checkpoint(str(directory), "cpu", tensors=some)
+    for name in some:
+        assert chosen[name].numpy().tobytes() == want[name].tobytes(), name
+    one = next(t for t in got.values() if t.dtype == torch.float32)
+    grad = torch.ones_like(one, requires_grad=True)
+    one.copy_(grad * 2)  # autograd records it: the view must allow it
+    assert torch.equal(one.detach(), torch.full_like(one, 2.0))
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_many_small_tensors_selected(many_small, seed):
     directory, want = many_small
