@@ -474,7 +474,7 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
                             f"a byte; torch and NumPy have no such dtype (leave it out with tensors=)"
                         )
                     names.extend(columns.names)
-                    views.extend(_whole_views(fw, flat, columns, shift, later.at(len(views))))
+                    views.extend(_whole_views(fw, flat, columns, shift, later, len(views)))
         later.make(fw, flat, views)
     finally:
         for f in files:
@@ -492,16 +492,10 @@ class _Copies:
 
     def __init__(self) -> None:
         self.pending: list[tuple[int, tuple[Any, ...]]] = []
-        self.offset = 0
-
-    def at(self, offset: int) -> "_Copies":
-        """This list, for views numbered from ``offset`` in the caller's list."""
-        self.offset = offset
-        return self
 
     def note(self, index: int, *view_args: Any) -> None:
-        """View ``index`` (of the views being made) is ``fw.view(flat, *view_args)``, copied."""
-        self.pending.append((self.offset + index, view_args))
+        """View ``index`` of the load's list is ``fw.view(flat, *view_args)``, copied."""
+        self.pending.append((index, view_args))
 
     def make(self, fw: "_Framework", flat: Any, views: list[Any]) -> None:
         for index, view_args in self.pending:
@@ -517,9 +511,9 @@ def _data_span(file: Any) -> tuple[int, int]:
     return (start, size) if start <= size else (size, size)
 
 
-def _whole_views(fw: "_Framework", flat: Any, columns: _Columns, shift: int, later: _Copies) -> list[Any]:
+def _whole_views(fw: "_Framework", flat: Any, columns: _Columns, shift: int, later: _Copies, first: int) -> list[Any]:
     """Each tensor of ``columns`` as a view of ``flat`` at its file offset plus ``shift`` (one
-    torch cannot view, noted in ``later``): for torch, one ``as_strided`` each, called from C
+    torch cannot view, noted in ``later`` as view ``first + k`` of the load): for torch, one ``as_strided`` each, called from C
     (``map``) where the tensors share a dtype, with what depends on the dtype or the shape
     worked out once."""
     shapes = columns.shapes
@@ -545,7 +539,7 @@ def _whole_views(fw: "_Framework", flat: Any, columns: _Columns, shift: int, lat
         whole, size = typed[d]
         if at % size:
             # Misaligned for its dtype (safetensors' writers never do this): copied, once read.
-            later.note(k, at, columns.ends[k] - columns.starts[k], fw.element(d), shape)
+            later.note(first + k, at, columns.ends[k] - columns.starts[k], fw.element(d), shape)
             views.append(None)
         else:
             views.append(whole.as_strided(shape, strides_of[shape], at // size))
@@ -561,10 +555,9 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _data_end(shard: Any) -> int | None:
-    """Where the last tensor of a shard ends (its tensors are in file order, each starting
-    where the one before ends): the file's size."""
-    ends = shard.columns.ends
-    return ends[-1] if ends else None
+    """Where the last tensor of a shard ends (the end of its data section): the file's size."""
+    span = shard.data_span()
+    return span[1] if span else None
 
 
 def _direct_pieces(placed: list[_Placed]) -> dict[int, list[Run]]:
