@@ -1016,7 +1016,8 @@ fn a_terabyte_sparse_file_under_a_small_budget(memory: Device) {
     }
     let mut blocks = Vec::new();
     for i in 0..64u64 {
-        let offset = (i * 0x9E37_79B9_7F4A_7C15u64) % (len - 8192) / 4096 * 4096 + (i % 3) * 100;
+        let offset =
+            i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % (len - 8192) / 4096 * 4096 + (i % 3) * 100;
         let data = random_bytes(5000, i);
         std::os::unix::fs::FileExt::write_all_at(&file, &data, offset).unwrap();
         blocks.push((offset, data));
