@@ -114,6 +114,7 @@ on_each_backend!(
     a_read_only_handle_refuses_writes_before_any_io,
     concurrent_small_futures_coalesce_correctly,
     small_futures_waited_in_any_order_dropped_or_cancelled,
+    lone_small_reads_as_the_file_changes,
     bounce_buffers_of_any_size_move_the_right_bytes,
     many_files_read_in_one_pipeline,
 );
@@ -595,6 +596,137 @@ fn small_futures_waited_in_any_order_dropped_or_cancelled(backend: &Backend) {
         assert!(bytes[available..].iter().all(|&b| b == 0xCD), "bytes past the short {what}");
     }
     assert!(reports.try_recv().is_err(), "a destination was let go twice");
+}
+
+/// Polls `future` to its end with a waker that does nothing, as an executor that polls again
+/// at once would.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Small reads submitted one at a time, each ended (waited, polled, awaited, cancelled or
+/// dropped) before the next, so each is alone on the handle — on a GPU they are read as they
+/// are submitted where the page cache holds their bytes — while the file is rewritten in
+/// place and dropped from the page cache between them; then four threads at once on the
+/// same handle. Every destination is checked against a byte model of the file when it is let
+/// go.
+fn lone_small_reads_as_the_file_changes(backend: &Backend) {
+    let dir = test_dir();
+    let path = dir.path().join("lone");
+    let mut data = random_bytes((1 << 20) + 77, 21);
+    fs::write(&path, &data).unwrap();
+    let mut o = FileHandle::options().unwrap();
+    o.pool(Arc::new(IoPool::new(3).unwrap()));
+    o.bounce_buffer_size(256 << 10);
+    let fh = o.open(&path, "r").unwrap();
+    let writer = fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let (report, reports) = std::sync::mpsc::channel();
+    let fates = ["wait", "poll", "await", "cancel", "drop"];
+    for index in 0..400usize {
+        if index % 50 == 49 {
+            // Rewritten in place: later reads see the new bytes.
+            use std::os::unix::fs::FileExt;
+            let at = (next() % data.len() as u64) as usize;
+            let len = (70_000).min(data.len() - at);
+            let fresh = random_bytes(len, index as u64);
+            writer.write_all_at(&fresh, at as u64).unwrap();
+            data[at..at + len].copy_from_slice(&fresh);
+        }
+        if index % 70 == 69 {
+            // Nothing cached: the reads after this one wait for the disk.
+            gpumap::pagecache::evict(&path, gpumap::pagecache::ByteRange::ALL).unwrap();
+        }
+        let len = [1usize, 100, 4096, 4097, 65536, 8192][index % 6];
+        let offset = next() % (data.len() as u64 + 10_000);
+        let fate = fates[(next() % 5) as usize];
+        let buf = backend.buffer(len, 0xCD).unwrap();
+        let future = fh.pread_device(Tracked { buf, index, report: report.clone() }, offset);
+        let result = match fate {
+            "wait" => Some(future.wait()),
+            "poll" => {
+                while !future.is_done() {
+                    std::thread::yield_now();
+                }
+                Some(future.wait())
+            }
+            "await" => Some(block_on(future)),
+            "cancel" => {
+                future.cancel();
+                Some(future.wait())
+            }
+            _ => {
+                drop(future);
+                None
+            }
+        };
+        let cancelled = matches!(
+            &result,
+            Some(Err(Error::Io { source, .. })) if source.kind() == std::io::ErrorKind::Interrupted
+        );
+        let what = format!("{} lone read {index} ({fate}) of {len} at {offset}", backend.name());
+        let count = match result {
+            Some(Ok((tracked, n))) => {
+                drop(tracked);
+                Some(n)
+            }
+            Some(Err(_)) if cancelled => None,
+            Some(Err(e)) => panic!("the {what} failed: {e}"),
+            None => None,
+        };
+        // Let go by now (waited, or dropped: a dropped read's memory goes after its copy).
+        let (at, bytes) = reports
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("the {what}'s destination was never let go"));
+        assert_eq!(at, index, "{what}");
+        let available = (data.len() as u64).saturating_sub(offset).min(len as u64) as usize;
+        if let Some(n) = count {
+            assert_eq!(n, available, "count of the {what}");
+        }
+        let untouched = bytes.iter().all(|&b| b == 0xCD);
+        if cancelled && untouched {
+            continue;
+        }
+        if available > 0 {
+            let o = offset as usize;
+            assert!(bytes[..available] == data[o..o + available], "bytes of the {what}");
+        }
+        assert!(bytes[available..].iter().all(|&b| b == 0xCD), "bytes past the short {what}");
+    }
+    // Four threads at once: one may hold the handle's buffer, the others' reads queue.
+    let data = &data;
+    std::thread::scope(|scope| {
+        for t in 0..4u64 {
+            let fh = &fh;
+            scope.spawn(move || {
+                for i in 0..200u64 {
+                    let len = [4096usize, 512, 65536][(i % 3) as usize];
+                    let offset = (i * 7919 + t * 104_729) % data.len() as u64;
+                    let buf = backend.buffer(len, 0xCD).unwrap();
+                    let (buf, n) = fh.pread_device(buf, offset).wait().unwrap();
+                    let available = (data.len() as u64 - offset).min(len as u64) as usize;
+                    assert_eq!(n, available, "thread {t} read {i}");
+                    let mut bytes = vec![0u8; len];
+                    buf.copy_to_host(0, &mut bytes).unwrap();
+                    let o = offset as usize;
+                    assert!(bytes[..n] == data[o..o + n], "thread {t} read {i} at {offset}");
+                }
+            });
+        }
+    });
 }
 
 #[test]

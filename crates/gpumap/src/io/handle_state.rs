@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::io::compat::{self, CompatDecision, IoPath};
 use crate::io::flags::OpenFlags;
 use crate::io::gds::CuFileHandle;
+use crate::io::lone_buffer::LoneBuffer;
 use crate::io::pool::IoPool;
 use crate::io::small_read_queue::SmallReadQueue;
 use crate::sys::posix;
@@ -110,6 +111,8 @@ pub(super) struct HandleState {
     decision: OnceLock<(CompatDecision, Option<CuFileHandle>)>,
     /// Small device reads waiting to be coalesced (see `small_reads`).
     pub(super) small_reads: parking_lot::Mutex<SmallReadQueue>,
+    /// The pinned buffer of a lone small read read as it is submitted (see `lone_reads`).
+    pub(super) lone_buffer: parking_lot::Mutex<LoneBuffer>,
 }
 
 impl HandleState {
@@ -197,6 +200,7 @@ impl HandleState {
             pool,
             decision,
             small_reads: Default::default(),
+            lone_buffer: Default::default(),
         })
     }
 
@@ -223,6 +227,7 @@ impl HandleState {
             pool: self.pool.clone(),
             decision: self.decision.clone(),
             small_reads: Default::default(),
+            lone_buffer: Default::default(),
         })
     }
 

@@ -15,6 +15,8 @@
 //! - `multi_file`: reads from many files in one pipeline ([`read_files`], [`pread_files`]:
 //!   a checkpoint's shards);
 //! - `small_reads` and `small_read_queue`: `pread_device` futures, the small ones coalesced;
+//!   `lone_reads` and `lone_buffer`: a lone small read the page cache holds, read as it is
+//!   submitted;
 //! - `stream`: transfers ordered on a CUDA stream ([`StreamTransfer`]);
 //! - `flags`: [`OpenFlags`], the `fopen` flags parsed.
 //!
@@ -36,6 +38,8 @@ pub mod gds;
 pub(crate) mod gds_probe;
 mod handle_state;
 mod host_io;
+mod lone_buffer;
+mod lone_reads;
 mod multi_file;
 pub mod pool;
 pub mod scratch;

@@ -14,8 +14,10 @@
 //! A future completed by the I/O layer itself (not by a pool job) may carry a helper: work the
 //! waiting thread can run itself, if it has not started elsewhere, instead of sleeping until
 //! another thread has run it and woken it (two hand-offs, which a small read would otherwise
-//! wait longer for than for its I/O). `.await` never runs it: an executor's thread must not
-//! block on I/O.
+//! wait longer for than for its I/O), or the end of work whose I/O is done and whose copy to
+//! the GPU is already queued (a lone small read, `lone_reads`), which the future's own callers
+//! complete. `.await` never runs I/O, since an executor's thread must not block on it; it may
+//! wait for such a queued copy (microseconds).
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
@@ -249,19 +251,28 @@ fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
     Error::TaskPanicked(msg)
 }
 
-/// What a future's [`Helper`] is asked to do with work that has not started elsewhere.
+/// What a future's [`Helper`] is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Help {
-    /// Run it on the calling thread (a waiter that would otherwise sleep).
+    /// Run the work on the calling thread, or wait for its end (a waiter that would otherwise
+    /// sleep).
     Run,
     /// End it unstarted, with the error of a cancelled transfer ([`cancelled`]).
     Cancel,
+    /// Complete the future if the work has ended, without blocking ([`IoFuture::is_done`]).
+    Poll,
+    /// Complete the future if no I/O is left, waiting for a copy to the GPU already queued
+    /// (`.await`, which must not block on I/O).
+    Finish,
 }
 
-/// Work a future's waiter can take on: called at most once, by the first wait
-/// ([`Help::Run`]) or cancel ([`Help::Cancel`]). Where it takes the work it completes the
-/// future itself; where the work has started elsewhere it does nothing, and the caller waits.
-pub(crate) type Helper = Box<dyn FnOnce(Help) + Send>;
+/// Work a future's callers can take on. Called by wait ([`Help::Run`]), cancel
+/// ([`Help::Cancel`]), [`IoFuture::is_done`] ([`Help::Poll`]) and `.await` ([`Help::Finish`]),
+/// one call at a time (under the future's helper lock); it answers whether it is done with, and
+/// is then dropped. Where it takes the work it completes the future itself; where the work has
+/// started elsewhere it does nothing, and the caller waits. A dropped future drops its helper,
+/// which may own the future's completer.
+pub(crate) type Helper = Box<dyn FnMut(Help) -> bool + Send>;
 
 /// How long a waiter keeps checking whether its work is done before it sleeps: small work a
 /// pool thread has taken ends within about this, and would otherwise wait for a wake-up too.
@@ -330,7 +341,7 @@ impl<T> IoFuture<T> {
     /// [`FileHandle::pread_device`](crate::io::FileHandle::pread_device)).
     pub fn wait(self) -> Result<T> {
         // Work already done needs no helper, nor the locks a helper takes to find that out.
-        if !self.is_done() {
+        if !self.finished() {
             self.help(Help::Run);
             self.spin(SPIN);
         }
@@ -341,8 +352,17 @@ impl<T> IoFuture<T> {
         take(&mut state)
     }
 
-    /// Whether the work has finished (then [`IoFuture::wait`] returns at once).
+    /// Whether the work has finished (then [`IoFuture::wait`] returns at once). Never blocks on
+    /// I/O; a lone small read whose copy to the GPU has ended is completed here.
     pub fn is_done(&self) -> bool {
+        if self.finished() {
+            return true;
+        }
+        self.help(Help::Poll);
+        self.finished()
+    }
+
+    fn finished(&self) -> bool {
         self.slot.state.lock().finished
     }
 
@@ -352,7 +372,7 @@ impl<T> IoFuture<T> {
     /// long it takes.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
         let start = Instant::now();
-        if self.is_done() {
+        if self.finished() {
             return true;
         }
         self.help(Help::Run);
@@ -379,13 +399,21 @@ impl<T> IoFuture<T> {
         self.help(Help::Cancel);
     }
 
-    /// Runs the future's helper, if it has one not yet run, on this thread. A panic in it is
-    /// logged, not passed on: the helper's own completers have completed the futures it took.
+    /// Runs the future's helper, if it has one, on this thread, and drops it once it is done
+    /// with. The lock is held over the call so that two callers of one future never both find
+    /// it missing while the other runs it (one of them would then sleep with nobody left to
+    /// complete the future); a helper completes futures, never takes another's helper lock. A
+    /// panic in it is logged, not passed on: the helper's own completers have completed the
+    /// futures it took.
     fn help(&self, help: Help) {
-        let helper = self.slot.helper.lock().take();
-        if let Some(helper) = helper {
-            if let Err(p) = catch_unwind(AssertUnwindSafe(|| helper(help))) {
+        let mut slot = self.slot.helper.lock();
+        let Some(helper) = slot.as_mut() else { return };
+        match catch_unwind(AssertUnwindSafe(|| helper(help))) {
+            Ok(false) => {}
+            Ok(true) => *slot = None,
+            Err(p) => {
                 tracing::warn!("gpumap: {}", panic_error(p));
+                *slot = None;
             }
         }
     }
@@ -395,7 +423,7 @@ impl<T> IoFuture<T> {
     fn spin(&self, limit: Duration) -> bool {
         let start = Instant::now();
         loop {
-            if self.is_done() {
+            if self.finished() {
                 return true;
             }
             if start.elapsed() >= limit {
@@ -451,6 +479,9 @@ fn take<T>(state: &mut FutureSlotState<T>) -> Result<T> {
 impl<T> Future for IoFuture<T> {
     type Output = Result<T>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        if !self.finished() {
+            self.help(Help::Finish);
+        }
         let mut state = self.slot.state.lock();
         if state.finished {
             Poll::Ready(take(&mut state))
@@ -458,6 +489,16 @@ impl<T> Future for IoFuture<T> {
             state.waker = Some(cx.waker().clone());
             Poll::Pending
         }
+    }
+}
+
+impl<T> Drop for IoFuture<T> {
+    fn drop(&mut self) {
+        // A helper may own the future's completer (a lone read's, which holds the slot): dropped
+        // here, not with the slot, or the two would keep each other alive. Its own drop ends its
+        // work first.
+        let helper = self.slot.helper.lock().take();
+        drop(helper);
     }
 }
 
@@ -572,23 +613,101 @@ mod tests {
     /// complete the future itself) and the threads the helper ran on.
     type Shared = (Arc<Mutex<Option<Completer<usize>>>>, Arc<Mutex<Vec<std::thread::ThreadId>>>);
 
-    /// A pending future whose helper completes it with 1 (or, cancelled, with the
-    /// cancellation) where the completer is still there.
+    /// A pending future whose helper, as a queued small read's, completes it with 1 when run
+    /// (or, cancelled, with the cancellation) where the completer is still there, and leaves
+    /// polls to the thread that has the work.
     fn helped() -> (IoFuture<usize>, Shared) {
         let (future, completer) = IoFuture::pending();
         let shared: Shared = (Arc::new(Mutex::new(Some(completer))), Arc::default());
         let (c, ran_on) = shared.clone();
         future.set_helper(Box::new(move |help| {
+            let result = match help {
+                Help::Run => Ok(1),
+                Help::Cancel => Err(cancelled()),
+                Help::Poll | Help::Finish => return false,
+            };
             ran_on.lock().push(std::thread::current().id());
             let taken = c.lock().take();
             if let Some(completer) = taken {
-                completer.complete(match help {
-                    Help::Run => Ok(1),
-                    Help::Cancel => Err(cancelled()),
-                });
+                completer.complete(result);
             }
+            true
         }));
         (future, shared)
+    }
+
+    /// Sets its flag when dropped.
+    struct DropFlag(Arc<AtomicBool>);
+
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A pending future whose helper owns its completer, as a lone read's does: the work ends
+    /// when `ended` is set; polls complete it then, waits and `.await` wait for it.
+    fn owning_helper(ended: Arc<AtomicBool>) -> (IoFuture<usize>, Arc<AtomicBool>) {
+        let (future, completer) = IoFuture::pending();
+        let dropped = Arc::new(AtomicBool::new(false));
+        let flag = DropFlag(dropped.clone());
+        let mut completer = Some(completer);
+        future.set_helper(Box::new(move |help| {
+            let _flag = &flag;
+            match help {
+                Help::Cancel => return false,
+                Help::Poll if !ended.load(Ordering::SeqCst) => return false,
+                Help::Poll => {}
+                Help::Run | Help::Finish => {
+                    while !ended.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+            if let Some(c) = completer.take() {
+                c.complete(Ok(5));
+            }
+            true
+        }));
+        (future, dropped)
+    }
+
+    #[test]
+    fn a_helper_that_owns_its_completer_is_polled_awaited_and_freed() {
+        // Polled: not done until the work ends, then done without a wait; the helper is
+        // dropped once done with.
+        let ended = Arc::new(AtomicBool::new(false));
+        let (future, dropped) = owning_helper(ended.clone());
+        assert!(!future.is_done());
+        future.cancel();
+        assert!(!future.is_done(), "a cancel ends nothing that is past its I/O");
+        ended.store(true, Ordering::SeqCst);
+        assert!(future.is_done());
+        assert!(dropped.load(Ordering::SeqCst));
+        assert_eq!(future.wait().unwrap(), 5);
+        // Awaited with no runtime: the first poll finishes it.
+        let (future, _) = owning_helper(Arc::new(AtomicBool::new(true)));
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut future = std::pin::pin!(future);
+        assert!(matches!(future.as_mut().poll(&mut cx), Poll::Ready(Ok(5))));
+        // Dropped unwaited: the helper, and with it the completer, are freed.
+        let (future, dropped) = owning_helper(Arc::new(AtomicBool::new(false)));
+        drop(future);
+        assert!(dropped.load(Ordering::SeqCst), "the helper outlived its future");
+        // Waited from two threads at once (in steps, by reference): both see it end.
+        let ended = Arc::new(AtomicBool::new(false));
+        let (future, _) = owning_helper(ended.clone());
+        std::thread::scope(|s| {
+            let waiters: Vec<_> =
+                (0..2).map(|_| s.spawn(|| future.wait_timeout(Duration::from_secs(10)))).collect();
+            std::thread::sleep(Duration::from_millis(10));
+            ended.store(true, Ordering::SeqCst);
+            for w in waiters {
+                assert!(w.join().unwrap());
+            }
+        });
+        assert_eq!(future.wait().unwrap(), 5);
     }
 
     #[test]
@@ -640,7 +759,7 @@ mod tests {
         // A helper that panics is logged; the waiter still gets the completer's answer.
         let (future, completer) = IoFuture::<usize>::pending();
         future.set_helper(Box::new(move |_| {
-            let _keep = completer;
+            let _keep = &completer;
             panic!("helper");
         }));
         assert!(matches!(future.wait(), Err(Error::TaskPanicked(_))));

@@ -55,6 +55,11 @@ impl SmallReadQueue {
         (id, start)
     }
 
+    /// Whether no read waits and no drainer runs: a read submitted now would be alone.
+    pub(super) fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.drainers == 0
+    }
+
     /// The next group for a drainer, from the front of the queue (see [`Self::group_from`]).
     /// `None` when the queue is empty, and the drainer is then no longer counted.
     pub(super) fn take_group(
@@ -166,8 +171,10 @@ mod tests {
         assert_eq!(queue.remove(ids[3]).map(|r| r.dst.len), Some(400));
         assert!(queue.remove(ids[3]).is_none());
         assert_eq!(lens(&queue.take_group(2, 1 << 20).unwrap()), [100]);
+        assert!(!queue.is_idle(), "a drainer still runs");
         assert!(queue.take_group(2, 1 << 20).is_none());
         assert_eq!(queue.drainers, 0);
+        assert!(queue.is_idle());
     }
 
     /// One step of the queue's users.
@@ -276,6 +283,7 @@ mod tests {
                     Op::Help { .. } | Op::Cancel { .. } => {}
                 }
                 prop_assert_eq!(queue.drainers, drainers);
+                prop_assert_eq!(queue.is_idle(), model.is_empty() && drainers == 0);
                 prop_assert!(model.is_empty() || drainers > 0, "reads wait with no drainer");
                 prop_assert_eq!(
                     queue.waiting.iter().map(|r| r.id).collect::<Vec<_>>(),

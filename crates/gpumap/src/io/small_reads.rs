@@ -9,9 +9,9 @@
 //!
 //! A thread that waits on the future of a read still queued does not sleep until a drainer has
 //! read it: the future's helper takes the read, with those queued after it as a drainer would
-//! take them, and reads them on the waiting thread. One read waited for at once thus costs no
-//! hand-off between threads, while reads in flight together are still coalesced. A drainer
-//! that finds the queue emptied by waiters ends.
+//! take them, and reads them on the waiting thread. A drainer that finds the queue emptied by
+//! waiters ends. A lone read, with nothing queued or being drained, whose bytes the page cache
+//! holds does not queue at all: it is read as it is submitted (`lone_reads`).
 #![forbid(unsafe_code)]
 
 use std::sync::{Arc, Weak};
@@ -21,6 +21,7 @@ use crate::error::Result;
 use crate::io::batch;
 use crate::io::device_io;
 use crate::io::handle_state::HandleState;
+use crate::io::lone_reads;
 use crate::io::pool::{cancelled, Help, IoFuture};
 use crate::io::small_read_queue::{QueuedRead, ReadId};
 use crate::memory::cuda::RawRegion;
@@ -44,6 +45,10 @@ pub(super) fn pread_device<B: OwnedDeviceMemory>(
             && checked_end(offset, raw.len as u64).is_ok()
             && state.cufile_for(raw.len).is_none()
         {
+            dst = match lone_reads::read_now(state, dst, raw, offset) {
+                Ok(future) => return future,
+                Err(dst) => dst,
+            };
             let (future, completer) = IoFuture::pending();
             let finish = Box::new(move |result: Result<usize>| {
                 completer.complete(result.map(|n| (*dst, n)));
@@ -80,10 +85,14 @@ fn enqueue(
 
 /// The helper of a queued read's future: where read `id` still waits, reads it (and the reads
 /// a drainer would take with it) on this thread, or, cancelled, ends it unread. Where a
-/// drainer took it, nothing: the caller waits for the drainer.
-fn take_back(state: &Weak<HandleState>, id: ReadId, help: Help) {
+/// drainer took it, nothing: the caller waits for the drainer. Polls leave it to the drainers
+/// (the helper stays for a later wait).
+fn take_back(state: &Weak<HandleState>, id: ReadId, help: Help) -> bool {
+    if matches!(help, Help::Poll | Help::Finish) {
+        return false;
+    }
     // Gone: no drainer holds the state, so nothing is left queued.
-    let Some(state) = state.upgrade() else { return };
+    let Some(state) = state.upgrade() else { return true };
     match help {
         Help::Run => {
             let capacity = state.settings.bounce_buffer_size as usize;
@@ -99,7 +108,9 @@ fn take_back(state: &Weak<HandleState>, id: ReadId, help: Help) {
                 (read.finish)(Err(cancelled()));
             }
         }
+        Help::Poll | Help::Finish => {}
     }
+    true
 }
 
 /// A drainer: takes groups of queued small reads until the queue is empty.

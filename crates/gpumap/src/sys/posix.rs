@@ -40,6 +40,23 @@ pub fn pread_full(file: &File, path: &Path, mut buf: &mut [u8], offset: u64) -> 
     Ok(done)
 }
 
+/// Reads into `buf` at `offset` only what the page cache holds now: one `preadv2(2)` with
+/// `RWF_NOWAIT`, which fails with `EAGAIN` rather than wait for the disk. The count read (short
+/// where only part of the range is cached or the file ends first), or `None` where the kernel
+/// would have had to wait, cannot serve such a read (`EOPNOTSUPP`, or `EINVAL`/`ENOSYS` before
+/// Linux 4.14), was interrupted, or failed: the caller then reads the ordinary way, which waits
+/// and reports errors.
+#[doc(alias = "preadv2")]
+#[doc(alias = "RWF_NOWAIT")]
+pub fn pread_cached(file: &File, buf: &mut [u8], offset: u64) -> Option<usize> {
+    let offset = libc::off_t::try_from(offset).ok()?;
+    let iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: `iov` describes `buf`, writable for its length and exclusively borrowed for the
+    // call; the descriptor is `file`'s, open for the call.
+    let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+    usize::try_from(n).ok()
+}
+
 /// Writes all of `buf` at `offset`.
 ///
 /// A loop over `pwrite(2)`: short writes continue, `EINTR` is retried; a write of zero bytes
@@ -272,6 +289,28 @@ mod tests {
         let path = dir.path().join("data");
         std::fs::write(&path, contents).unwrap();
         (dir, path)
+    }
+
+    #[test]
+    fn pread_cached_reads_what_the_page_cache_holds_and_never_fails() {
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let (_dir, path) = scratch(&data);
+        let file = File::open(&path).unwrap();
+        // Just written, so cached: the bytes asked for, or a short count at the end.
+        let mut buf = vec![0u8; 4096];
+        let n = pread_cached(&file, &mut buf, 5000);
+        // A kernel or file system without RWF_NOWAIT says None; the caller reads again.
+        if let Some(n) = n {
+            assert_eq!(n, 4096);
+            assert_eq!(buf, data[5000..9096]);
+            assert_eq!(pread_cached(&file, &mut buf, 18_000), Some(2000));
+            assert_eq!(buf[..2000], data[18_000..]);
+            assert_eq!(pread_cached(&file, &mut buf, 30_000), Some(0));
+        }
+        // Offsets no `off_t` holds, and descriptors not open for reading: None, not an error.
+        assert_eq!(pread_cached(&file, &mut buf, u64::MAX), None);
+        let write_only = OpenOptions::new().write(true).open(&path).unwrap();
+        assert_eq!(pread_cached(&write_only, &mut buf, 0), None);
     }
 
     #[test]
