@@ -7,7 +7,8 @@
 //!
 //! - a network file system (NFS, Lustre, GPFS, BeeGFS, CephFS, SMB, 9p, FUSE) serves each
 //!   request after a round trip, so more requests in flight ([`NETWORK_THREADS`] threads) and
-//!   larger ones ([`NETWORK_TASK_SIZE`]) hide the wait; these two are reasoned, not measured;
+//!   larger ones ([`NETWORK_TASK_SIZE`]) hide the wait (measured on sshfs with added round
+//!   trips: docs/decisions/0021-network-file-systems-64-threads-16mib.md);
 //! - tmpfs holds files in memory and refuses `O_DIRECT`, so transfers there are buffered.
 //!
 //! An explicit setting — an environment variable, or `gpumapio.defaults.set` — always wins over
