@@ -706,7 +706,27 @@ fn lone_small_reads_as_the_file_changes(backend: &Backend) {
         }
         assert!(bytes[available..].iter().all(|&b| b == 0xCD), "bytes past the short {what}");
     }
-    // Four threads at once: one may hold the handle's buffer, the others' reads queue.
+    // More handles than the process keeps lone-read buffers, each with one read held unwaited:
+    // the reads past the pool's bound queue instead, and every one arrives.
+    let handles: Vec<FileHandle> = (0..100).map(|_| o.open(&path, "r").unwrap()).collect();
+    let held: Vec<_> = handles
+        .iter()
+        .enumerate()
+        .map(|(i, fh)| {
+            let offset = (i as u64 * 10_007) % data.len() as u64;
+            (offset, fh.pread_device(backend.buffer(4096, 0xCD).unwrap(), offset))
+        })
+        .collect();
+    for (offset, future) in held {
+        let (buf, n) = future.wait().unwrap();
+        let available = (data.len() as u64 - offset).min(4096) as usize;
+        assert_eq!(n, available, "held read at {offset}");
+        let mut bytes = vec![0u8; 4096];
+        buf.copy_to_host(0, &mut bytes).unwrap();
+        let o = offset as usize;
+        assert!(bytes[..n] == data[o..o + n], "held read at {offset}");
+    }
+    // Four threads at once on one handle: one read may run as it is submitted, the others queue.
     let data = &data;
     std::thread::scope(|scope| {
         for t in 0..4u64 {

@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 use crate::align::{align_up, PAGE_SIZE};
@@ -17,7 +18,6 @@ use crate::error::{Error, Result};
 use crate::io::compat::{self, CompatDecision, IoPath};
 use crate::io::flags::OpenFlags;
 use crate::io::gds::CuFileHandle;
-use crate::io::lone_buffer::LoneBuffer;
 use crate::io::pool::IoPool;
 use crate::io::small_read_queue::SmallReadQueue;
 use crate::sys::posix;
@@ -111,8 +111,8 @@ pub(super) struct HandleState {
     decision: OnceLock<(CompatDecision, Option<CuFileHandle>)>,
     /// Small device reads waiting to be coalesced (see `small_reads`).
     pub(super) small_reads: parking_lot::Mutex<SmallReadQueue>,
-    /// The pinned buffer of a lone small read read as it is submitted (see `lone_reads`).
-    pub(super) lone_buffer: parking_lot::Mutex<LoneBuffer>,
+    /// Whether a lone small read, read as it was submitted, runs (see `lone_reads`).
+    pub(super) lone_read_running: AtomicBool,
 }
 
 impl HandleState {
@@ -200,7 +200,7 @@ impl HandleState {
             pool,
             decision,
             small_reads: Default::default(),
-            lone_buffer: Default::default(),
+            lone_read_running: AtomicBool::new(false),
         })
     }
 
@@ -227,7 +227,7 @@ impl HandleState {
             pool: self.pool.clone(),
             decision: self.decision.clone(),
             small_reads: Default::default(),
-            lone_buffer: Default::default(),
+            lone_read_running: AtomicBool::new(false),
         })
     }
 

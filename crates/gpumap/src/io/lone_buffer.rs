@@ -1,70 +1,111 @@
-//! The pinned buffer a handle keeps for its lone small reads (see `lone_reads`): allocated by
-//! the first, lent to one read at a time. Pure bookkeeping: no I/O here.
+//! The pinned buffers lone small reads are read into (see `lone_reads`): one process-wide pool,
+//! allocated on demand up to a bound, so that a program with thousands of open handles pins no
+//! more for them than the bound. Pure bookkeeping over any buffer type: no I/O here.
 #![forbid(unsafe_code)]
 
-use crate::memory::cuda::PinnedBuffer;
-
-/// Where a handle's lone-read buffer is.
-#[derive(Default)]
-pub(super) enum LoneBuffer {
-    /// None yet, or the last one was lost with a failed copy.
-    #[default]
-    Unallocated,
-    /// Kept between reads.
-    Free(PinnedBuffer),
-    /// A read holds it (its copy to the GPU may be running).
-    Lent,
+/// Free buffers, and how many exist (free or lent) against the most that may.
+pub(super) struct LonePool<B> {
+    free: Vec<B>,
+    existing: usize,
+    max: usize,
 }
 
-/// What [`LoneBuffer::lend`] gives.
-pub(super) enum Lend {
-    /// The buffer, now lent.
-    Buffer(PinnedBuffer),
-    /// No buffer exists: the caller allocates one (it counts as lent), then gives it back or
-    /// reports it [`lost`](LoneBuffer::lost).
+/// What [`LonePool::take`] gives.
+pub(super) enum Take<B> {
+    /// A free buffer, now lent.
+    Buffer(B),
+    /// None is free but another may exist: the caller allocates it (it counts as lent), then
+    /// gives it back or reports it [`lost`](LonePool::lost).
     Allocate,
-    /// Another read holds it.
-    InUse,
+    /// Every buffer that may exist is lent.
+    Exhausted,
 }
 
-impl LoneBuffer {
-    /// Lends the buffer to one read (see [`Lend`]).
-    pub(super) fn lend(&mut self) -> Lend {
-        match std::mem::replace(self, LoneBuffer::Lent) {
-            LoneBuffer::Free(buffer) => Lend::Buffer(buffer),
-            LoneBuffer::Unallocated => Lend::Allocate,
-            LoneBuffer::Lent => Lend::InUse,
+impl<B> LonePool<B> {
+    /// An empty pool of at most `max` buffers.
+    pub(super) const fn new(max: usize) -> Self {
+        LonePool { free: Vec::new(), existing: 0, max }
+    }
+
+    /// Lends a buffer (see [`Take`]).
+    pub(super) fn take(&mut self) -> Take<B> {
+        if let Some(buffer) = self.free.pop() {
+            return Take::Buffer(buffer);
         }
+        if self.existing < self.max {
+            self.existing += 1;
+            return Take::Allocate;
+        }
+        Take::Exhausted
     }
 
-    /// The lent buffer, back for the next read.
-    pub(super) fn give_back(&mut self, buffer: PinnedBuffer) {
-        *self = LoneBuffer::Free(buffer);
+    /// A lent buffer, back for the next read.
+    pub(super) fn give_back(&mut self, buffer: B) {
+        self.free.push(buffer);
     }
 
-    /// The lent buffer will not come back (its allocation or copy failed): the next read
-    /// allocates another.
+    /// A lent buffer that will not come back (its allocation or copy failed): another may be
+    /// allocated in its place.
     pub(super) fn lost(&mut self) {
-        *self = LoneBuffer::Unallocated;
+        self.existing = self.existing.saturating_sub(1);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     #[test]
-    fn one_read_at_a_time_holds_the_buffer() {
-        let mut slot = LoneBuffer::default();
-        // The first read allocates; while it holds the buffer, a second is refused.
-        assert!(matches!(slot.lend(), Lend::Allocate));
-        assert!(matches!(slot.lend(), Lend::InUse));
-        slot.give_back(PinnedBuffer::empty());
-        // Given back, it is lent again, once.
-        assert!(matches!(slot.lend(), Lend::Buffer(_)));
-        assert!(matches!(slot.lend(), Lend::InUse));
-        // Lost with a failed copy: the next read allocates again.
-        slot.lost();
-        assert!(matches!(slot.lend(), Lend::Allocate));
+    fn buffers_are_allocated_on_demand_up_to_the_bound_and_reused() {
+        let mut pool = LonePool::<u32>::new(2);
+        assert!(matches!(pool.take(), Take::Allocate));
+        assert!(matches!(pool.take(), Take::Allocate));
+        assert!(matches!(pool.take(), Take::Exhausted));
+        pool.give_back(7);
+        assert!(matches!(pool.take(), Take::Buffer(7)));
+        pool.lost();
+        assert!(matches!(pool.take(), Take::Allocate), "a lost buffer may be replaced");
+        assert!(matches!(pool.take(), Take::Exhausted));
+    }
+
+    proptest! {
+        /// Against a model of the buffers lent: never more than `max` exist, a free one is
+        /// always reused before another is allocated, and the pool never refuses while fewer
+        /// than `max` are lent.
+        #[test]
+        fn never_more_than_the_bound_exist(
+            max in 0usize..6,
+            ops in proptest::collection::vec(0u8..3, 1..200),
+        ) {
+            let mut pool = LonePool::<usize>::new(max);
+            let mut lent: Vec<usize> = Vec::new();
+            let mut next = 0usize;
+            for op in ops {
+                match op {
+                    0 => match pool.take() {
+                        Take::Buffer(b) => lent.push(b),
+                        Take::Allocate => {
+                            prop_assert!(pool.free.is_empty());
+                            lent.push(next);
+                            next += 1;
+                        }
+                        Take::Exhausted => prop_assert_eq!(lent.len(), max),
+                    },
+                    1 if !lent.is_empty() => {
+                        let b = lent.remove(0);
+                        pool.give_back(b);
+                    }
+                    2 if !lent.is_empty() => {
+                        lent.remove(0);
+                        pool.lost();
+                    }
+                    _ => {}
+                }
+                prop_assert!(pool.existing <= max);
+                prop_assert_eq!(pool.existing, lent.len() + pool.free.len());
+            }
+        }
     }
 }

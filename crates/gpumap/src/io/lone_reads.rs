@@ -1,32 +1,42 @@
 //! A lone small `pread_device` is read as it is submitted, where the page cache holds its bytes:
-//! one `preadv2(RWF_NOWAIT)` into the handle's pinned buffer (`lone_buffer`) and its copy to the
-//! GPU queued on the calling thread's stream; the future then only waits for that copy. A read
-//! waited for at once thus costs what the `pread` and the copy cost, with no queue, no drainer
-//! woken and no helper taking it back from the queue.
+//! one `preadv2(RWF_NOWAIT)` into a pinned buffer of the process-wide pool (`lone_buffer`) and
+//! its copy to the GPU queued on the calling thread's stream; the future then only waits for
+//! that copy. A read waited for at once thus costs what the `pread` and the copy cost, with no
+//! queue, no drainer woken and no helper taking it back from the queue.
 //!
 //! Any other read goes to the queue (`small_reads`): one submitted while others wait or are
-//! being drained (so reads in flight together are still coalesced), while the handle's buffer
-//! is lent to another, or one the page cache cannot serve at once (so a disk read never blocks
-//! the caller), wholly or in part — the queue's path reads it again and reports its errors.
+//! being drained, or while another lone read of the same handle runs (so reads in flight
+//! together are still coalesced), one that finds every pooled buffer lent, or one the page
+//! cache cannot serve at once (so a disk read never blocks the caller), wholly or in part — the
+//! queue's path reads it again and reports its errors.
 //!
 //! The future's helper ends the read: a wait waits for the copy, a poll completes it once the
 //! copy has ended, a cancel leaves it (nothing is left to stop), and a dropped future waits for
 //! the copy before the caller's memory goes.
 #![forbid(unsafe_code)]
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
 
 use crate::error::Result;
 use crate::io::direct::{self, ReadPlan};
 use crate::io::handle_state::HandleState;
-use crate::io::lone_buffer::Lend;
+use crate::io::lone_buffer::{LonePool, Take};
 use crate::io::pool::{Completer, Help, IoFuture};
 use crate::memory::cuda::{CopyDirection, CudaDevice, InFlight, PinnedBuffer, RawRegion, Stream};
 use crate::memory::OwnedDeviceMemory;
 use crate::sys::posix;
 
-/// The largest read served so (the handle's buffer is this long).
+/// The largest read served so (each pooled buffer is this long).
 pub(super) const LONE_READ_MAX: usize = 64 << 10;
+
+/// The most pooled buffers: 4 MiB pinned for the whole process, however many handles are open.
+const LONE_BUFFERS_MAX: usize = 64;
+
+static LONE_BUFFERS: Mutex<LonePool<PinnedBuffer>> =
+    parking_lot::const_mutex(LonePool::new(LONE_BUFFERS_MAX));
 
 /// Reads `dst` (at `raw`) from `offset` now if it is a lone read the page cache holds (see the
 /// module docs); its future, or `dst` back for the queue.
@@ -42,10 +52,19 @@ pub(super) fn read_now<B: OwnedDeviceMemory>(
     {
         return Err(dst);
     }
-    let Some(mut buffer) = borrow_buffer(state, raw.ordinal) else { return Err(dst) };
+    // One at a time per handle: a burst of reads on one handle queues, and coalesces.
+    let running = &state.lone_read_running;
+    if running.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        return Err(dst);
+    }
+    let Some(mut buffer) = take_buffer(raw.ordinal) else {
+        running.store(false, Ordering::Release);
+        return Err(dst);
+    };
     let cached = posix::pread_cached(&state.file, &mut buffer.as_mut_slice()[..raw.len], offset);
     if cached != Some(raw.len) {
-        state.lone_buffer.lock().give_back(buffer);
+        LONE_BUFFERS.lock().give_back(buffer);
+        running.store(false, Ordering::Release);
         return Err(dst);
     }
     let copy = match start_copy(buffer, raw) {
@@ -53,7 +72,8 @@ pub(super) fn read_now<B: OwnedDeviceMemory>(
         Err(e) => {
             // The queue's path reads it again, and reports the error if it is the device's.
             tracing::debug!("a lone read's copy did not start: {e}");
-            state.lone_buffer.lock().lost();
+            LONE_BUFFERS.lock().lost();
+            running.store(false, Ordering::Release);
             return Err(dst);
         }
     };
@@ -69,22 +89,22 @@ pub(super) fn read_now<B: OwnedDeviceMemory>(
     Ok(future)
 }
 
-/// The handle's buffer, lent (allocated by the first read); `None` where another read holds
-/// it or it cannot be allocated.
-fn borrow_buffer(state: &HandleState, ordinal: usize) -> Option<PinnedBuffer> {
+/// A pooled buffer, lent (allocated if none is free and the pool may grow); `None` where every
+/// buffer the pool may hold is lent or the allocation failed.
+fn take_buffer(ordinal: usize) -> Option<PinnedBuffer> {
     // The lock is held only to lend, never over the allocation.
-    let lent = state.lone_buffer.lock().lend();
-    match lent {
-        Lend::Buffer(buffer) => Some(buffer),
-        Lend::InUse => None,
-        Lend::Allocate => {
+    let taken = LONE_BUFFERS.lock().take();
+    match taken {
+        Take::Buffer(buffer) => Some(buffer),
+        Take::Exhausted => None,
+        Take::Allocate => {
             let allocated = CudaDevice::new(ordinal)
                 .and_then(|device| PinnedBuffer::new(&device, LONE_READ_MAX));
             match allocated {
                 Ok(buffer) => Some(buffer),
                 Err(e) => {
                     tracing::debug!("no pinned buffer for lone reads: {e}");
-                    state.lone_buffer.lock().lost();
+                    LONE_BUFFERS.lock().lost();
                     None
                 }
             }
@@ -130,25 +150,23 @@ impl<B> LoneRead<B> {
         true
     }
 
-    /// Waits for the copy, gives the buffer back and completes the future.
+    /// Waits for the copy, gives the buffer back, lets the handle's next lone read run and
+    /// completes the future.
     fn end(&mut self) {
         let Some(copy) = self.copy.take() else { return };
-        let copied = copy.wait();
-        let state = self.state.upgrade();
-        let result = match copied {
+        let result = match copy.wait() {
             Ok(buffer) => {
-                if let Some(state) = &state {
-                    state.lone_buffer.lock().give_back(buffer);
-                }
+                LONE_BUFFERS.lock().give_back(buffer);
                 Ok(())
             }
             Err(e) => {
-                if let Some(state) = &state {
-                    state.lone_buffer.lock().lost();
-                }
+                LONE_BUFFERS.lock().lost();
                 Err(e)
             }
         };
+        if let Some(state) = self.state.upgrade() {
+            state.lone_read_running.store(false, Ordering::Release);
+        }
         if let (Some(dst), Some(completer)) = (self.dst.take(), self.completer.take()) {
             completer.complete(result.map(|()| (*dst, self.len)));
         }
