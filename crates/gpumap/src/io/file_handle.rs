@@ -424,7 +424,10 @@ impl FileHandle {
     /// that are in flight together are coalesced: they queue on the handle, and pool threads
     /// take them in groups that go through [`read_device_batch`](Self::read_device_batch)'s
     /// path — one pinned buffer and one host-to-device copy per run of adjacent destinations
-    /// instead of one per read. A lone read is taken alone, at once.
+    /// instead of one per read. A lone read of at most 64 KiB (nothing else queued on the
+    /// handle) whose bytes the page cache holds is read before this returns, and its copy to
+    /// the GPU started: the future then only waits for the copy. Waiting on a queued read runs
+    /// it on the waiting thread if no pool thread has taken it yet.
     pub fn pread_device<B: OwnedDeviceMemory>(&self, dst: B, offset: u64) -> IoFuture<(B, usize)> {
         small_reads::pread_device(&self.state, dst, offset)
     }
