@@ -145,7 +145,7 @@ impl DeviceMappedFile {
         &self.entry().path
     }
 
-    /// Whether it maps a remote object ([`DeviceCache::open_remote`](super::DeviceCache::open_remote)).
+    /// Whether it maps a remote object (`DeviceCache::open_remote`, with the `remote` feature).
     pub fn is_remote(&self) -> bool {
         self.entry().file.is_remote()
     }
