@@ -88,29 +88,31 @@ fn enqueue(
 /// drainer took it, nothing: the caller waits for the drainer. Polls leave it to the drainers
 /// (the helper stays for a later wait).
 fn take_back(state: &Weak<HandleState>, id: ReadId, help: Help) -> bool {
-    if matches!(help, Help::Poll | Help::Finish) {
-        return false;
-    }
-    // Gone: no drainer holds the state, so nothing is left queued.
-    let Some(state) = state.upgrade() else { return true };
     match help {
+        Help::Poll | Help::Finish => false,
         Help::Run => {
-            let capacity = state.settings.bounce_buffer_size as usize;
-            // The lock is held only while the group is taken, never over the reads.
-            let group = state.small_reads.lock().take_group_at(id, state.pool.nthreads(), capacity);
-            if let Some(group) = group {
-                read_group(&state, group);
+            // Gone: no drainer holds the state, so nothing is left queued.
+            if let Some(state) = state.upgrade() {
+                let capacity = state.settings.bounce_buffer_size as usize;
+                // The lock is held only while the group is taken, never over the reads.
+                let group =
+                    state.small_reads.lock().take_group_at(id, state.pool.nthreads(), capacity);
+                if let Some(group) = group {
+                    read_group(&state, group);
+                }
             }
+            true
         }
         Help::Cancel => {
-            let read = state.small_reads.lock().remove(id);
-            if let Some(read) = read {
-                (read.finish)(Err(cancelled()));
+            if let Some(state) = state.upgrade() {
+                let read = state.small_reads.lock().remove(id);
+                if let Some(read) = read {
+                    (read.finish)(Err(cancelled()));
+                }
             }
+            true
         }
-        Help::Poll | Help::Finish => {}
     }
-    true
 }
 
 /// A drainer: takes groups of queued small reads until the queue is empty.
