@@ -20,6 +20,7 @@ use crate::io::flags::OpenFlags;
 use crate::io::gds::CuFileHandle;
 use crate::io::pool::IoPool;
 use crate::io::small_read_queue::SmallReadQueue;
+use crate::io::thread_descriptors::ThreadDescriptors;
 use crate::sys::posix;
 use crate::tuning::{self, FileSystem};
 
@@ -100,6 +101,9 @@ pub(super) struct HandleState {
     pub(super) flags: OpenFlags,
     /// The buffered descriptor.
     pub(super) file: File,
+    /// The buffered descriptors of the pool threads that read small pieces (see
+    /// `thread_descriptors`).
+    pub(super) thread_files: ThreadDescriptors,
     /// The `O_DIRECT` descriptor, where a direct policy is on and the file system allows it.
     pub(super) direct: Option<File>,
     /// Whether the file system refused the `O_DIRECT` descriptor.
@@ -194,6 +198,7 @@ impl HandleState {
             flags_text: flags_text.to_string(),
             flags,
             file,
+            thread_files: ThreadDescriptors::new(),
             direct,
             direct_refused,
             settings,
@@ -221,6 +226,7 @@ impl HandleState {
             flags_text: self.flags_text.clone(),
             flags: self.flags,
             file: dup(&self.file)?,
+            thread_files: ThreadDescriptors::new(),
             direct: self.direct.as_ref().map(dup).transpose()?,
             direct_refused: self.direct_refused,
             settings: HandleSettings { task_size, gds_threshold, ..self.settings },

@@ -86,7 +86,8 @@ pub(super) fn read_piece(
 ) -> Result<usize> {
     let len = buf.len() as u64;
     let direct = direct::piece_goes_direct(state, plan, offset, len);
-    let (file, path) = (&state.file, &state.path);
+    let file = state.thread_files.for_read(&state.file, buf.len());
+    let path = &state.path;
     let Some((direct, mid_off, mid_len)) =
         direct::direct_middle(state, direct, buf.as_ptr() as usize, offset, len)
     else {

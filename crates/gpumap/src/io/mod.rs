@@ -18,7 +18,8 @@
 //!   `lone_reads` and `lone_buffer`: a lone small read the page cache holds, read as it is
 //!   submitted;
 //! - `stream`: transfers ordered on a CUDA stream ([`StreamTransfer`]);
-//! - `flags`: [`OpenFlags`], the `fopen` flags parsed.
+//! - `flags`: [`OpenFlags`], the `fopen` flags parsed;
+//! - `thread_descriptors`: a descriptor of its own for each pool thread's small reads.
 //!
 //! Beside them: [`pool`] ([`IoPool`], [`IoFuture`]), [`compat`] (cuFile or POSIX, and why),
 //! [`descriptor`] (descriptors handed over by number: duplicated, their open flags read),
@@ -46,6 +47,7 @@ pub mod scratch;
 mod small_read_queue;
 mod small_reads;
 mod stream;
+mod thread_descriptors;
 
 pub use batch::{BatchPiece, DeviceRead};
 pub use compat::{CompatDecision, IoPath};

@@ -40,6 +40,22 @@ pub fn pread_full(file: &File, path: &Path, mut buf: &mut [u8], offset: u64) -> 
     Ok(done)
 }
 
+/// The soft `RLIMIT_NOFILE`: how many descriptors the process may hold open. `None` when
+/// unlimited, or where the call fails.
+#[doc(alias = "getrlimit")]
+#[doc(alias = "RLIMIT_NOFILE")]
+pub fn open_files_limit() -> Option<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `limit` is a live, writable `struct rlimit` for the duration of the call.
+    let status = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    if status != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
+        return None;
+    }
+    // `rlim_t` is 32 bits wide on some targets.
+    #[allow(clippy::unnecessary_cast)]
+    Some(limit.rlim_cur as u64)
+}
+
 /// Reads into `buf` at `offset` only what the page cache holds now: one `preadv2(2)` with
 /// `RWF_NOWAIT`, which fails with `EAGAIN` rather than wait for the disk. The count read (short
 /// where only part of the range is cached or the file ends first), or `None` where the kernel
