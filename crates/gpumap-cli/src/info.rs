@@ -113,7 +113,7 @@ struct ShownFacts {
     rotational: Option<bool>,
 }
 
-/// Remote objects: requests in flight per read, which `RemoteOptions::max_in_flight` sets.
+/// Remote objects: requests in flight per file, which `RemoteOptions::max_in_flight` sets.
 #[derive(Serialize)]
 struct ShownRemote {
     max_in_flight: usize,
@@ -122,7 +122,7 @@ struct ShownRemote {
 }
 
 const REMOTE_IN_FLIGHT_REASON: &str = "object stores serve each connection far slower than a \
-     NIC takes, so many ranged requests run at once; fewer for a small object";
+     NIC takes, so many ranged requests run at once, every read of the file sharing them";
 
 fn json_value(value: &SettingValue) -> serde_json::Value {
     match value {
@@ -265,7 +265,7 @@ pub fn info(args: &InfoArgs) -> CliResult {
         output::try_line(format!("  {:<20} {value:<10} ({source})", spec.field))?;
     }
     output::try_line(format!(
-        "remote: up to {AUTO_IN_FLIGHT} requests in flight per read (auto: {REMOTE_IN_FLIGHT_REASON})"
+        "remote: up to {AUTO_IN_FLIGHT} requests in flight per file (auto: {REMOTE_IN_FLIGHT_REASON})"
     ))?;
     Ok(())
 }

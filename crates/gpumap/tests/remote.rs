@@ -131,6 +131,7 @@ on_every_server!(
     reads_outside_the_object_are_refused,
     requests_in_flight_are_bounded_and_parallel,
     small_futures_in_flight_are_not_capped_by_the_io_pool,
+    reads_started_at_once_share_the_files_requests_in_flight,
     concurrent_readers_each_get_their_bytes,
     futures_read_into_owned_buffers,
 );
@@ -313,7 +314,7 @@ fn small_futures_in_flight_are_not_capped_by_the_io_pool(kind: Kind) {
     let count = 2 * threads + 8;
     let target = Target::new(kind, count * 4096);
     let mut options = target.options();
-    options.request_size(4096).unwrap();
+    options.request_size(4096).unwrap().max_in_flight(Some(count)).unwrap();
     let file = target.open(&options).unwrap();
     target.server.delay_gets(Duration::from_millis(100));
     let futures: Vec<_> = (0..count)
@@ -342,6 +343,37 @@ fn small_futures_in_flight_are_not_capped_by_the_io_pool(kind: Kind) {
         .unwrap_err();
     assert!(matches!(e, Error::OutOfRange { len: 10, .. }), "{e:?}");
     assert_eq!(target.server.gets(), before);
+}
+
+fn reads_started_at_once_share_the_files_requests_in_flight(kind: Kind) {
+    // Forty one-request futures and a whole read on a clone, started together: never more
+    // GETs at once than `max_in_flight`, and a request waiting for its turn is not timed out
+    // (together they take longer than one request's timeout).
+    let count = 40;
+    let target = Target::new(kind, 2 * count * 4096);
+    let mut options = target.options();
+    options.request_size(4096).unwrap().max_in_flight(Some(3)).unwrap();
+    options.timeout(Duration::from_millis(300)).unwrap();
+    let file = target.open(&options).unwrap();
+    target.server.delay_gets(Duration::from_millis(25));
+    let futures: Vec<_> = (0..count)
+        .map(|i| {
+            file.pread_device(DeviceBuffer::alloc(&Device::Host, 4096).unwrap(), (i * 4096) as u64)
+        })
+        .collect();
+    let whole = file.clone();
+    let tail = std::thread::spawn(move || {
+        let mut buf = vec![0u8; count * 4096];
+        whole.read(&mut buf, (count * 4096) as u64).map(|_| buf)
+    });
+    for (i, future) in futures.into_iter().enumerate() {
+        let (buf, n) = future.wait().unwrap();
+        assert_eq!(n, 4096);
+        assert!(buf.to_vec().unwrap() == target.bytes[i * 4096..(i + 1) * 4096], "{kind:?}: {i}");
+    }
+    assert!(tail.join().unwrap().unwrap() == target.bytes[count * 4096..], "{kind:?}: the read");
+    let most = target.server.max_active_gets();
+    assert!((2..=3).contains(&most), "{kind:?}: {most} GETs at once, wanted 2 to 3");
 }
 
 fn concurrent_readers_each_get_their_bytes(kind: Kind) {
@@ -483,6 +515,46 @@ fn reads_land_in_gpu_memory_through_bounce_buffers() {
 
 #[test]
 #[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
+fn small_futures_into_gpu_memory_take_turns_within_the_files_bound() {
+    let Some(device) = common::gpu() else { return };
+    let gpu = Device::Cuda(device.clone());
+    for kind in [Kind::Http, Kind::S3] {
+        let len = (12 << 20) + 777;
+        let target = Target::new(kind, len);
+        let mut options = target.options();
+        // One request up to 8 MiB: a 6 MiB read is one request larger than a bounce buffer,
+        // so its body lands in memory of its own.
+        options.request_size(8 << 20).unwrap().max_in_flight(Some(4)).unwrap();
+        let file = target.open(&options).unwrap();
+        target.server.delay_gets(Duration::from_millis(5));
+        let reads: Vec<(usize, usize)> = (0..60usize)
+            .map(|i| (i * 200_003 % (len - 70_000), 1 + i * 1_117 % 65_536))
+            .chain([(3, 6 << 20), (len - 1, 1), (5 << 20, 1 << 20)])
+            .collect();
+        let futures: Vec<_> = reads
+            .iter()
+            .map(|&(at, n)| file.pread_device(DeviceBuffer::zeroed(&gpu, n).unwrap(), at as u64))
+            .collect();
+        for (future, &(at, n)) in futures.into_iter().zip(&reads) {
+            let (buf, got) = future.wait().unwrap();
+            assert_eq!(got, n);
+            assert!(buf.to_vec().unwrap() == target.bytes[at..at + n], "{kind:?}: {n} at {at}");
+        }
+        let most = target.server.max_active_gets();
+        assert!((2..=4).contains(&most), "{kind:?}: {most} GETs at once, wanted 2 to 4");
+        // A refused request fails its future: nothing is reported as read.
+        target.server.inject([Fault::Status(403)]);
+        let e = file.pread_device(DeviceBuffer::zeroed(&gpu, 5000).unwrap(), 100).wait();
+        assert!(
+            matches!(e, Err(Error::Remote { kind: RemoteErrorKind::AccessDenied, .. })),
+            "{kind:?}: {:?}",
+            e.map(|(_, n)| n)
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
 fn bodies_that_find_no_free_bounce_buffer_still_land_exactly() {
     let Some(device) = common::gpu() else { return };
     let len = (21 << 20) + 4097;
@@ -496,13 +568,14 @@ fn bodies_that_find_no_free_bounce_buffer_still_land_exactly() {
     assert!(dst.to_vec().unwrap() == target.bytes, "ranges larger than a buffer");
     // Readers at once with many small ranges in flight each: more bodies than the pool has
     // buffers, so some land in buffers and the rest in memory of their own, none waiting.
+    // Each reader opens the object itself: the requests in flight are bounded per file.
     let mut options = target.options();
     options.request_size((256 << 10) + 1).unwrap().max_in_flight(Some(64)).unwrap();
-    let file = target.open(&options).unwrap();
     std::thread::scope(|scope| {
         for reader in 0..4usize {
-            let (file, device, want) = (&file, &device, &target.bytes);
+            let (target, options, device, want) = (&target, &options, &device, &target.bytes);
             scope.spawn(move || {
+                let file = target.open(options).unwrap();
                 let offset = reader * 4099;
                 let mut dst =
                     DeviceBuffer::zeroed(&Device::Cuda(device.clone()), len - offset).unwrap();

@@ -11,19 +11,30 @@ use std::sync::{Arc, OnceLock};
 
 use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, RetryConfig};
+use tokio::sync::Semaphore;
 
 use crate::error::{Error, RemoteErrorKind, Result};
 use crate::remote::aws_profile::Profile;
 use crate::remote::failure::{self, Failure};
-use crate::remote::options::RemoteOptions;
+use crate::remote::options::{RemoteOptions, AUTO_IN_FLIGHT};
 use crate::remote::url::RemoteUrl;
 use crate::remote::webhdfs::WebHdfs;
 
-/// A store and the object in it.
+/// A store, the object in it, and the permits of the requests in flight through it.
 #[derive(Debug, Clone)]
 pub(crate) struct Client {
     pub(crate) store: Arc<dyn ObjectStore>,
     pub(crate) path: StorePath,
+    /// One permit per ranged GET in flight, shared by every read of the file (and by the files
+    /// a [`RemotePrefix`](super::RemotePrefix) opens): many reads started at once queue here
+    /// rather than each open a connection of its own.
+    pub(crate) requests: Arc<Semaphore>,
+}
+
+/// The permits of a client opened with `options`: its `max_in_flight`, else
+/// [`AUTO_IN_FLIGHT`].
+pub(crate) fn request_permits(options: &RemoteOptions) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(options.max_in_flight.unwrap_or(AUTO_IN_FLIGHT)))
 }
 
 impl Client {
@@ -34,7 +45,8 @@ impl Client {
         match url {
             RemoteUrl::S3 { bucket, key } => {
                 let store = s3_store(url, bucket, options)?;
-                Ok(Client { store: Arc::new(store), path: StorePath::from(key.as_str()) })
+                let (store, path) = (Arc::new(store), StorePath::from(key.as_str()));
+                Ok(Client { store, path, requests: request_permits(options) })
             }
             RemoteUrl::Http(full) => {
                 // The whole URL is the store's base and the object's path is empty, so the
@@ -46,12 +58,14 @@ impl Client {
                     .with_retry(no_retries())
                     .build()
                     .map_err(|e| invalid(url, &e))?;
-                Ok(Client { store: Arc::new(store), path: StorePath::default() })
+                let requests = request_permits(options);
+                Ok(Client { store: Arc::new(store), path: StorePath::default(), requests })
             }
             RemoteUrl::WebHdfs(full) => {
                 let store = WebHdfs::new(full.clone(), url.redacted(), &client_options(options))
                     .map_err(|e| invalid(url, &e))?;
-                Ok(Client { store: Arc::new(store), path: StorePath::default() })
+                let requests = request_permits(options);
+                Ok(Client { store: Arc::new(store), path: StorePath::default(), requests })
             }
         }
     }

@@ -51,9 +51,36 @@ impl<'a> Fetch<'a> {
 
     /// `dst.len()` bytes from `offset` into `dst`, with retries.
     pub(crate) async fn range(self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        self.range_with(offset, dst, true).await
+    }
+
+    /// One of the client's request permits, waited for; held, it lets the holder make one
+    /// request (see [`range_holding_permit`](Self::range_holding_permit)).
+    pub(crate) async fn permit(self) -> Result<tokio::sync::SemaphorePermit<'a>> {
+        self.client.requests.acquire().await.map_err(|_| {
+            let why = "the client's request permits were closed";
+            Failure::new(RemoteErrorKind::Connection, None, why).into_error(self.url, "GET", 0)
+        })
+    }
+
+    /// [`range`](Self::range) by a caller that holds one of the client's permits for the whole
+    /// call (so that what it sets aside for the body, before asking, stays within the bound).
+    pub(crate) async fn range_holding_permit(self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        self.range_with(offset, dst, false).await
+    }
+
+    async fn range_with(self, offset: u64, dst: &mut [u8], take_permits: bool) -> Result<()> {
         let mut attempts = self.attempts();
         loop {
-            let failure = match attempts.attempt(self.range_once(offset, dst)).await {
+            // A permit per attempt, taken before its timeout starts and held until its body is
+            // in: waiting for one is no timeout, and a retry's backoff holds none.
+            let permit = match take_permits {
+                true => Some(self.permit().await?),
+                false => None,
+            };
+            let outcome = attempts.attempt(self.range_once(offset, dst)).await;
+            drop(permit);
+            let failure = match outcome {
                 Ok(()) => return Ok(()),
                 Err(failure) => failure,
             };
@@ -157,6 +184,22 @@ pub(crate) async fn read_cuda(
         let (at, body) = landed?;
         uploader.upload(body, at)?;
     }
+    uploader.finish()
+}
+
+/// Reads `dst.len` bytes (one request at most) at `offset` into GPU memory from a task of the
+/// remote runtime: a permit first, then a pinned bounce buffer to receive the body (else
+/// memory of its own), then one copy up on this worker's stream, waited for here (a copy of
+/// one request takes microseconds, less than a hop to another thread would).
+pub(crate) async fn read_cuda_one(fetch: Fetch<'_>, dst: RawRegion, offset: u64) -> Result<()> {
+    let permit = fetch.permit().await?;
+    let landings = fetch.options.max_in_flight.unwrap_or(crate::remote::AUTO_IN_FLIGHT);
+    let pool = upload::landing_pool(dst.ordinal, landings)?;
+    let mut body = upload::landing(&pool, dst.len)?;
+    fetch.range_holding_permit(offset, body.bytes_mut()).await?;
+    drop(permit);
+    let mut uploader = Uploader::with_pool(dst, pool)?;
+    uploader.upload(body, 0)?;
     uploader.finish()
 }
 

@@ -180,18 +180,18 @@ impl RemoteFile {
     }
 
     /// Starts [`read_device`](Self::read_device) into the owned `dst`; the future gives back
-    /// `dst` and the count. A read into host memory of one request at most is a task of the
-    /// remote runtime, holding no thread while it waits for the server, so that as many are in
-    /// flight as the caller starts (the I/O pool's threads would cap them); others run on the
-    /// I/O pool.
+    /// `dst` and the count. A read of one request at most is a task of the remote runtime,
+    /// holding no thread while it waits its turn or the server, so that the file's requests in
+    /// flight, not the I/O pool's threads, bound how many are served at once (into GPU memory,
+    /// its body lands in a pinned bounce buffer and goes up from there); others run on the I/O
+    /// pool.
     pub fn pread_device<B: OwnedDeviceMemory>(
         &self,
         mut dst: B,
         offset: u64,
     ) -> IoFuture<(B, usize)> {
-        let view = dst.device_view_mut();
-        let one_request = view.len() <= fetch::request_size(&self.inner.options);
-        if one_request && matches!(view, DeviceViewMut::Host(_)) {
+        let one_request = dst.device_view_mut().len() <= fetch::request_size(&self.inner.options);
+        if one_request {
             return self.pread_one_request(dst, offset);
         }
         let file = self.clone();
@@ -209,8 +209,7 @@ impl RemoteFile {
         }
     }
 
-    /// [`pread_device`](Self::pread_device) of one request into host memory, on the remote
-    /// runtime.
+    /// [`pread_device`](Self::pread_device) of one request, on the remote runtime.
     fn pread_one_request<B: OwnedDeviceMemory>(&self, dst: B, offset: u64) -> IoFuture<(B, usize)> {
         let (future, completer) = IoFuture::pending();
         let runtime = match client::runtime() {
@@ -230,14 +229,15 @@ impl RemoteFile {
     }
 
     async fn read_one_request(&self, dst: DeviceViewMut<'_>, offset: u64) -> Result<usize> {
-        let DeviceViewMut::Host(bytes) = dst else {
-            return Err(crate::error::Error::InvalidArgument(
-                "a remote read of one request on the runtime goes into host memory".into(),
-            ));
-        };
-        let len = bytes.len();
-        if self.has_bytes_at(offset, len)? {
-            self.fetch().range(offset, bytes).await?;
+        let len = dst.len();
+        if !self.has_bytes_at(offset, len)? {
+            return Ok(0);
+        }
+        match dst {
+            DeviceViewMut::Host(bytes) => self.fetch().range(offset, bytes).await?,
+            DeviceViewMut::Cuda(view) => {
+                fetch::read_cuda_one(self.fetch(), view.raw, offset).await?
+            }
         }
         Ok(len)
     }

@@ -13,8 +13,9 @@
 //! ```
 //!
 //! - **Requests.** A read is cut into ranged GETs of `request_size` bytes (4 MiB by default),
-//!   up to `max_in_flight` of them at once (chosen from the read's size unless set). Each body
-//!   must be exactly the bytes asked for.
+//!   up to `max_in_flight` of them at once ([`AUTO_IN_FLIGHT`] unless set), a bound every read
+//!   of the file shares, so that thousands of small reads started together take turns on a
+//!   few connections rather than open one each. Each body must be exactly the bytes asked for.
 //! - **Into the GPU.** Each range lands in host memory, then goes to the device through the
 //!   same pinned bounce-buffer pool and per-thread stream as the local device path, one copy
 //!   in flight while the next is staged.

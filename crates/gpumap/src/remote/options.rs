@@ -137,9 +137,12 @@ impl RemoteOptions {
         self
     }
 
-    /// Ranged GETs one read keeps in flight: `None` (the default) picks it from the read's
-    /// size; at most [`MAX_IN_FLIGHT`]. For a [`RemoteWriter`](super::RemoteWriter), the parts
-    /// it holds in memory (being written or sent) at most: `None` is [`AUTO_IN_FLIGHT`].
+    /// Ranged GETs in flight at once, at most [`MAX_IN_FLIGHT`]: `None` (the default) is
+    /// [`AUTO_IN_FLIGHT`]. The bound holds for every read of the file together (its clones
+    /// and, for a [`RemotePrefix`](super::RemotePrefix), every file it opens): reads started
+    /// beyond it wait their turn, on connections already open. For a
+    /// [`RemoteWriter`](super::RemoteWriter), the parts it holds in memory (being written or
+    /// sent) at most.
     pub fn max_in_flight(&mut self, requests: Option<usize>) -> Result<&mut Self> {
         if let Some(n) = requests {
             if n == 0 || n > MAX_IN_FLIGHT {

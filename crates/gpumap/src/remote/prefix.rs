@@ -14,6 +14,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use tokio::sync::Semaphore;
 
 use crate::config::Config;
 use crate::error::Result;
@@ -62,6 +63,8 @@ struct Inner {
     url: RemoteUrl,
     store: AmazonS3,
     options: RemoteOptions,
+    /// The permits of the requests in flight, shared by every file it opens.
+    requests: Arc<Semaphore>,
 }
 
 impl RemotePrefix {
@@ -82,7 +85,9 @@ impl RemotePrefix {
         let store = client::s3_store(&shown, &bucket, options)?;
         let mut options = options.clone();
         options.known_len(None);
-        Ok(RemotePrefix { inner: Arc::new(Inner { bucket, prefix, url: shown, store, options }) })
+        let requests = client::request_permits(&options);
+        let inner = Inner { bucket, prefix, url: shown, store, options, requests };
+        Ok(RemotePrefix { inner: Arc::new(inner) })
     }
 
     /// `s3://bucket/prefix/`.
@@ -103,7 +108,8 @@ impl RemotePrefix {
     /// Opens the object `name` for reading; `len`, where known, spares the HEAD request.
     pub fn open_file(&self, name: &str, len: Option<u64>) -> Result<RemoteFile> {
         let (url, path) = self.locate(name)?;
-        let client = Client { store: Arc::new(self.inner.store.clone()), path };
+        let store = Arc::new(self.inner.store.clone());
+        let client = Client { store, path, requests: Arc::clone(&self.inner.requests) };
         let mut options = self.inner.options.clone();
         options.known_len(len);
         RemoteFile::open_on(url, client, &options)

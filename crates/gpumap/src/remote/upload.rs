@@ -52,14 +52,14 @@ impl Uploader {
     /// per lane), which the shared pool's bound is raised to, within
     /// [`MAX_LANDING_BUFFERS`].
     pub(crate) fn new(dst: RawRegion, landings: usize) -> Result<Uploader> {
+        Self::with_pool(dst, landing_pool(dst.ordinal, landings)?)
+    }
+
+    /// An uploader into `dst` whose bodies land in `pool` (a [`landing_pool`] of `dst`'s
+    /// device), on the calling thread's stream.
+    pub(crate) fn with_pool(dst: RawRegion, pool: Arc<BouncePool>) -> Result<Uploader> {
         let device = CudaDevice::new(dst.ordinal)?;
         device.bind_to_thread()?;
-        let buffer_size = usize::try_from(Config::global()?.bounce_buffer_size).unwrap_or(4 << 20);
-        // The pool the local device path shares (two buffers per I/O thread), so that both
-        // draw on one bounded set of pinned buffers.
-        let local = 2 * IoPool::global()?.nthreads();
-        let bound = local.max(landings.min(MAX_LANDING_BUFFERS));
-        let pool = BouncePool::for_device(&device, buffer_size, bound)?;
         Ok(Uploader { pool, stream: Stream::for_current_thread(&device)?, dst, in_flight: None })
     }
 
@@ -97,6 +97,19 @@ impl Uploader {
             None => Ok(()),
         }
     }
+}
+
+/// The pinned buffers bodies bound for GPU `ordinal` land in: the pool the local device path
+/// shares (two buffers per I/O thread), so that both draw on one bounded set, its bound raised
+/// to `landings` (bodies held at once), within [`MAX_LANDING_BUFFERS`]. Binds the device's
+/// context to the calling thread.
+pub(crate) fn landing_pool(ordinal: usize, landings: usize) -> Result<Arc<BouncePool>> {
+    let device = CudaDevice::new(ordinal)?;
+    device.bind_to_thread()?;
+    let buffer_size = usize::try_from(Config::global()?.bounce_buffer_size).unwrap_or(4 << 20);
+    let local = 2 * IoPool::global()?.nthreads();
+    let bound = local.max(landings.min(MAX_LANDING_BUFFERS));
+    BouncePool::for_device(&device, buffer_size, bound)
 }
 
 /// Where a body of `len` bytes lands: a free buffer of `pool` that holds it, else memory of
