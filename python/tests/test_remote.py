@@ -209,6 +209,16 @@ def test_reads_into_gpu_memory(served):
     assert cupy.asnumpy(out).tobytes() == data[: len(out)]
     got = gpumapio.read_file_to_device(url, output="cupy")
     assert cupy.asnumpy(got).tobytes() == data
+    # Small reads into views of one array, all started at once: each a task of the remote
+    # runtime, taking turns within the file's requests in flight.
+    f = RemoteFile.open_http(url, max_in_flight=3)
+    offsets = [(k * 7919 * 13) % (len(data) - 5000) for k in range(64)]
+    many = cupy.zeros(64 * 5000, dtype=cupy.uint8)
+    futures = [f.pread(many[k * 5000 : (k + 1) * 5000], file_offset=o) for k, o in enumerate(offsets)]
+    assert [x.get() for x in futures] == [5000] * 64
+    host = cupy.asnumpy(many).tobytes()
+    for k, o in enumerate(offsets):
+        assert host[k * 5000 : (k + 1) * 5000] == data[o : o + 5000], k
 
 
 class _WebHdfsHandler(http.server.BaseHTTPRequestHandler):
