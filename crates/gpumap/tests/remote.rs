@@ -11,6 +11,7 @@ use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use gpumap::error::{Error, RemoteErrorKind};
+use gpumap::io::IoFuture;
 use gpumap::memory::{Device, DeviceBuffer};
 use gpumap::remote::{RemoteFile, RemoteOptions};
 use server::{Fault, Server};
@@ -307,6 +308,27 @@ fn requests_in_flight_are_bounded_and_parallel(kind: Kind) {
     assert!((2..=4).contains(&most), "{kind:?}: {most} GETs at once, wanted 2 to 4");
 }
 
+/// One `pread_device` future into host memory for each of the first `count` 4 KiB blocks.
+fn first_blocks_as_futures(
+    file: &RemoteFile,
+    count: usize,
+) -> Vec<IoFuture<(DeviceBuffer, usize)>> {
+    (0..count)
+        .map(|i| {
+            file.pread_device(DeviceBuffer::alloc(&Device::Host, 4096).unwrap(), (i * 4096) as u64)
+        })
+        .collect()
+}
+
+/// Waits for [`first_blocks_as_futures`]' futures, each checked against `bytes`.
+fn expect_first_blocks(futures: Vec<IoFuture<(DeviceBuffer, usize)>>, bytes: &[u8], kind: Kind) {
+    for (i, future) in futures.into_iter().enumerate() {
+        let (buf, n) = future.wait().unwrap();
+        assert_eq!(n, 4096);
+        assert!(buf.to_vec().unwrap() == bytes[i * 4096..(i + 1) * 4096], "{kind:?}: read {i}");
+    }
+}
+
 fn small_futures_in_flight_are_not_capped_by_the_io_pool(kind: Kind) {
     // Each small pread is a task of the remote runtime, not a pool thread blocked on the
     // server: more are in flight at once than the pool has threads.
@@ -317,19 +339,8 @@ fn small_futures_in_flight_are_not_capped_by_the_io_pool(kind: Kind) {
     options.request_size(4096).unwrap().max_in_flight(Some(count)).unwrap();
     let file = target.open(&options).unwrap();
     target.server.delay_gets(Duration::from_millis(100));
-    let futures: Vec<_> = (0..count)
-        .map(|i| {
-            file.pread_device(DeviceBuffer::alloc(&Device::Host, 4096).unwrap(), (i * 4096) as u64)
-        })
-        .collect();
-    for (i, future) in futures.into_iter().enumerate() {
-        let (buf, n) = future.wait().unwrap();
-        assert_eq!(n, 4096);
-        assert!(
-            buf.to_vec().unwrap() == target.bytes[i * 4096..(i + 1) * 4096],
-            "{kind:?}: read {i}"
-        );
-    }
+    let futures = first_blocks_as_futures(&file, count);
+    expect_first_blocks(futures, &target.bytes, kind);
     let most = target.server.max_active_gets();
     assert!(
         most > threads,
@@ -356,21 +367,13 @@ fn reads_started_at_once_share_the_files_requests_in_flight(kind: Kind) {
     options.timeout(Duration::from_millis(300)).unwrap();
     let file = target.open(&options).unwrap();
     target.server.delay_gets(Duration::from_millis(25));
-    let futures: Vec<_> = (0..count)
-        .map(|i| {
-            file.pread_device(DeviceBuffer::alloc(&Device::Host, 4096).unwrap(), (i * 4096) as u64)
-        })
-        .collect();
+    let futures = first_blocks_as_futures(&file, count);
     let whole = file.clone();
     let tail = std::thread::spawn(move || {
         let mut buf = vec![0u8; count * 4096];
         whole.read(&mut buf, (count * 4096) as u64).map(|_| buf)
     });
-    for (i, future) in futures.into_iter().enumerate() {
-        let (buf, n) = future.wait().unwrap();
-        assert_eq!(n, 4096);
-        assert!(buf.to_vec().unwrap() == target.bytes[i * 4096..(i + 1) * 4096], "{kind:?}: {i}");
-    }
+    expect_first_blocks(futures, &target.bytes, kind);
     assert!(tail.join().unwrap().unwrap() == target.bytes[count * 4096..], "{kind:?}: the read");
     let most = target.server.max_active_gets();
     assert!((2..=3).contains(&most), "{kind:?}: {most} GETs at once, wanted 2 to 3");

@@ -81,7 +81,7 @@ impl Drop for ThreadDescriptors {
 fn budget() -> usize {
     static BUDGET: OnceLock<usize> = OnceLock::new();
     *BUDGET.get_or_init(|| {
-        let limit = posix::open_files_limit().unwrap_or(u64::MAX);
+        let limit = posix::soft_limit(libc::RLIMIT_NOFILE).unwrap_or(u64::MAX);
         usize::try_from(limit / 4).unwrap_or(usize::MAX).min(MAX_EXTRA)
     })
 }
@@ -106,6 +106,11 @@ fn reopen(shared: &File) -> Option<File> {
 }
 
 fn open_same(shared: &File) -> Option<File> {
+    // Regular files only: opening a FIFO again for reading would wait for a writer.
+    let a = shared.metadata().ok()?;
+    if !a.file_type().is_file() {
+        return None;
+    }
     let link = format!("/proc/self/fd/{}", shared.as_raw_fd());
     let file = match File::open(&link) {
         Ok(file) => file,
@@ -116,7 +121,7 @@ fn open_same(shared: &File) -> Option<File> {
     };
     // The link names the inode the descriptor holds; a mismatch would mean something other
     // than procfs answers at /proc, so the shared descriptor is kept.
-    let (a, b) = (shared.metadata().ok()?, file.metadata().ok()?);
+    let b = file.metadata().ok()?;
     if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
         tracing::debug!(%link, "/proc/self/fd named another file; shared descriptor kept");
         return None;
@@ -164,6 +169,29 @@ mod tests {
             own.for_read(&shared, 16).read_exact_at(&mut buf, 2000).unwrap();
             assert_eq!(buf, [7u8; 16]);
         });
+    }
+
+    #[test]
+    fn a_fifo_keeps_its_shared_descriptor_and_never_waits_for_a_writer() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fifo");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // Opened for reading without a writer (non-blocking): opening it again for reading
+        // would wait for one, forever.
+        let shared = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let own = ThreadDescriptors::new();
+            let same = pool(2).install(|| std::ptr::eq(own.for_read(&shared, 16), &shared));
+            let _ = done.send(same);
+        });
+        let same = finished.recv_timeout(std::time::Duration::from_secs(20));
+        assert_eq!(same, Ok(true), "a FIFO got a descriptor of its own, or the open waited");
     }
 
     #[test]

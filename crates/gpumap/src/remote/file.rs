@@ -180,18 +180,28 @@ impl RemoteFile {
     }
 
     /// Starts [`read_device`](Self::read_device) into the owned `dst`; the future gives back
-    /// `dst` and the count. A read of one request at most is a task of the remote runtime,
-    /// holding no thread while it waits its turn or the server, so that the file's requests in
-    /// flight, not the I/O pool's threads, bound how many are served at once (into GPU memory,
-    /// its body lands in a pinned bounce buffer and goes up from there); others run on the I/O
-    /// pool.
+    /// `dst` and the count. A read of one request at most (into GPU memory, one that fits a
+    /// bounce buffer) is a task of the remote runtime, holding no thread while it waits its turn
+    /// or the server, so that the file's requests in flight, not the I/O pool's threads, bound
+    /// how many are served at once (into GPU memory, its body lands in a pinned bounce buffer
+    /// and goes up from there); others run on the I/O pool.
     pub fn pread_device<B: OwnedDeviceMemory>(
         &self,
         mut dst: B,
         offset: u64,
     ) -> IoFuture<(B, usize)> {
-        let one_request = dst.device_view_mut().len() <= fetch::request_size(&self.inner.options);
-        if one_request {
+        let view = dst.device_view_mut();
+        let len = view.len();
+        let one_request = len <= fetch::request_size(&self.inner.options);
+        // Into the GPU, only what fits one bounce buffer: a larger body would land in host
+        // memory of its own, and as many of those at once as the file has permits is too much.
+        let staged_small = match view {
+            DeviceViewMut::Host(_) => true,
+            DeviceViewMut::Cuda(_) => Config::global()
+                .map(|c| u64::try_from(len).is_ok_and(|n| n <= c.bounce_buffer_size))
+                .unwrap_or(false),
+        };
+        if one_request && staged_small {
             return self.pread_one_request(dst, offset);
         }
         let file = self.clone();

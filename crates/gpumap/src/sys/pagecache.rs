@@ -344,20 +344,11 @@ pub fn fadvise(
     Ok(())
 }
 
-/// The soft `RLIMIT_MEMLOCK` in bytes: `getrlimit(2)`. `None` when unlimited (or, which never
-/// happens for this resource, when the call fails).
-#[doc(alias = "getrlimit")]
+/// The soft `RLIMIT_MEMLOCK` in bytes. `None` when unlimited (or, which never happens for this
+/// resource, when the call fails).
 #[doc(alias = "RLIMIT_MEMLOCK")]
 pub fn memlock_limit() -> Option<u64> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `limit` is a live, writable `struct rlimit` for the duration of the call.
-    let status = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) };
-    if status != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
-        return None;
-    }
-    // `rlim_t` is 32 bits wide on some targets.
-    #[allow(clippy::unnecessary_cast)]
-    Some(limit.rlim_cur as u64)
+    super::posix::soft_limit(libc::RLIMIT_MEMLOCK)
 }
 
 /// `geteuid()`.

@@ -40,14 +40,20 @@ pub fn pread_full(file: &File, path: &Path, mut buf: &mut [u8], offset: u64) -> 
     Ok(done)
 }
 
-/// The soft `RLIMIT_NOFILE`: how many descriptors the process may hold open. `None` when
-/// unlimited, or where the call fails.
+/// What `getrlimit` takes: glibc names the resource type, other C libraries take an `int`.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub type Resource = libc::__rlimit_resource_t;
+/// What `getrlimit` takes: glibc names the resource type, other C libraries take an `int`.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub type Resource = libc::c_int;
+
+/// The soft limit of `resource` (`RLIMIT_NOFILE`, `RLIMIT_MEMLOCK`, ...): `getrlimit(2)`.
+/// `None` when unlimited, or where the call fails.
 #[doc(alias = "getrlimit")]
-#[doc(alias = "RLIMIT_NOFILE")]
-pub fn open_files_limit() -> Option<u64> {
+pub fn soft_limit(resource: Resource) -> Option<u64> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `limit` is a live, writable `struct rlimit` for the duration of the call.
-    let status = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    let status = unsafe { libc::getrlimit(resource, &mut limit) };
     if status != 0 || limit.rlim_cur == libc::RLIM_INFINITY {
         return None;
     }
