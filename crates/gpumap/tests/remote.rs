@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use gpumap::error::{Error, RemoteErrorKind};
 use gpumap::io::IoFuture;
 use gpumap::memory::{Device, DeviceBuffer};
-use gpumap::remote::{RemoteFile, RemoteOptions};
+use gpumap::remote::{RemoteFile, RemoteOptions, MAX_LANES};
 use server::{Fault, Server};
 
 const KEY_ID: &str = "GPUMAPTESTKEYID";
@@ -131,6 +131,7 @@ on_every_server!(
     missing_objects_are_not_found,
     reads_outside_the_object_are_refused,
     requests_in_flight_are_bounded_and_parallel,
+    lanes_keep_their_connections_between_reads_and_close_them_with_the_file,
     small_futures_in_flight_are_not_capped_by_the_io_pool,
     reads_started_at_once_share_the_files_requests_in_flight,
     concurrent_readers_each_get_their_bytes,
@@ -306,6 +307,31 @@ fn requests_in_flight_are_bounded_and_parallel(kind: Kind) {
     assert_eq!(buf, target.bytes);
     let most = target.server.max_active_gets();
     assert!((2..=4).contains(&most), "{kind:?}: {most} GETs at once, wanted 2 to 4");
+}
+
+fn lanes_keep_their_connections_between_reads_and_close_them_with_the_file(kind: Kind) {
+    let target = Target::new(kind, 96 * 4096 + 123);
+    let mut options = target.options();
+    options.request_size(4096).unwrap().max_in_flight(Some(4)).unwrap();
+    let file = target.open(&options).unwrap();
+    let reads = 6;
+    for round in 0..reads {
+        let mut buf = vec![0u8; target.bytes.len() - round];
+        file.read(&mut buf, round as u64).unwrap();
+        assert_eq!(buf, target.bytes[round..], "{kind:?}: read {round}");
+    }
+    // Each lane that read keeps its own connections, at most its share of the four requests
+    // in flight; the 582 requests made do not open a connection each.
+    let accepted = target.server.accepted();
+    assert!(accepted <= 1 + MAX_LANES * 4, "{kind:?}: {accepted} connections for {reads} reads");
+    assert!(target.server.open_connections() > 0, "{kind:?}: no connection kept for reuse");
+    drop(file);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while target.server.open_connections() > 0 {
+        let open = target.server.open_connections();
+        assert!(Instant::now() < deadline, "{kind:?}: {open} connections outlived their file");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// One `pread_device` future into host memory for each of the first `count` 4 KiB blocks.

@@ -16,6 +16,7 @@ use tokio::sync::Semaphore;
 use crate::error::{Error, RemoteErrorKind, Result};
 use crate::remote::aws_profile::Profile;
 use crate::remote::failure::{self, Failure};
+use crate::remote::lanes::StoreOwner;
 use crate::remote::options::{RemoteOptions, AUTO_IN_FLIGHT};
 use crate::remote::url::RemoteUrl;
 use crate::remote::webhdfs::WebHdfs;
@@ -29,25 +30,35 @@ pub(crate) struct Client {
     /// a [`RemotePrefix`](super::RemotePrefix) opens): many reads started at once queue here
     /// rather than each open a connection of its own.
     pub(crate) requests: Arc<Semaphore>,
+    /// How to make another store like `store`: a read lane makes its own (see
+    /// [`lanes`](super::lanes)), whose connections live on the lane's runtime.
+    pub(crate) recipe: Arc<StoreRecipe>,
 }
 
-/// The permits of a client opened with `options`: its `max_in_flight`, else
-/// [`AUTO_IN_FLIGHT`].
-pub(crate) fn request_permits(options: &RemoteOptions) -> Arc<Semaphore> {
-    Arc::new(Semaphore::new(options.max_in_flight.unwrap_or(AUTO_IN_FLIGHT)))
+/// What a store is made from: a second store made from it reaches the same objects with the
+/// same credentials and settings, through connections of its own.
+#[derive(Debug)]
+pub(crate) struct StoreRecipe {
+    url: RemoteUrl,
+    options: RemoteOptions,
+    /// The lanes keep the stores they make from this recipe while it lives.
+    pub(crate) owner: StoreOwner,
 }
 
-impl Client {
-    /// A client for `url`: S3 with credentials, region and endpoint from the standard AWS
-    /// environment variables, then the shared AWS files (the options' endpoint and region
-    /// override both), plain HTTP, or WebHDFS.
-    pub(crate) fn connect(url: &RemoteUrl, options: &RemoteOptions) -> Result<Client> {
-        match url {
-            RemoteUrl::S3 { bucket, key } => {
-                let store = s3_store(url, bucket, options)?;
-                let (store, path) = (Arc::new(store), StorePath::from(key.as_str()));
-                Ok(Client { store, path, requests: request_permits(options) })
-            }
+impl StoreRecipe {
+    /// The recipe of the stores for `url` opened with `options` (for S3, any key of the
+    /// bucket: the store is the bucket's).
+    pub(crate) fn new(url: &RemoteUrl, options: &RemoteOptions) -> StoreRecipe {
+        StoreRecipe { url: url.clone(), options: options.clone(), owner: StoreOwner::default() }
+    }
+
+    /// A new store: S3 with credentials, region and endpoint from the standard AWS environment
+    /// variables, then the shared AWS files (the options' endpoint and region override both),
+    /// plain HTTP, or WebHDFS.
+    pub(crate) fn store(&self) -> Result<Arc<dyn ObjectStore>> {
+        let (url, options) = (&self.url, &self.options);
+        Ok(match url {
+            RemoteUrl::S3 { bucket, .. } => Arc::new(s3_store(url, bucket, options)?),
             RemoteUrl::Http(full) => {
                 // The whole URL is the store's base and the object's path is empty, so the
                 // request goes to exactly the URL given, query string (a presigned URL's
@@ -58,16 +69,36 @@ impl Client {
                     .with_retry(no_retries())
                     .build()
                     .map_err(|e| invalid(url, &e))?;
-                let requests = request_permits(options);
-                Ok(Client { store: Arc::new(store), path: StorePath::default(), requests })
+                Arc::new(store)
             }
-            RemoteUrl::WebHdfs(full) => {
-                let store = WebHdfs::new(full.clone(), url.redacted(), &client_options(options))
-                    .map_err(|e| invalid(url, &e))?;
-                let requests = request_permits(options);
-                Ok(Client { store: Arc::new(store), path: StorePath::default(), requests })
-            }
-        }
+            RemoteUrl::WebHdfs(full) => Arc::new(
+                WebHdfs::new(full.clone(), url.redacted(), &client_options(options))
+                    .map_err(|e| invalid(url, &e))?,
+            ),
+        })
+    }
+}
+
+/// The permits of a client opened with `options`: its `max_in_flight`, else
+/// [`AUTO_IN_FLIGHT`].
+pub(crate) fn request_permits(options: &RemoteOptions) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(options.max_in_flight.unwrap_or(AUTO_IN_FLIGHT)))
+}
+
+impl Client {
+    /// A client for `url` (see [`StoreRecipe::store`]), with the permits `options` give.
+    pub(crate) fn connect(url: &RemoteUrl, options: &RemoteOptions) -> Result<Client> {
+        let recipe = Arc::new(StoreRecipe::new(url, options));
+        let path = match url {
+            RemoteUrl::S3 { key, .. } => StorePath::from(key.as_str()),
+            RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => StorePath::default(),
+        };
+        Ok(Client { store: recipe.store()?, path, requests: request_permits(options), recipe })
+    }
+
+    /// This client with `store` in place of its own (a lane's, made from the same recipe).
+    pub(crate) fn with_store(&self, store: Arc<dyn ObjectStore>) -> Client {
+        Client { store, ..self.clone() }
     }
 }
 

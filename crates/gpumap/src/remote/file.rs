@@ -10,11 +10,9 @@ use crate::io::{IoFuture, IoPool};
 use crate::memory::{DeviceViewMut, OwnedDeviceMemory};
 use crate::remote::client::{self, Client};
 use crate::remote::fetch::{self, Fetch};
+use crate::remote::lanes::{self, MAX_LANES};
 use crate::remote::options::RemoteOptions;
 use crate::remote::url::RemoteUrl;
-
-/// Threads one read's requests are shared among, at most (and no more than the CPUs).
-pub const MAX_LANES: usize = 16;
 
 /// A read-only remote object: `s3://bucket/key`, or an `http(s)://` URL (a presigned S3 URL is
 /// one). Reads are ranged GETs, many in flight; see the [module docs](crate::remote).
@@ -113,13 +111,17 @@ impl RemoteFile {
     /// bounce buffer and copied up from there) or host memory, as [`read`](Self::read) does.
     ///
     /// The requests are shared among up to [`MAX_LANES`] threads, each driving its own part
-    /// of `dst`: one task polling every body would copy (and stage to the GPU) on one core,
-    /// far below what a parallel client reaches.
+    /// of `dst` on a runtime and connections of its own: one task polling every body would
+    /// copy (and stage to the GPU) on one core, far below what a parallel client reaches, and
+    /// bodies received on one thread and copied on another cross cores cold.
     pub fn read_device(&self, dst: DeviceViewMut<'_>, offset: u64) -> Result<usize> {
         let len = dst.len();
         if !self.has_bytes_at(offset, len)? {
             return Ok(0);
         }
+        // A task of an async runtime waiting here would hold up that runtime's worker (and on
+        // the shared runtime, deadlock it).
+        client::blocking_allowed()?;
         let options = &self.inner.options;
         let size = fetch::request_size(options);
         let chunks = len.div_ceil(size);
@@ -133,15 +135,38 @@ impl RemoteFile {
         let part = chunks.div_ceil(lanes) * size;
         // The requests in flight shared out exactly, so that together they stay within the bound.
         let per_lane = |lane: usize| in_flight / lanes + usize::from(lane < in_flight % lanes);
-        let fetch = self.fetch();
-        let read_part = |part_dst: DeviceViewMut<'_>, lane: usize| -> Result<()> {
-            let from = offset + (lane * part) as u64;
-            let per_lane = per_lane(lane);
-            match part_dst {
+        if lanes == 1 {
+            // One lane (a read of one request, most often): the calling thread drives it on the
+            // shared runtime, with the file's own connections; a hop to a lane thread would
+            // cost a small read more than it saves.
+            let fetch = self.fetch();
+            match dst {
                 DeviceViewMut::Host(bytes) => {
-                    client::block_on(fetch::read_host(fetch, bytes, from, per_lane))
+                    client::block_on(fetch::read_host(fetch, bytes, offset, in_flight))?
                 }
                 DeviceViewMut::Cuda(view) => client::block_on(fetch::read_cuda(
+                    fetch,
+                    view.raw,
+                    offset,
+                    in_flight,
+                    in_flight + 1,
+                ))?,
+            }
+            return Ok(len);
+        }
+        let client = &self.inner.client;
+        let parts = dst.chunks_mut(part)?;
+        lanes::run(parts, |part_dst, lane_index, lane| {
+            let from = offset + (lane_index * part) as u64;
+            let per_lane = per_lane(lane_index);
+            let store = lane.store(&client.recipe.owner, || client.recipe.store())?;
+            let client = client.with_store(store);
+            let fetch = Fetch { client: &client, options, url: &self.inner.url };
+            match part_dst {
+                DeviceViewMut::Host(bytes) => {
+                    lane.block_on(fetch::read_host(fetch, bytes, from, per_lane))
+                }
+                DeviceViewMut::Cuda(view) => lane.block_on(fetch::read_cuda(
                     fetch,
                     view.raw,
                     from,
@@ -149,32 +174,6 @@ impl RemoteFile {
                     in_flight + lanes,
                 )),
             }
-        };
-        if lanes == 1 {
-            read_part(dst, 0)?;
-            return Ok(len);
-        }
-        let parts = dst.chunks_mut(part)?;
-        std::thread::scope(|scope| {
-            let running: Vec<_> = parts
-                .into_iter()
-                .enumerate()
-                .map(|(i, p)| {
-                    let read_part = &read_part;
-                    scope.spawn(move || read_part(p, i))
-                })
-                .collect();
-            // Every lane is joined before the first error is returned, so no thread still
-            // writes into `dst` once this returns.
-            let results: Vec<Result<()>> = running
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(crate::error::Error::TaskPanicked("a remote read lane panicked".into()))
-                    })
-                })
-                .collect();
-            results.into_iter().collect::<Result<()>>()
         })?;
         Ok(len)
     }

@@ -37,6 +37,7 @@ mod client;
 mod failure;
 mod fetch;
 mod file;
+mod lanes;
 mod options;
 mod parts;
 mod prefix;
@@ -47,7 +48,8 @@ mod webhdfs;
 mod writer;
 
 pub use crate::error::RemoteErrorKind;
-pub use file::{RemoteFile, MAX_LANES};
+pub use file::RemoteFile;
+pub use lanes::MAX_LANES;
 pub use options::{
     RemoteOptions, AUTO_IN_FLIGHT, DEFAULT_PART_SIZE, MAX_IN_FLIGHT, MAX_REQUEST_SIZE,
     MAX_STAGED_BYTES,

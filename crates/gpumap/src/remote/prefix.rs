@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::Config;
 use crate::error::Result;
-use crate::remote::client::{self, Client};
+use crate::remote::client::{self, Client, StoreRecipe};
 use crate::remote::failure::Failure;
 use crate::remote::file::RemoteFile;
 use crate::remote::options::RemoteOptions;
@@ -65,6 +65,9 @@ struct Inner {
     options: RemoteOptions,
     /// The permits of the requests in flight, shared by every file it opens.
     requests: Arc<Semaphore>,
+    /// The recipe of `store`, shared by every file it opens, so that a read lane makes one
+    /// store for them all.
+    recipe: Arc<StoreRecipe>,
 }
 
 impl RemotePrefix {
@@ -86,7 +89,8 @@ impl RemotePrefix {
         let mut options = options.clone();
         options.known_len(None);
         let requests = client::request_permits(&options);
-        let inner = Inner { bucket, prefix, url: shown, store, options, requests };
+        let recipe = Arc::new(StoreRecipe::new(&shown, &options));
+        let inner = Inner { bucket, prefix, url: shown, store, options, requests, recipe };
         Ok(RemotePrefix { inner: Arc::new(inner) })
     }
 
@@ -109,7 +113,8 @@ impl RemotePrefix {
     pub fn open_file(&self, name: &str, len: Option<u64>) -> Result<RemoteFile> {
         let (url, path) = self.locate(name)?;
         let store = Arc::new(self.inner.store.clone());
-        let client = Client { store, path, requests: Arc::clone(&self.inner.requests) };
+        let requests = Arc::clone(&self.inner.requests);
+        let client = Client { store, path, requests, recipe: Arc::clone(&self.inner.recipe) };
         let mut options = self.inner.options.clone();
         options.known_len(len);
         RemoteFile::open_on(url, client, &options)

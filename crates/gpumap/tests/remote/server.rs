@@ -91,6 +91,9 @@ struct State {
     /// Keys a listing page holds at most (S3's is 1000); 0 means 1000.
     list_page: AtomicUsize,
     lists: AtomicUsize,
+    /// Connections accepted, and those still open.
+    accepted: AtomicUsize,
+    open_connections: AtomicUsize,
 }
 
 /// A running server; it stops accepting when dropped (connections in progress finish).
@@ -128,11 +131,26 @@ impl Server {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
                 let state = Arc::clone(&shared);
+                state.accepted.fetch_add(1, Ordering::SeqCst);
+                state.open_connections.fetch_add(1, Ordering::SeqCst);
                 // A dropped Server leaves the accept loop blocked; tests are short-lived.
-                thread::spawn(move || serve(stream, &state));
+                thread::spawn(move || {
+                    serve(stream, &state);
+                    state.open_connections.fetch_sub(1, Ordering::SeqCst);
+                });
             }
         });
         Server { addr, state }
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.state.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted and not yet closed by the client.
+    pub fn open_connections(&self) -> usize {
+        self.state.open_connections.load(Ordering::SeqCst)
     }
 
     /// `http://127.0.0.1:PORT`.

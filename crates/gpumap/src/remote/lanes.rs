@@ -1,0 +1,296 @@
+//! The lanes a large remote read's requests are shared among: threads of their own, each with a
+//! single-threaded runtime and stores (and so connections) of its own.
+//!
+//! On the library's shared runtime a body is received by whichever worker drives its
+//! connection, then copied into place by the thread that asked for it: every byte crosses
+//! cores cold, and every piece is a wake-up. A lane receives its bodies and copies them where
+//! they belong on one thread, while the bytes are still in that core's cache
+//! (docs/decisions/0025-remote-read-lanes.md).
+//!
+//! A connection belongs to the runtime it was opened on, so a store used by a lane is that
+//! lane's own, made from the file's [`StoreRecipe`](super::client::StoreRecipe) and kept while
+//! its owner lives (at most [`MAX_LANE_STORES`] per lane); a lane's runtime runs only while
+//! the lane works, so when an owner goes every lane is asked to drop its stores and let their
+//! connections close.
+#![forbid(unsafe_code)]
+
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock, Weak};
+
+use object_store::ObjectStore;
+
+use crate::error::{Error, Result};
+
+/// Threads one read's requests are shared among, at most (and no more than the CPUs).
+pub const MAX_LANES: usize = 16;
+
+/// Stores a lane keeps at once: the files read most recently. An older one is dropped, and
+/// its connections closed, when a newer one needs the room.
+pub(crate) const MAX_LANE_STORES: usize = 4;
+
+/// Scheduler rounds a lane gives its runtime after dropping stores, so that the tasks of
+/// their connections see their clients gone and close their sockets.
+const CLOSING_ROUNDS: usize = 4;
+
+/// The owner of the stores lanes make from one recipe: they are kept while it lives, and
+/// dropped (their connections closed) soon after it goes.
+#[derive(Debug, Default)]
+pub(crate) struct StoreOwner {
+    alive: Arc<()>,
+}
+
+impl StoreOwner {
+    fn key(&self) -> Weak<()> {
+        Arc::downgrade(&self.alive)
+    }
+}
+
+impl Drop for StoreOwner {
+    fn drop(&mut self) {
+        // Let go first, so that the lanes find this owner gone however soon they look.
+        drop(std::mem::take(&mut self.alive));
+        if let Some(Ok(pool)) = LANES.get() {
+            pool.spawn_broadcast(|_| {
+                let taken = LANE_STATE.with(|cell| cell.borrow_mut().take());
+                if let Some(mut state) = taken {
+                    state.forget_dead();
+                    LANE_STATE.with(|cell| *cell.borrow_mut() = Some(state));
+                }
+            });
+        }
+    }
+}
+
+/// What one lane thread keeps between reads.
+struct LaneState {
+    runtime: tokio::runtime::Runtime,
+    /// The stores it made, by the owner they were made for; oldest first.
+    stores: Vec<(Weak<()>, Arc<dyn ObjectStore>)>,
+}
+
+impl LaneState {
+    fn new() -> Result<LaneState> {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| {
+                Error::Unavailable { what: "a remote read lane's runtime", reason: e.to_string() }
+            })?;
+        Ok(LaneState { runtime, stores: Vec::new() })
+    }
+
+    /// Drops the stores whose owners are gone, then lets their connections close.
+    fn forget_dead(&mut self) {
+        let before = self.stores.len();
+        self.stores.retain(|(owner, _)| owner.strong_count() > 0);
+        if self.stores.len() < before {
+            self.let_connections_close();
+        }
+    }
+
+    fn let_connections_close(&self) {
+        self.runtime.block_on(async {
+            for _ in 0..CLOSING_ROUNDS {
+                tokio::task::yield_now().await;
+            }
+        });
+    }
+}
+
+thread_local! {
+    /// This thread's lane state, made at its first read (lane threads only).
+    static LANE_STATE: RefCell<Option<LaneState>> = const { RefCell::new(None) };
+}
+
+/// Runs `work` on the calling lane thread's state, made on first use. The state is taken out
+/// for the call, so a nested call (none is made) would find none and make a second.
+fn with_lane_state<T>(work: impl FnOnce(&mut LaneState) -> T) -> Option<T> {
+    let taken = LANE_STATE.with(|cell| cell.borrow_mut().take());
+    let mut state = match taken {
+        Some(state) => state,
+        None => match LaneState::new() {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(error = %e, "a remote read lane could not make its runtime");
+                return None;
+            }
+        },
+    };
+    let out = work(&mut state);
+    LANE_STATE.with(|cell| *cell.borrow_mut() = Some(state));
+    Some(out)
+}
+
+static LANES: OnceLock<std::result::Result<rayon::ThreadPool, String>> = OnceLock::new();
+
+fn lanes() -> Result<&'static rayon::ThreadPool> {
+    let made = LANES.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(MAX_LANES)
+            .thread_name(|i| format!("gpumap-lane-{i}"))
+            .build()
+            .map_err(|e| e.to_string())
+    });
+    made.as_ref().map_err(|reason| Error::Unavailable {
+        what: "the remote read lanes",
+        reason: reason.clone(),
+    })
+}
+
+/// One lane at work: its runtime, and the stores it keeps.
+pub(crate) struct Lane<'a> {
+    state: &'a mut LaneState,
+}
+
+impl Lane<'_> {
+    /// This lane's store for `owner`, made by `make` the first time (and again after it was
+    /// dropped for room).
+    pub(crate) fn store(
+        &mut self,
+        owner: &StoreOwner,
+        make: impl FnOnce() -> Result<Arc<dyn ObjectStore>>,
+    ) -> Result<Arc<dyn ObjectStore>> {
+        self.state.forget_dead();
+        let key = owner.key();
+        if let Some((_, store)) = self.state.stores.iter().find(|(k, _)| k.ptr_eq(&key)) {
+            return Ok(Arc::clone(store));
+        }
+        let store = make()?;
+        if self.state.stores.len() >= MAX_LANE_STORES {
+            self.state.stores.remove(0);
+            self.state.let_connections_close();
+        }
+        self.state.stores.push((key, Arc::clone(&store)));
+        Ok(store)
+    }
+
+    /// Runs `work` to completion on this lane's runtime.
+    pub(crate) fn block_on<T>(&self, work: impl std::future::Future<Output = T>) -> T {
+        self.state.runtime.block_on(work)
+    }
+}
+
+/// Runs `work(part, index, lane)` for every part, each on a lane thread, and returns once
+/// every part is done (so nothing still writes into what the parts borrow): the first error
+/// in part order, else `Ok`. Parts beyond the lanes free at the moment wait their turn.
+pub(crate) fn run<T, F>(parts: Vec<T>, work: F) -> Result<()>
+where
+    T: Send,
+    F: Fn(T, usize, &mut Lane<'_>) -> Result<()> + Sync,
+{
+    let pool = lanes()?;
+    let mut outcomes: Vec<Option<Result<()>>> = parts.iter().map(|_| None).collect();
+    let work = &work;
+    pool.scope(|scope| {
+        for (index, (part, outcome)) in parts.into_iter().zip(outcomes.iter_mut()).enumerate() {
+            scope.spawn(move |_| {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    with_lane_state(|state| work(part, index, &mut Lane { state }))
+                }));
+                *outcome = Some(match ran {
+                    Ok(Some(done)) => done,
+                    Ok(None) => Err(Error::Unavailable {
+                        what: "a remote read lane",
+                        reason: "its runtime could not be made".to_owned(),
+                    }),
+                    Err(_) => Err(Error::TaskPanicked("a remote read lane panicked".into())),
+                });
+            });
+        }
+    });
+    outcomes.into_iter().try_for_each(|outcome| {
+        outcome.unwrap_or_else(|| Err(Error::TaskPanicked("a remote read lane never ran".into())))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+
+    fn memory_store() -> Result<Arc<dyn ObjectStore>> {
+        Ok(Arc::new(InMemory::new()))
+    }
+
+    #[test]
+    fn every_part_runs_once_and_the_first_error_in_part_order_is_returned() {
+        let seen = parking_lot::Mutex::new(Vec::new());
+        run((0..40).collect(), |part: usize, index, _lane| {
+            assert_eq!(part, index);
+            seen.lock().push(part);
+            Ok(())
+        })
+        .unwrap();
+        let mut seen = seen.into_inner();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..40).collect::<Vec<_>>());
+
+        let failed = run((0..8).collect(), |part: usize, _, _| match part {
+            3 => Err(Error::InvalidArgument("three".into())),
+            5 => Err(Error::InvalidArgument("five".into())),
+            _ => Ok(()),
+        });
+        assert!(matches!(failed, Err(Error::InvalidArgument(m)) if m == "three"));
+    }
+
+    #[test]
+    fn a_panicking_part_is_an_error_and_the_others_finish() {
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let outcome = run((0..6).collect(), |part: usize, _, _| {
+            if part == 2 {
+                panic!("lane test panic");
+            }
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        });
+        assert!(matches!(outcome, Err(Error::TaskPanicked(_))));
+        assert_eq!(done.into_inner(), 5);
+        // The lanes still work afterwards.
+        run(vec![()], |(), _, lane| lane.block_on(async { Ok(()) })).unwrap();
+    }
+
+    #[test]
+    fn a_lane_keeps_one_store_per_live_owner_within_its_bound() {
+        let owners: Vec<StoreOwner> =
+            (0..MAX_LANE_STORES + 2).map(|_| StoreOwner::default()).collect();
+        let made = std::sync::atomic::AtomicUsize::new(0);
+        // One part, so one lane thread does every step in order.
+        run(vec![()], |(), _, lane| {
+            let make = || {
+                made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                memory_store()
+            };
+            let first = lane.store(&owners[0], make)?;
+            let again = lane.store(&owners[0], make)?;
+            assert!(Arc::ptr_eq(&first, &again));
+            for owner in &owners[1..] {
+                lane.store(owner, make)?;
+            }
+            assert_eq!(lane.state.stores.len(), MAX_LANE_STORES);
+            // The oldest were dropped for room: asking for the first again makes a new one.
+            let remade = lane.store(&owners[0], make)?;
+            assert!(!Arc::ptr_eq(&first, &remade));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(made.into_inner(), MAX_LANE_STORES + 3);
+    }
+
+    #[test]
+    fn a_dead_owners_store_is_dropped() {
+        let owner = StoreOwner::default();
+        let store = parking_lot::Mutex::new(None);
+        run(vec![()], |(), _, lane| {
+            *store.lock() = Some(Arc::downgrade(&lane.store(&owner, memory_store)?));
+            Ok(())
+        })
+        .unwrap();
+        let weak = store.into_inner().unwrap();
+        assert!(weak.upgrade().is_some(), "the lane keeps the store while its owner lives");
+        drop(owner);
+        // The owner's drop asks every lane to forget it; they do so as soon as they are free.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while weak.upgrade().is_some() {
+            assert!(std::time::Instant::now() < deadline, "the store outlived its owner");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
