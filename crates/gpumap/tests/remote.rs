@@ -132,6 +132,7 @@ on_every_server!(
     reads_outside_the_object_are_refused,
     requests_in_flight_are_bounded_and_parallel,
     lanes_keep_their_connections_between_reads_and_close_them_with_the_file,
+    a_part_that_fails_stops_the_other_lanes,
     small_futures_in_flight_are_not_capped_by_the_io_pool,
     reads_started_at_once_share_the_files_requests_in_flight,
     concurrent_readers_each_get_their_bytes,
@@ -332,6 +333,24 @@ fn lanes_keep_their_connections_between_reads_and_close_them_with_the_file(kind:
         assert!(Instant::now() < deadline, "{kind:?}: {open} connections outlived their file");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+fn a_part_that_fails_stops_the_other_lanes(kind: Kind) {
+    let requests = 64;
+    let target = Target::new(kind, requests * 4096);
+    let mut options = target.options();
+    options.request_size(4096).unwrap().max_in_flight(Some(4)).unwrap();
+    options.retry_status_codes(&[503]).unwrap();
+    let file = target.open(&options).unwrap();
+    target.server.delay_gets(Duration::from_millis(20));
+    target.server.inject([Fault::Status(500)]);
+    let before = target.server.gets();
+    let e = file.read(&mut vec![0u8; requests * 4096], 0).unwrap_err();
+    assert!(matches!(e, Error::Remote { status: Some(500), .. }), "{kind:?}: {e:?}");
+    // Each lane had at most its share of the four requests in flight when the first failed;
+    // without the stop, every other lane would have read its whole part (32 requests or more).
+    let made = target.server.gets() - before;
+    assert!(made <= 16, "{kind:?}: {made} GETs after the first part failed");
 }
 
 /// One `pread_device` future into host memory for each of the first `count` 4 KiB blocks.

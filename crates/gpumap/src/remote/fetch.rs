@@ -7,6 +7,7 @@
 //! requests still in flight.
 #![forbid(unsafe_code)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use futures_util::{StreamExt, TryStreamExt};
@@ -137,11 +138,16 @@ impl<'a> Fetch<'a> {
 }
 
 /// Reads `dst.len()` bytes at `offset` into host memory, up to `in_flight` ranges at once.
+///
+/// `failed` is shared by the parts of one read: a part that fails sets it, and a part that
+/// finds it set starts no more requests and returns `Ok` unfilled, which is sound only
+/// because the part that set it returns its error (so the read as a whole fails).
 pub(crate) async fn read_host(
     fetch: Fetch<'_>,
     dst: &mut [u8],
     offset: u64,
     in_flight: usize,
+    failed: &AtomicBool,
 ) -> Result<()> {
     let size = request_size(fetch.options);
     let chunks = dst.len().div_ceil(size);
@@ -149,8 +155,19 @@ pub(crate) async fn read_host(
     let requests = dst
         .chunks_mut(size)
         .enumerate()
+        .take_while(|_| !failed.load(Ordering::Relaxed))
         .map(|(i, piece)| fetch.range(offset + (i * size) as u64, piece));
-    futures_util::stream::iter(requests).buffer_unordered(in_flight).try_collect::<()>().await
+    let outcome =
+        futures_util::stream::iter(requests).buffer_unordered(in_flight).try_collect::<()>().await;
+    mark_failure(outcome, failed)
+}
+
+/// `outcome`, with `failed` set where it is an error.
+fn mark_failure(outcome: Result<()>, failed: &AtomicBool) -> Result<()> {
+    if outcome.is_err() {
+        failed.store(true, Ordering::Relaxed);
+    }
+    outcome
 }
 
 /// Reads `dst.len` bytes at `offset` into GPU memory, up to `in_flight` ranges at once: each
@@ -158,20 +175,33 @@ pub(crate) async fn read_host(
 /// then goes to the device, one copy in flight while the next body is received. `landings` is
 /// how many bodies the whole read (all its lanes) may hold at once. Host memory held is
 /// bounded by the requests in flight (the caller keeps them within
-/// [`MAX_STAGED_BYTES`](crate::remote::MAX_STAGED_BYTES)).
+/// [`MAX_STAGED_BYTES`](crate::remote::MAX_STAGED_BYTES)). `failed` as for [`read_host`].
 pub(crate) async fn read_cuda(
     fetch: Fetch<'_>,
     dst: RawRegion,
     offset: u64,
     in_flight: usize,
     landings: usize,
+    failed: &AtomicBool,
+) -> Result<()> {
+    let outcome = read_cuda_part(fetch, dst, offset, in_flight, landings, failed).await;
+    mark_failure(outcome, failed)
+}
+
+async fn read_cuda_part(
+    fetch: Fetch<'_>,
+    dst: RawRegion,
+    offset: u64,
+    in_flight: usize,
+    landings: usize,
+    failed: &AtomicBool,
 ) -> Result<()> {
     let size = request_size(fetch.options);
     let chunks = dst.len.div_ceil(size);
     tracing::debug!(url = %fetch.url, offset, len = dst.len, chunks, in_flight, "remote read into GPU memory");
     let mut uploader = Uploader::new(dst, landings)?;
     let pool = uploader.pool();
-    let requests = (0..chunks).map(|i| {
+    let requests = (0..chunks).take_while(|_| !failed.load(Ordering::Relaxed)).map(|i| {
         let pool = Arc::clone(&pool);
         async move {
             let at = i * size;

@@ -2,6 +2,7 @@
 //! memory.
 #![forbid(unsafe_code)]
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crate::config::Config;
@@ -139,10 +140,10 @@ impl RemoteFile {
             // One lane (a read of one request, most often): the calling thread drives it on the
             // shared runtime, with the file's own connections; a hop to a lane thread would
             // cost a small read more than it saves.
-            let fetch = self.fetch();
+            let (fetch, failed) = (self.fetch(), AtomicBool::new(false));
             match dst {
                 DeviceViewMut::Host(bytes) => {
-                    client::block_on(fetch::read_host(fetch, bytes, offset, in_flight))?
+                    client::block_on(fetch::read_host(fetch, bytes, offset, in_flight, &failed))?
                 }
                 DeviceViewMut::Cuda(view) => client::block_on(fetch::read_cuda(
                     fetch,
@@ -150,11 +151,14 @@ impl RemoteFile {
                     offset,
                     in_flight,
                     in_flight + 1,
+                    &failed,
                 ))?,
             }
             return Ok(len);
         }
         let client = &self.inner.client;
+        // Set by the first part that fails: the others start no more requests.
+        let failed = AtomicBool::new(false);
         let parts = dst.chunks_mut(part)?;
         lanes::run(parts, |part_dst, lane_index, lane| {
             let from = offset + (lane_index * part) as u64;
@@ -164,7 +168,7 @@ impl RemoteFile {
             let fetch = Fetch { client: &client, options, url: &self.inner.url };
             match part_dst {
                 DeviceViewMut::Host(bytes) => {
-                    lane.block_on(fetch::read_host(fetch, bytes, from, per_lane))
+                    lane.block_on(fetch::read_host(fetch, bytes, from, per_lane, &failed))
                 }
                 DeviceViewMut::Cuda(view) => lane.block_on(fetch::read_cuda(
                     fetch,
@@ -172,6 +176,7 @@ impl RemoteFile {
                     from,
                     per_lane,
                     in_flight + lanes,
+                    &failed,
                 )),
             }
         })?;
