@@ -184,37 +184,32 @@ pub(crate) async fn read_cuda(
     landings: usize,
     failed: &AtomicBool,
 ) -> Result<()> {
-    let outcome = read_cuda_part(fetch, dst, offset, in_flight, landings, failed).await;
-    mark_failure(outcome, failed)
-}
-
-async fn read_cuda_part(
-    fetch: Fetch<'_>,
-    dst: RawRegion,
-    offset: u64,
-    in_flight: usize,
-    landings: usize,
-    failed: &AtomicBool,
-) -> Result<()> {
-    let size = request_size(fetch.options);
-    let chunks = dst.len.div_ceil(size);
-    tracing::debug!(url = %fetch.url, offset, len = dst.len, chunks, in_flight, "remote read into GPU memory");
-    let mut uploader = Uploader::new(dst, landings)?;
-    let pool = uploader.pool();
-    let requests = (0..chunks).take_while(|_| !failed.load(Ordering::Relaxed)).map(|i| {
-        let pool = Arc::clone(&pool);
-        async move {
-            let at = i * size;
-            let mut body = upload::landing(&pool, size.min(dst.len - at))?;
-            fetch.range(offset + at as u64, body.bytes_mut()).await.map(|()| (at, body))
+    let outcome: Result<()> = async {
+        let size = request_size(fetch.options);
+        let chunks = dst.len.div_ceil(size);
+        tracing::debug!(
+            url = %fetch.url, offset, len = dst.len, chunks, in_flight,
+            "remote read into GPU memory"
+        );
+        let mut uploader = Uploader::new(dst, landings)?;
+        let pool = uploader.pool();
+        let requests = (0..chunks).take_while(|_| !failed.load(Ordering::Relaxed)).map(|i| {
+            let pool = Arc::clone(&pool);
+            async move {
+                let at = i * size;
+                let mut body = upload::landing(&pool, size.min(dst.len - at))?;
+                fetch.range(offset + at as u64, body.bytes_mut()).await.map(|()| (at, body))
+            }
+        });
+        let mut done = futures_util::stream::iter(requests).buffer_unordered(in_flight);
+        while let Some(landed) = done.next().await {
+            let (at, body) = landed?;
+            uploader.upload(body, at)?;
         }
-    });
-    let mut done = futures_util::stream::iter(requests).buffer_unordered(in_flight);
-    while let Some(landed) = done.next().await {
-        let (at, body) = landed?;
-        uploader.upload(body, at)?;
+        uploader.finish()
     }
-    uploader.finish()
+    .await;
+    mark_failure(outcome, failed)
 }
 
 /// Reads `dst.len` bytes (one request at most) at `offset` into GPU memory from a task of the
