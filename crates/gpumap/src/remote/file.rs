@@ -136,49 +136,25 @@ impl RemoteFile {
         let part = chunks.div_ceil(lanes) * size;
         // The requests in flight shared out exactly, so that together they stay within the bound.
         let per_lane = |lane: usize| in_flight / lanes + usize::from(lane < in_flight % lanes);
+        let landings = in_flight + lanes;
+        // Set by the first part that fails: the others start no more requests.
+        let failed = AtomicBool::new(false);
         if lanes == 1 {
             // One lane (a read of one request, most often): the calling thread drives it on the
             // shared runtime, with the file's own connections; a hop to a lane thread would
             // cost a small read more than it saves.
-            let (fetch, failed) = (self.fetch(), AtomicBool::new(false));
-            match dst {
-                DeviceViewMut::Host(bytes) => {
-                    client::block_on(fetch::read_host(fetch, bytes, offset, in_flight, &failed))?
-                }
-                DeviceViewMut::Cuda(view) => client::block_on(fetch::read_cuda(
-                    fetch,
-                    view.raw,
-                    offset,
-                    in_flight,
-                    in_flight + 1,
-                    &failed,
-                ))?,
-            }
+            let read = read_part(self.fetch(), dst, offset, in_flight, landings, &failed);
+            client::block_on(read)?;
             return Ok(len);
         }
         let client = &self.inner.client;
-        // Set by the first part that fails: the others start no more requests.
-        let failed = AtomicBool::new(false);
         let parts = dst.chunks_mut(part)?;
         lanes::run(parts, |part_dst, lane_index, lane| {
             let from = offset + (lane_index * part) as u64;
-            let per_lane = per_lane(lane_index);
             let store = lane.store(&client.recipe.owner, || client.recipe.store())?;
             let client = client.with_store(store);
             let fetch = Fetch { client: &client, options, url: &self.inner.url };
-            match part_dst {
-                DeviceViewMut::Host(bytes) => {
-                    lane.block_on(fetch::read_host(fetch, bytes, from, per_lane, &failed))
-                }
-                DeviceViewMut::Cuda(view) => lane.block_on(fetch::read_cuda(
-                    fetch,
-                    view.raw,
-                    from,
-                    per_lane,
-                    in_flight + lanes,
-                    &failed,
-                )),
-            }
+            lane.block_on(read_part(fetch, part_dst, from, per_lane(lane_index), landings, &failed))
         })?;
         Ok(len)
     }
@@ -265,5 +241,26 @@ impl RemoteFile {
 
     fn fetch(&self) -> Fetch<'_> {
         Fetch { client: &self.inner.client, options: &self.inner.options, url: &self.inner.url }
+    }
+}
+
+/// One part of a read, `in_flight` requests at once, into host or GPU memory (`landings`: the
+/// bodies the whole read may hold; `failed`: shared by the read's parts, see
+/// [`fetch::read_host`]).
+async fn read_part(
+    fetch: Fetch<'_>,
+    dst: DeviceViewMut<'_>,
+    offset: u64,
+    in_flight: usize,
+    landings: usize,
+    failed: &AtomicBool,
+) -> Result<()> {
+    match dst {
+        DeviceViewMut::Host(bytes) => {
+            fetch::read_host(fetch, bytes, offset, in_flight, failed).await
+        }
+        DeviceViewMut::Cuda(view) => {
+            fetch::read_cuda(fetch, view.raw, offset, in_flight, landings, failed).await
+        }
     }
 }
