@@ -17,7 +17,7 @@ use crate::error::{Error, RemoteErrorKind, Result};
 use crate::remote::aws_profile::Profile;
 use crate::remote::failure::{self, Failure};
 use crate::remote::lanes::StoreOwner;
-use crate::remote::options::{RemoteOptions, AUTO_IN_FLIGHT};
+use crate::remote::options::RemoteOptions;
 use crate::remote::url::RemoteUrl;
 use crate::remote::webhdfs::WebHdfs;
 
@@ -79,10 +79,10 @@ impl StoreRecipe {
     }
 }
 
-/// The permits of a client opened with `options`: its `max_in_flight`, else
-/// [`AUTO_IN_FLIGHT`].
+/// The permits of a client opened with `options`
+/// ([`requests_in_flight`](RemoteOptions::requests_in_flight)).
 pub(crate) fn request_permits(options: &RemoteOptions) -> Arc<Semaphore> {
-    Arc::new(Semaphore::new(options.max_in_flight.unwrap_or(AUTO_IN_FLIGHT)))
+    Arc::new(Semaphore::new(options.requests_in_flight()))
 }
 
 impl Client {

@@ -218,7 +218,7 @@ pub(crate) async fn read_cuda(
 /// one request takes microseconds, less than a hop to another thread would).
 pub(crate) async fn read_cuda_one(fetch: Fetch<'_>, dst: RawRegion, offset: u64) -> Result<()> {
     let permit = fetch.permit().await?;
-    let landings = fetch.options.max_in_flight.unwrap_or(crate::remote::AUTO_IN_FLIGHT);
+    let landings = fetch.options.requests_in_flight();
     let pool = upload::landing_pool(dst.ordinal, landings)?;
     let mut body = upload::landing(&pool, dst.len)?;
     fetch.range_holding_permit(offset, body.bytes_mut()).await?;

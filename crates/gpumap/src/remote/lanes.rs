@@ -102,21 +102,15 @@ thread_local! {
 
 /// Runs `work` on the calling lane thread's state, made on first use. The state is taken out
 /// for the call, so a nested call (none is made) would find none and make a second.
-fn with_lane_state<T>(work: impl FnOnce(&mut LaneState) -> T) -> Option<T> {
+fn with_lane_state<T>(work: impl FnOnce(&mut LaneState) -> T) -> Result<T> {
     let taken = LANE_STATE.with(|cell| cell.borrow_mut().take());
     let mut state = match taken {
         Some(state) => state,
-        None => match LaneState::new() {
-            Ok(state) => state,
-            Err(e) => {
-                tracing::warn!(error = %e, "a remote read lane could not make its runtime");
-                return None;
-            }
-        },
+        None => LaneState::new()?,
     };
     let out = work(&mut state);
     LANE_STATE.with(|cell| *cell.borrow_mut() = Some(state));
-    Some(out)
+    Ok(out)
 }
 
 static LANES: OnceLock<std::result::Result<rayon::ThreadPool, String>> = OnceLock::new();
@@ -186,11 +180,7 @@ where
                     with_lane_state(|state| work(part, index, &mut Lane { state }))
                 }));
                 *outcome = Some(match ran {
-                    Ok(Some(done)) => done,
-                    Ok(None) => Err(Error::Unavailable {
-                        what: "a remote read lane",
-                        reason: "its runtime could not be made".to_owned(),
-                    }),
+                    Ok(done) => done.and_then(|worked| worked),
                     Err(_) => Err(Error::TaskPanicked("a remote read lane panicked".into())),
                 });
             });

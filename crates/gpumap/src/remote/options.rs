@@ -229,9 +229,15 @@ impl RemoteOptions {
         self.part_size
     }
 
+    /// Requests a file keeps in flight at most, all its reads together: `max_in_flight`, else
+    /// [`AUTO_IN_FLIGHT`].
+    pub(crate) fn requests_in_flight(&self) -> usize {
+        self.max_in_flight.unwrap_or(AUTO_IN_FLIGHT)
+    }
+
     /// Requests in flight for a read of `chunks` requests.
     pub(crate) fn in_flight_for(&self, chunks: usize) -> usize {
-        self.max_in_flight.unwrap_or(AUTO_IN_FLIGHT).min(chunks).max(1)
+        self.requests_in_flight().min(chunks).max(1)
     }
 
     /// Requests in flight for a read of `chunks` requests into GPU memory: as
