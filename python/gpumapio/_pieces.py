@@ -69,7 +69,8 @@ def tensor_slice(shape: Sequence[int], itemsize: int, dim: int, rank: int, world
     length = shape[dim] // world_size * math.prod(shape[dim + 1 :]) * itemsize
     if length == 0 or outer == 0:
         return []
-    return coalesce([Run(rank * length, length, 0, outer, length * world_size)])
+    # One piece: coalescing it is putting it in its canonical form.
+    return [_normal(Run(rank * length, length, 0, outer, length * world_size))]
 
 
 def _normal(piece: Run) -> Run:

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from typing import Mapping, Union
+import functools
+import re
+from typing import Callable, Mapping, Union
 
 __all__ = ["TensorParallel"]
 
@@ -52,7 +54,16 @@ class TensorParallel:
 
     def split_dim(self, name: str) -> int | None:
         """The dimension tensor ``name`` is split along, or ``None`` (loaded whole)."""
-        for pattern, dim in self.rules.items():
-            if fnmatch.fnmatchcase(name, pattern):
-                return _NAMED[dim] if isinstance(dim, str) else dim
+        for match, dim in self._matchers:
+            if match(name):
+                return dim
         return None
+
+    @functools.cached_property
+    def _matchers(self) -> tuple[tuple[Callable[[str], object], int], ...]:
+        # Compiled once: a checkpoint has thousands of names, and fnmatch's own call per
+        # pattern and name cost more than the match itself.
+        return tuple(
+            (re.compile(fnmatch.translate(pattern)).match, _NAMED[dim] if isinstance(dim, str) else dim)
+            for pattern, dim in self.rules.items()
+        )

@@ -192,6 +192,39 @@ def test_tensor_parallel_column_split_is_strided_and_coalesced(sharded, monkeypa
     assert (size, count, stride) == (192, 64, 384)
 
 
+def _wide_checkpoint(tmp_path, rng):
+    """Tensors whose column slices are more than a MiB of short rows: read in groups of runs,
+    not a read per row; the last tensor's slices end the shard (the file's last bytes)."""
+    tensors = {
+        "a.weight": rng.standard_normal((1024, 2048)).astype("<f4"),  # 2 KiB runs, 2 MiB a rank
+        "b.weight": rng.standard_normal((3000, 1000)).astype("<f2"),  # 500-byte runs, 1.5 MB
+        "c.weight": rng.standard_normal((1500, 1400)).astype("<f4"),  # 1400-byte runs
+    }
+    path = str(tmp_path / "wide.safetensors")
+    st_numpy.save_file(tensors, path)
+    return path, tensors
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_tensor_parallel_large_column_splits(tmp_path, rng, world):
+    path, tensors = _wide_checkpoint(tmp_path, rng)
+    rules = {"*": 1}
+    parts = [load_checkpoint(path, "cpu", framework="numpy", tp=TensorParallel(r, world, rules)) for r in range(world)]
+    for name, want in tensors.items():
+        _same(np.concatenate([p[name] for p in parts], axis=1), want)
+
+
+def test_gpu_tensor_parallel_large_column_splits(tmp_path, rng):
+    torch = need_gpu("torch")
+    path, tensors = _wide_checkpoint(tmp_path, rng)
+    for r in range(4):
+        got = load_checkpoint(path, "cuda", tp=TensorParallel(r, 4, {"*": 1}))
+        for name, want in tensors.items():
+            cols = want.shape[1] // 4
+            assert got[name].is_cuda
+            assert torch.equal(got[name].cpu(), torch.from_numpy(np.ascontiguousarray(want[:, r * cols : (r + 1) * cols]))), name
+
+
 class _Ranks:
     """``world`` ranks in threads of one process: what they send meets at a barrier."""
 

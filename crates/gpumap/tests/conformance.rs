@@ -830,7 +830,9 @@ fn cudarc_slices_are_device_memory_too() {
 
 /// The pieces a checkpoint load makes, from three files in one call: a whole file, a slice at
 /// an odd offset, a range cut by the end of its file, an empty one, a strided column of a
-/// table, and a strided piece whose last runs pass the end of its file.
+/// table, and a strided piece whose last runs pass the end of its file; then strided pieces of
+/// more than [`SMALL_READ`](gpumap::io::SMALL_READ) bytes (read in groups of runs), one of them
+/// passing the end of its file too.
 fn many_files_read_in_one_pipeline(backend: &Backend) {
     let dir = test_dir();
     let sizes = [(9 << 20) + 123, 3 << 20, 70_000];
@@ -857,8 +859,24 @@ fn many_files_read_in_one_pipeline(backend: &Backend) {
             count: 4,
             stride: 1200,
         },
+        FilePiece {
+            file: 0,
+            offset: 77,
+            dst_offset: 16 << 20,
+            len: 100_000,
+            count: 12,
+            stride: 300_001,
+        },
+        FilePiece {
+            file: 1,
+            offset: 5,
+            dst_offset: 20 << 20,
+            len: 150_000,
+            count: 22,
+            stride: 150_007,
+        },
     ];
-    let buf = backend.buffer(16 << 20, 0xEE).unwrap();
+    let buf = backend.buffer(24 << 20, 0xEE).unwrap();
     let (buf, counts) = pread_files(files, buf, pieces.clone()).wait().unwrap();
     let mut host = vec![0u8; buf.len()];
     buf.copy_to_host(0, &mut host).unwrap();
@@ -882,6 +900,11 @@ fn many_files_read_in_one_pipeline(backend: &Backend) {
         }
         assert_eq!(n, want, "{}: {p:?}", backend.name());
     }
-    // The strided piece past the end: two whole runs and 100 bytes of the third.
+    // The strided pieces past the end: two whole runs and 100 bytes of the third; and of the
+    // large one, its runs up to the one the file's end cuts.
     assert_eq!(counts[5], 2100, "{}", backend.name());
+    let cut = (sizes[1] - 5) / 150_007;
+    let last = (sizes[1] - 5 - cut * 150_007).min(150_000);
+    assert_eq!(counts[7], cut * 150_000 + last, "{}", backend.name());
+    assert!(counts[7] < 22 * 150_000, "{}", backend.name());
 }

@@ -5,7 +5,10 @@
 //!
 //! Large reads into GPU memory go through the pipelined bounce path (or cuFile) in tasks sized
 //! for the whole load; reads no larger than [`SMALL_READ`] are packed in batches per file (see
-//! `batch`); reads into host memory are read straight to their place.
+//! `batch`); reads into host memory are read straight to their place. A strided piece of more
+//! than [`SMALL_READ`] bytes in small runs (a tensor's column slice) is cut into groups of whole
+//! runs, a batch each, on the pool's threads: made a read per run before the pipeline starts,
+//! its hundred thousand runs would be set up one by one while the threads wait.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -97,6 +100,30 @@ enum Work<'r> {
     Host { state: &'r HandleState, buf: &'r mut [u8], file_offset: u64, plan: ReadPlan },
     /// The small reads of one file into GPU memory, as one batch; counts land in `counts`.
     Batch { state: &'r HandleState, reads: Vec<(RawRegion, u64)>, counts: &'r mut Vec<usize> },
+    /// Whole runs of a strided read into GPU memory, read as one batch: packed in one pinned
+    /// buffer, and up in one copy (they land back to back). `dst.len` is a multiple of `run`.
+    CudaRuns { state: &'r HandleState, dst: RawRegion, file_offset: u64, run: usize, stride: u64 },
+    /// Whole runs of a strided read into host memory, each read to its place in turn.
+    HostRuns {
+        state: &'r HandleState,
+        buf: &'r mut [u8],
+        file_offset: u64,
+        run: usize,
+        stride: u64,
+    },
+}
+
+/// A strided read kept whole on its way into the pipeline: `dst.len() / run` runs of `run`
+/// bytes of `file`, the `k`-th at `offset + k * stride`, landing back to back in `dst`. The
+/// pipeline cuts it into groups of whole runs, so that what is done once per run (making its
+/// destination, finding its place) is done on the pool's threads in parallel, not by the
+/// caller for every run before the first read starts.
+struct RunsRead<'a> {
+    file: &'a FileHandle,
+    offset: u64,
+    run: usize,
+    stride: u64,
+    dst: DeviceViewMut<'a>,
 }
 
 /// Reads every one of `reads` — each from its own file, all into one device or all into host
@@ -106,20 +133,41 @@ enum Work<'r> {
 /// Destinations may not overlap (they are mutable views, so they cannot). The first error in
 /// task order wins; reads already done keep their bytes.
 pub fn read_files<'a>(reads: &mut [FileRead<'a>]) -> Result<Vec<usize>> {
+    read_pipeline(reads, Vec::new()).map(|(counts, _)| counts)
+}
+
+/// [`read_files`] of `reads` and of the strided reads `runs`, all in one pipeline; the counts
+/// of each, in order (a strided read's: its runs' bytes up to and including the first that
+/// came up short).
+fn read_pipeline<'a>(
+    reads: &mut [FileRead<'a>],
+    runs: Vec<RunsRead<'a>>,
+) -> Result<(Vec<usize>, Vec<usize>)> {
     let _range = crate::profiling::Range::new(c"gpumap::read_files");
-    let Some(first) = reads.first() else { return Ok(Vec::new()) };
-    let pool = Arc::clone(&first.file.state().pool);
-    let device = first.dst.device_ordinal();
+    let (file, device) = match (reads.first(), runs.first()) {
+        (Some(r), _) => (r.file, r.dst.device_ordinal()),
+        (None, Some(r)) => (r.file, r.dst.device_ordinal()),
+        (None, None) => return Ok((Vec::new(), Vec::new())),
+    };
+    let pool = Arc::clone(&file.state().pool);
+    let same_device = |ordinal: Option<usize>| {
+        if ordinal == device {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "read_files reads into one device; it mixes {} and {}",
+            describe(device),
+            describe(ordinal)
+        )))
+    };
     for r in reads.iter() {
         r.file.state().check_read()?;
         checked_end(r.offset, r.dst.len() as u64)?;
-        if r.dst.device_ordinal() != device {
-            return Err(Error::InvalidArgument(format!(
-                "read_files reads into one device; it mixes {} and {}",
-                describe(device),
-                describe(r.dst.device_ordinal())
-            )));
-        }
+        same_device(r.dst.device_ordinal())?;
+    }
+    for r in &runs {
+        r.file.state().check_read()?;
+        same_device(r.dst.device_ordinal())?;
     }
     let batches = small_reads_by_file(reads);
     let mut batch_counts: Vec<Vec<usize>> = vec![Vec::new(); batches.len()];
@@ -176,6 +224,45 @@ pub fn read_files<'a>(reads: &mut [FileRead<'a>]) -> Result<Vec<usize>> {
             }
         }
     }
+    // Strided reads in groups of whole runs: a bounce buffer's worth into GPU memory (one
+    // batch group), a task's worth into host memory.
+    let mut groups_of: Vec<Vec<Task>> = Vec::with_capacity(runs.len());
+    for r in runs {
+        let state = r.file.state();
+        let group_bytes = match r.dst {
+            DeviceViewMut::Cuda(_) => state.settings.bounce_buffer_size,
+            DeviceViewMut::Host(_) => state.settings.task_size,
+        };
+        let group_len = (group_bytes as usize / r.run).max(1) * r.run;
+        let total = r.dst.len();
+        let mut tasks = Vec::with_capacity(total.div_ceil(group_len));
+        for (g, group) in r.dst.chunks_mut(group_len)?.into_iter().enumerate() {
+            let first_run = (g * group_len / r.run) as u64;
+            let file_offset = first_run
+                .checked_mul(r.stride)
+                .and_then(|d| d.checked_add(r.offset))
+                .ok_or(Error::Overflow { offset: r.offset, len: total as u64 })?;
+            let len = group.len();
+            tasks.push(Task {
+                offset: file_offset,
+                len: len as u64,
+                buf_offset: (g * group_len) as u64,
+            });
+            items.push(match group {
+                DeviceViewMut::Cuda(view) => Work::CudaRuns {
+                    state,
+                    dst: view.raw,
+                    file_offset,
+                    run: r.run,
+                    stride: r.stride,
+                },
+                DeviceViewMut::Host(buf) => {
+                    Work::HostRuns { state, buf, file_offset, run: r.run, stride: r.stride }
+                }
+            });
+        }
+        groups_of.push(tasks);
+    }
     let results = pool.run_each(items, run)?;
     let mut counts = vec![0usize; reads.len()];
     for ((_, list), got) in batches.iter().zip(&batch_counts) {
@@ -190,7 +277,12 @@ pub fn read_files<'a>(reads: &mut [FileRead<'a>]) -> Result<Vec<usize>> {
             at += tasks.len();
         }
     }
-    Ok(counts)
+    let mut runs_counts = Vec::with_capacity(groups_of.len());
+    for tasks in &groups_of {
+        runs_counts.push(delivered_prefix(tasks, &results[at..at + tasks.len()]));
+        at += tasks.len();
+    }
+    Ok((counts, runs_counts))
 }
 
 /// A read of [`read_files`] small enough for a batch: its index, destination and file offset.
@@ -232,7 +324,45 @@ fn run(work: Work<'_>) -> Result<usize> {
             *counts = batch::read_cuda_batch(state, &reads)?;
             Ok(counts.iter().sum())
         }
+        Work::CudaRuns { state, dst, file_offset, run, stride } => {
+            // In range: the pipeline checked the offset of the group's first run, and the
+            // caller that of the read's last.
+            let reads: Vec<(RawRegion, u64)> = (0..dst.len / run)
+                .map(|k| {
+                    let at = RawRegion { ptr: dst.ptr + (k * run) as u64, len: run, ..dst };
+                    (at, file_offset + k as u64 * stride)
+                })
+                .collect();
+            let counts = batch::read_cuda_batch(state, &reads)?;
+            Ok(runs_prefix(&counts, run))
+        }
+        Work::HostRuns { state, buf, file_offset, run, stride } => {
+            let mut counts = Vec::with_capacity(buf.len() / run);
+            for (k, piece) in buf.chunks_mut(run).enumerate() {
+                let offset = file_offset + k as u64 * stride;
+                let plan = direct::read_plan(state, offset, run as u64);
+                let got = host_io::read_piece(state, piece, offset, plan)?;
+                counts.push(got);
+                if got < run {
+                    break;
+                }
+            }
+            Ok(runs_prefix(&counts, run))
+        }
     }
+}
+
+/// The bytes of runs of `run` bytes up to and including the first that came up short (the
+/// file ended there): what a strided read delivered from its start.
+fn runs_prefix(counts: &[usize], run: usize) -> usize {
+    let mut delivered = 0;
+    for &got in counts {
+        delivered += got;
+        if got < run {
+            break;
+        }
+    }
+    delivered
 }
 
 /// Starts [`read_files`] into the owned `dst` on the pool of `files[0]`: each piece's runs of
@@ -267,11 +397,28 @@ pub fn pread_files<B: OwnedDeviceMemory>(
         let ranges =
             pieces.iter().map(|p| Ok((p.dst_offset, p.total()?))).collect::<Result<Vec<_>>>()?;
         let views = dst.device_view_mut().carve(&ranges)?;
-        // Every run of every piece as one read, and which piece it belongs to.
+        // A strided piece of many small runs goes whole to the pipeline, which reads it in
+        // groups of runs; any other as one read per run, with which piece it belongs to.
         let mut reads: Vec<FileRead<'_>> = Vec::with_capacity(pieces.len());
         let mut owner: Vec<usize> = Vec::with_capacity(pieces.len());
+        let mut strided: Vec<RunsRead<'_>> = Vec::new();
+        let mut strided_owner: Vec<usize> = Vec::new();
         for (i, (view, p)) in views.into_iter().zip(&pieces).enumerate() {
             if p.len == 0 || p.count == 0 {
+                continue;
+            }
+            if p.count > 1 && p.len <= SMALL_READ && view.len() > SMALL_READ {
+                let last = p.run_offset(p.count - 1)?;
+                checked_end(last, p.len as u64)?;
+                let file = &files[p.file];
+                strided.push(RunsRead {
+                    file,
+                    offset: p.offset,
+                    run: p.len,
+                    stride: p.stride,
+                    dst: view,
+                });
+                strided_owner.push(i);
                 continue;
             }
             let runs = if p.count == 1 { vec![view] } else { view.chunks_mut(p.len)? };
@@ -280,7 +427,7 @@ pub fn pread_files<B: OwnedDeviceMemory>(
                 owner.push(i);
             }
         }
-        let counts = read_files(&mut reads)?;
+        let (counts, strided_counts) = read_pipeline(&mut reads, strided)?;
         drop(reads);
         // A piece's count: the bytes of its runs up to and including the first that came up
         // short (the file ended there).
@@ -291,6 +438,9 @@ pub fn pread_files<B: OwnedDeviceMemory>(
                 totals[i] += n;
                 short[i] = n < pieces[i].len;
             }
+        }
+        for (&i, n) in strided_owner.iter().zip(strided_counts) {
+            totals[i] = n;
         }
         Ok((dst, totals))
     })
