@@ -348,6 +348,12 @@ fn batched_reads_match_the_file(memory: Device) {
         let fh = o.open(&path, "r").unwrap();
         eprintln!("batch reads into {device:?}, compat {mode}: {}", fh.compat_decision().reason);
         check_batch(&device, &fh, &data);
+        // Batches from several threads at once (cuFile's batch API stalled on them).
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| check_batch(&device, &fh, &data));
+            }
+        });
     }
 }
 

@@ -21,6 +21,12 @@ const DEFAULT_MAX_BATCH: usize = 128;
 /// How long one batch may make no progress before it is cancelled and reported.
 const BATCH_STALL_LIMIT: Duration = Duration::from_secs(300);
 
+/// Held across one [`read_batch`]: one batch of the process in flight at a time. cuFile in its
+/// own compatibility mode (no nvidia-fs) made no progress at all once two threads each had a
+/// batch in flight (decision 0027), and its documentation promises nothing about batches from
+/// several threads. Only cuFile's own calls run under it.
+static ONE_BATCH_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 /// A batch id (`cuFileBatchIOSetUp`), destroyed on drop.
 struct Batch {
     handle: BatchHandle,
@@ -53,6 +59,7 @@ pub(crate) fn read_batch(
         .filter(|&m| m > 0)
         .unwrap_or(DEFAULT_MAX_BATCH);
     let mut results: Vec<Result<usize>> = Vec::with_capacity(entries.len());
+    let _one_batch = ONE_BATCH_AT_A_TIME.lock();
     for chunk in entries.chunks(max) {
         let mut params = Vec::with_capacity(chunk.len());
         for (i, e) in chunk.iter().enumerate() {
