@@ -22,7 +22,7 @@ use crate::io::direct::{self, ReadPlan};
 use crate::io::file_handle::FileHandle;
 use crate::io::handle_state::HandleState;
 use crate::io::host_io;
-use crate::io::pool::{delivered_prefix, IoFuture};
+use crate::io::pool::{delivered_prefix, prefix_of, IoFuture};
 use crate::memory::cuda::RawRegion;
 use crate::memory::{DeviceViewMut, OwnedDeviceMemory};
 
@@ -335,7 +335,7 @@ fn run(work: Work<'_>) -> Result<usize> {
                 })
                 .collect();
             let counts = batch::read_cuda_batch(state, &reads)?;
-            Ok(runs_prefix(&counts, run))
+            Ok(prefix_of(counts.iter().map(|&got| (run as u64, got))))
         }
         Work::HostRuns { state, buf, file_offset, run, stride } => {
             let mut counts = Vec::with_capacity(buf.len() / run);
@@ -348,22 +348,9 @@ fn run(work: Work<'_>) -> Result<usize> {
                     break;
                 }
             }
-            Ok(runs_prefix(&counts, run))
+            Ok(prefix_of(counts.iter().map(|&got| (run as u64, got))))
         }
     }
-}
-
-/// The bytes of runs of `run` bytes up to and including the first that came up short (the
-/// file ended there): what a strided read delivered from its start.
-fn runs_prefix(counts: &[usize], run: usize) -> usize {
-    let mut delivered = 0;
-    for &got in counts {
-        delivered += got;
-        if got < run {
-            break;
-        }
-    }
-    delivered
 }
 
 /// Starts [`read_files`] into the owned `dst` on the pool of `files[0]`: each piece's runs of

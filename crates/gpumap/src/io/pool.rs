@@ -221,10 +221,16 @@ impl IoPool {
 /// short while a task after it, which ran first, read its whole range: the bytes in between
 /// were never read. Summing the counts would report them as read; the prefix does not.
 pub(crate) fn delivered_prefix(tasks: &[Task], counts: &[usize]) -> usize {
+    prefix_of(tasks.iter().map(|t| t.len).zip(counts.iter().copied()))
+}
+
+/// The same of reads given in order as `(bytes asked, bytes read)`: the counts up to and
+/// including the first short one.
+pub(crate) fn prefix_of(reads: impl IntoIterator<Item = (u64, usize)>) -> usize {
     let mut delivered = 0;
-    for (task, &count) in tasks.iter().zip(counts) {
+    for (asked, count) in reads {
         delivered += count;
-        if (count as u64) < task.len {
+        if (count as u64) < asked {
             break;
         }
     }
