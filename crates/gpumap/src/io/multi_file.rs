@@ -386,9 +386,9 @@ pub fn pread_files<B: OwnedDeviceMemory>(
             pieces.iter().map(|p| Ok((p.dst_offset, p.total()?))).collect::<Result<Vec<_>>>()?;
         let views = dst.device_view_mut().carve(&ranges)?;
         // A strided piece of many small runs goes whole to the pipeline, which reads it in
-        // groups of runs; any other as one read per run, with which piece it belongs to.
+        // groups of runs; any other as one read per run, noted as (piece, runs).
         let mut reads: Vec<FileRead<'_>> = Vec::with_capacity(pieces.len());
-        let mut owner: Vec<usize> = Vec::with_capacity(pieces.len());
+        let mut expanded: Vec<(usize, usize)> = Vec::with_capacity(pieces.len());
         let mut strided: Vec<RunsRead<'_>> = Vec::new();
         let mut strided_owner: Vec<usize> = Vec::new();
         for (i, (view, p)) in views.into_iter().zip(&pieces).enumerate() {
@@ -410,9 +410,9 @@ pub fn pread_files<B: OwnedDeviceMemory>(
                 continue;
             }
             let runs = if p.count == 1 { vec![view] } else { view.chunks_mut(p.len)? };
+            expanded.push((i, runs.len()));
             for (k, run) in runs.into_iter().enumerate() {
                 reads.push(FileRead { file: &files[p.file], offset: p.run_offset(k)?, dst: run });
-                owner.push(i);
             }
         }
         let (counts, strided_counts) = read_pipeline(&mut reads, strided)?;
@@ -420,12 +420,11 @@ pub fn pread_files<B: OwnedDeviceMemory>(
         // A piece's count: the bytes of its runs up to and including the first that came up
         // short (the file ended there).
         let mut totals = vec![0usize; pieces.len()];
-        let mut short = vec![false; pieces.len()];
-        for (&i, n) in owner.iter().zip(counts) {
-            if !short[i] {
-                totals[i] += n;
-                short[i] = n < pieces[i].len;
-            }
+        let mut at = 0;
+        for &(i, runs) in &expanded {
+            let asked = pieces[i].len as u64;
+            totals[i] = prefix_of(counts[at..at + runs].iter().map(|&n| (asked, n)));
+            at += runs;
         }
         for (&i, n) in strided_owner.iter().zip(strided_counts) {
             totals[i] = n;
