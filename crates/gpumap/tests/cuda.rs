@@ -245,6 +245,27 @@ fn gpu_pinned_buffer_is_page_aligned() {
             held.push(b);
         }
     }
+    // Sixteen threads pinning, writing and releasing at once (a pool's workers on a process's
+    // first transfer): every buffer is its own, zeroed, and keeps what its thread wrote.
+    std::thread::scope(|scope| {
+        for t in 0..16u8 {
+            let dev = &dev;
+            scope.spawn(move || {
+                for round in 0..3u8 {
+                    let mut pair: Vec<PinnedBuffer> = (0..2)
+                        .map(|_| PinnedBuffer::new(dev, (4 << 20) + 4097).expect("pinned"))
+                        .collect();
+                    for (k, b) in pair.iter_mut().enumerate() {
+                        assert!(b.as_slice().iter().all(|&x| x == 0), "a new buffer is zeroed");
+                        b.as_mut_slice().fill(t ^ round ^ k as u8);
+                    }
+                    for (k, b) in pair.iter().enumerate() {
+                        assert!(b.as_slice().iter().all(|&x| x == t ^ round ^ k as u8));
+                    }
+                }
+            });
+        }
+    });
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! A bounded pool of page-aligned pinned bounce buffers, one pool per device.
 //!
-//! Pinning memory (`cuMemHostAlloc`) costs far more than moving the same bytes over PCIe
+//! Pinning memory costs far more than moving the same bytes over PCIe
 //! (docs/decisions/0005-bounce-buffers-4mib.md), so buffers are allocated lazily, once, and
 //! recycled: a [`BounceBuffer`] goes back to its pool when dropped. The pool never holds more
 //! than `max_buffers` (threads × 2 by default: one being filled and one being copied per

@@ -7,8 +7,10 @@ use super::device::CudaDevice;
 use crate::error::Result;
 use crate::sys::cuda as sys;
 
-/// Page-aligned, page-locked host memory (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_PORTABLE`, so
-/// every context can DMA from it), zero-initialised, owned, freed on drop.
+/// Page-aligned, page-locked host memory that every context can DMA from, zero-initialised,
+/// owned, released on drop: anonymous memory on transparent huge pages registered with the
+/// driver (`cuMemHostRegister`) where the kernel offers such pages, else `cuMemHostAlloc`'s
+/// (docs/decisions/0029-pinned-huge-pages.md).
 pub struct PinnedBuffer {
     pub(crate) host: sys::PinnedHost,
 }
@@ -27,6 +29,7 @@ impl PinnedBuffer {
     /// thread because the driver allocates in the current context. Costs milliseconds for
     /// megabytes: allocate once and reuse, as the bounce pool (`memory::bounce`) does.
     #[doc(alias = "cuMemHostAlloc")]
+    #[doc(alias = "cuMemHostRegister")]
     pub fn new(device: &CudaDevice, len: usize) -> Result<Self> {
         device.bind_to_thread()?;
         Ok(Self { host: sys::PinnedHost::new(len)? })
