@@ -265,7 +265,24 @@ mod tests {
     }
 
     #[test]
-    fn a_dead_owners_store_is_dropped() {
+    fn a_store_is_kept_while_its_owner_lives_and_dropped_after() {
+        // A lane state of the test's own: the lane threads are shared with the other tests,
+        // whose stores may push this one out for room at any moment.
+        let mut state = LaneState::new().unwrap();
+        let mut lane = Lane { state: &mut state };
+        let owner = StoreOwner::default();
+        let weak = Arc::downgrade(&lane.store(&owner, memory_store).unwrap());
+        assert!(weak.upgrade().is_some(), "the lane keeps the store while its owner lives");
+        let again = lane.store(&owner, || Err(Error::InvalidArgument("made twice".into())));
+        assert!(Arc::ptr_eq(&again.unwrap(), &weak.upgrade().unwrap()));
+        drop(owner);
+        lane.state.forget_dead();
+        assert!(weak.upgrade().is_none(), "the store outlived its owner");
+        assert!(lane.state.stores.is_empty());
+    }
+
+    #[test]
+    fn an_owners_drop_asks_every_lane_thread_to_forget_it() {
         let owner = StoreOwner::default();
         let store = parking_lot::Mutex::new(None);
         run(vec![()], |(), _, lane| {
@@ -274,7 +291,6 @@ mod tests {
         })
         .unwrap();
         let weak = store.into_inner().unwrap();
-        assert!(weak.upgrade().is_some(), "the lane keeps the store while its owner lives");
         drop(owner);
         // The owner's drop asks every lane to forget it; they do so as soon as they are free.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
