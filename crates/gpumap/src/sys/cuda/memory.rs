@@ -8,7 +8,6 @@ use std::ptr::NonNull;
 use cudarc::driver::sys as cu;
 
 use super::device::{ensure_some_context, PrimaryContext};
-use super::driver::error_name;
 use super::driver::{api, check, release_failed, CUDA_SUCCESS};
 use crate::error::{Error, Result};
 
@@ -137,8 +136,8 @@ enum Backing {
     /// `cuMemHostAlloc`'s, freed with `cuMemFreeHost(base)`.
     Driver { base: NonNull<u8> },
     /// An anonymous mapping registered at `ptr` with `cuMemHostRegister`: unregistered, then
-    /// unmapped (the mapping's drop).
-    Registered { _map: memmap2::MmapMut },
+    /// unmapped (the fields drop in that order).
+    Registered { _registration: HostRegistration, _map: memmap2::MmapMut },
 }
 
 // SAFETY: owns its allocation exclusively (like a Box<[u8]>).
@@ -194,29 +193,20 @@ impl PinnedHost {
         }
         // SAFETY: `skew < HUGE_PAGE` and `skew + usable <= map_len`: inside the mapping.
         let ptr = unsafe { NonNull::new_unchecked(map.as_ptr().cast_mut().add(skew)) };
-        let api = api()?;
-        let flags = cu::CU_MEMHOSTREGISTER_PORTABLE | cu::CU_MEMHOSTREGISTER_DEVICEMAP;
         // SAFETY: `ptr..ptr + usable` is mapped read-write and stays mapped while registered:
-        // the mapping is dropped only after `Drop` unregisters it.
-        check("cuMemHostRegister", unsafe {
-            (api.cuMemHostRegister_v2)(ptr.as_ptr().cast(), usable, flags)
-        })?;
-        let pinned = Self { ptr, len, backing: Backing::Registered { _map: map } };
+        // the registration is dropped before the mapping (`Backing::Registered`).
+        let registration = unsafe { HostRegistration::writable(ptr, usable) }?;
         // The copy kernel reads staging memory at its host address, as it does
         // `cuMemHostAlloc`'s under unified addressing; a device that maps registered memory
-        // elsewhere gets the driver's allocation instead (dropping `pinned` unregisters).
-        let mut device_ptr: cu::CUdeviceptr = 0;
-        // SAFETY: `device_ptr` is a valid out-pointer; `ptr` was registered just above.
-        check("cuMemHostGetDevicePointer", unsafe {
-            (api.cuMemHostGetDevicePointer_v2)(&mut device_ptr, ptr.as_ptr().cast(), 0)
-        })?;
-        if device_ptr != ptr.as_ptr() as u64 {
+        // elsewhere gets the driver's allocation instead (dropping the registration ends it).
+        if registration.device_ptr() != ptr.as_ptr() as u64 {
             return Err(Error::Unavailable {
                 what: "registered pinned memory",
                 reason: "the device maps it at another address".to_owned(),
             });
         }
-        Ok(pinned)
+        let backing = Backing::Registered { _registration: registration, _map: map };
+        Ok(Self { ptr, len, backing })
     }
 
     /// `cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE)`, zeroed.
@@ -279,7 +269,7 @@ impl PinnedHost {
 impl Drop for PinnedHost {
     fn drop(&mut self) {
         let api = match (&self.backing, api()) {
-            (Backing::None, _) => return,
+            (Backing::None | Backing::Registered { .. }, _) => return,
             (_, Ok(api)) => api,
             (_, Err(e)) => {
                 tracing::warn!("gpumap: pinned memory not released: {e}");
@@ -295,14 +285,8 @@ impl Drop for PinnedHost {
                     release_failed(api, "cuMemFreeHost", rc);
                 }
             }
-            Backing::Registered { .. } => {
-                // SAFETY: registered at `ptr` in `registered`, unregistered exactly once, here,
-                // before the mapping is dropped with `self`.
-                let rc = unsafe { (api.cuMemHostUnregister)(self.ptr.as_ptr().cast()) };
-                if rc != CUDA_SUCCESS {
-                    release_failed(api, "cuMemHostUnregister", rc);
-                }
-            }
+            // Its fields unregister, then unmap.
+            Backing::Registered { .. } => {}
         }
     }
 }
@@ -438,6 +422,25 @@ impl HostRegistration {
     /// dropped.
     pub(crate) unsafe fn read_only(ptr: NonNull<u8>, len: usize) -> Result<Self> {
         let flags = cu::CU_MEMHOSTREGISTER_DEVICEMAP | cu::CU_MEMHOSTREGISTER_READ_ONLY;
+        // SAFETY: the caller's promise, passed on.
+        unsafe { Self::with_flags(ptr, len, flags) }
+    }
+
+    /// Registers `len` bytes at `ptr` for copies both ways and for kernels, in every context
+    /// (`CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP`).
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` is mapped read-write and stays mapped until the registration is
+    /// dropped.
+    pub(crate) unsafe fn writable(ptr: NonNull<u8>, len: usize) -> Result<Self> {
+        let flags = cu::CU_MEMHOSTREGISTER_PORTABLE | cu::CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY: the caller's promise, passed on.
+        unsafe { Self::with_flags(ptr, len, flags) }
+    }
+
+    /// # Safety
+    /// As [`read_only`](Self::read_only); `flags` include `CU_MEMHOSTREGISTER_DEVICEMAP`.
+    unsafe fn with_flags(ptr: NonNull<u8>, len: usize, flags: c_uint) -> Result<Self> {
         let api = api()?;
         // SAFETY: the caller promises the range is mapped and stays so while registered.
         check("cuMemHostRegister", unsafe {
@@ -469,7 +472,7 @@ impl Drop for HostRegistration {
                 // SAFETY: registered in `read_only`, unregistered exactly once, here.
                 let rc = unsafe { (api.cuMemHostUnregister)(self.ptr.as_ptr().cast()) };
                 if rc != CUDA_SUCCESS {
-                    tracing::warn!("cuMemHostUnregister failed: {}", error_name(rc));
+                    release_failed(api, "cuMemHostUnregister", rc);
                 }
             }
             Err(e) => tracing::warn!("cuMemHostUnregister not called: {e}"),
