@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from gpumapio._native import RemotePrefix, plain_index
-from gpumapio._sources import is_url, join, open_source, read_bytes
+from gpumapio._sources import is_url, join, open_source, read_bytes, shown, url_path
 from gpumapio.safetensors import TensorInfo, _all_of_type, _brief, _Columns, _object, _read_columns
 
 __all__ = ["Catalogue", "CheckpointError", "Listing", "Shard", "list_shards", "open_catalogue", "read_catalogue"]
@@ -102,25 +102,25 @@ def _from_directory(where: str, names: list[str], path_of: Any) -> Listing:
     if "model.safetensors.index.json" in indices:
         indices = ["model.safetensors.index.json"]
     if len(indices) > 1:
-        raise CheckpointError(f"{where}: {len(indices)} index files ({', '.join(indices)}); name the one to load")
+        raise CheckpointError(f"{shown(where)}: {len(indices)} index files ({', '.join(indices)}); name the one to load")
     if indices:
         return _from_index(path_of(indices[0]))
     files = [path_of(n) for n in names if n.endswith(".safetensors")]
     if not files:
-        raise CheckpointError(f"{where}: no *.safetensors file and no *{_INDEX_SUFFIX} in this directory")
+        raise CheckpointError(f"{shown(where)}: no *.safetensors file and no *{_INDEX_SUFFIX} in this directory")
     return Listing(files)
 
 
 def _from_url(url: str) -> Listing:
-    if not url.endswith("/"):
-        return _from_index(url) if url.endswith(".json") else Listing([url])
+    if not url_path(url).endswith("/"):
+        return _from_index(url) if url_path(url).endswith(".json") else Listing([url])
     if url.lower().startswith("s3://"):
         prefix = RemotePrefix(url)
         objects, _ = prefix.list_dir("")
         return _from_directory(prefix.url, [name for name, _ in objects], lambda name: prefix.url + name)
     tried = []
     for name in ("model.safetensors.index.json", "model.safetensors"):
-        candidate = url + name
+        candidate = join(url, name)
         try:
             with open_source(candidate):
                 pass
@@ -128,7 +128,7 @@ def _from_url(url: str) -> Listing:
             tried.append(name)
             continue
         return _from_url(candidate)
-    raise CheckpointError(f"{url}: neither {' nor '.join(tried)} is there; name the file or index to load")
+    raise CheckpointError(f"{shown(url)}: neither {' nor '.join(tried)} is there; name the file or index to load")
 
 
 def _read_index(index_path: str) -> bytes:
@@ -161,10 +161,10 @@ def _check_shard_names(index_path: str, weight_map: dict[str, Any]) -> None:
     index's directory."""
     for name, shard in weight_map.items():
         if not isinstance(shard, str) or not shard:
-            raise CheckpointError(f"{index_path}: tensor {name!r} maps to {_brief(shard)}, not a shard file name")
+            raise CheckpointError(f"{shown(index_path)}: tensor {name!r} maps to {_brief(shard)}, not a shard file name")
         if not _inside(shard):
             raise CheckpointError(
-                f"{index_path}: tensor {name!r} maps to {shard!r}, outside the index's directory "
+                f"{shown(index_path)}: tensor {name!r} maps to {shard!r}, outside the index's directory "
                 f"(shards are named relative to it, with no '..')"
             )
 
@@ -172,32 +172,42 @@ def _check_shard_names(index_path: str, weight_map: dict[str, Any]) -> None:
 def _from_index(index_path: str) -> Listing:
     raw = _read_index(index_path)
     if len(raw) > _MAX_INDEX:
-        raise CheckpointError(f"{index_path}: more than {_MAX_INDEX} bytes; not a checkpoint index")
+        raise CheckpointError(f"{shown(index_path)}: more than {_MAX_INDEX} bytes; not a checkpoint index")
     # An index as transformers writes one in one native pass; any other through json.
     index = plain_index(raw)
     if index is None:
         try:
             index = json.loads(raw.decode("utf-8"), object_pairs_hook=_object)
         except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
-            raise CheckpointError(f"{index_path}: not a JSON index: {e}") from None
+            raise CheckpointError(f"{shown(index_path)}: not a JSON index: {e}") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
-        raise CheckpointError(f"{index_path}: no \"weight_map\" object mapping tensor names to shard files")
+        raise CheckpointError(f"{shown(index_path)}: no \"weight_map\" object mapping tensor names to shard files")
     # Thousands of tensors name a few shards: each shard name checked once, the tensors
     # gone through one by one only to name the first at fault.
     if not (_all_of_type(weight_map.values(), str) and all(map(_inside, set(weight_map.values())))):
         _check_shard_names(index_path, weight_map)
-    shard_names = list(dict.fromkeys(weight_map.values()))
-    missing = [s for s in shard_names if not _exists(join(index_path, s))]
+    # One file under two spellings ("a.safetensors", "./a.safetensors") is one shard.
+    path_of = {shard: shard_path(index_path, shard) for shard in set(weight_map.values())}
+    paths = list(dict.fromkeys(path_of[s] for s in weight_map.values()))
+    missing = [p for p in paths if not _exists(p)]
     if missing:
-        named = [n for n, s in weight_map.items() if s == missing[0]]
+        named = [n for n, s in weight_map.items() if path_of[s] == missing[0]]
         base = join(index_path, "") if is_url(index_path) else os.path.dirname(index_path)
         raise CheckpointError(
-            f"{index_path}: shard {missing[0]!r} (holding {len(named)} tensors, {named[0]!r} first) "
-            f"is not a file in {base or '.'}" + (f"; {len(missing) - 1} more missing" if len(missing) > 1 else "")
+            f"{shown(index_path)}: shard {weight_map[named[0]]!r} (holding {len(named)} tensors, {named[0]!r} "
+            f"first) is not a file in {shown(base) or '.'}"
+            + (f"; {len(missing) - 1} more missing" if len(missing) > 1 else "")
         )
     metadata = index.get("metadata")
-    return Listing([join(index_path, s) for s in shard_names], weight_map, index_path, metadata)
+    return Listing(paths, weight_map, index_path, metadata)
+
+
+def shard_path(index_path: str, shard: str) -> str:
+    """The path (or URL) of the shard an index at ``index_path`` names ``shard``, spelled one
+    way for every spelling of it."""
+    path = join(index_path, shard)
+    return path if is_url(path) else os.path.normpath(path)
 
 
 def read_catalogue(listing: Listing) -> Catalogue:
@@ -216,19 +226,19 @@ def read_catalogue(listing: Listing) -> Catalogue:
         names = columns.names
         if not where.keys().isdisjoint(names):
             name = next(n for n in names if n in where)
-            raise CheckpointError(f"tensor {name!r} is in two shards: {shards[where[name]].path} and {path}")
+            raise CheckpointError(f"tensor {name!r} is in two shards: {shown(shards[where[name]].path)} and {shown(path)}")
         where.update(dict.fromkeys(names, i))
         shards.append(Shard(path, columns))
     if weight_map is not None:
         # Each shard name of the index once, as the index of the file it names.
         number = {s.path: i for i, s in enumerate(shards)}
-        named = {shard: number.get(join(index_path or "", shard)) for shard in set(weight_map.values())}
+        named = {shard: number.get(shard_path(index_path or "", shard)) for shard in set(weight_map.values())}
         # Compared all at once; gone through one by one only to name the first at fault.
         if None not in named.values() and list(map(where.get, weight_map)) == list(map(named.__getitem__, weight_map.values())):
             return Catalogue(shards, where, metadata if isinstance(metadata, dict) else None)
         for name, shard in weight_map.items():
             got = where.get(name)
             if got is None or got != named[shard]:
-                found = "in no shard" if got is None else f"in {shards[got].path}"
-                raise CheckpointError(f"{index_path}: tensor {name!r} is mapped to {shard!r} but is {found}")
+                found = "in no shard" if got is None else f"in {shown(shards[got].path)}"
+                raise CheckpointError(f"{shown(index_path)}: tensor {name!r} is mapped to {shard!r} but is {found}")
     return Catalogue(shards, where, metadata if isinstance(metadata, dict) else None)

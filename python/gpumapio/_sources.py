@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import posixpath
+import urllib.parse
 from typing import Any, Union
 
 from gpumapio._native import CuFile, RemoteFile
 
-__all__ = ["is_url", "join", "open_source", "read_bytes", "read_pieces"]
+__all__ = ["is_url", "join", "open_source", "read_bytes", "read_pieces", "shown", "url_path"]
 
 Source = Union[str, "os.PathLike[str]"]
 
@@ -40,11 +41,38 @@ def read_bytes(reader: Any, offset: int, size: int) -> bytes:
 
 
 def join(base: str, name: str) -> str:
-    """``name`` (relative, ``/``-separated) beside ``base``'s directory: a path or a URL."""
+    """``name`` (relative, ``/``-separated) beside ``base``'s directory: a path or a URL. A
+    URL's query string (an access token) is kept for the URL made; ``name`` goes in its path."""
     if is_url(base):
-        scheme, rest = base.split("://", 1)
-        return f"{scheme}://{posixpath.normpath(posixpath.join(posixpath.dirname(rest), name))}"
+        parts = urllib.parse.urlsplit(base)
+        path = posixpath.normpath(posixpath.join(posixpath.dirname(parts.path) or "/", name))
+        return urllib.parse.urlunsplit(parts._replace(path=path, fragment=""))
     return os.path.join(os.path.dirname(base), name)
+
+
+def url_path(url: str) -> str:
+    """A URL's path, without its query string: what says whether it names a directory (a
+    trailing ``/``) or an index (``.json``)."""
+    return urllib.parse.urlsplit(url).path
+
+
+def shown(source: Any) -> str:
+    """``source`` as errors and logs show it: a URL without its credentials and query string
+    (a presigned URL's signature is a credential), as ``RemoteFile.url`` shows it; a path as
+    it is."""
+    text = os.fspath(source) if isinstance(source, os.PathLike) else str(source)
+    if not is_url(text):
+        return text
+    parts = urllib.parse.urlsplit(text)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = host if port is None else f"{host}:{port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query="…" if parts.query else "", fragment=""))
 
 
 def read_pieces(flat: Any, readers: list[Any], pieces: list[tuple[int, int, int, int, int, int]]) -> list[int]:

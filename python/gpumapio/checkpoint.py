@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator, Union
 from gpumapio._checkpoint_files import Catalogue, CheckpointError, Listing, list_shards, read_catalogue
 from gpumapio._exchange import block_shape, exchange_for
 from gpumapio._native import CuFile, read_files, start_read_files
-from gpumapio._sources import is_url, open_source, read_bytes, read_pieces
+from gpumapio._sources import is_url, open_source, read_bytes, read_pieces, shown
 from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
 from gpumapio.safetensors import _DTYPES, TensorInfo, _Columns, _torch_device
 from gpumapio.tensor_parallel import TensorParallel
@@ -65,13 +65,31 @@ def _select(catalogue: Catalogue, tensors: Selection) -> list[str]:
         return list(catalogue.where)
     if callable(tensors):
         return [n for n in catalogue.where if tensors(n)]
-    names = list(dict.fromkeys(tensors))
+    names = [tensors] if isinstance(tensors, str) else list(dict.fromkeys(tensors))
     missing = [n for n in names if n not in catalogue.where]
     if missing:
         raise KeyError(f"the checkpoint has no tensor {missing[0]!r}" + (f" ({len(missing)} missing)" if len(missing) > 1 else ""))
     # Shard by shard, in file order: neighbours in a file are neighbours in memory.
     names.sort(key=lambda n: (catalogue.where[n], catalogue.info(n).start))
     return names
+
+
+def _check_dtypes(fw: "_Framework", path: str, names: list[str], dtypes: list[str]) -> None:
+    """Raises ``ValueError`` naming the file and its first tensor (of ``names``, with
+    ``dtypes``) that ``fw`` cannot hold: one packed below a byte, or of a dtype the framework
+    lacks (NumPy's BF16)."""
+    refused = {}
+    for d in dict.fromkeys(dtypes):
+        if _DTYPES[d][0] % 8:
+            refused[d] = "packed below a byte; torch and NumPy have no such dtype (leave it out with tensors=)"
+            continue
+        try:
+            fw.element(d)
+        except ValueError as e:
+            refused[d] = str(e)
+    if refused:
+        name, dtype = next((n, d) for n, d in zip(names, dtypes) if d in refused)
+        raise ValueError(f"{shown(path)}: tensor {name!r} is {dtype}, {refused[dtype]}")
 
 
 def _plan(catalogue: Catalogue, names: list[str], tp: TensorParallel | None) -> list[_Placed]:
@@ -81,11 +99,6 @@ def _plan(catalogue: Catalogue, names: list[str], tp: TensorParallel | None) -> 
         shard = where[name]
         info = shards[shard].tensors[name]
         bits = _DTYPES[info.dtype][0]
-        if bits % 8:
-            raise ValueError(
-                f"{shards[shard].path}: tensor {name!r} is {info.dtype}, packed below "
-                f"a byte; torch and NumPy have no such dtype (leave it out with tensors=)"
-            )
         dim = tp.split_dim(name) if tp is not None else None
         if dim is None:
             placed.append(_Placed(info, shard, info.shape, None, info.end - info.start))
@@ -277,7 +290,7 @@ def _check_counts(counts: list[int], pieces: list[_Read], paths: list[str]) -> N
     for (shard, offset, size, _, count, _), got in zip(pieces, counts):
         if got != size * count:
             raise EOFError(
-                f"{paths[shard]}: read {got} of {size * count} bytes at {offset} (the file was cut while loading)"
+                f"{shown(paths[shard])}: read {got} of {size * count} bytes at {offset} (the file was cut while loading)"
             )
 
 
@@ -313,8 +326,8 @@ def load_checkpoint(
     - ``device``, ``framework``: as :func:`gpumapio.load_safetensors` — torch tensors on
       ``device`` (``"cuda"``, ``"cuda:1"``, ``1``, ``"cpu"``), or NumPy arrays in host memory
       with ``framework="numpy"``.
-    - ``tensors``: names to load (``KeyError`` for one the checkpoint lacks) or a predicate
-      on names; other tensors' bytes are not read.
+    - ``tensors``: names to load (``KeyError`` for one the checkpoint lacks; a string is one
+      name) or a predicate on names; other tensors' bytes are not read.
     - ``dtype``: floating-point tensors are cast to it (a torch dtype, or a NumPy one for
       ``framework="numpy"``) on the device, read once through ``staging_bytes`` of staging;
       integer and bool tensors are left as they are.
@@ -343,6 +356,11 @@ def load_checkpoint(
         if whole and not _any_cast(fw, catalogue):
             return _load_whole(fw, listing, catalogue)
         names = _select(catalogue, tensors)
+        by_shard: dict[int, list[str]] = {}
+        for n in names:
+            by_shard.setdefault(catalogue.where[n], []).append(n)
+        for s, chosen in by_shard.items():
+            _check_dtypes(fw, catalogue.shards[s].path, chosen, [catalogue.info(n).dtype for n in chosen])
         placed = _plan(catalogue, names, tp)
         if fw.dtype is not None:
             casts_dtype = {d: fw.casts(d) for d in dict.fromkeys(p.info.dtype for p in placed)}
@@ -466,13 +484,7 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
             if spans:
                 for shard, shift in zip(catalogue.shards, shifts):
                     columns = shard.columns
-                    packed = [d for d in set(columns.dtypes) if _DTYPES[d][0] % 8]
-                    if packed:
-                        name, dtype = next((n, d) for n, d in zip(columns.names, columns.dtypes) if d in packed)
-                        raise ValueError(
-                            f"{shard.path}: tensor {name!r} is {dtype}, packed below "
-                            f"a byte; torch and NumPy have no such dtype (leave it out with tensors=)"
-                        )
+                    _check_dtypes(fw, shard.path, columns.names, columns.dtypes)
                     names.extend(columns.names)
                     views.extend(_whole_views(fw, flat, columns, shift, later, len(views)))
         later.make(fw, flat, views)

@@ -21,7 +21,7 @@ import struct
 from typing import Any, Iterable
 
 from gpumapio._native import plain_header
-from gpumapio._sources import is_url, open_source, read_bytes
+from gpumapio._sources import is_url, open_source, read_bytes, shown
 
 __all__ = ["TensorInfo", "load_safetensors", "read_header"]
 
@@ -209,9 +209,10 @@ def _read_columns(path: str | os.PathLike[str]) -> tuple["_Columns", dict[str, s
 
 def _read_header_bytes(path: str | os.PathLike[str]) -> tuple[str, int, int, bytes]:
     """The file's name, size, header length and header bytes."""
-    name = os.fspath(path)
-    if is_url(name):
-        with open_source(name) as f:
+    real = os.fspath(path)
+    name = shown(real)
+    if is_url(real):
+        with open_source(real) as f:
             file_size = f.nbytes()
             n, raw = _header_bytes(name, file_size, lambda offset, size: read_bytes(f, offset, size))
     else:
@@ -541,17 +542,17 @@ def load_safetensors(
     """
     infos, _ = read_header(path)
     if tensors is not None:
-        wanted = list(dict.fromkeys(tensors))
+        wanted = [tensors] if isinstance(tensors, str) else list(dict.fromkeys(tensors))
         missing = [t for t in wanted if t not in infos]
         if missing:
-            raise KeyError(f"{os.fspath(path)} has no tensor {missing[0]!r}")
+            raise KeyError(f"{shown(path)} has no tensor {missing[0]!r}")
         chosen = sorted((infos[t] for t in wanted), key=lambda t: t.start)
     else:
         chosen = list(infos.values())
     packed = next((t for t in chosen if _DTYPES[t.dtype][0] % 8), None)
     if packed is not None:
         raise ValueError(
-            f"{os.fspath(path)}: tensor {packed.name!r} is {packed.dtype}, packed below a byte; "
+            f"{shown(path)}: tensor {packed.name!r} is {packed.dtype}, packed below a byte; "
             f"torch and NumPy have no such dtype (load the others with tensors=)"
         )
 
@@ -581,6 +582,12 @@ def load_safetensors(
 
         if device not in (None, "cpu"):
             raise ValueError(f"framework='numpy' loads into host memory; device={device!r} is not 'cpu'")
+        lacking = next((t for t in chosen if _DTYPES[t.dtype][2] is None), None)
+        if lacking is not None:
+            raise ValueError(
+                f"{shown(path)}: tensor {lacking.name!r} is {lacking.dtype}, NumPy has no "
+                f"{lacking.dtype}; use framework='pt'"
+            )
         flat = numpy.empty(total, dtype=numpy.uint8)
     else:
         raise ValueError(f"framework {framework!r}: expected 'pt' or 'numpy'")
@@ -591,13 +598,13 @@ def load_safetensors(
             at, size, offset = reads[0]
             got = f.read(flat[at : at + size], size, offset)
             if got != size:
-                raise EOFError(f"{os.fspath(path)}: read {got} of {size} bytes at {offset}")
+                raise EOFError(f"{shown(path)}: read {got} of {size} bytes at {offset}")
         else:
             futures = [(f.pread(flat[at : at + size], size, offset), size, offset) for at, size, offset in reads]
             for future, size, offset in futures:
                 got = future.get()
                 if got != size:
-                    raise EOFError(f"{os.fspath(path)}: read {got} of {size} bytes at {offset}")
+                    raise EOFError(f"{shown(path)}: read {got} of {size} bytes at {offset}")
 
     out: dict[str, Any] = {}
     for t in chosen:

@@ -42,9 +42,9 @@ class TensorParallel:
     rules: Mapping[str, Dim] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.world_size, int) and self.world_size >= 1):
+        if isinstance(self.world_size, bool) or not (isinstance(self.world_size, int) and self.world_size >= 1):
             raise ValueError(f"world_size {self.world_size!r} is not a positive number of ranks")
-        if not (isinstance(self.rank, int) and 0 <= self.rank < self.world_size):
+        if isinstance(self.rank, bool) or not (isinstance(self.rank, int) and 0 <= self.rank < self.world_size):
             raise ValueError(f"rank {self.rank!r} is not one of 0..{self.world_size - 1}")
         for pattern, dim in self.rules.items():
             if not isinstance(pattern, str):

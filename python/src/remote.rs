@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use gpumap::remote::{RemoteFile as Remote, RemoteOptions, RemoteUrl};
 use parking_lot::Mutex;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::buffers::destination;
@@ -80,12 +80,54 @@ fn parse(py: Python<'_>, url: &str) -> PyResult<RemoteUrl> {
     check(py, RemoteUrl::parse(url))
 }
 
+/// The `http_status_codes` keyword: the HTTP statuses to retry. An item that is not a status
+/// (a bool, a float, a number past a `u16`) is named in the error, as a status outside 100 to
+/// 599 is by [`RemoteOptions::retry_status_codes`].
+pub(crate) struct StatusCodes(Vec<u16>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for StatusCodes {
+    type Error = PyErr;
+
+    fn extract(ob: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let items = ob.try_iter().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "http_status_codes has incorrect type (expected a list of int, got {})",
+                ob.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            ))
+        })?;
+        let mut codes = Vec::new();
+        for item in items {
+            let item = item?;
+            let code = match item.is_instance_of::<pyo3::types::PyBool>() {
+                true => None,
+                false => item.extract::<i64>().ok().and_then(|c| u16::try_from(c).ok()),
+            };
+            match code {
+                Some(code) => codes.push(code),
+                None => {
+                    return Err(PyValueError::new_err(format!(
+                        "http_status_codes: {} is not an HTTP status code (100 to 599)",
+                        item.repr()?
+                    )))
+                }
+            }
+        }
+        Ok(StatusCodes(codes))
+    }
+}
+
+impl StatusCodes {
+    pub(crate) fn into_codes(self) -> Vec<u16> {
+        self.0
+    }
+}
+
 macro_rules! settings {
     ($nbytes:expr, $a:expr, $c:expr, $t:expr, $f:expr, $r:expr, $e:expr, $g:expr) => {
         RemoteSettings {
             nbytes: $nbytes,
             http_max_attempts: $a,
-            http_status_codes: $c,
+            http_status_codes: $c.map(StatusCodes::into_codes),
             http_timeout: $t,
             max_in_flight: $f,
             request_size: $r,
@@ -106,7 +148,7 @@ impl RemoteFile {
         url: &str,
         nbytes: Option<u64>,
         http_max_attempts: Option<u32>,
-        http_status_codes: Option<Vec<u16>>,
+        http_status_codes: Option<StatusCodes>,
         http_timeout: Option<f64>,
         max_in_flight: Option<usize>,
         request_size: Option<u64>,
@@ -143,7 +185,7 @@ impl RemoteFile {
         url: &str,
         nbytes: Option<u64>,
         http_max_attempts: Option<u32>,
-        http_status_codes: Option<Vec<u16>>,
+        http_status_codes: Option<StatusCodes>,
         http_timeout: Option<f64>,
         max_in_flight: Option<usize>,
         request_size: Option<u64>,
@@ -176,7 +218,7 @@ impl RemoteFile {
         aws_region: Option<String>,
         aws_endpoint_url: Option<String>,
         http_max_attempts: Option<u32>,
-        http_status_codes: Option<Vec<u16>>,
+        http_status_codes: Option<StatusCodes>,
         http_timeout: Option<f64>,
         max_in_flight: Option<usize>,
         request_size: Option<u64>,
@@ -206,7 +248,7 @@ impl RemoteFile {
         aws_region: Option<String>,
         aws_endpoint_url: Option<String>,
         http_max_attempts: Option<u32>,
-        http_status_codes: Option<Vec<u16>>,
+        http_status_codes: Option<StatusCodes>,
         http_timeout: Option<f64>,
         max_in_flight: Option<usize>,
         request_size: Option<u64>,
@@ -241,7 +283,7 @@ impl RemoteFile {
         presigned_url: &str,
         nbytes: Option<u64>,
         http_max_attempts: Option<u32>,
-        http_status_codes: Option<Vec<u16>>,
+        http_status_codes: Option<StatusCodes>,
         http_timeout: Option<f64>,
         max_in_flight: Option<usize>,
         request_size: Option<u64>,
@@ -274,7 +316,7 @@ impl RemoteFile {
         aws_region: Option<String>,
         aws_endpoint_url: Option<String>,
         http_max_attempts: Option<u32>,
-        http_status_codes: Option<Vec<u16>>,
+        http_status_codes: Option<StatusCodes>,
         http_timeout: Option<f64>,
         max_in_flight: Option<usize>,
         request_size: Option<u64>,

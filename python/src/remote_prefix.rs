@@ -6,7 +6,7 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 
 use crate::errors::{check, nogil};
-use crate::remote::{RemoteFile, RemoteSettings};
+use crate::remote::{RemoteFile, RemoteSettings, StatusCodes};
 use crate::remote_writer::RemoteWriter;
 
 /// The objects under `s3://bucket/prefix/` (credentials, region and endpoint from the AWS
@@ -29,14 +29,14 @@ impl RemotePrefix {
         aws_region: Option<String>,
         aws_endpoint_url: Option<String>,
         http_max_attempts: Option<u32>,
-        http_status_codes: Option<Vec<u16>>,
+        http_status_codes: Option<StatusCodes>,
         http_timeout: Option<f64>,
         max_in_flight: Option<usize>,
         request_size: Option<u64>,
     ) -> PyResult<RemotePrefix> {
         let settings = RemoteSettings {
             http_max_attempts,
-            http_status_codes,
+            http_status_codes: http_status_codes.map(StatusCodes::into_codes),
             http_timeout,
             max_in_flight,
             request_size,

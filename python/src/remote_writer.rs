@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 
 use crate::buffers::source;
 use crate::errors::{check, nogil};
-use crate::remote::RemoteSettings;
+use crate::remote::{RemoteSettings, StatusCodes};
 
 /// A new S3 object, written with `write(buf, file_offset=...)` at any offsets (from any
 /// threads: each call releases the GIL) and made visible, whole, by `finish()`. Any failure,
@@ -40,13 +40,13 @@ impl RemoteWriter {
         aws_region: Option<String>,
         aws_endpoint_url: Option<String>,
         http_max_attempts: Option<u32>,
-        http_status_codes: Option<Vec<u16>>,
+        http_status_codes: Option<StatusCodes>,
         http_timeout: Option<f64>,
     ) -> PyResult<RemoteWriter> {
         let parsed = check(py, RemoteUrl::parse(url))?;
         let settings = RemoteSettings {
             http_max_attempts,
-            http_status_codes,
+            http_status_codes: http_status_codes.map(StatusCodes::into_codes),
             http_timeout,
             max_in_flight,
             s3_endpoint: aws_endpoint_url,

@@ -17,7 +17,7 @@ st_numpy = pytest.importorskip("safetensors.numpy")
 import gpumapio  # noqa: E402
 import gpumapio.checkpoint as checkpoint  # noqa: E402
 from conftest import need_gpu  # noqa: E402
-from gpumapio import CheckpointError, TensorParallel, load_checkpoint  # noqa: E402
+from gpumapio import CheckpointError, TensorParallel, load_checkpoint, load_safetensors  # noqa: E402
 
 
 def _model(rng, layers=3, hidden=64, inter=96, vocab=50):
@@ -684,3 +684,45 @@ def test_gpu_sharded_tp_and_cast(sharded):
         dim = TensorParallel(0, 4, rules).split_dim(name)
         whole = torch.cat([p[name] for p in parts], dim=dim).cpu()
         assert torch.equal(whole, torch.from_numpy(tensors[name]).to(torch.bfloat16)), name
+
+
+def test_one_shard_under_two_spellings_is_read_once_and_faults_are_named(sharded):
+    directory, tensors = sharded
+    path, index = _index(directory)
+    first = "model-00001-of-00003.safetensors"
+    spelled = {n: (f"./{first}" if k % 2 else first) for k, (n, s) in enumerate(index["weight_map"].items()) if s == first}
+    index["weight_map"].update(spelled)
+    _rewrite(path, index)
+    got = load_checkpoint(path, "cpu", framework="numpy")
+    assert set(got) == set(tensors)
+    # A tensor no shard holds, named through the second spelling: that is the fault named.
+    index["weight_map"]["ghost"] = f"./{first}"
+    _rewrite(path, index)
+    with pytest.raises(CheckpointError, match=r"'ghost' is mapped to './model-00001-of-00003.safetensors' but is in no shard"):
+        load_checkpoint(path, "cpu", framework="numpy")
+
+
+def test_a_string_selection_is_one_name_and_unholdable_dtypes_name_file_and_tensor(tmp_path, sharded):
+    directory, tensors = sharded
+    got = load_checkpoint(directory, "cpu", framework="numpy", tensors="model.norm.weight")
+    assert list(got) == ["model.norm.weight"]
+    _same(got["model.norm.weight"], tensors["model.norm.weight"])
+    with pytest.raises(KeyError, match="no tensor 'lm_head.weightx'"):
+        load_checkpoint(directory, "cpu", framework="numpy", tensors="lm_head.weightx")
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    bf = tmp_path / "bf"
+    bf.mkdir()
+    save_file({"a": torch.zeros(2), "b16": torch.zeros(2, dtype=torch.bfloat16)}, str(bf / "m.safetensors"))
+    for selection in ({}, {"tensors": ["b16"]}):
+        with pytest.raises(ValueError, match=r"m.safetensors: tensor 'b16' is BF16, NumPy has no BF16"):
+            load_checkpoint(str(bf), "cpu", framework="numpy", **selection)
+    with pytest.raises(ValueError, match=r"m.safetensors: tensor 'b16' is BF16, NumPy has no BF16"):
+        load_safetensors(str(bf / "m.safetensors"), "cpu", framework="numpy")
+
+
+@pytest.mark.parametrize("rank, world", [(True, 2), (0, True), (0, False), (1.0, 2)])
+def test_tensor_parallel_refuses_bools_and_floats(rank, world):
+    with pytest.raises(ValueError, match="rank|world_size"):
+        TensorParallel(rank, world, {})

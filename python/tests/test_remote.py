@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -88,6 +89,15 @@ def test_503s_are_retried_then_reported(served):
     with pytest.raises(OSError, match="500"):
         f.read(out)
     assert server.gets - before == 1
+
+
+@pytest.mark.parametrize("codes, shown", [([99999], "99999"), ([-1], "-1"), ([True], "True"), ([503.0], "503.0"), ([600], "600")])
+def test_status_codes_that_are_not_statuses_are_named(served, codes, shown):
+    _, url, _ = served
+    with pytest.raises(ValueError, match=f"{re.escape(shown)} is not an HTTP status code"):
+        RemoteFile.open_http(url, http_status_codes=codes)
+    with pytest.raises(TypeError, match="http_status_codes has incorrect type"):
+        RemoteFile.open_http(url, http_status_codes=503)
 
 
 def test_retry_settings_come_from_the_defaults_when_not_given(served):

@@ -144,3 +144,25 @@ def test_s3_prefixes_are_listed_as_directories(moto_s3, monkeypatch, tmp_path, r
     put("two/b.safetensors.index.json", b"{}")
     with pytest.raises(CheckpointError, match="2 index files"):
         load_checkpoint("s3://gpumap-bucket/two/", "cpu", framework="numpy")
+
+
+def test_a_urls_query_is_never_shown_and_names_go_in_its_path(server, published):
+    """A presigned URL's query is a credential: errors show it as ``?…``, as RemoteFile.url
+    does. A directory URL with a query reads the files beside it with the query kept."""
+    url, directory, tensors = published
+    secret = "X-Amz-Signature=TOPSECRET123"
+    server.objects["/cut.safetensors"] = server.objects["/ckpt/model-00001-of-00003.safetensors"][:20]
+    for call in (load_checkpoint, load_safetensors):
+        with pytest.raises(ValueError) as caught:
+            call(f"{server.url}/cut.safetensors?{secret}", "cpu", framework="numpy")
+        assert "TOPSECRET123" not in str(caught.value) and "cut.safetensors?…" in str(caught.value)
+    del server.objects["/ckpt/model-00003-of-00003.safetensors"]
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint(f"{url}/model.safetensors.index.json?{secret}", "cpu", framework="numpy")
+    assert "TOPSECRET123" not in str(caught.value) and "model-00003-of-00003.safetensors" in str(caught.value)
+    # The server ignores queries: the directory's index and shards are found under its path.
+    server.objects["/ckpt/model-00003-of-00003.safetensors"] = open(
+        os.path.join(directory, "model-00003-of-00003.safetensors"), "rb"
+    ).read()
+    got = load_checkpoint(f"{url}/?{secret}", "cpu", framework="numpy")
+    assert set(got) == set(tensors)

@@ -314,8 +314,8 @@ impl RemoteErrorKind {
                 "check that the server is up and reachable (endpoint, proxy, DNS)"
             }
             RemoteErrorKind::BadResponse => {
-                "the server does not serve byte ranges as asked; check that it supports HTTP \
-                 Range requests"
+                "the answer is not the bytes asked for; check that the server supports HTTP \
+                 Range requests, and open the object again if it was replaced"
             }
         }
     }

@@ -128,6 +128,7 @@ on_every_server!(
     a_stalled_server_times_out,
     a_body_cut_short_is_an_error_never_a_short_read,
     wrong_ranges_and_garbage_are_refused,
+    an_object_of_another_size_than_opened_fails_the_read,
     missing_objects_are_not_found,
     reads_outside_the_object_are_refused,
     requests_in_flight_are_bounded_and_parallel,
@@ -273,6 +274,44 @@ fn wrong_ranges_and_garbage_are_refused(kind: Kind) {
             _ => RemoteErrorKind::BadResponse,
         };
         assert_eq!(*error_kind, wanted, "{fault:?}: {e}");
+        if let (Fault::IgnoreRange, Kind::Http | Kind::S3) = (&fault, kind) {
+            assert!(e.to_string().contains("the whole object (200 OK)"), "{e}");
+        }
+    }
+}
+
+fn an_object_of_another_size_than_opened_fails_the_read(kind: Kind) {
+    let target = Target::new(kind, 20_000);
+    let mut options = target.options();
+    options.max_attempts(1).unwrap();
+    let file = target.open(&options).unwrap();
+    let mut wrong_size = target.options();
+    wrong_size.known_len(Some(19_000));
+    let told_wrong = target.open(&wrong_size).unwrap();
+    // Replaced underneath by a longer object whose first bytes are the same.
+    let mut grown = target.bytes.clone();
+    grown.extend_from_slice(&[7u8; 1000]);
+    let path = match kind {
+        Kind::Http => "/data/object.bin",
+        Kind::S3 => "/test-bucket/dir/object.bin",
+        Kind::WebHdfs => "/webhdfs/v1/data/object.bin",
+    };
+    target.server.put(path, grown);
+    for (what, file) in [("replaced", &file), ("nbytes wrong", &told_wrong)] {
+        let mut buf = vec![0u8; 4096];
+        let read = file.read(&mut buf, 100);
+        if let Kind::WebHdfs = kind {
+            // A datanode's answer gives no size to check: the bytes asked for are read.
+            assert_eq!(read.unwrap(), 4096, "{what}");
+            assert!(buf == target.bytes[100..4196], "{what}");
+            continue;
+        }
+        let e = read.unwrap_err();
+        assert!(
+            matches!(e, Error::Remote { kind: RemoteErrorKind::BadResponse, .. }),
+            "{what}: {e:?}"
+        );
+        assert!(e.to_string().contains("21000 bytes"), "{what}: {e}");
     }
 }
 

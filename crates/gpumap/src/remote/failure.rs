@@ -29,7 +29,7 @@ impl Failure {
     /// the transport's kind (timeout, connect) from its public `HttpError`.
     pub(crate) fn from_store(error: &object_store::Error, url: &RemoteUrl) -> Self {
         use object_store::Error as E;
-        let reason = scrub(&innermost(error), url);
+        let reason = in_plain_words(scrub(&innermost(error), url));
         match error {
             E::NotFound { .. } => Self::new(RemoteErrorKind::NotFound, Some(404), reason),
             E::PermissionDenied { .. } => {
@@ -101,6 +101,26 @@ fn innermost(error: &(dyn std::error::Error + 'static)) -> String {
     }
 }
 
+/// object_store's words for an answer it refused, where they do not say what the server did,
+/// replaced by words that do; other messages as they are.
+fn in_plain_words(reason: String) -> String {
+    const WHOLE: &str = "the server sent the whole object (200 OK) where a range was asked \
+                         for (206 Partial Content)";
+    const SAID: [(&str, &str); 3] = [
+        ("Range request not supported by", WHOLE),
+        ("Received non-partial response when range requested", WHOLE),
+        (
+            "Content-Length Header missing",
+            "the answer has no Content-Length (a chunked or compressed body), which a ranged \
+             read needs",
+        ),
+    ];
+    match SAID.iter().find(|(theirs, _)| reason.starts_with(theirs)) {
+        Some((_, ours)) => (*ours).to_owned(),
+        None => reason,
+    }
+}
+
 /// The HTTP status of a failed request, from the message object_store writes for it.
 fn status_in_chain(error: &(dyn std::error::Error + 'static)) -> Option<u16> {
     const MARKER: &str = "status code: ";
@@ -144,6 +164,15 @@ pub(crate) fn scrub(text: &str, url: &RemoteUrl) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_answers_are_said_in_plain_words() {
+        let said = |theirs: &str| in_plain_words(theirs.to_owned());
+        assert!(said("Range request not supported by ").contains("whole object (200 OK)"));
+        assert!(said("Received non-partial response when range requested").contains("200 OK"));
+        assert!(said("Content-Length Header missing from response").contains("chunked"));
+        assert_eq!(said("connection refused"), "connection refused");
+    }
 
     #[test]
     fn statuses_are_read_from_the_chain() {

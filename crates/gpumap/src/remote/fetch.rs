@@ -28,6 +28,9 @@ pub(crate) struct Fetch<'a> {
     pub(crate) client: &'a Client,
     pub(crate) options: &'a RemoteOptions,
     pub(crate) url: &'a RemoteUrl,
+    /// The object's size when it was opened, where known: an answer that gives another (in its
+    /// `Content-Range`) fails the range, so that no read mixes bytes of two versions.
+    pub(crate) object_len: Option<u64>,
 }
 
 impl<'a> Fetch<'a> {
@@ -110,6 +113,22 @@ impl<'a> Fetch<'a> {
                 None,
                 format!("the server sent bytes {:?} for bytes {want:?}", answer.range),
             ));
+        }
+        // WebHDFS answers give no size (its store reports the range's end).
+        let sized = !matches!(self.url, RemoteUrl::WebHdfs(_));
+        match self.object_len {
+            Some(len) if sized && answer.meta.size != len => {
+                return Err(Failure::new(
+                    RemoteErrorKind::BadResponse,
+                    None,
+                    format!(
+                        "the server gives the object's size as {} bytes, not the {len} it had \
+                         when opened (it changed since, or nbytes was wrong); open it again",
+                        answer.meta.size
+                    ),
+                ));
+            }
+            _ => {}
         }
         let mut body = answer.into_stream();
         let mut filled = 0usize;

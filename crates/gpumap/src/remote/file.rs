@@ -73,7 +73,7 @@ impl RemoteFile {
         let len = match options.known_len {
             Some(len) => len,
             None => {
-                let fetch = Fetch { client: &client, options, url: &url };
+                let fetch = Fetch { client: &client, options, url: &url, object_len: None };
                 client::block_on(fetch.len())?
             }
         };
@@ -153,7 +153,12 @@ impl RemoteFile {
             let from = offset + (lane_index * part) as u64;
             let store = lane.store(&client.recipe.owner, || client.recipe.store())?;
             let client = client.with_store(store);
-            let fetch = Fetch { client: &client, options, url: &self.inner.url };
+            let fetch = Fetch {
+                client: &client,
+                options,
+                url: &self.inner.url,
+                object_len: Some(self.inner.len),
+            };
             lane.block_on(read_part(fetch, part_dst, from, per_lane(lane_index), landings, &failed))
         })?;
         Ok(len)
@@ -240,7 +245,12 @@ impl RemoteFile {
     }
 
     fn fetch(&self) -> Fetch<'_> {
-        Fetch { client: &self.inner.client, options: &self.inner.options, url: &self.inner.url }
+        Fetch {
+            client: &self.inner.client,
+            options: &self.inner.options,
+            url: &self.inner.url,
+            object_len: Some(self.inner.len),
+        }
     }
 }
 
