@@ -57,6 +57,33 @@ def test_views_and_reads_match_the_file(table):
         released.tobytes()
 
 
+def test_a_closed_map_refuses_calls_and_its_views_stay_valid(table):
+    path, data = table
+    m = host_map(path)
+    view = m.view(4096, 64)
+    assert not m.closed
+    m.close()
+    assert m.closed
+    calls = [
+        lambda: m.read(0, 4),
+        lambda: m.view(0, 4),
+        lambda: m.write(0, b"x"),
+        lambda: m.gather([0], 4, np.empty(4, np.uint8)),
+        lambda: m.gather_rows(np.array([0]), 4, np.empty(4, np.uint8)),
+        lambda: m.prefetch(0, 4096),
+        lambda: m.advise(0, 4096, "willneed"),
+        m.flush,
+        m.sync,
+        m.evict,
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="closed MappedFile"):
+            call()
+    m.close()  # a second close is a no-op
+    assert view.tobytes() == data[4096 : 4096 + 64]
+    assert len(m) == len(data) and "MappedFile" in repr(m)
+
+
 def test_gather_rows_into_numpy_and_the_stats_say_what_happened(table):
     path, data = table
     m = host_map(path, budget=2 * MIB, extent_size=4096, advice="random")

@@ -219,11 +219,27 @@ pub struct MappedFile {
     cache: Cache,
     /// Shared with the views: the last of them to go flushes (see [`MapHandle`]).
     handle: Arc<MapHandle>,
+    /// Set by `close`: every later call that reads, writes or flushes is refused, as a closed
+    /// Python file's are (views made before stay valid).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl MappedFile {
     fn new(map: DeviceMappedFile, cache: Cache) -> MappedFile {
-        MappedFile { handle: Arc::new(MapHandle { map: map.clone() }), inner: map, cache }
+        MappedFile {
+            handle: Arc::new(MapHandle { map: map.clone() }),
+            inner: map,
+            cache,
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The map, unless `close` was called.
+    fn open_map(&self) -> PyResult<&DeviceMappedFile> {
+        match self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            true => Err(PyValueError::new_err("I/O operation on a closed MappedFile")),
+            false => Ok(&self.inner),
+        }
     }
 
     /// The library's map.
@@ -358,7 +374,7 @@ impl MappedFile {
     /// views need a writable map, and their bytes are written back after release.
     #[pyo3(signature = (offset, length, *, writable = false))]
     fn view(&self, py: Python<'_>, offset: u64, length: u64, writable: bool) -> PyResult<View> {
-        let map = self.inner.clone();
+        let map = self.open_map()?.clone();
         let pin = nogil(py, move || {
             Ok(if writable {
                 Pin::Write(Mutex::new(map.view_mut(offset, length)?))
@@ -377,13 +393,14 @@ impl MappedFile {
         offset: u64,
         length: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        check_range(py, offset, length as u64, self.inner.len())?;
-        let map = self.inner.clone();
+        let map = self.open_map()?.clone();
+        check_range(py, offset, length as u64, map.len())?;
         filled_bytes(py, length, move |bytes| map.read(offset, bytes))
     }
 
     /// Copies `data` (bytes-like) to `offset` of the map; written back later (or by `flush`).
     fn write(&self, py: Python<'_>, offset: u64, data: Bound<'_, PyAny>) -> PyResult<()> {
+        self.open_map()?;
         let src = memory(&data, false)?;
         let len = src.len();
         check_range(py, offset, len as u64, self.inner.len())?;
@@ -392,7 +409,7 @@ impl MappedFile {
             gpumap::memory::DeviceView::Host(_) => Vec::new(),
             gpumap::memory::DeviceView::Cuda(view) => host_copy(view)?,
         };
-        let map = self.inner.clone();
+        let map = self.open_map()?.clone();
         nogil(py, move || match src.view() {
             gpumap::memory::DeviceView::Host(bytes) => map.write(offset, bytes),
             gpumap::memory::DeviceView::Cuda(view) => {
@@ -412,11 +429,12 @@ impl MappedFile {
         length: u64,
         out: Bound<'_, PyAny>,
     ) -> PyResult<()> {
+        self.open_map()?;
         let total = (offsets.len() as u64).checked_mul(length).ok_or_else(|| {
             PyValueError::new_err(format!("{} rows of {length} bytes overflow", offsets.len()))
         })?;
         let mut dst = memory(&out, true)?.into_dst(py, 0, total as usize)?;
-        let map = self.inner.clone();
+        let map = self.open_map()?.clone();
         let ranges: Vec<(u64, u64)> = offsets.iter().map(|&offset| (offset, length)).collect();
         nogil(py, move || map.gather(&ranges, dst.view()))
     }
@@ -436,12 +454,13 @@ impl MappedFile {
         out: Bound<'_, PyAny>,
         stream: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        self.open_map()?;
         let rows = crate::rows::Rows::new(py, &indices, row_size, &out)?;
         let stream = match (&stream, self.inner.device()) {
             (Some(s), Device::Cuda(device)) => Some(crate::rows::stream_arg(py, s, &device)?),
             _ => None,
         };
-        let map = self.inner.clone();
+        let map = self.open_map()?.clone();
         rows.run(py, move |indices, dst| match stream {
             Some(stream) => map.gather_rows_on(indices, row_size, dst, stream),
             None => map.gather_rows(indices, row_size, dst),
@@ -450,46 +469,47 @@ impl MappedFile {
 
     /// Reads `[offset, offset + length)` in the background; the future's `get()` returns the
     /// length when it is resident.
-    fn prefetch(&self, offset: u64, length: u64) -> IOFuture {
-        IOFuture::pending(Box::new(Prefetch(self.inner.prefetch(offset, length), length as usize)))
+    fn prefetch(&self, offset: u64, length: u64) -> PyResult<IOFuture> {
+        let started = self.open_map()?.prefetch(offset, length);
+        Ok(IOFuture::pending(Box::new(Prefetch(started, length as usize))))
     }
 
     /// madvise-like advice for a range: "normal", "sequential", "random", "willneed",
     /// "dontneed".
     fn advise(&self, py: Python<'_>, offset: u64, length: u64, advice: &str) -> PyResult<()> {
         let advice = advice_arg(advice)?;
-        let map = self.inner.clone();
+        let map = self.open_map()?.clone();
         nogil(py, move || map.advise(offset, length, advice))
     }
 
     /// Writes every dirty extent back (raises the error of an earlier failed write-back until
     /// a `sync` succeeds).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        let map = self.inner.clone();
+        let map = self.open_map()?.clone();
         nogil(py, move || map.flush())
     }
 
     /// Like `flush`, for `[offset, offset + length)`.
     fn flush_range(&self, py: Python<'_>, offset: u64, length: u64) -> PyResult<()> {
-        let map = self.inner.clone();
+        let map = self.open_map()?.clone();
         nogil(py, move || map.flush_range(offset, length))
     }
 
     /// `flush`, then fdatasync: durable when it returns.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        let map = self.inner.clone();
+        let map = self.open_map()?.clone();
         nogil(py, move || map.sync())
     }
 
     /// Writes back, then gives up the memory no view pins.
     fn evict(&self, py: Python<'_>) -> PyResult<()> {
-        let map = self.inner.clone();
+        let map = self.open_map()?.clone();
         nogil(py, move || map.evict())
     }
 
     /// Waits until rows that gathers read past the cache have been admitted to it.
     fn wait_for_admissions(&self, py: Python<'_>) -> PyResult<()> {
-        let map = self.inner.clone();
+        let map = self.open_map()?.clone();
         nogil(py, move || {
             map.wait_for_admissions();
             Ok(())
@@ -504,16 +524,28 @@ impl MappedFile {
         py: Python<'_>,
         stream: Option<Bound<'_, PyAny>>,
     ) -> PyResult<LookupScope> {
-        LookupScope::begin(py, &self.cache, stream, Some(&self.inner))
+        LookupScope::begin(py, &self.cache, stream, Some(self.open_map()?))
     }
 
-    /// Flushes (for a writable map) and raises its error; the memory goes when the last view
-    /// and handle do.
+    /// Flushes (for a writable map) and closes it: later reads, writes, gathers and flushes
+    /// raise `ValueError`, as a closed file's do; views already made stay valid, and the memory
+    /// goes when the last of them and this object do. A flush that fails is raised and leaves
+    /// the map open (its dirty bytes kept, for `sync` to try again); closing twice is a no-op.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         if self.inner.is_writable() {
             self.flush(py)?;
         }
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    /// Whether `close` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// `{"hits", "misses", "bytes_faulted", "evictions", "resident_bytes", ...}`.
