@@ -48,14 +48,22 @@ _BYTE = np.dtype("B")
 
 
 def _span(size: int, byte_range: ByteRequest | None) -> tuple[int, int]:
-    """``(start, stop)`` of a request in a file of ``size`` bytes, clipped like a slice."""
+    """``(start, stop)`` of a request in a file of ``size`` bytes, its end clipped to the
+    file's; a negative or inverted range is a ``ValueError`` (zarr's ``LocalStore`` refuses
+    them too), never a slice's silent reinterpretation."""
     if byte_range is None:
         start, stop = 0, size
     elif isinstance(byte_range, RangeByteRequest):
         start, stop = byte_range.start, byte_range.end
+        if start < 0 or stop < start:
+            raise ValueError(f"byte range {start}..{stop}: expected 0 <= start <= end")
     elif isinstance(byte_range, OffsetByteRequest):
         start, stop = byte_range.offset, size
+        if start < 0:
+            raise ValueError(f"byte offset {start}: expected a non-negative offset")
     elif isinstance(byte_range, SuffixByteRequest):
+        if byte_range.suffix < 0:
+            raise ValueError(f"byte suffix {byte_range.suffix}: expected a non-negative length")
         start, stop = max(0, size - byte_range.suffix), size
     else:
         raise TypeError(f"Unexpected byte_range, got {byte_range}.")

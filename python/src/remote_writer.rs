@@ -15,8 +15,9 @@ use crate::remote::{RemoteSettings, StatusCodes};
 /// A new S3 object, written with `write(buf, file_offset=...)` at any offsets (from any
 /// threads: each call releases the GIL) and made visible, whole, by `finish()`. Any failure,
 /// `abort()`, `close()` before `finish()`, or leaving a `with` block by an exception aborts
-/// the upload: no object is written. (A writer collected unfinished aborts too, but holds the
-/// GIL while it waits for its parts in flight: close it.)
+/// the upload: no object is written — but for a completion whose answer was lost (a timeout,
+/// a broken connection), whose error says that the object may exist. (A writer collected
+/// unfinished aborts too, but holds the GIL while it waits for its parts in flight: close it.)
 #[pyclass(module = "gpumapio", name = "RemoteWriter", frozen)]
 pub struct RemoteWriter {
     /// `None` once closed. Shared so that writes from many threads run at once, the lock held

@@ -50,6 +50,9 @@ async def _byte_ranges_and_missing_keys(tmp_path):
     ]:
         got = await store.get("k", proto, request)
         assert got.to_bytes() == want, request
+    for request in [OffsetByteRequest(-3), RangeByteRequest(-5, 3), RangeByteRequest(5, 2), SuffixByteRequest(-1)]:
+        with pytest.raises(ValueError, match="byte"):
+            await store.get("k", proto, request)
     assert await store.get("missing", proto) is None
     assert await store.get("", proto) is None  # a directory
     parts = await store.get_partial_values(proto, [("k", RangeByteRequest(0, 3)), ("missing", None)])

@@ -7,6 +7,8 @@ use gpumap::error::{Error, Result};
 
 /// The file's length, also as a buffer size.
 pub(crate) fn file_size(path: &Path) -> Result<(u64, usize)> {
+    // A FIFO, a device or a /proc file has no size to read: said so, not "empty".
+    gpumap::io::check_regular_file(path)?;
     let len = std::fs::metadata(path).map_err(|e| io_error("stat", Some(path), e))?.len();
     if len == 0 {
         // Every workload reads the file: an empty one would report 0 GB/s for each.

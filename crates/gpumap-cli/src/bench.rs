@@ -61,6 +61,13 @@ pub fn bench(args: &BenchArgs) -> CliResult {
         }
         options.threads = t.clone();
     }
+    if let Some(path) = &args.jsonl {
+        // Refused now, not after minutes of measuring: a directory, a path in no directory,
+        // a file that may not be written.
+        std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|source| {
+            gpumap::Error::Io { op: "open", path: Some(path.clone()), offset: None, source }
+        })?;
+    }
     let mut records: Vec<Record> = Vec::new();
     let mut failed: Option<CliError> = None;
     let mut emit = |r: &Record| {

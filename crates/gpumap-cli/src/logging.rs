@@ -50,6 +50,8 @@ pub fn install(verbose: u8, quiet: bool) -> gpumap::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Field names are styled for a terminal; a file or a pipe gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .event_format(Plain { targets: verbose >= 2 || std::env::var_os(LOG_VAR).is_some() })
         .init();
     result

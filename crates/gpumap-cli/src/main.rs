@@ -124,7 +124,16 @@ fn refused_command_line(e: clap::Error) -> ExitCode {
     }
     let _ = e.print();
     let rendered = e.render().to_string();
-    let message = rendered.lines().next().unwrap_or("").trim_start_matches("error: ").to_owned();
+    // The error and what it lists (the arguments in conflict or missing), without the usage
+    // line and the pointer to --help that follow.
+    let message = rendered
+        .lines()
+        .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more information"))
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let message = message.trim_start_matches("error: ").to_owned();
     let _ = output::json(&schema::ErrorDocument::new(&CliError::Usage(message)));
     ExitCode::from(error::EXIT_USAGE)
 }

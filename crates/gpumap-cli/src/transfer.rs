@@ -521,13 +521,18 @@ pub fn write(args: &WriteArgs) -> CliResult {
     let mut pattern_buf = if device.is_host() { None } else { Some(HostBuffer::new(piece)?) };
     let direct_writes = args.options.direct_writes()?;
 
+    gpumap::io::check_regular_file(&args.file)?;
     let existing = std::fs::symlink_metadata(&args.file).ok();
     check_space(args, existing.as_ref())?;
-    let existed = existing.is_some();
-    let flags = if args.truncate || !existed { "w" } else { "r+" };
-    // A file this command creates is removed unless the write completes: on an error, and on
-    // Ctrl-C (or SIGTERM, SIGHUP), which would otherwise leave it half-written.
-    let created = (!existed).then(|| gpumap::io::ScratchFile::claim(&args.file));
+    // A file this command creates (O_EXCL, so never one another process made since the look
+    // above) is removed unless the write completes: on an error, and on Ctrl-C (or SIGTERM,
+    // SIGHUP), which would otherwise leave it half-written.
+    let created = match existing {
+        Some(_) => None,
+        None => gpumap::io::ScratchFile::create_new(&args.file)?,
+    };
+    // A file just created is empty: nothing to cut.
+    let flags = if args.truncate && created.is_none() { "w" } else { "r+" };
     let handle = handle_options.open(&args.file, flags)?;
     let seconds = write_pattern(args, &handle, &device, &mut staged, pattern_buf.as_mut(), piece)?;
     if let Some(created) = created {

@@ -56,6 +56,10 @@ fn special_files_are_refused_clearly_and_at_once() {
         (&["read", "--verify-pattern"][..], Path::new("/dev/zero"), "is a character device"),
         (&["read", "--verify-pattern"][..], Path::new("/proc/self/status"), "procfs"),
         (&["write", "--size", "4K", "--truncate"][..], Path::new("/dev/null"), "character device"),
+        // Checked before the free space (a pseudo file system has none to report).
+        (&["write", "--size", "1PiB"][..], Path::new("/proc/self/status"), "procfs"),
+        (&["bench", "--host", "--quick"][..], fifo.as_path(), "is a FIFO"),
+        (&["bench", "--host", "--quick"][..], Path::new("/proc/self/status"), "procfs"),
     ] {
         let (code, out, err) = run_bounded(gpumap().args(args).arg("--json").arg(path));
         assert_eq!(code, 1, "{args:?} {}: {err}", path.display());
@@ -238,6 +242,39 @@ fn bench_refuses_an_empty_file() {
     assert_eq!(code, 1, "{out} {err}");
     assert!(err.contains("is empty"), "{err}");
     assert!(!out.contains("0.00"), "{out}");
+}
+
+/// `bench --jsonl` into a path it cannot write failed after every workload had run.
+#[test]
+fn bench_refuses_an_unwritable_jsonl_path_before_measuring() {
+    let dir = scratch();
+    let data = dir.path().join("data");
+    std::fs::write(&data, vec![1u8; 1 << 20]).unwrap();
+    let (code, out, err) = run_bounded(
+        gpumap()
+            .args(["bench", "--host", "--quick", "--json", "--jsonl"])
+            .arg(dir.path())
+            .arg(&data),
+    );
+    assert_eq!(code, 1, "{out} {err}");
+    assert!(!out.contains("workload"), "nothing measured first: {out}");
+    assert_eq!(json(out.lines().last().unwrap())["error"]["kind"], "io", "{out}");
+    assert!(err.contains("Is a directory"), "{err}");
+}
+
+/// A usage error as JSON kept only clap's first line ("cannot be used with:"), not the
+/// arguments it named.
+#[test]
+fn usage_errors_as_json_name_the_arguments() {
+    let dir = scratch();
+    let file = dir.path().join("f");
+    std::fs::write(&file, vec![0u8; 4096]).unwrap();
+    let (code, out, _) =
+        run(gpumap().args(["pagecache", "--lock", "--warm", "--evict", "--json"]).arg(&file));
+    assert_eq!(code, 2, "{out}");
+    let message = json(&out)["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("--lock") && message.contains("--warm"), "{message}");
+    assert!(!message.contains("Usage:"), "{message}");
 }
 
 /// `write --size` far past the free space streamed until the disk was full; it is refused

@@ -99,6 +99,8 @@ fn url_reads_take_the_retry_settings_from_the_environment() {
     server.inject([server::Fault::Status(503), server::Fault::Status(503)]);
     let (code, text) = read(None);
     assert_eq!(code, 0, "three attempts pass two 503s: {text}");
+    // The retries' warnings, to a pipe, are plain text (no terminal styling of their fields).
+    assert!(text.contains("retrying") && !text.contains('\x1b'), "{text:?}");
 }
 
 const KEY_ID: &str = "GPUMAPTESTKEYID";

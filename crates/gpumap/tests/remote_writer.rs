@@ -336,6 +336,32 @@ fn a_failed_completion_aborts_the_upload() {
     }
     assert_eq!(target.server.aborts(), 1);
     target.assert_nothing_written();
+    assert!(!e.to_string().contains("may exist"), "a refusal is an answer: {e}");
+}
+
+/// A completion whose answers are lost may have completed the upload: the error must not let
+/// the caller believe that no object was written.
+#[test]
+fn a_completion_with_no_answer_says_the_object_may_exist() {
+    let target = Target::new("complete-unanswered.bin");
+    let bytes = common::random_bytes(2 * PART, 14);
+    let mut options = target.options();
+    options.max_attempts(2).unwrap();
+    let writer = RemoteWriter::create_with(&target.url(), &options).unwrap();
+    writer.pwrite(&bytes, 0).unwrap();
+    while target.server.part_puts() < 2 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    target.server.inject_writes([WriteFault::Drop, WriteFault::Drop]);
+    let e = writer.finish().unwrap_err();
+    match &e {
+        Error::Remote { attempts: 2, op, .. } => {
+            assert!(op.starts_with("complete the upload (2 parts)"), "{op}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().contains("the object may exist, whole"), "{e}");
 }
 
 #[test]

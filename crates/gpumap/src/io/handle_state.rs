@@ -340,6 +340,25 @@ impl HandleState {
     }
 }
 
+/// `Ok` where `path` is a regular file of a real file system, or names nothing (yet); the
+/// error [`FileHandle::open`](crate::io::FileHandle::open) would give otherwise (`EISDIR`,
+/// [`Error::NotRegularFile`] for a FIFO, a device or a `/proc` file). For tools that check a
+/// path before they start work on it. Opens nothing that could block or act: the file system is
+/// asked through an `O_PATH` descriptor.
+pub fn check_regular_file(path: &Path) -> Result<()> {
+    let Ok(metadata) = std::fs::metadata(path) else { return Ok(()) };
+    check_regular(path, &metadata.file_type())?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| Error::io("open", path, None, e))?;
+    match posix::pseudo_file_system(posix::file_system_magic(&file, path)?) {
+        Some(what) => Err(Error::NotRegularFile { path: Some(path.to_path_buf()), what }),
+        None => Ok(()),
+    }
+}
+
 /// `Ok` for a regular file; `EISDIR` for a directory; [`Error::NotRegularFile`] for the rest.
 fn check_regular(path: &Path, kind: &std::fs::FileType) -> Result<()> {
     use std::os::unix::fs::FileTypeExt;

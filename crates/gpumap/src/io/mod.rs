@@ -52,6 +52,7 @@ mod thread_descriptors;
 pub use batch::{BatchPiece, DeviceRead};
 pub use compat::{CompatDecision, IoPath};
 pub use file_handle::{FileHandle, HandleOptions, OpenFlags};
+pub use handle_state::check_regular_file;
 pub use multi_file::{pread_files, read_files, FilePiece, FileRead, SMALL_READ};
 pub use pool::{IoFuture, IoPool};
 pub use scratch::ScratchFile;

@@ -88,16 +88,26 @@ impl ScratchFile {
         }
     }
 
-    /// Claims `path`, a file the caller is about to create and fill (`gpumap write` of a new
-    /// file): until [`keep`](Self::keep) says it is complete, it is removed as a scratch file
-    /// is — when dropped (an error return, a panic) and when `SIGINT`, `SIGTERM` or `SIGHUP`
-    /// ends the process — so that no half-written file stays behind. Registered before the
-    /// caller creates the file, so no signal can come between. The caller must create it new:
-    /// a file that existed is never the caller's to remove.
-    pub fn claim(path: &Path) -> ScratchFile {
+    /// Creates `path` new (`O_EXCL`), a file the caller is about to fill (`gpumap write` of a
+    /// new file): until [`keep`](Self::keep) says it is complete, it is removed as a scratch
+    /// file is — when dropped (an error return, a panic) and when `SIGINT`, `SIGTERM` or
+    /// `SIGHUP` ends the process — so that no half-written file stays behind. `Ok(None)` where
+    /// a file of that name exists (made by someone else since the caller looked): never this
+    /// process's to remove, so the caller writes it as an existing file.
+    ///
+    /// The path is registered for removal only once the file is created: a signal between the
+    /// two leaves an empty file behind, where registering first could remove another
+    /// process's file of that name.
+    pub fn create_new(path: &Path) -> Result<Option<ScratchFile>> {
         install_handlers();
-        LIVE.lock().push(path.to_path_buf());
-        ScratchFile { path: path.to_path_buf() }
+        match OpenOptions::new().write(true).create_new(true).open(path) {
+            Ok(_) => {
+                LIVE.lock().push(path.to_path_buf());
+                Ok(Some(ScratchFile { path: path.to_path_buf() }))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(Error::io("create", path, None, e)),
+        }
     }
 
     /// The file is complete: it stays, and nothing removes it any more.
@@ -180,6 +190,22 @@ mod tests {
         for path in &taken {
             assert_eq!(std::fs::read(path).unwrap(), b"theirs");
         }
+
+        // A file created new is removed unless kept; one that exists is never taken.
+        let target = dir.path().join("made.bin");
+        let made = ScratchFile::create_new(&target).unwrap().expect("a new file");
+        assert!(target.exists() && LIVE.lock().contains(&target));
+        drop(made);
+        assert!(!target.exists());
+        std::fs::write(&target, b"theirs").unwrap();
+        assert!(ScratchFile::create_new(&target).unwrap().is_none());
+        assert_eq!(std::fs::read(&target).unwrap(), b"theirs");
+        assert!(!LIVE.lock().contains(&target));
+        std::fs::remove_file(&target).unwrap();
+        ScratchFile::create_new(&target).unwrap().unwrap().keep();
+        assert!(target.exists() && !LIVE.lock().contains(&target));
+        let missing_dir = dir.path().join("no/such/dir/x.bin");
+        assert!(matches!(ScratchFile::create_new(&missing_dir), Err(Error::Io { .. })));
 
         // Before an exit that runs no destructors.
         remove_live();

@@ -47,8 +47,8 @@ const STAGE_BYTES: usize = 4 << 20;
 ///   failure — a part refused after its retries, a hole, [`abort`](Self::abort), or dropping
 ///   the writer unfinished — aborts the upload, and no object is written. An object small
 ///   enough for one part is written by a single PUT. (A completion whose answer is lost
-///   after the store acted on it, by a timeout, is the one case that leaves an object behind
-///   an error.)
+///   after the store acted on it, by a timeout or a broken connection, is the one case that
+///   leaves an object behind an error; the error says that the object may exist.)
 /// - **Retries** as for reads: the options' status codes, attempts, backoff and timeout.
 /// - **Blocking.** Every call blocks; from inside an async runtime (`spawn_blocking` included)
 ///   they are refused: call them from a thread of its own. Dropping an unfinished writer waits
@@ -256,7 +256,9 @@ impl RemoteWriter {
     /// Sends what remains and completes the upload: the object, of [`len`](Self::len) bytes,
     /// exists when this returns `Ok` with its size. Waits for the parts in flight. On any
     /// failure, or where a byte below the end was never written, the upload is aborted and no
-    /// object is written. Writes after this are refused.
+    /// object is written — except where the request that completes the upload got no answer
+    /// (a broken connection, a timeout): the store may have completed it, and the error says
+    /// that the object may exist. Writes after this are refused.
     pub fn finish(&self) -> Result<u64> {
         client::blocking_allowed()?;
         let shared = &self.shared;
@@ -663,6 +665,20 @@ impl Shared {
                     .map_err(|e| self.failure(&e))
             })
             .await
+            .map_err(|mut gave_up| {
+                // The request may have reached the store and its answer been lost: the object
+                // may then exist, and the caller must not be told that it does not.
+                if matches!(
+                    gave_up.failure.kind,
+                    RemoteErrorKind::Connection | RemoteErrorKind::Timeout
+                ) {
+                    gave_up.failure.reason.push_str(
+                        "; its answer was lost, so the store may have completed the upload: \
+                         the object may exist, whole",
+                    );
+                }
+                gave_up
+            })
     }
 
     /// Aborts the upload, if one was created.
