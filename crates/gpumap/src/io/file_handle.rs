@@ -267,8 +267,8 @@ impl FileHandle {
         self.state.expect_len(offset, wanted, got)
     }
 
-    /// [`Error::UnexpectedEof`] for a read of `wanted` bytes at `offset` that got `got`, with
-    /// the file's length now (where `fstat` fails, the end of what the read got).
+    /// [`Error::UnexpectedEof`] for a read of `wanted` bytes at `offset` that got `got` (see
+    /// the handle state's `eof_error` for the length it names).
     pub(crate) fn eof_error(&self, offset: u64, wanted: u64, got: u64) -> Error {
         self.state.eof_error(offset, wanted, got)
     }

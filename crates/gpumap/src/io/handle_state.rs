@@ -311,9 +311,15 @@ impl HandleState {
     }
 
     /// [`Error::UnexpectedEof`] for a read of `wanted` bytes at `offset` that got `got`, with
-    /// the file's length now (where `fstat` fails, the end of what the read got).
+    /// the file's length now; where `fstat` fails, or says the file now holds the whole range
+    /// (it grew back since the read ended short), the end of what the read got, so that the
+    /// error never contradicts itself.
     pub(super) fn eof_error(&self, offset: u64, wanted: u64, got: u64) -> Error {
-        let file_len = self.len().unwrap_or(offset.saturating_add(got));
+        let read_end = offset.saturating_add(got);
+        let file_len = match self.len() {
+            Ok(len) if len < offset.saturating_add(wanted) => len,
+            _ => read_end,
+        };
         Error::UnexpectedEof { path: Some(self.path.clone()), offset, wanted, file_len }
     }
 
@@ -405,6 +411,22 @@ mod tests {
             let reached = got != plain;
             assert_eq!(reached, spec.scope == Scope::Handle, "{}", spec.field);
         }
+    }
+
+    /// A read that ended short, of a file that grew back before the error was made, names
+    /// where the read ended, not the file's new length (which would hold the whole range).
+    #[test]
+    fn an_eof_error_never_contradicts_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![1u8; 8192]).unwrap();
+        let handle = crate::io::FileHandle::open(&path, "r").unwrap();
+        let eof = |offset, wanted, got| match handle.eof_error(offset, wanted, got) {
+            Error::UnexpectedEof { file_len, .. } => file_len,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(eof(0, 8192, 4096), 4096, "grew back: where the read ended");
+        assert_eq!(eof(4096, 8192, 100), 8192, "still short: the length now");
     }
 
     #[test]
