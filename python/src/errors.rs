@@ -58,6 +58,11 @@ pub fn to_py(py: Python<'_>, e: &Error) -> PyErr {
     // The whole chain ("write-back of x failed; 4096 bytes stay dirty: pwrite failed on x: Input/output error"), once.
     let message = gpumap::error::Report(e).to_string();
     match e {
+        // A path no system call can take: Python's own calls say `ValueError: embedded null
+        // byte` for it, before any I/O.
+        Error::Io { path: Some(path), .. } if path.as_os_str().as_encoded_bytes().contains(&0) => {
+            PyValueError::new_err(format!("embedded null byte in the path {path:?}"))
+        }
         Error::Io { op, path, source, .. } => {
             let filename = path.as_ref().map(|p| p.display().to_string());
             let message = match (*op, &filename) {

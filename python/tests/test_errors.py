@@ -24,6 +24,13 @@ def test_missing_file_is_file_not_found_with_errno(tmp_path):
     assert isinstance(e.value, OSError)
 
 
+def test_a_path_with_a_null_byte_is_a_value_error_as_in_python(tmp_path):
+    bad = str(tmp_path / "a\0b")
+    for call in (lambda: gpumapio.CuFile(bad, "r"), lambda: gpumapio.map(bad, device="host")):
+        with pytest.raises(ValueError, match="embedded null byte"):
+            call()
+
+
 def test_directory_is_is_a_directory_error(tmp_path):
     with pytest.raises(IsADirectoryError) as e:
         gpumapio.CuFile(tmp_path, "r")
