@@ -400,16 +400,15 @@ impl MappedFile {
 
     /// Copies `data` (bytes-like) to `offset` of the map; written back later (or by `flush`).
     fn write(&self, py: Python<'_>, offset: u64, data: Bound<'_, PyAny>) -> PyResult<()> {
-        self.open_map()?;
+        let map = self.open_map()?.clone();
         let src = memory(&data, false)?;
         let len = src.len();
-        check_range(py, offset, len as u64, self.inner.len())?;
+        check_range(py, offset, len as u64, map.len())?;
         let src = src.into_src(py, 0, len)?;
         let staging = match src.view() {
             gpumap::memory::DeviceView::Host(_) => Vec::new(),
             gpumap::memory::DeviceView::Cuda(view) => host_copy(view)?,
         };
-        let map = self.open_map()?.clone();
         nogil(py, move || match src.view() {
             gpumap::memory::DeviceView::Host(bytes) => map.write(offset, bytes),
             gpumap::memory::DeviceView::Cuda(view) => {
@@ -429,12 +428,11 @@ impl MappedFile {
         length: u64,
         out: Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        self.open_map()?;
+        let map = self.open_map()?.clone();
         let total = (offsets.len() as u64).checked_mul(length).ok_or_else(|| {
             PyValueError::new_err(format!("{} rows of {length} bytes overflow", offsets.len()))
         })?;
         let mut dst = memory(&out, true)?.into_dst(py, 0, total as usize)?;
-        let map = self.open_map()?.clone();
         let ranges: Vec<(u64, u64)> = offsets.iter().map(|&offset| (offset, length)).collect();
         nogil(py, move || map.gather(&ranges, dst.view()))
     }
@@ -454,13 +452,12 @@ impl MappedFile {
         out: Bound<'_, PyAny>,
         stream: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.open_map()?;
+        let map = self.open_map()?.clone();
         let rows = crate::rows::Rows::new(py, &indices, row_size, &out)?;
-        let stream = match (&stream, self.inner.device()) {
+        let stream = match (&stream, map.device()) {
             (Some(s), Device::Cuda(device)) => Some(crate::rows::stream_arg(py, s, &device)?),
             _ => None,
         };
-        let map = self.open_map()?.clone();
         rows.run(py, move |indices, dst| match stream {
             Some(stream) => map.gather_rows_on(indices, row_size, dst, stream),
             None => map.gather_rows(indices, row_size, dst),

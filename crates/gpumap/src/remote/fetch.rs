@@ -116,19 +116,16 @@ impl<'a> Fetch<'a> {
         }
         // WebHDFS answers give no size (its store reports the range's end).
         let sized = !matches!(self.url, RemoteUrl::WebHdfs(_));
-        match self.object_len {
-            Some(len) if sized && answer.meta.size != len => {
-                return Err(Failure::new(
-                    RemoteErrorKind::BadResponse,
-                    None,
-                    format!(
-                        "the server gives the object's size as {} bytes, not the {len} it had \
-                         when opened (it changed since, or nbytes was wrong); open it again",
-                        answer.meta.size
-                    ),
-                ));
-            }
-            _ => {}
+        if let Some(len) = self.object_len.filter(|&len| sized && answer.meta.size != len) {
+            return Err(Failure::new(
+                RemoteErrorKind::BadResponse,
+                None,
+                format!(
+                    "the server gives the object's size as {} bytes, not the {len} it had when \
+                     opened (it changed since, or nbytes was wrong); open it again",
+                    answer.meta.size
+                ),
+            ));
         }
         let mut body = answer.into_stream();
         let mut filled = 0usize;

@@ -268,25 +268,17 @@ impl PinnedHost {
 
 impl Drop for PinnedHost {
     fn drop(&mut self) {
-        let api = match (&self.backing, api()) {
-            (Backing::None | Backing::Registered { .. }, _) => return,
-            (_, Ok(api)) => api,
-            (_, Err(e)) => {
-                tracing::warn!("gpumap: pinned memory not released: {e}");
-                return;
-            }
-        };
-        match &self.backing {
-            Backing::None => {}
-            Backing::Driver { base } => {
+        // A registered mapping's fields unregister it, then unmap it; nothing else to give back.
+        let Backing::Driver { base } = &self.backing else { return };
+        match api() {
+            Ok(api) => {
                 // SAFETY: `base` came from cuMemHostAlloc and is freed exactly once, here.
                 let rc = unsafe { (api.cuMemFreeHost)(base.as_ptr().cast()) };
                 if rc != CUDA_SUCCESS {
                     release_failed(api, "cuMemFreeHost", rc);
                 }
             }
-            // Its fields unregister, then unmap.
-            Backing::Registered { .. } => {}
+            Err(e) => tracing::warn!("gpumap: pinned memory not released: {e}"),
         }
     }
 }
@@ -469,7 +461,7 @@ impl Drop for HostRegistration {
     fn drop(&mut self) {
         match api() {
             Ok(api) => {
-                // SAFETY: registered in `read_only`, unregistered exactly once, here.
+                // SAFETY: registered in `with_flags`, unregistered exactly once, here.
                 let rc = unsafe { (api.cuMemHostUnregister)(self.ptr.as_ptr().cast()) };
                 if rc != CUDA_SUCCESS {
                     release_failed(api, "cuMemHostUnregister", rc);
