@@ -174,12 +174,7 @@ impl PinnedHost {
         let usable =
             len.checked_next_multiple_of(crate::align::PAGE_SIZE as usize).ok_or_else(too_large)?;
         let map_len = usable.checked_add(HUGE_PAGE).ok_or_else(too_large)?;
-        let map = memmap2::MmapMut::map_anon(map_len).map_err(|e| Error::Io {
-            op: "mmap",
-            path: None,
-            offset: None,
-            source: e,
-        })?;
+        let map = memmap2::MmapMut::map_anon(map_len).map_err(|e| Error::io_nopath("mmap", e))?;
         let skew = (HUGE_PAGE - map.as_ptr() as usize % HUGE_PAGE) % HUGE_PAGE;
         // Without huge pages the registration still works, at the cost of 4 KiB pages.
         if let Err(e) = map.advise_range(memmap2::Advice::HugePage, skew, usable) {
