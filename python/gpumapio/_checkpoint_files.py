@@ -10,7 +10,7 @@ import json
 import os
 from typing import Any
 
-from gpumapio._native import RemotePrefix, plain_index
+from gpumapio._native import RemotePrefix, plain_index, plain_index_agrees, plain_index_files
 from gpumapio._sources import is_url, join, open_source, read_bytes, shown, url_path
 from gpumapio.safetensors import TensorInfo, _all_of_type, _brief, _Columns, _object, _read_columns
 
@@ -50,11 +50,19 @@ class Shard:
 
 @dataclasses.dataclass(frozen=True)
 class Catalogue:
-    """A checkpoint's shards and, for each tensor, the index of the shard holding it."""
+    """A checkpoint's shards and, for each tensor, the index of the shard holding it
+    (``where``, made on first use: a whole load needs only the shards)."""
 
     shards: list[Shard]
-    where: dict[str, int]
     metadata: dict[str, Any] | None
+
+    @functools.cached_property
+    def where(self) -> dict[str, int]:
+        # Every name is in one shard only: read_catalogue checks so before making one.
+        where: dict[str, int] = {}
+        for i, shard in enumerate(self.shards):
+            where.update(dict.fromkeys(shard.columns.names, i))
+        return where
 
     def info(self, name: str) -> TensorInfo:
         return self.shards[self.where[name]].tensors[name]
@@ -63,12 +71,33 @@ class Catalogue:
 @dataclasses.dataclass(frozen=True)
 class Listing:
     """Which files make a checkpoint, before their headers are read: the shards' paths, and
-    the index they come from (its path, ``weight_map`` and ``metadata``), if any."""
+    the index they come from (its path and bytes), if any. The index's ``weight_map`` and
+    ``metadata`` are read from its bytes, and checked, on first use: a whole load starts
+    reading the shards before (:class:`CheckpointError` then, for an index found faulty)."""
 
     paths: list[str]
-    weight_map: dict[str, str] | None = None
     index_path: str | None = None
-    metadata: Any = None
+    index_bytes: bytes | None = dataclasses.field(default=None, repr=False)
+    # The file names the index gives its shards, each once (None where not found so).
+    index_files: list[str] | None = dataclasses.field(default=None, repr=False)
+
+    @functools.cached_property
+    def _index(self) -> tuple[dict[str, str] | None, Any]:
+        if self.index_path is None or self.index_bytes is None:
+            return None, None
+        weight_map, metadata, paths = _parse_index(self.index_path, self.index_bytes)
+        if paths != self.paths:
+            # The quick scan of the index and its full reading disagree: a reader's bug.
+            raise CheckpointError(f"{shown(self.index_path)}: the index names shards {paths}, first read as {self.paths}")
+        return weight_map, metadata
+
+    @property
+    def weight_map(self) -> dict[str, str] | None:
+        return self._index[0]
+
+    @property
+    def metadata(self) -> Any:
+        return self._index[1]
 
 
 def open_catalogue(source: str | os.PathLike[str]) -> Catalogue:
@@ -173,6 +202,22 @@ def _from_index(index_path: str) -> Listing:
     raw = _read_index(index_path)
     if len(raw) > _MAX_INDEX:
         raise CheckpointError(f"{shown(index_path)}: more than {_MAX_INDEX} bytes; not a checkpoint index")
+    # The shards of an index as transformers writes one, found without an object per tensor;
+    # the weight map is read when first asked for. Anything else is read and checked here.
+    files = plain_index_files(raw)
+    if files is not None and all(map(_inside, files)):
+        paths = list(dict.fromkeys(shard_path(index_path, f) for f in files))
+        if all(map(_exists, paths)):
+            return Listing(paths, index_path, raw, files)
+    weight_map, metadata, paths = _parse_index(index_path, raw)
+    listing = Listing(paths, index_path, raw)
+    listing.__dict__["_index"] = (weight_map, metadata)  # read once: kept
+    return listing
+
+
+def _parse_index(index_path: str, raw: bytes) -> tuple[dict[str, str], Any, list[str]]:
+    """The index's weight map, metadata and shard paths, checked: malformed JSON, a shard
+    named outside the index's directory, or one that is not there is a :class:`CheckpointError`."""
     # An index as transformers writes one in one native pass; any other through json.
     index = plain_index(raw)
     if index is None:
@@ -189,7 +234,7 @@ def _from_index(index_path: str) -> Listing:
         _check_shard_names(index_path, weight_map)
     # One file under two spellings ("a.safetensors", "./a.safetensors") is one shard.
     path_of = {shard: shard_path(index_path, shard) for shard in set(weight_map.values())}
-    paths = list(dict.fromkeys(path_of[s] for s in weight_map.values()))
+    paths = list(dict.fromkeys(map(path_of.__getitem__, weight_map.values())))
     missing = [p for p in paths if not _exists(p)]
     if missing:
         named = [n for n, s in weight_map.items() if path_of[s] == missing[0]]
@@ -199,8 +244,7 @@ def _from_index(index_path: str) -> Listing:
             f"first) is not a file in {shown(base) or '.'}"
             + (f"; {len(missing) - 1} more missing" if len(missing) > 1 else "")
         )
-    metadata = index.get("metadata")
-    return Listing(paths, weight_map, index_path, metadata)
+    return weight_map, index.get("metadata"), paths
 
 
 def shard_path(index_path: str, shard: str) -> str:
@@ -213,32 +257,55 @@ def shard_path(index_path: str, shard: str) -> str:
 def read_catalogue(listing: Listing) -> Catalogue:
     """Every shard's header read and checked, and checked against the index if there is one
     (:class:`CheckpointError` names the file and the values at fault)."""
-    paths, weight_map, index_path, metadata = listing.paths, listing.weight_map, listing.index_path, listing.metadata
+    paths, index_path = listing.paths, listing.index_path
     shards: list[Shard] = []
-    where: dict[str, int] = {}
-    for i, path in enumerate(paths):
+    file_metadata = None
+    for path in paths:
         try:
             columns, file_metadata = _read_columns(path)
         except ValueError as e:
             raise CheckpointError(str(e)) from None
-        if metadata is None and len(paths) == 1:
-            metadata = file_metadata
-        names = columns.names
+        shards.append(Shard(path, columns))
+    if index_path is not None and listing.index_bytes is not None:
+        # An index as transformers writes one is checked against the headers natively, with
+        # no object per tensor; any other, or one that does not agree, as below (which names
+        # what is wrong).
+        number = {path: i for i, path in enumerate(paths)}
+        files = listing.index_files or plain_index_files(listing.index_bytes) or []
+        shard_of = {f: number[p] for f in files if (p := shard_path(index_path, f)) in number}
+        agreed = plain_index_agrees(listing.index_bytes, shard_of, [s.columns.names for s in shards])
+        if agreed is not None:
+            return Catalogue(shards, _metadata(agreed[0], file_metadata, len(paths)))
+    where: dict[str, int] = {}
+    for i, shard in enumerate(shards):
+        names = shard.columns.names
         if not where.keys().isdisjoint(names):
             name = next(n for n in names if n in where)
-            raise CheckpointError(f"tensor {name!r} is in two shards: {shown(shards[where[name]].path)} and {shown(path)}")
+            raise CheckpointError(f"tensor {name!r} is in two shards: {shown(shards[where[name]].path)} and {shown(shard.path)}")
         where.update(dict.fromkeys(names, i))
-        shards.append(Shard(path, columns))
+    weight_map = listing.weight_map
     if weight_map is not None:
         # Each shard name of the index once, as the index of the file it names.
-        number = {s.path: i for i, s in enumerate(shards)}
+        number = {path: i for i, path in enumerate(paths)}
         named = {shard: number.get(shard_path(index_path or "", shard)) for shard in set(weight_map.values())}
         # Compared all at once; gone through one by one only to name the first at fault.
         if None not in named.values() and list(map(where.get, weight_map)) == list(map(named.__getitem__, weight_map.values())):
-            return Catalogue(shards, where, metadata if isinstance(metadata, dict) else None)
+            return _catalogue(shards, where, _metadata(listing.metadata, file_metadata, len(paths)))
         for name, shard in weight_map.items():
             got = where.get(name)
             if got is None or got != named[shard]:
                 found = "in no shard" if got is None else f"in {shown(shards[got].path)}"
                 raise CheckpointError(f"{shown(index_path)}: tensor {name!r} is mapped to {shard!r} but is {found}")
-    return Catalogue(shards, where, metadata if isinstance(metadata, dict) else None)
+    return _catalogue(shards, where, _metadata(listing.metadata, file_metadata, len(paths)))
+
+
+def _metadata(index_metadata: Any, file_metadata: Any, shards: int) -> dict[str, Any] | None:
+    """A catalogue's metadata: its index's; a single file's own where its index has none."""
+    metadata = file_metadata if index_metadata is None and shards == 1 else index_metadata
+    return metadata if isinstance(metadata, dict) else None
+
+
+def _catalogue(shards: list[Shard], where: dict[str, int], metadata: dict[str, Any] | None) -> Catalogue:
+    catalogue = Catalogue(shards, metadata)
+    catalogue.__dict__["where"] = where  # made already, while checking
+    return catalogue

@@ -383,6 +383,14 @@ def plain_index(raw: bytes) -> dict[str, Any] | None:
     """A checkpoint index as ``json.loads`` reads it, for the common case (a ``weight_map`` of
     names to files, a ``metadata`` of strings and sizes, no escapes); None for any other."""
 
+def plain_index_files(raw: bytes) -> list[str] | None:
+    """The files an index ``plain_index`` reads names, each once, in the order of their first
+    tensor (no object per tensor); None for any other index."""
+
+def plain_index_agrees(raw: bytes, shard_of: dict[str, int], names: list[list[str]]) -> tuple[dict[str, Any] | None] | None:
+    """``(metadata,)`` where an index ``plain_index`` reads maps every name of ``names[k]`` to
+    a file ``shard_of`` numbers ``k``, and no other name; None where it does not or cannot tell."""
+
 def defaults_get(name: str) -> Any: ...
 def defaults_set(name: str, value: Any) -> None: ...
 def defaults_saved(name: str) -> tuple[Any, str, str | None]: ...

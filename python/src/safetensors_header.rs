@@ -44,7 +44,8 @@ const DTYPES: [(&str, u64); 22] = [
 /// One tensor's entry, checked on its own; offsets relative to the data section.
 struct Entry<'a> {
     name: &'a str,
-    dtype: &'static str,
+    /// Its dtype's place in [`DTYPES`].
+    dtype: usize,
     shape: Vec<u64>,
     begin: u64,
     end: u64,
@@ -129,6 +130,16 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// `[a, b]`: two sizes, without a vector for them (every entry's offsets are so).
+    fn pair(&mut self) -> Option<[u64; 2]> {
+        self.take(b'[')?;
+        let first = self.size()?;
+        self.take(b',')?;
+        let second = self.size()?;
+        self.take(b']')?;
+        Some([first, second])
+    }
+
     /// The members of an object, `each` called after each key's colon to read its value.
     fn object(&mut self, mut each: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         self.take(b'{')?;
@@ -153,16 +164,15 @@ impl<'a> Scanner<'a> {
             match key {
                 "dtype" if dtype.is_none() => {
                     let text = s.string()?;
-                    dtype = Some(DTYPES.iter().find(|(d, _)| *d == text)?.0);
+                    dtype = Some(DTYPES.iter().position(|(d, _)| *d == text)?);
                 }
                 "shape" if shape.is_none() => shape = Some(s.sizes()?),
-                "data_offsets" if offsets.is_none() => offsets = Some(s.sizes()?),
+                "data_offsets" if offsets.is_none() => offsets = Some(s.pair()?),
                 _ => return None,
             }
             Some(())
         })?;
-        let offsets = offsets?;
-        let [begin, end] = offsets[..] else { return None };
+        let [begin, end] = offsets?;
         Some(Entry { name, dtype: dtype?, shape: shape?, begin, end })
     }
 
@@ -196,8 +206,8 @@ impl<'a> Scanner<'a> {
         if self.at != self.text.len() {
             return None;
         }
-        let names: HashSet<&str> = entries.iter().map(|e| e.name).collect();
-        (names.len() == entries.len()).then_some(Plain { entries, metadata })
+        let mut names = HashSet::with_capacity(entries.len());
+        entries.iter().all(|e| names.insert(e.name)).then_some(Plain { entries, metadata })
     }
 }
 
@@ -253,14 +263,9 @@ impl<'a> Scanner<'a> {
             return None;
         }
         let weight_map = weight_map?;
-        let unique = |keys: &mut dyn Iterator<Item = &'a str>, n: usize| {
-            keys.collect::<HashSet<_>>().len() == n
-        };
-        if !unique(&mut weight_map.iter().map(|(k, _)| *k), weight_map.len()) {
-            return None;
-        }
+        // The weight map's names are checked unique by the dict `plain_index` builds of them.
         if let Some(m) = &metadata {
-            if !unique(&mut m.iter().map(|(k, _)| *k), m.len()) {
+            if m.iter().map(|(k, _)| *k).collect::<HashSet<_>>().len() != m.len() {
                 return None;
             }
         }
@@ -276,28 +281,27 @@ impl<'a> Scanner<'a> {
 pub fn plain_index<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Option<Bound<'py, PyDict>>> {
     let Some(index) = (Scanner { text: raw, at: 0 }).index() else { return Ok(None) };
     let out = PyDict::new(py);
-    let metadata = match index.metadata {
-        None => None,
-        Some(pairs) => {
-            let metadata = PyDict::new(py);
-            for (k, v) in pairs {
-                match v {
-                    Value::Text(t) => metadata.set_item(k, t)?,
-                    Value::Size(n) => metadata.set_item(k, n)?,
-                }
-            }
-            Some(metadata)
-        }
-    };
+    let metadata = metadata_dict(py, index.metadata)?;
     if let (Some(m), true) = (&metadata, index.metadata_first) {
         out.set_item("metadata", m)?;
     }
     let weight_map = PyDict::new(py);
-    // Thousands of names map to a few files: one Python string per file.
+    // Thousands of names map to a few files, mostly one file's names after another: one
+    // Python string per file, the last one tried first.
     let mut files: HashMap<&str, Bound<'py, PyString>> = HashMap::new();
+    let mut previous: Option<(&str, Bound<'py, PyString>)> = None;
+    let pairs = index.weight_map.len();
     for (name, file) in index.weight_map {
-        let value = files.entry(file).or_insert_with(|| PyString::new(py, file));
-        weight_map.set_item(name, &*value)?;
+        let value = match &previous {
+            Some((last, value)) if *last == file => value.clone(),
+            _ => files.entry(file).or_insert_with(|| PyString::new(py, file)).clone(),
+        };
+        weight_map.set_item(name, &value)?;
+        previous = Some((file, value));
+    }
+    // A name given twice (the dict keeps one of them): the Python reader names it.
+    if weight_map.len() != pairs {
+        return Ok(None);
     }
     out.set_item("weight_map", weight_map)?;
     if let (Some(m), false) = (&metadata, index.metadata_first) {
@@ -306,9 +310,81 @@ pub fn plain_index<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Option<Bound<'p
     Ok(Some(out))
 }
 
+/// An index's `metadata` as a dict (`None` without one).
+fn metadata_dict<'py>(
+    py: Python<'py>,
+    metadata: Option<Vec<(&str, Value<'_>)>>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some(pairs) = metadata else { return Ok(None) };
+    let dict = PyDict::new(py);
+    for (k, v) in pairs {
+        match v {
+            Value::Text(t) => dict.set_item(k, t)?,
+            Value::Size(n) => dict.set_item(k, n)?,
+        }
+    }
+    Ok(Some(dict))
+}
+
+/// Whether an index (one [`plain_index`] reads) maps every tensor to the shard whose header
+/// holds it, and no other name: `shard_of` gives each file name of the index its shard's
+/// number, `names` each shard's tensor names. `(metadata,)` where it does; `None` where it
+/// does not or cannot tell, and the Python reader then reads the index and names what is
+/// wrong. A whole load of thousands of tensors checks its index so without a Python object
+/// per tensor.
+#[pyfunction]
+pub fn plain_index_agrees<'py>(
+    py: Python<'py>,
+    raw: &[u8],
+    shard_of: HashMap<String, usize>,
+    names: Vec<Bound<'py, PyList>>,
+) -> PyResult<Option<(Option<Bound<'py, PyDict>>,)>> {
+    let Some(index) = (Scanner { text: raw, at: 0 }).index() else { return Ok(None) };
+    let mut mapped: HashMap<&str, usize> = HashMap::with_capacity(index.weight_map.len());
+    for (name, file) in &index.weight_map {
+        let Some(&shard) = shard_of.get(*file) else { return Ok(None) };
+        if mapped.insert(name, shard).is_some() {
+            return Ok(None); // a name given twice
+        }
+    }
+    let mut found = 0usize;
+    for (shard, shard_names) in names.iter().enumerate() {
+        for name in shard_names.iter() {
+            let name = name.cast::<PyString>()?;
+            if mapped.get(name.to_str()?) != Some(&shard) {
+                return Ok(None);
+            }
+            found += 1;
+        }
+    }
+    // Every header name is mapped to its own shard; the index names no other tensor.
+    if found != mapped.len() {
+        return Ok(None);
+    }
+    Ok(Some((metadata_dict(py, index.metadata)?,)))
+}
+
+/// The shard files an index names, each once, in the order of their first tensor — for an
+/// index [`plain_index`] reads (`None` for any other) — without an object per tensor: a whole
+/// load starts reading the shards with these, and reads and checks the weight map meanwhile.
+#[pyfunction]
+pub fn plain_index_files<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Option<Bound<'py, PyList>>> {
+    let Some(index) = (Scanner { text: raw, at: 0 }).index() else { return Ok(None) };
+    let mut files: Vec<&str> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut previous = None;
+    for (_, file) in index.weight_map {
+        if previous != Some(file) && seen.insert(file) {
+            files.push(file);
+        }
+        previous = Some(file);
+    }
+    Ok(Some(PyList::new(py, files)?))
+}
+
 /// Bits per element of a known dtype.
-fn bits_of(dtype: &str) -> u64 {
-    DTYPES.iter().find(|(d, _)| *d == dtype).map_or(0, |(_, b)| *b)
+fn bits_of(dtype: usize) -> u64 {
+    DTYPES[dtype].1
 }
 
 /// The checks of the Python checker on entries that parsed: each tensor's bytes are those of
@@ -362,20 +438,32 @@ pub fn plain_header<'py>(
     let Some(plain) = (Scanner { text: raw, at: 0 }).header() else { return Ok(None) };
     let Some(entries) = checked(plain.entries, data_start, file_size) else { return Ok(None) };
     let names = PyList::new(py, entries.iter().map(|e| e.name))?;
-    let dtypes = PyList::new(py, entries.iter().map(|e| PyString::intern(py, e.dtype)))?;
-    // Checkpoints repeat a few shapes thousands of times: one tuple per distinct shape.
+    // One interned string per dtype, and one tuple per distinct shape (checkpoints repeat a
+    // few shapes thousands of times, mostly one after another).
+    let mut interned: [Option<Bound<'py, PyString>>; DTYPES.len()] = Default::default();
+    let dtypes = PyList::new(
+        py,
+        entries.iter().map(|e| {
+            interned[e.dtype].get_or_insert_with(|| PyString::intern(py, DTYPES[e.dtype].0)).clone()
+        }),
+    )?;
     let shapes = PyList::empty(py);
     let mut seen: HashMap<&[u64], Bound<'py, PyTuple>> = HashMap::new();
+    let mut previous: Option<(&[u64], Bound<'py, PyTuple>)> = None;
     for e in &entries {
-        let shape = match seen.get(e.shape.as_slice()) {
-            Some(t) => t.clone(),
-            None => {
-                let t = PyTuple::new(py, &e.shape)?;
-                seen.insert(&e.shape, t.clone());
-                t
-            }
+        let shape = match &previous {
+            Some((last, tuple)) if *last == e.shape.as_slice() => tuple.clone(),
+            _ => match seen.get(e.shape.as_slice()) {
+                Some(t) => t.clone(),
+                None => {
+                    let t = PyTuple::new(py, &e.shape)?;
+                    seen.insert(&e.shape, t.clone());
+                    t
+                }
+            },
         };
-        shapes.append(shape)?;
+        shapes.append(&shape)?;
+        previous = Some((e.shape.as_slice(), shape));
     }
     let starts = PyList::new(py, entries.iter().map(|e| data_start + e.begin))?;
     let ends = PyList::new(py, entries.iter().map(|e| data_start + e.end))?;

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import os
 
 import numpy as np
@@ -18,6 +19,7 @@ import gpumapio  # noqa: E402
 import gpumapio.checkpoint as checkpoint  # noqa: E402
 from conftest import need_gpu  # noqa: E402
 from gpumapio import CheckpointError, TensorParallel, load_checkpoint, load_safetensors  # noqa: E402
+from gpumapio._checkpoint_files import list_shards  # noqa: E402
 
 
 def _model(rng, layers=3, hidden=64, inter=96, vocab=50):
@@ -454,6 +456,28 @@ def test_bad_index(sharded, text, message):
         f.write(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(CheckpointError, match=message):
         load_checkpoint(directory, "cpu", framework="numpy")
+
+
+def test_index_naming_a_tensor_twice_is_refused_after_the_reads_start(sharded):
+    """Its shards all there, an index is read in full while a whole load's reads run: a name
+    given twice is still refused, and nothing is returned."""
+    directory, tensors = sharded
+    path, index = _index(directory)
+    pairs = list(index["weight_map"].items())
+    text = json.dumps({"weight_map": dict(pairs)})
+    first = json.dumps(pairs[0][0]) + ": " + json.dumps(pairs[0][1])
+    with open(path, "w") as f:
+        f.write(text.replace(first, first + ", " + first, 1))
+    twice = f"key {re.escape(repr(pairs[0][0]))} appears more than once"
+    listing = list_shards(directory)  # the shards found by the quick scan
+    assert len(listing.paths) == 3
+    with pytest.raises(CheckpointError, match=twice):
+        listing.weight_map
+    with pytest.raises(CheckpointError, match=twice):
+        load_checkpoint(directory, "cpu", framework="numpy")
+    _rewrite(path, index)
+    got = load_checkpoint(directory, "cpu", framework="numpy")
+    assert got.keys() == tensors.keys()
 
 
 def test_index_names_the_wrong_shard(sharded):

@@ -19,7 +19,7 @@ import gpumapio.checkpoint as checkpoint
 import gpumapio.safetensors as gst
 from gpumapio import load_checkpoint
 from gpumapio._checkpoint_files import open_catalogue
-from gpumapio._native import plain_header, plain_index
+from gpumapio._native import plain_header, plain_index, plain_index_agrees, plain_index_files
 from gpumapio._pieces import Run, coalesce
 from gpumapio.safetensors import _DTYPES, _checked_infos, _parse_header, _plain_infos
 
@@ -315,6 +315,7 @@ def test_native_index_agrees_with_json(seed):
             if got is not None:
                 assert got == _json_index(raw) and list(got) == list(index)
                 assert list(got["weight_map"]) == list(index["weight_map"])
+                assert plain_index_files(raw) == list(dict.fromkeys(index["weight_map"].values()))
         raw = bytearray(r.choice(_spellings(r, index)))
         for _ in range(r.randrange(1, 4)):
             at = r.randrange(len(raw) + 1)
@@ -322,6 +323,12 @@ def test_native_index_agrees_with_json(seed):
         got = plain_index(bytes(raw))
         if got is not None:
             assert got == _json_index(bytes(raw)), bytes(raw)
+        # The quick scan answers where plain_index does, and else only for a name given twice.
+        files = plain_index_files(bytes(raw))
+        if got is not None:
+            assert files == list(dict.fromkeys(got["weight_map"].values()))
+        elif files is not None:
+            assert _json_index(bytes(raw)) == "error", bytes(raw)
 
 
 @pytest.mark.parametrize(
@@ -340,6 +347,54 @@ def test_native_index_agrees_with_json(seed):
 )
 def test_native_index_declines_the_uncommon(text):
     assert plain_index(text) is None
+    # The quick scan of an index's files declines the same, but for a name given twice (the
+    # weight map, read later, refuses it).
+    if text != b'{"weight_map": {"a": "f", "a": "g"}}':
+        assert plain_index_files(text) is None
+
+
+def test_native_index_files_in_order_of_first_tensor():
+    raw = b'{"weight_map": {"a": "2.st", "b": "1.st", "c": "2.st", "d": "3.st", "e": "1.st"}}'
+    assert plain_index_files(raw) == ["2.st", "1.st", "3.st"]
+    assert plain_index_files(b'{"weight_map": {}}') == []
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_native_index_check_agrees_with_the_mapping(seed):
+    """plain_index_agrees answers exactly where the index maps every header's names to that
+    header's shard and names nothing else; any one change of the mapping is caught."""
+    r = random.Random(500 + seed)
+    files = ["a.st", "b.st", "./a.st", "c.st"]  # "./a.st" is a second spelling of shard 0
+    shard_of = {"a.st": 0, "b.st": 1, "./a.st": 0, "c.st": 2}
+    names = [f"t{i}" for i in range(r.randrange(1, 60))]
+    weight_map = {n: r.choice(files) for n in names}
+    r.shuffle(names)
+    headers: list[list[str]] = [[], [], []]
+    for n in names:
+        headers[shard_of[weight_map[n]]].append(n)
+    index = {"metadata": {"total_size": 7}, "weight_map": weight_map}
+    raw = json.dumps(index).encode()
+    assert plain_index_agrees(raw, shard_of, headers) == ({"total_size": 7},)
+    assert plain_index_agrees(json.dumps({"weight_map": weight_map}).encode(), shard_of, headers) == (None,)
+    victim = r.choice(names)
+    home = shard_of[weight_map[victim]]
+    moved = [list(h) for h in headers]
+    moved[home].remove(victim)
+    moved[(home + 1) % 3].append(victim)
+    twice = [list(h) for h in headers]
+    twice[(home + 1) % 3].append(victim)
+    wrong = [
+        moved,  # in another shard than the index says
+        twice,  # in two shards
+        [h + (["extra"] if k == home else []) for k, h in enumerate(headers)],  # not in the index
+        [[n for n in h if n != victim] for h in headers],  # the index names a tensor of no shard
+    ]
+    for changed in wrong:
+        assert plain_index_agrees(raw, shard_of, changed) is None
+    # A file the catalogue does not know, a name given twice, an index the quick reader declines.
+    assert plain_index_agrees(raw, {f: k for f, k in shard_of.items() if f != weight_map[victim]}, headers) is None
+    assert plain_index_agrees(raw.replace(b'"weight_map": {', b'"weight_map": {"%s": "b.st", ' % victim.encode(), 1), shard_of, headers) is None
+    assert plain_index_agrees(raw.replace(b"total_size", b"total\\u005fsize"), shard_of, headers) is None
 
 
 def test_columns_are_the_header():
@@ -430,10 +485,16 @@ def test_many_small_tensors_as_torch_views(tmp_path):
     chosen = load_checkpoint(str(directory), "cpu", tensors=some)
     for name in some:
         assert chosen[name].numpy().tobytes() == want[name].tobytes(), name
-    one = next(t for t in got.values() if t.dtype == torch.float32)
-    grad = torch.ones_like(one, requires_grad=True)
-    one.copy_(grad * 2)  # autograd records it: the view must allow it
-    assert torch.equal(one.detach(), torch.full_like(one, 2.0))
+    # One alone and one of a run of one dtype and shape (torch's multi-output views, as
+    # unbind makes of a run, would refuse this), each in a load of its own.
+    names = list(want)
+    alone = next(n for n in names if want[n].dtype == np.float32)
+    in_run = next(a for a, b in zip(names[:150], names[1:150]) if want[a].dtype == want[b].dtype == np.float32)
+    for name in (alone, in_run):
+        one = load_checkpoint(str(directory), "cpu")[name]
+        grad = torch.ones_like(one, requires_grad=True)
+        one.copy_(grad * 2)  # autograd records it: the view must allow it
+        assert torch.equal(one.detach(), torch.full_like(one, 2.0))
 
 
 @pytest.mark.parametrize("seed", range(5))
