@@ -266,11 +266,11 @@ def read_catalogue(listing: Listing) -> Catalogue:
         except ValueError as e:
             raise CheckpointError(str(e)) from None
         shards.append(Shard(path, columns))
+    number = {path: i for i, path in enumerate(paths)}
     if index_path is not None and listing.index_bytes is not None:
         # An index as transformers writes one is checked against the headers natively, with
         # no object per tensor; any other, or one that does not agree, as below (which names
         # what is wrong).
-        number = {path: i for i, path in enumerate(paths)}
         files = listing.index_files or plain_index_files(listing.index_bytes) or []
         shard_of = {f: number[p] for f in files if (p := shard_path(index_path, f)) in number}
         agreed = plain_index_agrees(listing.index_bytes, shard_of, [s.columns.names for s in shards])
@@ -286,7 +286,6 @@ def read_catalogue(listing: Listing) -> Catalogue:
     weight_map = listing.weight_map
     if weight_map is not None:
         # Each shard name of the index once, as the index of the file it names.
-        number = {path: i for i, path in enumerate(paths)}
         named = {shard: number.get(shard_path(index_path or "", shard)) for shard in set(weight_map.values())}
         # Compared all at once; gone through one by one only to name the first at fault.
         if None not in named.values() and list(map(where.get, weight_map)) == list(map(named.__getitem__, weight_map.values())):

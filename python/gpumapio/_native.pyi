@@ -384,8 +384,9 @@ def plain_index(raw: bytes) -> dict[str, Any] | None:
     names to files, a ``metadata`` of strings and sizes, no escapes); None for any other."""
 
 def plain_index_files(raw: bytes) -> list[str] | None:
-    """The files an index ``plain_index`` reads names, each once, in the order of their first
-    tensor (no object per tensor); None for any other index."""
+    """The files an index names, each once, in the order of their first tensor (no object per
+    tensor), for an index ``plain_index`` reads or declines only for a name given twice; None
+    for any other."""
 
 def plain_index_agrees(raw: bytes, shard_of: dict[str, int], names: list[list[str]]) -> tuple[dict[str, Any] | None] | None:
     """``(metadata,)`` where an index ``plain_index`` reads maps every name of ``names[k]`` to

@@ -365,8 +365,9 @@ pub fn plain_index_agrees<'py>(
 }
 
 /// The shard files an index names, each once, in the order of their first tensor — for an
-/// index [`plain_index`] reads (`None` for any other) — without an object per tensor: a whole
-/// load starts reading the shards with these, and reads and checks the weight map meanwhile.
+/// index [`plain_index`] reads, or declines only for a name given twice (`None` for any
+/// other) — without an object per tensor: a whole load starts reading the shards with these,
+/// and reads and checks the weight map meanwhile (which refuses the repeated name).
 #[pyfunction]
 pub fn plain_index_files<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Option<Bound<'py, PyList>>> {
     let Some(index) = (Scanner { text: raw, at: 0 }).index() else { return Ok(None) };
