@@ -50,6 +50,8 @@ __all__ = [
     "FilesRead",
     "plain_header",
     "plain_index",
+    "plain_index_files",
+    "plain_index_agrees",
     "LockedRange",
     "residency",
     "warm",
