@@ -267,11 +267,11 @@ def read_catalogue(listing: Listing) -> Catalogue:
             raise CheckpointError(str(e)) from None
         shards.append(Shard(path, columns))
     number = {path: i for i, path in enumerate(paths)}
-    if index_path is not None and listing.index_bytes is not None:
-        # An index as transformers writes one is checked against the headers natively, with
-        # no object per tensor; any other, or one that does not agree, as below (which names
-        # what is wrong).
-        files = listing.index_files or plain_index_files(listing.index_bytes) or []
+    if index_path is not None and listing.index_bytes is not None and listing.index_files is not None:
+        # An index as transformers writes one (its files found by the quick scan) is checked
+        # against the headers natively, with no object per tensor; any other, or one that
+        # does not agree, as below (which names what is wrong).
+        files = listing.index_files
         shard_of = {f: number[p] for f in files if (p := shard_path(index_path, f)) in number}
         agreed = plain_index_agrees(listing.index_bytes, shard_of, [s.columns.names for s in shards])
         if agreed is not None:
