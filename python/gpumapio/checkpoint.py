@@ -95,19 +95,25 @@ def _check_dtypes(fw: "_Framework", path: str, names: list[str], dtypes: list[st
 def _plan(catalogue: Catalogue, names: list[str], tp: TensorParallel | None) -> list[_Placed]:
     placed = []
     shards, where = catalogue.shards, catalogue.where
+    # A slice depends on the tensor's shape, dtype and split alone, and a model repeats a few
+    # shapes layer after layer: each worked out once (its pieces shared, never changed in place).
+    slices: dict[tuple[tuple[int, ...], str, int], tuple[int, tuple[int, ...], list[Run], int]] = {}
     for name in names:
         shard = where[name]
         info = shards[shard].tensors[name]
-        bits = _DTYPES[info.dtype][0]
         dim = tp.split_dim(name) if tp is not None else None
         if dim is None:
             placed.append(_Placed(info, shard, info.shape, None, info.end - info.start))
             continue
         assert tp is not None
-        dim, shape = split_shape(name, info.shape, dim, tp.world_size)
-        pieces = tensor_slice(info.shape, bits // 8, dim, tp.rank, tp.world_size)
-        nbytes = sum(p.nbytes for p in pieces)
-        placed.append(_Placed(info, shard, shape, pieces, nbytes, split=dim))
+        key = (info.shape, info.dtype, dim)
+        cut = slices.get(key)
+        if cut is None:
+            split, shape = split_shape(name, info.shape, dim, tp.world_size)
+            pieces = tensor_slice(info.shape, _DTYPES[info.dtype][0] // 8, split, tp.rank, tp.world_size)
+            cut = slices[key] = (split, shape, pieces, sum(p.nbytes for p in pieces))
+        split, shape, pieces, nbytes = cut
+        placed.append(_Placed(info, shard, shape, pieces, nbytes, split=split))
     return placed
 
 

@@ -54,16 +54,16 @@ class TensorParallel:
 
     def split_dim(self, name: str) -> int | None:
         """The dimension tensor ``name`` is split along, or ``None`` (loaded whole)."""
-        for match, dim in self._matchers:
-            if match(name):
-                return dim
-        return None
+        match, dims = self._matcher
+        found = match(name)
+        return None if found is None else dims[found.lastgroup]
 
     @functools.cached_property
-    def _matchers(self) -> tuple[tuple[Callable[[str], object], int], ...]:
-        # Compiled once: a checkpoint has thousands of names, and fnmatch's own call per
-        # pattern and name cost more than the match itself.
-        return tuple(
-            (re.compile(fnmatch.translate(pattern)).match, _NAMED[dim] if isinstance(dim, str) else dim)
-            for pattern, dim in self.rules.items()
-        )
+    def _matcher(self) -> tuple[Callable[[str], re.Match[str] | None], dict[str | None, int]]:
+        # One expression of every pattern, compiled once: a checkpoint has thousands of names,
+        # and a match per pattern and name cost more than the planning around it. Alternatives
+        # are tried in order, so the first pattern that matches decides; the group that matched
+        # (the outermost, so the last closed) names it.
+        groups = [f"(?P<_{k}>{fnmatch.translate(pattern)})" for k, pattern in enumerate(self.rules)]
+        dims = {f"_{k}": _NAMED[dim] if isinstance(dim, str) else dim for k, dim in enumerate(self.rules.values())}
+        return re.compile("|".join(groups) or "(?!)").match, dims

@@ -388,6 +388,28 @@ def test_tensor_parallel_refuses_bad_specs():
     assert (tp.split_dim("a.x"), tp.split_dim("b"), TensorParallel(0, 1).split_dim("b")) == (1, 0, None)
 
 
+def test_split_dim_is_the_first_matching_pattern_as_fnmatch_sees_it():
+    # Against fnmatch itself, pattern by pattern in order, on generated rules and names built
+    # from the same few parts (so that patterns overlap), regex metacharacters among them.
+    import fnmatch
+    import random
+
+    rng = random.Random(24)
+    parts = ["model", "layers", "0", "1", "q_proj", "o_proj", "weight", "bias", "a+b", "(x)", "n.m", "$"]
+    globs = ["*", "?", "[0-1]", "[!0]", "*.*"]
+    for _ in range(300):
+        rules = {}
+        for _ in range(rng.randint(0, 6)):
+            pattern = ".".join(rng.choice(parts + globs) for _ in range(rng.randint(1, 4)))
+            rules[pattern] = rng.choice([0, 1, -1, "row", "column"])
+        tp = TensorParallel(0, 2, rules)
+        for _ in range(20):
+            name = ".".join(rng.choice(parts) for _ in range(rng.randint(1, 5)))
+            want = next((d for p, d in rules.items() if fnmatch.fnmatchcase(name, p)), None)
+            want = {"row": 0, "column": 1}.get(want, want) if isinstance(want, str) else want
+            assert tp.split_dim(name) == want, (rules, name)
+
+
 @pytest.mark.parametrize("staging", [1 << 16, 256 << 20])
 def test_cast_on_the_fly(sharded, staging):
     directory, tensors = sharded
