@@ -10,9 +10,9 @@ import json
 import os
 from typing import Any
 
-from gpumapio._native import RemotePrefix, plain_index, plain_index_agrees, plain_index_files
+from gpumapio._native import RemotePrefix, plain_headers, plain_index, plain_index_files
 from gpumapio._sources import is_url, join, open_source, read_bytes, shown, url_path
-from gpumapio.safetensors import TensorInfo, _all_of_type, _brief, _Columns, _object, _read_columns
+from gpumapio.safetensors import TensorInfo, _all_of_type, _brief, _Columns, _object, _parse_columns, _read_header_bytes
 
 __all__ = ["Catalogue", "CheckpointError", "Listing", "Shard", "list_shards", "open_catalogue", "read_catalogue"]
 
@@ -247,6 +247,24 @@ def _parse_index(index_path: str, raw: bytes) -> tuple[dict[str, str], Any, list
     return weight_map, index.get("metadata"), paths
 
 
+def _shards_of(paths: list[str], read: list[tuple[str, int, int, bytes]], plain: list[Any]) -> tuple[list[Shard], Any]:
+    """The shards from their headers' bytes and native columns (None: read by the Python
+    reader, which names what is wrong: :class:`CheckpointError`), and the last one's metadata."""
+    shards: list[Shard] = []
+    file_metadata = None
+    for path, (name, size, n, raw), columns in zip(paths, read, plain):
+        if columns is None:
+            try:
+                parsed, file_metadata = _parse_columns(name, size, n, raw)
+            except ValueError as e:
+                raise CheckpointError(str(e)) from None
+        else:
+            *lists, file_metadata = columns
+            parsed = _Columns(*lists)
+        shards.append(Shard(path, parsed))
+    return shards, file_metadata
+
+
 def shard_path(index_path: str, shard: str) -> str:
     """The path (or URL) of the shard an index at ``index_path`` names ``shard``, spelled one
     way for every spelling of it."""
@@ -258,24 +276,30 @@ def read_catalogue(listing: Listing) -> Catalogue:
     """Every shard's header read and checked, and checked against the index if there is one
     (:class:`CheckpointError` names the file and the values at fault)."""
     paths, index_path = listing.paths, listing.index_path
-    shards: list[Shard] = []
-    file_metadata = None
-    for path in paths:
+    read: list[tuple[str, int, int, bytes]] = []
+    for k, path in enumerate(paths):
         try:
-            columns, file_metadata = _read_columns(path)
-        except ValueError as e:
-            raise CheckpointError(str(e)) from None
-        shards.append(Shard(path, columns))
+            read.append(_read_header_bytes(path))
+        except (ValueError, OSError) as e:
+            # A fault of a shard before it comes first: those are read and checked first.
+            _shards_of(paths[:k], read, [None] * k)
+            if isinstance(e, ValueError):
+                raise CheckpointError(str(e)) from None
+            raise
     number = {path: i for i, path in enumerate(paths)}
+    index = None
     if index_path is not None and listing.index_bytes is not None and listing.index_files is not None:
         # An index as transformers writes one (its files found by the quick scan) is checked
         # against the headers natively, with no object per tensor; any other, or one that
         # does not agree, as below (which names what is wrong).
         files = listing.index_files
         shard_of = {f: number[p] for f in files if (p := shard_path(index_path, f)) in number}
-        agreed = plain_index_agrees(listing.index_bytes, shard_of, [s.columns.names for s in shards])
-        if agreed is not None:
-            return Catalogue(shards, _metadata(agreed[0], file_metadata, len(paths)))
+        index = (listing.index_bytes, shard_of)
+    # Every header read in one native call, on several threads, the index checked beside them.
+    plain, agreed = plain_headers([(raw, 8 + n, size) for _, size, n, raw in read], index)
+    shards, file_metadata = _shards_of(paths, read, plain)
+    if agreed is not None:
+        return Catalogue(shards, _metadata(agreed[0], file_metadata, len(paths)))
     where: dict[str, int] = {}
     for i, shard in enumerate(shards):
         names = shard.columns.names

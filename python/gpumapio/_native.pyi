@@ -51,7 +51,7 @@ __all__ = [
     "plain_header",
     "plain_index",
     "plain_index_files",
-    "plain_index_agrees",
+    "plain_headers",
     "LockedRange",
     "residency",
     "warm",
@@ -390,9 +390,16 @@ def plain_index_files(raw: bytes) -> list[str] | None:
     tensor), for an index ``plain_index`` reads or declines only for a name given twice; None
     for any other."""
 
-def plain_index_agrees(raw: bytes, shard_of: dict[str, int], names: list[list[str]]) -> tuple[dict[str, Any] | None] | None:
-    """``(metadata,)`` where an index ``plain_index`` reads maps every name of ``names[k]`` to
-    a file ``shard_of`` numbers ``k``, and no other name; None where it does not or cannot tell."""
+def plain_headers(
+    headers: list[tuple[bytes, int, int]], index: tuple[bytes, dict[str, int]] | None = None
+) -> tuple[
+    list[tuple[list[str], list[str], list[tuple[int, ...]], list[int], list[int], dict[str, str] | None] | None],
+    tuple[dict[str, Any] | None] | None,
+]:
+    """Each of ``headers`` (``(raw, data_start, file_size)``) as ``plain_header`` reads it,
+    read on several threads without the GIL; with ``index`` (an index's bytes, and each file
+    name it uses to its shard's number, numbered as ``headers``): ``(metadata,)`` where it maps
+    every header's names to that header's shard and no other name, else None."""
 
 def defaults_get(name: str) -> Any: ...
 def defaults_set(name: str, value: Any) -> None: ...

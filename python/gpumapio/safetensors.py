@@ -202,11 +202,6 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], di
     return _parse_header(*_read_header_bytes(path))
 
 
-def _read_columns(path: str | os.PathLike[str]) -> tuple["_Columns", dict[str, str] | None]:
-    """What :func:`read_header` reads, as columns (the checks are the same)."""
-    return _parse_columns(*_read_header_bytes(path))
-
-
 def _read_header_bytes(path: str | os.PathLike[str]) -> tuple[str, int, int, bytes]:
     """The file's name, size, header length and header bytes."""
     real = os.fspath(path)

@@ -77,7 +77,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(safetensors_header::plain_header, m)?)?;
     m.add_function(wrap_pyfunction!(safetensors_header::plain_index, m)?)?;
     m.add_function(wrap_pyfunction!(safetensors_header::plain_index_files, m)?)?;
-    m.add_function(wrap_pyfunction!(safetensors_header::plain_index_agrees, m)?)?;
+    m.add_function(wrap_pyfunction!(safetensors_header::plain_headers, m)?)?;
     m.add_class::<pagecache::LockedRange>()?;
     m.add_function(wrap_pyfunction!(pagecache::residency, m)?)?;
     m.add_function(wrap_pyfunction!(pagecache::warm, m)?)?;

@@ -11,8 +11,10 @@
 //! the tests hold it to.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 /// safetensors' dtypes and their bits per element (its `Dtype` enum).
@@ -60,11 +62,20 @@ struct Plain<'a> {
 /// A cursor over the header's bytes; every method answers `None` where the text leaves the
 /// subset this pass reads.
 struct Scanner<'a> {
+    /// The whole text, checked UTF-8 once (as JSON must be): its strings are then slices of
+    /// it between ASCII quotes, with no check of their own.
+    source: &'a str,
     text: &'a [u8],
     at: usize,
 }
 
 impl<'a> Scanner<'a> {
+    /// A scanner at the start of `raw`; `None` if `raw` is not UTF-8.
+    fn new(raw: &'a [u8]) -> Option<Self> {
+        let source = std::str::from_utf8(raw).ok()?;
+        Some(Scanner { source, text: raw, at: 0 })
+    }
+
     fn skip_space(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.text.get(self.at) {
             self.at += 1;
@@ -91,22 +102,23 @@ impl<'a> Scanner<'a> {
             return None;
         }
         self.at = start + len + 1;
-        std::str::from_utf8(&self.text[start..start + len]).ok()
+        self.source.get(start..start + len)
     }
 
     /// A size written as JSON writes a whole number from 0 to 2^64 - 1: no sign, no leading
     /// zero, no fraction or exponent.
     fn size(&mut self) -> Option<u64> {
         self.skip_space();
-        let digits = self.text[self.at..].iter().take_while(|b| b.is_ascii_digit()).count();
-        if digits == 0 || (digits > 1 && self.text[self.at] == b'0') {
+        let start = self.at;
+        let mut value: u64 = 0;
+        while let Some(&b) = self.text.get(self.at).filter(|b| b.is_ascii_digit()) {
+            value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+            self.at += 1;
+        }
+        let digits = self.at - start;
+        if digits == 0 || (digits > 1 && self.text[start] == b'0') {
             return None;
         }
-        let mut value: u64 = 0;
-        for &b in &self.text[self.at..self.at + digits] {
-            value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
-        }
-        self.at += digits;
         // A fraction or an exponent would make it a float.
         match self.text.get(self.at) {
             Some(b'.' | b'e' | b'E') => None,
@@ -279,7 +291,7 @@ impl<'a> Scanner<'a> {
 /// `None` for anything else, which Python's `json` then reads.
 #[pyfunction]
 pub fn plain_index<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let Some(index) = (Scanner { text: raw, at: 0 }).index() else { return Ok(None) };
+    let Some(index) = Scanner::new(raw).and_then(|mut s| s.index()) else { return Ok(None) };
     let out = PyDict::new(py);
     let metadata = metadata_dict(py, index.metadata)?;
     if let (Some(m), true) = (&metadata, index.metadata_first) {
@@ -328,40 +340,32 @@ fn metadata_dict<'py>(
 
 /// Whether an index (one [`plain_index`] reads) maps every tensor to the shard whose header
 /// holds it, and no other name: `shard_of` gives each file name of the index its shard's
-/// number, `names` each shard's tensor names. `(metadata,)` where it does; `None` where it
-/// does not or cannot tell, and the Python reader then reads the index and names what is
-/// wrong. A whole load of thousands of tensors checks its index so without a Python object
-/// per tensor.
-#[pyfunction]
-pub fn plain_index_agrees<'py>(
-    py: Python<'py>,
-    raw: &[u8],
-    shard_of: HashMap<String, usize>,
-    names: Vec<Bound<'py, PyList>>,
-) -> PyResult<Option<(Option<Bound<'py, PyDict>>,)>> {
-    let Some(index) = (Scanner { text: raw, at: 0 }).index() else { return Ok(None) };
+/// number, `headers` each shard's parsed header. `Some(metadata)` where it does; `None` where
+/// it does not or cannot tell, and the Python reader then reads the index and names what is
+/// wrong.
+fn index_agrees<'a>(
+    index: Index<'a>,
+    shard_of: &HashMap<String, usize>,
+    headers: &[Option<Plain<'_>>],
+) -> Option<Option<Vec<(&'a str, Value<'a>)>>> {
     let mut mapped: HashMap<&str, usize> = HashMap::with_capacity(index.weight_map.len());
     for (name, file) in &index.weight_map {
-        let Some(&shard) = shard_of.get(*file) else { return Ok(None) };
+        let &shard = shard_of.get(*file)?;
         if mapped.insert(name, shard).is_some() {
-            return Ok(None); // a name given twice
+            return None; // a name given twice
         }
     }
     let mut found = 0usize;
-    for (shard, shard_names) in names.iter().enumerate() {
-        for name in shard_names.iter() {
-            let name = name.cast::<PyString>()?;
-            if mapped.get(name.to_str()?) != Some(&shard) {
-                return Ok(None);
+    for (shard, header) in headers.iter().enumerate() {
+        for entry in &header.as_ref()?.entries {
+            if mapped.get(entry.name) != Some(&shard) {
+                return None;
             }
             found += 1;
         }
     }
     // Every header name is mapped to its own shard; the index names no other tensor.
-    if found != mapped.len() {
-        return Ok(None);
-    }
-    Ok(Some((metadata_dict(py, index.metadata)?,)))
+    (found == mapped.len()).then_some(index.metadata)
 }
 
 /// The shard files an index names, each once, in the order of their first tensor — for an
@@ -370,7 +374,7 @@ pub fn plain_index_agrees<'py>(
 /// and reads and checks the weight map meanwhile (which refuses the repeated name).
 #[pyfunction]
 pub fn plain_index_files<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Option<Bound<'py, PyList>>> {
-    let Some(index) = (Scanner { text: raw, at: 0 }).index() else { return Ok(None) };
+    let Some(index) = Scanner::new(raw).and_then(|mut s| s.index()) else { return Ok(None) };
     let mut files: Vec<&str> = Vec::new();
     let mut seen: HashSet<&str> = HashSet::new();
     let mut previous = None;
@@ -423,6 +427,13 @@ type Columns<'py> = (
     Option<Bound<'py, PyDict>>,
 );
 
+/// A header read and checked, its entries in file order; `None` outside the common case.
+fn parse(raw: &[u8], data_start: u64, file_size: u64) -> Option<Plain<'_>> {
+    let plain = Scanner::new(raw)?.header()?;
+    let entries = checked(plain.entries, data_start, file_size)?;
+    Some(Plain { entries, metadata: plain.metadata })
+}
+
 /// The tensors of the header `raw` (the JSON after the 8-byte length) of a file of
 /// `file_size` bytes whose data section starts at `data_start`, as columns — names, dtypes,
 /// shapes (tuples), starts and ends (file offsets, absolute), in file order — and its metadata
@@ -436,8 +447,103 @@ pub fn plain_header<'py>(
     data_start: u64,
     file_size: u64,
 ) -> PyResult<Option<Columns<'py>>> {
-    let Some(plain) = (Scanner { text: raw, at: 0 }).header() else { return Ok(None) };
-    let Some(entries) = checked(plain.entries, data_start, file_size) else { return Ok(None) };
+    parse(raw, data_start, file_size).map(|plain| columns(py, plain, data_start)).transpose()
+}
+
+/// A checkpoint's headers as [`plain_header`] reads each (`(raw, data_start, file_size)`
+/// each), read at once on several threads without the GIL; with `index` (its bytes, and
+/// `shard_of`: each file name it uses to its shard's number, the shards numbered as
+/// `headers`), whether the index maps every tensor to the shard whose header holds it and
+/// names no other: `(metadata,)` where it does; `None` where it does not or cannot tell (a
+/// header or the index outside the common case), and the Python reader then names what is
+/// wrong. A whole load of thousands of tensors reads its headers and checks its index here,
+/// while its reads run.
+#[pyfunction]
+#[pyo3(signature = (headers, index=None))]
+pub fn plain_headers<'py>(
+    py: Python<'py>,
+    headers: Vec<(PyBackedBytes, u64, u64)>,
+    index: Option<(PyBackedBytes, HashMap<String, usize>)>,
+) -> PyResult<(Vec<Option<Columns<'py>>>, Option<Agreed<'py>>)> {
+    let (parsed, agreed) = py.detach(|| {
+        let (parsed, found) = parse_all(&headers, index.as_ref().map(|(raw, _)| &raw[..]));
+        let agreed = match (found, &index) {
+            (Some(found), Some((_, shard_of))) => index_agrees(found, shard_of, &parsed),
+            _ => None,
+        };
+        (parsed, agreed)
+    });
+    let mut out = Vec::with_capacity(parsed.len());
+    for (plain, (_, data_start, _)) in parsed.into_iter().zip(&headers) {
+        out.push(plain.map(|p| columns(py, p, *data_start)).transpose()?);
+    }
+    let agreed = match agreed {
+        Some(metadata) => Some((metadata_dict(py, metadata)?,)),
+        None => None,
+    };
+    Ok((out, agreed))
+}
+
+/// Every header parsed, and the index if given: on scoped threads where there is enough to
+/// share (each thread, this one too, taking the next header), else on this one. A thread the
+/// system will not start leaves its share to the others.
+fn parse_all<'a>(
+    headers: &'a [(PyBackedBytes, u64, u64)],
+    index: Option<&'a [u8]>,
+) -> (Vec<Option<Plain<'a>>>, Option<Index<'a>>) {
+    let parse_one = |(raw, start, size): &'a (PyBackedBytes, u64, u64)| parse(raw, *start, *size);
+    let parse_index = |raw: &'a [u8]| Scanner::new(raw)?.index();
+    let bytes: usize =
+        headers.iter().map(|(raw, _, _)| raw.len()).sum::<usize>() + index.map_or(0, <[u8]>::len);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(PARSE_THREADS);
+    if bytes < PARSE_SHARED_MIN || threads < 2 {
+        return (headers.iter().map(parse_one).collect(), index.and_then(parse_index));
+    }
+    let next = AtomicUsize::new(0);
+    let take = || {
+        let mut mine = Vec::new();
+        loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            let Some(header) = headers.get(k) else { return mine };
+            mine.push((k, parse_one(header)));
+        }
+    };
+    std::thread::scope(|scope| {
+        let indexing = index.map(|raw| {
+            (raw, std::thread::Builder::new().spawn_scoped(scope, move || parse_index(raw)).ok())
+        });
+        let workers: Vec<_> = (1..threads.min(headers.len()))
+            .filter_map(|_| std::thread::Builder::new().spawn_scoped(scope, take).ok())
+            .collect();
+        let mut done = take();
+        for worker in workers {
+            // A worker that panicked leaves its headers unparsed: the Python reader reads them.
+            done.extend(worker.join().unwrap_or_default());
+        }
+        let mut parsed: Vec<Option<Plain<'a>>> = Vec::with_capacity(headers.len());
+        parsed.resize_with(headers.len(), || None);
+        for (k, plain) in done {
+            parsed[k] = plain;
+        }
+        let index = indexing.and_then(|(raw, thread)| match thread {
+            Some(thread) => thread.join().ok().flatten(),
+            None => parse_index(raw),
+        });
+        (parsed, index)
+    })
+}
+
+/// Threads that parse a checkpoint's headers at most, and the bytes of headers below which
+/// one thread parses them all (a thread costs tens of microseconds to start).
+const PARSE_THREADS: usize = 8;
+const PARSE_SHARED_MIN: usize = 256 << 10;
+
+/// An index found to agree with the headers: its metadata (`None` without one).
+type Agreed<'py> = (Option<Bound<'py, PyDict>>,);
+
+/// A parsed header's Python columns.
+fn columns<'py>(py: Python<'py>, plain: Plain<'_>, data_start: u64) -> PyResult<Columns<'py>> {
+    let entries = plain.entries;
     let names = PyList::new(py, entries.iter().map(|e| e.name))?;
     // One interned string per dtype, and one tuple per distinct shape (checkpoints repeat a
     // few shapes thousands of times, mostly one after another).
@@ -478,5 +584,5 @@ pub fn plain_header<'py>(
             Some(dict)
         }
     };
-    Ok(Some((names, dtypes, shapes, starts, ends, metadata)))
+    Ok((names, dtypes, shapes, starts, ends, metadata))
 }

@@ -19,7 +19,7 @@ import gpumapio.checkpoint as checkpoint
 import gpumapio.safetensors as gst
 from gpumapio import load_checkpoint
 from gpumapio._checkpoint_files import open_catalogue
-from gpumapio._native import plain_header, plain_index, plain_index_agrees, plain_index_files
+from gpumapio._native import plain_header, plain_headers, plain_index, plain_index_files
 from gpumapio._pieces import Run, coalesce
 from gpumapio.safetensors import _DTYPES, _checked_infos, _parse_header, _plain_infos
 
@@ -359,10 +359,24 @@ def test_native_index_files_in_order_of_first_tensor():
     assert plain_index_files(b'{"weight_map": {}}') == []
 
 
+def _shard_headers(shards: list[list[str]]) -> list[tuple[bytes, int, int]]:
+    """A plain header per shard holding ``shards[k]``'s names (a byte each), as
+    ``plain_headers`` takes them."""
+    out = []
+    for names in shards:
+        raw = json.dumps({n: {"dtype": "U8", "shape": [1], "data_offsets": [k, k + 1]} for k, n in enumerate(names)}).encode()
+        out.append((raw, 8 + len(raw), 8 + len(raw) + len(names)))
+    return out
+
+
+def _agrees(raw: bytes, shard_of: dict[str, int], shards: list[list[str]]):
+    return plain_headers(_shard_headers(shards), (raw, shard_of))[1]
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_native_index_check_agrees_with_the_mapping(seed):
-    """plain_index_agrees answers exactly where the index maps every header's names to that
-    header's shard and names nothing else; any one change of the mapping is caught."""
+    """plain_headers' index check answers exactly where the index maps every header's names to
+    that header's shard and names nothing else; any one change of the mapping is caught."""
     r = random.Random(500 + seed)
     files = ["a.st", "b.st", "./a.st", "c.st"]  # "./a.st" is a second spelling of shard 0
     shard_of = {"a.st": 0, "b.st": 1, "./a.st": 0, "c.st": 2}
@@ -374,8 +388,9 @@ def test_native_index_check_agrees_with_the_mapping(seed):
         headers[shard_of[weight_map[n]]].append(n)
     index = {"metadata": {"total_size": 7}, "weight_map": weight_map}
     raw = json.dumps(index).encode()
-    assert plain_index_agrees(raw, shard_of, headers) == ({"total_size": 7},)
-    assert plain_index_agrees(json.dumps({"weight_map": weight_map}).encode(), shard_of, headers) == (None,)
+    assert _agrees(raw, shard_of, headers) == ({"total_size": 7},)
+    assert _agrees(json.dumps({"weight_map": weight_map}).encode(), shard_of, headers) == (None,)
+    assert plain_headers(_shard_headers(headers))[1] is None  # no index, nothing to agree
     victim = r.choice(names)
     home = shard_of[weight_map[victim]]
     moved = [list(h) for h in headers]
@@ -390,11 +405,33 @@ def test_native_index_check_agrees_with_the_mapping(seed):
         [[n for n in h if n != victim] for h in headers],  # the index names a tensor of no shard
     ]
     for changed in wrong:
-        assert plain_index_agrees(raw, shard_of, changed) is None
+        assert _agrees(raw, shard_of, changed) is None
     # A file the catalogue does not know, a name given twice, an index the quick reader declines.
-    assert plain_index_agrees(raw, {f: k for f, k in shard_of.items() if f != weight_map[victim]}, headers) is None
-    assert plain_index_agrees(raw.replace(b'"weight_map": {', b'"weight_map": {"%s": "b.st", ' % victim.encode(), 1), shard_of, headers) is None
-    assert plain_index_agrees(raw.replace(b"total_size", b"total\\u005fsize"), shard_of, headers) is None
+    assert _agrees(raw, {f: k for f, k in shard_of.items() if f != weight_map[victim]}, headers) is None
+    assert _agrees(raw.replace(b'"weight_map": {', b'"weight_map": {"%s": "b.st", ' % victim.encode(), 1), shard_of, headers) is None
+    assert _agrees(raw.replace(b"total_size", b"total\\u005fsize"), shard_of, headers) is None
+    # A header the quick reader declines (an escape in a name): no verdict on the index either.
+    declined = _shard_headers(headers)
+    declined[home] = (declined[home][0].replace(b'"%s"' % victim.encode(), b'"\\u0074%s"' % victim[1:].encode()),) + declined[home][1:]
+    found, agreed = plain_headers(declined, (raw, shard_of))
+    assert found[home] is None and agreed is None
+
+
+@pytest.mark.parametrize("shards", [1, 3, 9])
+def test_native_headers_read_together_are_each_header(shards):
+    """plain_headers answers for each header what plain_header does alone, declined ones
+    included, whether it reads them on one thread or several (past 256 KiB of headers)."""
+    r = random.Random(shards)
+    for per in (3, 3000):
+        names = [[f"s{k}.layer.{i}.weight" for i in range(per)] for k in range(shards)]
+        headers = _shard_headers(names)
+        if shards > 1:
+            raw, start, size = headers[1]
+            headers[1] = (raw.replace(b'"U8"', b'"U 8"', 1), start, size)  # declined
+        r.shuffle(headers)
+        found, agreed = plain_headers(headers)
+        assert found == [plain_header(*h) for h in headers] and agreed is None
+        assert sum(f is None for f in found) == (shards > 1)
 
 
 def test_columns_are_the_header():
