@@ -97,7 +97,7 @@ impl<'a> Scanner<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.take(b'"')?;
         let start = self.at;
-        let len = self.text[start..].iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+        let len = first_special(&self.text[start..])?;
         if self.text[start + len] != b'"' {
             return None;
         }
@@ -223,6 +223,33 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// Where the first `"`, `\\` or control character of `bytes` is: a JSON string's end, or
+/// what this pass declines in one. Eight bytes are judged at a time, as the names and file
+/// names of a checkpoint of many tensors are most of its text (twice the rate of a byte at a
+/// time).
+fn first_special(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // High bit set in each byte of `v` that is zero, or below `n` (`n` <= 0x80). Borrows can
+    // also mark bytes above a marked one, never below: the lowest mark is exact.
+    let below = |v: u64, n: u8| v.wrapping_sub(ONES * u64::from(n)) & !v & HIGH;
+    let mut words = bytes.chunks_exact(8);
+    let mut at = 0;
+    for word in &mut words {
+        let mut eight = [0u8; 8];
+        eight.copy_from_slice(word);
+        let x = u64::from_le_bytes(eight);
+        let marks = below(x ^ (ONES * u64::from(b'"')), 1)
+            | below(x ^ (ONES * u64::from(b'\\')), 1)
+            | below(x, 0x20);
+        if marks != 0 {
+            return Some(at + (marks.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    words.remainder().iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).map(|p| at + p)
+}
+
 /// A metadata value of an index: a string or a size.
 enum Value<'a> {
     Text(&'a str),
@@ -338,34 +365,51 @@ fn metadata_dict<'py>(
     Ok(Some(dict))
 }
 
-/// Whether an index (one [`plain_index`] reads) maps every tensor to the shard whose header
-/// holds it, and no other name: `shard_of` gives each file name of the index its shard's
-/// number, `headers` each shard's parsed header. `Some(metadata)` where it does; `None` where
-/// it does not or cannot tell, and the Python reader then reads the index and names what is
-/// wrong.
-fn index_agrees<'a>(
-    index: Index<'a>,
-    shard_of: &HashMap<String, usize>,
-    headers: &[Option<Plain<'_>>],
-) -> Option<Option<Vec<(&'a str, Value<'a>)>>> {
-    let mut mapped: HashMap<&str, usize> = HashMap::with_capacity(index.weight_map.len());
-    for (name, file) in &index.weight_map {
-        let &shard = shard_of.get(*file)?;
-        if mapped.insert(name, shard).is_some() {
+/// An index (one [`plain_index`] reads) with each name's shard number, and its metadata.
+struct MappedIndex<'a> {
+    shard_of_name: HashMap<&'a str, usize>,
+    metadata: Option<Vec<(&'a str, Value<'a>)>>,
+}
+
+/// The index `raw` mapped through `shard_of` (each file name it uses to its shard's number);
+/// `None` outside the common case, or where it names another file or a name twice. Made on a
+/// thread of its own while the headers are parsed, as the index is the largest text of a
+/// checkpoint of many tensors.
+fn map_index<'a>(raw: &'a [u8], shard_of: &HashMap<String, usize>) -> Option<MappedIndex<'a>> {
+    let index = Scanner::new(raw)?.index()?;
+    let mut shard_of_name = HashMap::with_capacity(index.weight_map.len());
+    // Names come a file's at a time: the last file's number is tried first.
+    let mut last: Option<(&str, usize)> = None;
+    for (name, file) in index.weight_map {
+        let shard = match last {
+            Some((last_file, shard)) if last_file == file => shard,
+            _ => *shard_of.get(file)?,
+        };
+        last = Some((file, shard));
+        if shard_of_name.insert(name, shard).is_some() {
             return None; // a name given twice
         }
     }
+    Some(MappedIndex { shard_of_name, metadata: index.metadata })
+}
+
+/// Whether a mapped index gives every tensor the shard whose header holds it, and no other
+/// name: `Some(metadata)` where it does; `None` where it does not or cannot tell (a header
+/// declined), and the Python reader then reads the index and names what is wrong.
+fn index_agrees<'a>(
+    index: MappedIndex<'a>,
+    headers: &[Option<Plain<'_>>],
+) -> Option<Option<Vec<(&'a str, Value<'a>)>>> {
     let mut found = 0usize;
     for (shard, header) in headers.iter().enumerate() {
         for entry in &header.as_ref()?.entries {
-            if mapped.get(entry.name) != Some(&shard) {
+            if index.shard_of_name.get(entry.name) != Some(&shard) {
                 return None;
             }
             found += 1;
         }
     }
-    // Every header name is mapped to its own shard; the index names no other tensor.
-    (found == mapped.len()).then_some(index.metadata)
+    (found == index.shard_of_name.len()).then_some(index.metadata)
 }
 
 /// The shard files an index names, each once, in the order of their first tensor — for an
@@ -466,11 +510,9 @@ pub fn plain_headers<'py>(
     index: Option<(PyBackedBytes, HashMap<String, usize>)>,
 ) -> PyResult<(Vec<Option<Columns<'py>>>, Option<Agreed<'py>>)> {
     let (parsed, agreed) = py.detach(|| {
-        let (parsed, found) = parse_all(&headers, index.as_ref().map(|(raw, _)| &raw[..]));
-        let agreed = match (found, &index) {
-            (Some(found), Some((_, shard_of))) => index_agrees(found, shard_of, &parsed),
-            _ => None,
-        };
+        let index = index.as_ref().map(|(raw, shard_of)| (&raw[..], shard_of));
+        let (parsed, mapped) = parse_all(&headers, index);
+        let agreed = mapped.and_then(|mapped| index_agrees(mapped, &parsed));
         (parsed, agreed)
     });
     let mut out = Vec::with_capacity(parsed.len());
@@ -484,17 +526,19 @@ pub fn plain_headers<'py>(
     Ok((out, agreed))
 }
 
-/// Every header parsed, and the index if given: on scoped threads where there is enough to
-/// share (each thread, this one too, taking the next header), else on this one. A thread the
-/// system will not start leaves its share to the others.
+/// Every header parsed, and the index if given (its bytes, and each file name it uses to its
+/// shard's number) [mapped](map_index): on scoped threads where there is enough to share (each
+/// thread, this one too, taking the next header; the index on one of its own), else on this
+/// one. A thread the system will not start leaves its share to the others.
 fn parse_all<'a>(
     headers: &'a [(PyBackedBytes, u64, u64)],
-    index: Option<&'a [u8]>,
-) -> (Vec<Option<Plain<'a>>>, Option<Index<'a>>) {
+    index: Option<(&'a [u8], &'a HashMap<String, usize>)>,
+) -> (Vec<Option<Plain<'a>>>, Option<MappedIndex<'a>>) {
     let parse_one = |(raw, start, size): &'a (PyBackedBytes, u64, u64)| parse(raw, *start, *size);
-    let parse_index = |raw: &'a [u8]| Scanner::new(raw)?.index();
-    let bytes: usize =
-        headers.iter().map(|(raw, _, _)| raw.len()).sum::<usize>() + index.map_or(0, <[u8]>::len);
+    let parse_index =
+        |(raw, shard_of): (&'a [u8], &'a HashMap<String, usize>)| map_index(raw, shard_of);
+    let bytes: usize = headers.iter().map(|(raw, _, _)| raw.len()).sum::<usize>()
+        + index.map_or(0, |(raw, _)| raw.len());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(PARSE_THREADS);
     if bytes < PARSE_SHARED_MIN || threads < 2 {
         return (headers.iter().map(parse_one).collect(), index.and_then(parse_index));
@@ -509,8 +553,11 @@ fn parse_all<'a>(
         }
     };
     std::thread::scope(|scope| {
-        let indexing = index.map(|raw| {
-            (raw, std::thread::Builder::new().spawn_scoped(scope, move || parse_index(raw)).ok())
+        let indexing = index.map(|index| {
+            (
+                index,
+                std::thread::Builder::new().spawn_scoped(scope, move || parse_index(index)).ok(),
+            )
         });
         let workers: Vec<_> = (1..threads.min(headers.len()))
             .filter_map(|_| std::thread::Builder::new().spawn_scoped(scope, take).ok())
@@ -525,9 +572,9 @@ fn parse_all<'a>(
         for (k, plain) in done {
             parsed[k] = plain;
         }
-        let index = indexing.and_then(|(raw, thread)| match thread {
+        let index = indexing.and_then(|(index, thread)| match thread {
             Some(thread) => thread.join().ok().flatten(),
-            None => parse_index(raw),
+            None => parse_index(index),
         });
         (parsed, index)
     })

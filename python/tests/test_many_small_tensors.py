@@ -276,6 +276,36 @@ def test_native_header_cases(text, answered):
         assert got == _python_parse(text, 2)
 
 
+def test_native_header_strings_end_anywhere():
+    """Names of every length to 40 after every indent to 8 (so that a string's end, or a byte
+    the native pass declines in one, falls at every place of the words it scans eight bytes at
+    a time), plain and with a quote, a backslash, a control character, DEL, a high byte or a
+    non-ASCII letter put in at each place: where the native pass answers, its answer is the
+    Python reader's, and it answers exactly where the text has no escape, no control
+    character and is UTF-8."""
+    entry = b'{"dtype":"U8","shape":[2],"data_offsets":[0,2]}'
+    for length in range(41):
+        name = bytes(b"abcdefghij"[k % 10] for k in range(length))
+        puts = (b'\\"', b"\\\\", b"\\n", b"\x01", b"\x1f", b"\x7f", b"\xff", "\u00e9".encode())
+        texts = [name] + [name[:k] + put + name[k:] for k in range(length + 1) for put in puts]
+        for indent in range(9):
+            for text in texts:
+                raw = b"{" + b" " * indent + b'"' + text + b'":' + entry + b"}"
+                got = _native_parse(raw, 2)
+                plain = b"\\" not in text and not any(b < 0x20 for b in text) and _is_utf8(text)
+                assert (got is not None) == plain, (indent, text)
+                if got is not None:
+                    assert got == _python_parse(raw, 2), (indent, text)
+
+
+def _is_utf8(text: bytes) -> bool:
+    try:
+        text.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def test_native_header_empty_file_data():
     assert _native_parse(b"{}", 0) == ({}, None)
     assert _native_parse(b'{"__metadata__":{}}', 0) == ({}, {})
