@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 import gc
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -187,6 +189,113 @@ def test_writes_are_written_back(tmp_path, rng):
     ro = host_map(path, budget=2 * MIB)
     with pytest.raises(OSError):
         ro.view(0, 1, writable=True)
+
+
+def test_close_waits_for_writes_in_flight_and_lets_none_in_after(tmp_path):
+    """Writes from other threads racing close(): every write that returned is on disk when
+    close() returns, every one after is refused, and nothing written later by other means is
+    overwritten when the closed map goes."""
+    size = 4 * MIB
+    path = tmp_path / "race.bin"
+    for trial in range(5):
+        path.write_bytes(bytes(size))
+        m = host_map(path, budget=size, writable=True, extent_size=4096)
+        accepted: list[dict[int, bytes]] = [{} for _ in range(4)]
+        started = threading.Barrier(5)
+
+        def writer(k):
+            started.wait()
+            i = 0
+            while True:
+                offset = ((i * 4 + k) % 1024) * 4096
+                value = bytes([(i // 256 + k + trial) % 250 + 1]) * 4096
+                try:
+                    m.write(offset, value)
+                except ValueError:
+                    return
+                accepted[k][offset] = value
+                i += 1
+
+        threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        started.wait()
+        m.close()
+        on_disk = path.read_bytes()
+        for t in threads:
+            t.join()
+        for writes in accepted:
+            for offset, value in writes.items():
+                assert on_disk[offset : offset + 4096] == value, (trial, offset)
+        path.write_bytes(b"N" * size)  # the file rewritten by someone else
+        del m
+        gc.collect()
+        assert path.read_bytes() == b"N" * size, "a closed map wrote back later"
+
+
+def test_releasing_the_last_hold_on_a_dirty_map_beside_another_thread(tmp_path):
+    """release() of a view that is the last hold on a dirty writable map flushes it, while
+    another thread keeps calling the view's methods: it returns (it once deadlocked, the flush
+    waiting for the GIL that the other thread held while it waited for the view). In a process
+    of its own, so that a deadlock fails the test instead of hanging the suite."""
+    path = tmp_path / "last.bin"
+    script = f"""
+import gc, threading
+import gpumapio
+size = 64 << 20
+path = {str(path)!r}
+open(path, "wb").truncate(size)
+m = gpumapio.map(path, device="host", frame_size=2 << 20, budget=size, writable=True)
+view = m.view(0, size, writable=True)
+view.write(b"\\x07" * size)
+del m
+gc.collect()
+def toucher():
+    while True:
+        try:
+            view.__dlpack_device__()
+        except BufferError:
+            pass
+        except ValueError:
+            return
+threading.Thread(target=toucher, daemon=True).start()
+view.release()
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    with open(path, "rb") as f:
+        assert f.read(4096) == b"\x07" * 4096
+        f.seek((64 << 20) - 4096)
+        assert f.read() == b"\x07" * 4096
+
+
+def test_a_file_is_open_writable_in_one_cache_once(tmp_path, rng):
+    """A cache refuses a second map of a file where either map is writable (each would write
+    back its stale copy of the other's extents) and names both; read-only maps of a file
+    share a cache, and the file opens again once the first map and its views are gone."""
+    data = rng.integers(0, 256, size=MIB, dtype="u1").tobytes()
+    path = tmp_path / "once.bin"
+    path.write_bytes(data)
+    link = tmp_path / "link.bin"
+    link.symlink_to(path)
+    cache = gpumapio.DeviceCache(4 * MIB, device="host", frame_size=2 * MIB, extent_size=4096)
+    first = cache.open(path, writable=True)
+    for other, writable in ((path, True), (path, False), (link, True), (link, False)):
+        with pytest.raises(ValueError, match="already open in this cache") as refused:
+            cache.open(other, writable=writable)
+        assert str(path) in str(refused.value)
+    first.write(0, b"A" * 10)
+    del first
+    gc.collect()
+    again = cache.open(link, writable=True)
+    assert again.read(0, 10) == b"A" * 10
+    del again
+    gc.collect()
+    readers = [cache.open(path), cache.open(link)]
+    assert all(r.read(0, 10) == b"A" * 10 for r in readers)
+    with pytest.raises(ValueError, match="already open in this cache"):
+        cache.open(path, writable=True)
+    other_cache = gpumapio.DeviceCache(4 * MIB, device="host", frame_size=2 * MIB)
+    other_cache.open(path, writable=True).close()  # another cache: not coherent, documented
 
 
 def fault_injection():

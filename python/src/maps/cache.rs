@@ -12,6 +12,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
+use super::close_gate::{CloseGate, Passage};
 use super::host_bytes::{filled_bytes, host_copy};
 use super::lookups::LookupScope;
 use super::map_handle::MapHandle;
@@ -219,9 +220,9 @@ pub struct MappedFile {
     cache: Cache,
     /// Shared with the views: the last of them to go flushes (see [`MapHandle`]).
     handle: Arc<MapHandle>,
-    /// Set by `close`: every later call that reads, writes or flushes is refused, as a closed
+    /// Shut by `close`: every later call that reads, writes or flushes is refused, as a closed
     /// Python file's are (views made before stay valid).
-    closed: std::sync::atomic::AtomicBool,
+    gate: CloseGate,
 }
 
 impl MappedFile {
@@ -230,15 +231,15 @@ impl MappedFile {
             handle: Arc::new(MapHandle { map: map.clone() }),
             inner: map,
             cache,
-            closed: std::sync::atomic::AtomicBool::new(false),
+            gate: CloseGate::default(),
         }
     }
 
-    /// The map, unless `close` was called.
-    fn open_map(&self) -> PyResult<&DeviceMappedFile> {
-        match self.closed.load(std::sync::atomic::Ordering::Acquire) {
-            true => Err(PyValueError::new_err("I/O operation on a closed MappedFile")),
-            false => Ok(&self.inner),
+    /// The map, for one call, unless `close` was called: `close` waits for the passage to go.
+    fn open_map(&self) -> PyResult<(DeviceMappedFile, Passage<'_>)> {
+        match self.gate.enter() {
+            Some(passage) => Ok((self.inner.clone(), passage)),
+            None => Err(PyValueError::new_err("I/O operation on a closed MappedFile")),
         }
     }
 
@@ -374,7 +375,7 @@ impl MappedFile {
     /// views need a writable map, and their bytes are written back after release.
     #[pyo3(signature = (offset, length, *, writable = false))]
     fn view(&self, py: Python<'_>, offset: u64, length: u64, writable: bool) -> PyResult<View> {
-        let map = self.open_map()?.clone();
+        let (map, _open) = self.open_map()?;
         let pin = nogil(py, move || {
             Ok(if writable {
                 Pin::Write(Mutex::new(map.view_mut(offset, length)?))
@@ -393,14 +394,14 @@ impl MappedFile {
         offset: u64,
         length: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let map = self.open_map()?.clone();
+        let (map, _open) = self.open_map()?;
         check_range(py, offset, length as u64, map.len())?;
         filled_bytes(py, length, move |bytes| map.read(offset, bytes))
     }
 
     /// Copies `data` (bytes-like) to `offset` of the map; written back later (or by `flush`).
     fn write(&self, py: Python<'_>, offset: u64, data: Bound<'_, PyAny>) -> PyResult<()> {
-        let map = self.open_map()?.clone();
+        let (map, _open) = self.open_map()?;
         let src = memory(&data, false)?;
         let len = src.len();
         check_range(py, offset, len as u64, map.len())?;
@@ -428,7 +429,7 @@ impl MappedFile {
         length: u64,
         out: Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let map = self.open_map()?.clone();
+        let (map, _open) = self.open_map()?;
         let total = (offsets.len() as u64).checked_mul(length).ok_or_else(|| {
             PyValueError::new_err(format!("{} rows of {length} bytes overflow", offsets.len()))
         })?;
@@ -452,7 +453,7 @@ impl MappedFile {
         out: Bound<'_, PyAny>,
         stream: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let map = self.open_map()?.clone();
+        let (map, _open) = self.open_map()?;
         let rows = crate::rows::Rows::new(py, &indices, row_size, &out)?;
         let stream = match (&stream, map.device()) {
             (Some(s), Device::Cuda(device)) => Some(crate::rows::stream_arg(py, s, &device)?),
@@ -467,7 +468,8 @@ impl MappedFile {
     /// Reads `[offset, offset + length)` in the background; the future's `get()` returns the
     /// length when it is resident.
     fn prefetch(&self, offset: u64, length: u64) -> PyResult<IOFuture> {
-        let started = self.open_map()?.prefetch(offset, length);
+        let (map, _open) = self.open_map()?;
+        let started = map.prefetch(offset, length);
         Ok(IOFuture::pending(Box::new(Prefetch(started, length as usize))))
     }
 
@@ -475,38 +477,38 @@ impl MappedFile {
     /// "dontneed".
     fn advise(&self, py: Python<'_>, offset: u64, length: u64, advice: &str) -> PyResult<()> {
         let advice = advice_arg(advice)?;
-        let map = self.open_map()?.clone();
+        let (map, _open) = self.open_map()?;
         nogil(py, move || map.advise(offset, length, advice))
     }
 
     /// Writes every dirty extent back (raises the error of an earlier failed write-back until
     /// a `sync` succeeds).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        let map = self.open_map()?.clone();
+        let (map, _open) = self.open_map()?;
         nogil(py, move || map.flush())
     }
 
     /// Like `flush`, for `[offset, offset + length)`.
     fn flush_range(&self, py: Python<'_>, offset: u64, length: u64) -> PyResult<()> {
-        let map = self.open_map()?.clone();
+        let (map, _open) = self.open_map()?;
         nogil(py, move || map.flush_range(offset, length))
     }
 
     /// `flush`, then fdatasync: durable when it returns.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        let map = self.open_map()?.clone();
+        let (map, _open) = self.open_map()?;
         nogil(py, move || map.sync())
     }
 
     /// Writes back, then gives up the memory no view pins.
     fn evict(&self, py: Python<'_>) -> PyResult<()> {
-        let map = self.open_map()?.clone();
+        let (map, _open) = self.open_map()?;
         nogil(py, move || map.evict())
     }
 
     /// Waits until rows that gathers read past the cache have been admitted to it.
     fn wait_for_admissions(&self, py: Python<'_>) -> PyResult<()> {
-        let map = self.open_map()?.clone();
+        let (map, _open) = self.open_map()?;
         nogil(py, move || {
             map.wait_for_admissions();
             Ok(())
@@ -521,28 +523,26 @@ impl MappedFile {
         py: Python<'_>,
         stream: Option<Bound<'_, PyAny>>,
     ) -> PyResult<LookupScope> {
-        LookupScope::begin(py, &self.cache, stream, Some(self.open_map()?))
+        let (map, _open) = self.open_map()?;
+        LookupScope::begin(py, &self.cache, stream, Some(&map))
     }
 
     /// Flushes (for a writable map) and closes it: later reads, writes, gathers and flushes
-    /// raise `ValueError`, as a closed file's do; views already made stay valid, and the memory
-    /// goes when the last of them and this object do. A flush that fails is raised and leaves
-    /// the map open (its dirty bytes kept, for `sync` to try again); closing twice is a no-op.
+    /// raise `ValueError`, as a closed file's do, and calls already running end first, so that
+    /// every write it let in is written back when it returns; views already made stay valid,
+    /// and the memory goes when the last of them and this object do. A flush that fails is
+    /// raised and leaves the map open (its dirty bytes kept, for `sync` to try again); closing
+    /// twice is a no-op.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
-            return Ok(());
-        }
-        if self.inner.is_writable() {
-            self.flush(py)?;
-        }
-        self.closed.store(true, std::sync::atomic::Ordering::Release);
-        Ok(())
+        let map = &self.inner;
+        let gate = &self.gate;
+        nogil(py, move || gate.close(|| if map.is_writable() { map.flush() } else { Ok(()) }))
     }
 
     /// Whether `close` was called.
     #[getter]
     fn closed(&self) -> bool {
-        self.closed.load(std::sync::atomic::Ordering::Acquire)
+        self.gate.is_closed()
     }
 
     /// `{"hits", "misses", "bytes_faulted", "evictions", "resident_bytes", ...}`.

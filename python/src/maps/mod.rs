@@ -8,6 +8,7 @@
 //! tensor made from a view is never evicted while the array lives.
 //!
 //! - `cache`: the classes `DeviceCache` and `MappedFile` (together: each hands out the other);
+//! - `close_gate`: a `MappedFile`'s open state and the calls in flight that `close` waits for;
 //! - `view`: the class `View`, its pin and its exports;
 //! - `map_handle`: the binding's hold on a map, which flushes it when the last holder goes;
 //! - `lookups`: the class `LookupScope`, a cache's directory for kernels of one's own;
@@ -15,6 +16,7 @@
 //! - `host_bytes`: copies between maps and Python's `bytes` or device memory.
 
 mod cache;
+mod close_gate;
 mod host_bytes;
 mod lookups;
 mod map_handle;

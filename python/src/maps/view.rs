@@ -198,7 +198,10 @@ impl View {
 
     /// Gives the view up: its pin goes once no export holds it.
     fn release(&self) {
-        self.held.lock().take();
+        // Let go outside the lock: the last hold on a writable map flushes it without the GIL,
+        // while another thread may wait on this lock holding the GIL.
+        let taken = self.held.lock().take();
+        drop(taken);
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {

@@ -81,7 +81,18 @@ impl OpenFile {
             Some(registered) => registered.len(),
             None => file.len()?,
         };
-        let entry = engine.add_file(path.to_path_buf(), Backing::Local(file), writable, len)?;
+        let identity = {
+            use std::os::unix::fs::MetadataExt;
+            let meta = file.file().metadata().map_err(|e| Error::io("fstat", path, None, e))?;
+            (meta.dev(), meta.ino())
+        };
+        let entry = engine.add_file(
+            path.to_path_buf(),
+            Backing::Local(file),
+            Some(identity),
+            writable,
+            len,
+        )?;
         let misses_in_place = matches!(mode, ZeroCopy::Misses | ZeroCopy::MissesWithin(_));
         Ok(Self::opened(engine, entry, options, zero_copy, misses_in_place))
     }
@@ -129,7 +140,7 @@ impl OpenFile {
         let pool = crate::io::IoPool::global()?;
         let len = file.len();
         let backing = Backing::Remote { file, pool };
-        let entry = engine.add_file(std::path::PathBuf::from(shown), backing, false, len)?;
+        let entry = engine.add_file(std::path::PathBuf::from(shown), backing, None, false, len)?;
         Ok(Self::opened(engine, entry, options, None, false))
     }
 

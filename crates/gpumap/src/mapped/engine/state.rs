@@ -40,11 +40,37 @@ pub(crate) struct FileEntry {
     pub(crate) id: FileId,
     pub(crate) path: PathBuf,
     pub(crate) file: Backing,
+    /// The local file's device and inode (`None` for a remote object): a cache holds a file
+    /// writable under one entry only (see [`Engine::add_file`]).
+    pub(crate) identity: Option<(u64, u64)>,
     pub(crate) writable: bool,
     pub(crate) len: u64,
     pub(crate) memory: FileMemory,
     /// The error of a failed write-back, until a `sync` writes every byte (see `writeback`).
     pub(crate) sticky: Mutex<Option<StickyError>>,
+}
+
+impl FileEntry {
+    /// Whether `other` is the same local file, and either of them writable.
+    fn conflicts_with(&self, other: &FileEntry) -> bool {
+        self.identity.is_some()
+            && self.identity == other.identity
+            && (self.writable || other.writable)
+    }
+
+    /// The refusal of this entry, a second one of the file of `open`.
+    fn open_twice(&self, open: &FileEntry) -> Error {
+        let mode = |e: &FileEntry| if e.writable { "writable" } else { "read-only" };
+        Error::InvalidArgument(format!(
+            "{} ({}): the file is already open in this cache ({}, {}); two maps of one file in \
+             one cache would not see each other's writes: use the map already open, or drop it \
+             and its views first",
+            self.path.display(),
+            mode(self),
+            open.path.display(),
+            mode(open)
+        ))
+    }
 }
 
 /// The state behind one lock: the books of a shard, and the files they name (every shard
@@ -201,21 +227,39 @@ impl Engine {
         self.store.device()
     }
 
-    /// Registers `file` (opened at `path`, `len` bytes) in every shard's books; its address
-    /// range is reserved on a GPU.
+    /// Registers `file` (opened at `path`, `len` bytes; `identity`: its device and inode) in
+    /// every shard's books; its address range is reserved on a GPU. A file already open in
+    /// this cache, where either entry is writable, is refused: two entries of one file do not
+    /// see each other's writes, and each writes back whole extents, stale bytes included.
     pub(crate) fn add_file(
         &self,
         path: PathBuf,
         file: Backing,
+        identity: Option<(u64, u64)>,
         writable: bool,
         len: u64,
     ) -> Result<Arc<FileEntry>> {
         let memory = self.store.open_file(len)?;
         let id = self.next_file.fetch_add(1, Ordering::Relaxed);
-        let entry =
-            Arc::new(FileEntry { id, path, file, writable, len, memory, sticky: Mutex::new(None) });
-        for shard in self.shards.iter() {
+        let entry = Arc::new(FileEntry {
+            id,
+            path,
+            file,
+            identity,
+            writable,
+            len,
+            memory,
+            sticky: Mutex::new(None),
+        });
+        // Every shard names every file, and each registers in shard 0 first: the check there
+        // and the registration are one step for concurrent opens.
+        for (k, shard) in self.shards.iter().enumerate() {
             let mut state = shard.state.lock();
+            if k == 0 {
+                if let Some(open) = state.files.values().find(|e| e.conflicts_with(&entry)) {
+                    return Err(entry.open_twice(open));
+                }
+            }
             state.books.add_file(id, len);
             state.files.insert(id, Arc::clone(&entry));
         }
