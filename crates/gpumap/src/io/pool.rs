@@ -25,7 +25,7 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,7 @@ use rayon::prelude::*;
 use crate::align::Task;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::per_process::PerProcess;
 
 /// A persistent pool of I/O threads. Cheap to share (`Arc`); resizable.
 pub struct IoPool {
@@ -86,14 +87,11 @@ impl IoPool {
         Ok(IoPool { threads: RwLock::new(Arc::new(build(nthreads)?)) })
     }
 
-    /// The process-wide pool, sized by [`Config::nthreads`] (`GPUMAP_NTHREADS`).
+    /// The process-wide pool, sized by [`Config::nthreads`] (`GPUMAP_NTHREADS`); a forked
+    /// child makes its own (it has none of its parent's threads).
     pub fn global() -> Result<Arc<IoPool>> {
-        static GLOBAL: OnceLock<Arc<IoPool>> = OnceLock::new();
-        if let Some(pool) = GLOBAL.get() {
-            return Ok(pool.clone());
-        }
-        let pool = Arc::new(IoPool::new(Config::global()?.nthreads)?);
-        Ok(GLOBAL.get_or_init(|| pool).clone())
+        static GLOBAL: PerProcess<Arc<IoPool>> = PerProcess::new();
+        GLOBAL.get_or_try_make(|| Ok(Arc::new(IoPool::new(Config::global()?.nthreads)?)))
     }
 
     /// Number of threads.

@@ -7,13 +7,14 @@
 //! status codes and backoff.
 #![forbid(unsafe_code)]
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, RetryConfig};
 use tokio::sync::Semaphore;
 
 use crate::error::{Error, RemoteErrorKind, Result};
+use crate::per_process::PerProcess;
 use crate::remote::aws_profile::Profile;
 use crate::remote::failure::{self, Failure};
 use crate::remote::lanes::StoreOwner;
@@ -192,20 +193,19 @@ fn with_shared_profile(
     Ok(builder)
 }
 
-/// The runtime every remote request runs on, made at first use.
-pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime> {
-    static RUNTIME: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> =
-        OnceLock::new();
-    let made = RUNTIME.get_or_init(|| {
+/// The runtime every remote request runs on, made at first use (in a forked child, its own).
+pub(crate) fn runtime() -> Result<Arc<tokio::runtime::Runtime>> {
+    static RUNTIME: PerProcess<Arc<tokio::runtime::Runtime>> = PerProcess::new();
+    RUNTIME.get_or_try_make(|| {
         tokio::runtime::Builder::new_multi_thread()
             .thread_name("gpumap-remote")
             .enable_all()
             .build()
-            .map_err(|e| e.to_string())
-    });
-    made.as_ref().map_err(|reason| Error::Unavailable {
-        what: "the remote I/O runtime",
-        reason: reason.clone(),
+            .map(Arc::new)
+            .map_err(|e| Error::Unavailable {
+                what: "the remote I/O runtime",
+                reason: e.to_string(),
+            })
     })
 }
 

@@ -15,11 +15,12 @@
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 
 use object_store::ObjectStore;
 
 use crate::error::{Error, Result};
+use crate::per_process::PerProcess;
 
 /// Threads one read's requests are shared among, at most (and no more than the CPUs).
 pub const MAX_LANES: usize = 16;
@@ -49,7 +50,7 @@ impl Drop for StoreOwner {
     fn drop(&mut self) {
         // Let go first, so that the lanes find this owner gone however soon they look.
         drop(std::mem::take(&mut self.alive));
-        if let Some(Ok(pool)) = LANES.get() {
+        if let Some(pool) = LANES.get() {
             pool.spawn_broadcast(|_| {
                 let taken = LANE_STATE.with(|cell| cell.borrow_mut().take());
                 if let Some(mut state) = taken {
@@ -113,19 +114,20 @@ fn with_lane_state<T>(work: impl FnOnce(&mut LaneState) -> T) -> Result<T> {
     Ok(out)
 }
 
-static LANES: OnceLock<std::result::Result<rayon::ThreadPool, String>> = OnceLock::new();
+/// The lanes' threads, made at first use (in a forked child, its own).
+static LANES: PerProcess<Arc<rayon::ThreadPool>> = PerProcess::new();
 
-fn lanes() -> Result<&'static rayon::ThreadPool> {
-    let made = LANES.get_or_init(|| {
+fn lanes() -> Result<Arc<rayon::ThreadPool>> {
+    LANES.get_or_try_make(|| {
         rayon::ThreadPoolBuilder::new()
             .num_threads(MAX_LANES)
             .thread_name(|i| format!("gpumap-lane-{i}"))
             .build()
-            .map_err(|e| e.to_string())
-    });
-    made.as_ref().map_err(|reason| Error::Unavailable {
-        what: "the remote read lanes",
-        reason: reason.clone(),
+            .map(Arc::new)
+            .map_err(|e| Error::Unavailable {
+                what: "the remote read lanes",
+                reason: e.to_string(),
+            })
     })
 }
 

@@ -76,7 +76,7 @@ struct Shared {
     store: AmazonS3,
     path: StorePath,
     options: RemoteOptions,
-    runtime: &'static tokio::runtime::Runtime,
+    runtime: Arc<tokio::runtime::Runtime>,
     part_size: usize,
     /// Parts held in memory (filling or sending) at most.
     max_held: usize,
@@ -711,7 +711,7 @@ impl Shared {
 
     /// Aborts on the runtime, for a `Drop` inside an async runtime, which must not block.
     fn abort_in_background(self: Arc<Self>) {
-        let runtime = self.runtime;
+        let runtime = Arc::clone(&self.runtime);
         runtime.spawn(async move { self.abort_quietly_async().await });
     }
 

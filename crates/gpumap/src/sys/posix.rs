@@ -14,6 +14,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 
@@ -300,6 +301,35 @@ pub fn open_direct_or_buffered(path: &Path, options: &mut OpenOptions) -> Result
             _ => Err(e),
         })
         .map_err(|e| Error::io("open", path, None, e))
+}
+
+/// Forks counted in this process by [`fork_generation`]'s handler.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn count_fork_in_child() {
+    FORKS.fetch_add(1, Ordering::AcqRel);
+}
+
+/// How many forks stand between this process and the one that first called this: 0 there, 1
+/// in a child forked from it, 2 in a grandchild. A child has none of its parent's threads, so
+/// process-wide objects that own some (the I/O pool, the remote runtime) are made again where
+/// this changes. A `pthread_atfork(3)` child handler, registered at the first call (and
+/// inherited by children), counts the forks; a fork before that call needs no counting, as
+/// nothing was made yet.
+#[doc(alias = "pthread_atfork")]
+pub fn fork_generation() -> u64 {
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+    if !REGISTERED.swap(true, Ordering::AcqRel) {
+        // SAFETY: the handler only adds to an atomic, which is async-signal-safe, as a child
+        // handler in a multithreaded process must be; no prepare or parent handler is given.
+        let rc = unsafe { libc::pthread_atfork(None, None, Some(count_fork_in_child)) };
+        if rc != 0 {
+            tracing::warn!(
+                "pthread_atfork failed ({rc}): a forked child would wait on its parent's threads"
+            );
+        }
+    }
+    FORKS.load(Ordering::Acquire)
 }
 
 #[cfg(test)]

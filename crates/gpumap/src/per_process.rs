@@ -1,0 +1,67 @@
+//! [`PerProcess`]: a process-wide value that owns threads, made again in a forked child.
+//!
+//! A child forked from a process that made such a value (the I/O pool, the remote runtime)
+//! inherits the value but none of its threads: work handed to it would wait for ever. The
+//! value is therefore kept with the fork generation it was made in
+//! ([`fork_generation`](crate::sys::posix::fork_generation)), and a child makes its own.
+#![forbid(unsafe_code)]
+
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+
+use crate::sys::posix::fork_generation;
+
+/// A process-wide value of type `T` (cheap to clone: an `Arc`), made on first use in each
+/// process. The first one made lives in a `OnceLock`, read without a lock; a forked child's
+/// goes behind a mutex (a grandchild forked while its parent's thread held that mutex for its
+/// few instructions would wait on it; no fork is that unlucky in practice). A value made in a
+/// parent is never dropped in a child: its threads are not there to join.
+pub(crate) struct PerProcess<T> {
+    first: OnceLock<(u64, T)>,
+    later: Mutex<Option<(u64, T)>>,
+}
+
+impl<T: Clone> PerProcess<T> {
+    pub(crate) const fn new() -> Self {
+        PerProcess { first: OnceLock::new(), later: Mutex::new(None) }
+    }
+
+    /// This process's value, if it was made.
+    pub(crate) fn get(&self) -> Option<T> {
+        let generation = fork_generation();
+        match self.first.get() {
+            Some((made_in, value)) if *made_in == generation => Some(value.clone()),
+            Some(_) => {
+                self.later.lock().as_ref().filter(|(g, _)| *g == generation).map(|(_, v)| v.clone())
+            }
+            None => None,
+        }
+    }
+
+    /// This process's value, made by `make` where there is none yet.
+    pub(crate) fn get_or_try_make<E>(&self, make: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        let generation = fork_generation();
+        match self.first.get() {
+            Some((made_in, value)) if *made_in == generation => return Ok(value.clone()),
+            Some(_) => {}
+            None => {
+                let value = make()?;
+                // Two first calls at once: one value is kept, the other dropped unused.
+                let (_, kept) = self.first.get_or_init(|| (generation, value));
+                return Ok(kept.clone());
+            }
+        }
+        let mut later = self.later.lock();
+        if let Some((made_in, value)) = later.as_ref() {
+            if *made_in == generation {
+                return Ok(value.clone());
+            }
+        }
+        let value = make()?;
+        if let Some(parents) = later.replace((generation, value.clone())) {
+            std::mem::forget(parents);
+        }
+        Ok(value)
+    }
+}
