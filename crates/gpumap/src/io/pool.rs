@@ -151,31 +151,56 @@ impl IoPool {
     }
 
     /// Runs `work` on every item in parallel and returns each item's count, in item order; the
-    /// first error in item order wins. A single item runs on the calling thread (no hand-off
-    /// for small transfers). Where the calling thread runs cancellable work, an item that has
-    /// not started when the work is cancelled is skipped with an error of kind `Interrupted`.
+    /// first error in item order, among the items that ran, wins. Once an item has failed,
+    /// items not yet started are skipped: the call fails anyway, and a failing source (a server answering 503, a disk
+    /// returning EIO) is not asked again for every item left. A single item runs on the calling
+    /// thread (no hand-off for small transfers). Where the calling thread runs cancellable
+    /// work, an item that has not started when the work is cancelled is skipped with an error
+    /// of kind `Interrupted`.
     pub(crate) fn run_each<T, F>(&self, items: Vec<T>, work: F) -> Result<Vec<usize>>
     where
         T: Send,
         F: Fn(T) -> Result<usize> + Sync,
     {
         let cancel = CANCEL.with(|c| c.borrow().clone());
-        let guarded = |item: T| {
+        let failed = AtomicBool::new(false);
+        // `Err(None)`: skipped after another item failed.
+        let guarded = |item: T| -> std::result::Result<usize, Option<Error>> {
             if cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
-                return Err(cancelled());
+                return Err(Some(cancelled()));
+            }
+            if failed.load(Ordering::Relaxed) {
+                return Err(None);
             }
             with_cancel(cancel.clone(), || {
                 catch_unwind(AssertUnwindSafe(|| work(item)))
                     .unwrap_or_else(|p| Err(panic_error(p)))
             })
+            .map_err(|e| {
+                failed.store(true, Ordering::Relaxed);
+                Some(e)
+            })
         };
-        if items.len() <= 1 {
-            return items.into_iter().map(guarded).collect();
+        let results: Vec<std::result::Result<usize, Option<Error>>> = if items.len() <= 1 {
+            items.into_iter().map(guarded).collect()
+        } else {
+            let pool = self.threads.read().clone();
+            pool.install(|| items.into_par_iter().with_max_len(1).map(guarded).collect())
+        };
+        let mut counts = Vec::with_capacity(results.len());
+        let mut skipped = false;
+        for result in results {
+            match result {
+                Ok(n) => counts.push(n),
+                Err(Some(e)) => return Err(e),
+                Err(None) => skipped = true,
+            }
         }
-        let pool = self.threads.read().clone();
-        let results: Vec<Result<usize>> =
-            pool.install(|| items.into_par_iter().with_max_len(1).map(guarded).collect());
-        results.into_iter().collect()
+        if skipped {
+            // Unreachable: an item is skipped only after another failed, whose error is above.
+            return Err(cancelled());
+        }
+        Ok(counts)
     }
 
     /// Runs `job` on the pool and returns a future of its result.
