@@ -122,7 +122,49 @@ pub(crate) fn s3_store(
     if let Some(region) = &options.s3_region {
         builder = builder.with_region(region);
     }
+    check_s3_settings(&builder)?;
     builder.build().map_err(|e| invalid(url, &e))
+}
+
+/// Refuses a region or an endpoint, from the options, the environment or the AWS files,
+/// that the request signer would choke on (object_store panics there): a region is a plain
+/// token, an endpoint an `http(s)://host[:port][/path]` URL without query or fragment.
+fn check_s3_settings(builder: &object_store::aws::AmazonS3Builder) -> Result<()> {
+    use object_store::aws::AmazonS3ConfigKey as Key;
+    let refuse = |setting: &str, value: &str, reason: &str| {
+        Error::InvalidArgument(format!("{setting} \"{}\": {reason}", value.escape_debug()))
+    };
+    if let Some(region) = builder.get_config_value(&Key::Region) {
+        let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.';
+        if region.is_empty() || region.len() > 64 || !region.chars().all(plain) {
+            let reason = "a region is a name such as us-east-1 (letters, digits, '-', '_', '.')";
+            return Err(refuse("the S3 region (aws_region, AWS_REGION)", &region, reason));
+        }
+    }
+    if let Some(endpoint) = builder.get_config_value(&Key::Endpoint) {
+        let parsed = ::url::Url::parse(&endpoint).ok().filter(|u| {
+            matches!(u.scheme(), "http" | "https")
+                && u.host_str().is_some_and(|h| !h.is_empty())
+                && u.query().is_none()
+                && u.fragment().is_none()
+                && u.username().is_empty()
+                && u.password().is_none()
+        });
+        if parsed.is_none() {
+            let shown = match endpoint.split_once("://") {
+                Some((scheme, _)) if scheme.len() <= 16 => format!("{scheme}://…"),
+                _ => "…".to_owned(),
+            };
+            let reason = "an endpoint is an http:// or https:// URL of a host (and port), with \
+                          no user, query or fragment";
+            return Err(refuse(
+                "the S3 endpoint (aws_endpoint_url, AWS_ENDPOINT_URL)",
+                &shown,
+                reason,
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn client_options(options: &RemoteOptions) -> ClientOptions {

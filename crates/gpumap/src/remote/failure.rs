@@ -30,6 +30,16 @@ impl Failure {
     pub(crate) fn from_store(error: &object_store::Error, url: &RemoteUrl) -> Self {
         use object_store::Error as E;
         let reason = in_plain_words(scrub(&innermost(error), url));
+        // The status the server sent, where the error carries it: object_store files a 405 (a
+        // HEAD refused) under NotFound, which is not what the server said.
+        if let Some(status) = status_in_chain(error) {
+            let kind = match status {
+                404 => RemoteErrorKind::NotFound,
+                401 | 403 => RemoteErrorKind::AccessDenied,
+                _ => RemoteErrorKind::Status,
+            };
+            return Self::new(kind, Some(status), reason);
+        }
         match error {
             E::NotFound { .. } => Self::new(RemoteErrorKind::NotFound, Some(404), reason),
             E::PermissionDenied { .. } => {
@@ -39,14 +49,6 @@ impl Failure {
                 Self::new(RemoteErrorKind::AccessDenied, Some(401), reason)
             }
             _ => {
-                if let Some(status) = status_in_chain(error) {
-                    let kind = match status {
-                        404 => RemoteErrorKind::NotFound,
-                        401 | 403 => RemoteErrorKind::AccessDenied,
-                        _ => RemoteErrorKind::Status,
-                    };
-                    return Self::new(kind, Some(status), reason);
-                }
                 let kind = match transport_kind(error) {
                     Some(object_store::client::HttpErrorKind::Timeout) => RemoteErrorKind::Timeout,
                     Some(object_store::client::HttpErrorKind::Decode) => {

@@ -34,23 +34,38 @@ pub(crate) struct Fetch<'a> {
 }
 
 impl<'a> Fetch<'a> {
-    /// The object's size, with retries: a HEAD request, or for a URL with a query string (a
-    /// presigned URL, signed for GET alone) a GET of its first byte, whose `Content-Range`
-    /// gives the size.
+    /// The object's size, with retries: a HEAD request, or a GET of its first byte, whose
+    /// `Content-Range` gives the size, for a URL with a query string (a presigned URL, signed
+    /// for GET alone) and for a server that refuses HEAD (405 or 501). A GET answered 416
+    /// (`bytes=0-0` not satisfiable) is an empty object.
     pub(crate) async fn len(self) -> Result<u64> {
-        let by_get = matches!(self.url, RemoteUrl::Http(url) if url.query().is_some());
-        let op = if by_get { "GET bytes 0-0 of" } else { "HEAD" };
-        let ask = || async {
-            let answer = if by_get {
-                let first =
-                    GetOptions { range: Some(GetRange::Bounded(0..1)), ..GetOptions::default() };
-                self.client.store.get_opts(&self.client.path, first).await.map(|r| r.meta.size)
-            } else {
-                self.client.store.head(&self.client.path).await.map(|meta| meta.size)
+        let presigned = matches!(self.url, RemoteUrl::Http(url) if url.query().is_some());
+        if !presigned {
+            let head = || async {
+                let answer = self.client.store.head(&self.client.path).await;
+                answer.map(|meta| meta.size).map_err(|e| Failure::from_store(&e, self.url))
             };
-            answer.map_err(|e| Failure::from_store(&e, self.url))
+            match self.attempts().run("HEAD", head).await {
+                Err(gave_up) if !matches!(gave_up.failure.status, Some(405 | 501)) => {
+                    return Err(gave_up.into_error(self.url));
+                }
+                Err(_) => {}
+                Ok(len) => return Ok(len),
+            }
+        }
+        let first_byte = || async {
+            let first =
+                GetOptions { range: Some(GetRange::Bounded(0..1)), ..GetOptions::default() };
+            match self.client.store.get_opts(&self.client.path, first).await {
+                Ok(answer) => Ok(answer.meta.size),
+                Err(e) => match Failure::from_store(&e, self.url) {
+                    empty if empty.status == Some(416) => Ok(0),
+                    failure => Err(failure),
+                },
+            }
         };
-        self.attempts().run(op, ask).await.map_err(|gave_up| gave_up.into_error(self.url))
+        let op = "GET bytes 0-0 of";
+        self.attempts().run(op, first_byte).await.map_err(|gave_up| gave_up.into_error(self.url))
     }
 
     /// `dst.len()` bytes from `offset` into `dst`, with retries.

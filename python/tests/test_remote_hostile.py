@@ -1,0 +1,137 @@
+"""Remote objects against servers and settings that a hostile probe used: a server that
+refuses HEAD, an empty object behind a presigned URL, secrets in URLs too long to read, and
+S3 settings that object_store's request signer would panic on."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+
+import pytest
+
+import gpumapio
+from gpumapio import RemoteFile
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """Objects by path; HEAD refused with 405 where ``no_head``; a ranged GET of an empty
+    object answered 416 ``bytes */0``, as S3 answers it."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _reply(self, status, headers=(), body=b""):
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_HEAD(self):
+        path = self.path.split("?")[0]
+        if path not in self.server.objects:
+            return self._reply(404)
+        if self.server.no_head:
+            self.send_response(405)
+            self.send_header("Allow", "GET")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.server.objects[path])))
+        self.end_headers()
+
+    def do_GET(self):
+        data = self.server.objects.get(self.path.split("?")[0])
+        if data is None:
+            return self._reply(404)
+        start, end = (int(v) for v in self.headers["Range"].removeprefix("bytes=").split("-"))
+        if start >= len(data):
+            return self._reply(416, [("Content-Range", f"bytes */{len(data)}")])
+        end = min(end, len(data) - 1)
+        self._reply(206, [("Content-Range", f"bytes {start}-{end}/{len(data)}")], data[start : end + 1])
+
+
+@pytest.fixture
+def site():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    srv.objects, srv.no_head = {}, False
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_a_server_that_refuses_head_is_asked_with_a_ranged_get(site):
+    data = bytes(range(256)) * 40
+    site.objects["/a"] = data
+    site.no_head = True
+    f = RemoteFile.open_http(f"{site.url}/a")
+    assert f.nbytes() == len(data)
+    out = bytearray(len(data))
+    assert f.read(out) == len(data) and bytes(out) == data
+
+
+def test_an_empty_object_opens_through_a_presigned_url(site):
+    site.objects["/empty"] = b""
+    url = f"{site.url}/empty?X-Amz-Signature=abc&X-Amz-Expires=60"
+    assert RemoteFile.open_s3_presigned_url(url).nbytes() == 0
+    assert RemoteFile.open_http(f"{site.url}/empty").nbytes() == 0
+    assert len(gpumapio.read_file_to_device(url, output="numpy")) == 0
+
+
+def test_a_missing_object_still_says_404(site):
+    site.objects["/a"] = b"x"
+    for url in (f"{site.url}/none", f"{site.url}/none?X-Amz-Signature=abc"):
+        with pytest.raises(FileNotFoundError) as missing:
+            RemoteFile.open_http(url)
+        assert missing.value.status == 404
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://admin:hunter2@host/{pad}",
+        "https://h/k?X-Amz-Signature=0123abc{pad}",
+        "s3://AKIAEXAMPLE:wJalrSECRET@bucket/{pad}",
+    ],
+)
+def test_a_url_too_long_to_read_shows_none_of_its_secrets(url):
+    long = url.format(pad="a" * 9000)
+    for call in (lambda: RemoteFile.open(long), lambda: gpumapio.read_file_to_device(long, output="numpy")):
+        with pytest.raises(ValueError) as refused:
+            call()
+        for secret in ("admin", "hunter2", "0123abc", "AKIAEXAMPLE", "wJalrSECRET"):
+            assert secret not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "settings, named",
+    [
+        ({"aws_region": "us-east-1\n"}, "aws_region"),
+        ({"aws_region": "us\x7feast"}, "aws_region"),
+        ({"aws_region": ""}, "aws_region"),
+        ({"aws_endpoint_url": "not a url"}, "aws_endpoint_url"),
+        ({"aws_endpoint_url": "ftp://host"}, "aws_endpoint_url"),
+        ({"aws_endpoint_url": "http://host/?x=1"}, "aws_endpoint_url"),
+        ({"aws_endpoint_url": "http://host/#frag"}, "aws_endpoint_url"),
+        ({"aws_endpoint_url": "http://user:hunter2@host"}, "aws_endpoint_url"),
+    ],
+)
+def test_s3_settings_the_signer_cannot_use_are_refused_at_open(monkeypatch, site, settings, named):
+    for name, value in [("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE"), ("AWS_SECRET_ACCESS_KEY", "secret"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")]:
+        monkeypatch.setenv(name, value)
+    settings = {"aws_endpoint_url": site.url, **settings}
+    for call in (
+        lambda: RemoteFile.open_s3("bkt", "obj", **settings),
+        lambda: RemoteFile.open("s3://bkt/obj", **settings),
+    ):
+        with pytest.raises(ValueError, match=named) as refused:
+            call()
+        assert "hunter2" not in str(refused.value) and "panicked" not in str(refused.value)
