@@ -12,7 +12,17 @@ from typing import Any
 
 from gpumapio._native import RemotePrefix, plain_headers, plain_index, plain_index_files
 from gpumapio._sources import is_url, join, open_source, read_bytes, shown, url_path
-from gpumapio.safetensors import TensorInfo, _all_of_type, _brief, _Columns, _object, _parse_columns, _read_header_bytes
+from gpumapio.safetensors import (
+    Stamp,
+    TensorInfo,
+    _all_of_type,
+    _brief,
+    _Columns,
+    _object,
+    _open_regular,
+    _parse_columns,
+    _read_header_stamped,
+)
 
 __all__ = ["Catalogue", "CheckpointError", "Listing", "Shard", "list_shards", "open_catalogue", "read_catalogue"]
 
@@ -32,10 +42,13 @@ class CheckpointError(ValueError):
 class Shard:
     """One safetensors file of a checkpoint and its tensors (file offsets absolute), as
     columns in file order; ``tensors`` gives them as :class:`TensorInfo` by name, made on first
-    use (a whole load of thousands of tensors needs only the columns)."""
+    use (a whole load of thousands of tensors needs only the columns). ``stamp``: the file's as
+    its header was read (None at a URL), for the loaders to check that the file they read is
+    that one still."""
 
     path: str
     columns: _Columns
+    stamp: Stamp | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @functools.cached_property
     def tensors(self) -> dict[str, TensorInfo]:
@@ -165,7 +178,9 @@ def _read_index(index_path: str) -> bytes:
     if is_url(index_path):
         with open_source(index_path) as f:
             return read_bytes(f, 0, min(f.nbytes(), _MAX_INDEX + 1))
-    with open(index_path, "rb") as f:
+    # As a shard is: a FIFO, device or directory refused, named, rather than waited on.
+    fd, _ = _open_regular(index_path)
+    with open(fd, "rb") as f:
         return f.read(_MAX_INDEX + 1)
 
 
@@ -225,6 +240,8 @@ def _parse_index(index_path: str, raw: bytes) -> tuple[dict[str, str], Any, list
             index = json.loads(raw.decode("utf-8"), object_pairs_hook=_object)
         except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
             raise CheckpointError(f"{shown(index_path)}: not a JSON index: {e}") from None
+        except RecursionError:
+            raise CheckpointError(f"{shown(index_path)}: not a JSON index: nested too deep for Python's JSON parser") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise CheckpointError(f"{shown(index_path)}: no \"weight_map\" object mapping tensor names to shard files")
@@ -247,12 +264,14 @@ def _parse_index(index_path: str, raw: bytes) -> tuple[dict[str, str], Any, list
     return weight_map, index.get("metadata"), paths
 
 
-def _shards_of(paths: list[str], read: list[tuple[str, int, int, bytes]], plain: list[Any]) -> tuple[list[Shard], Any]:
+def _shards_of(
+    paths: list[str], read: list[tuple[str, int, int, bytes]], plain: list[Any], stamps: list[Stamp | None]
+) -> tuple[list[Shard], Any]:
     """The shards from their headers' bytes and native columns (None: read by the Python
     reader, which names what is wrong: :class:`CheckpointError`), and the last one's metadata."""
     shards: list[Shard] = []
     file_metadata = None
-    for path, (name, size, n, raw), columns in zip(paths, read, plain):
+    for path, (name, size, n, raw), columns, stamp in zip(paths, read, plain, stamps):
         if columns is None:
             try:
                 parsed, file_metadata = _parse_columns(name, size, n, raw)
@@ -261,7 +280,7 @@ def _shards_of(paths: list[str], read: list[tuple[str, int, int, bytes]], plain:
         else:
             *lists, file_metadata = columns
             parsed = _Columns(*lists)
-        shards.append(Shard(path, parsed))
+        shards.append(Shard(path, parsed, stamp))
     return shards, file_metadata
 
 
@@ -277,12 +296,15 @@ def read_catalogue(listing: Listing) -> Catalogue:
     (:class:`CheckpointError` names the file and the values at fault)."""
     paths, index_path = listing.paths, listing.index_path
     read: list[tuple[str, int, int, bytes]] = []
+    stamps: list[Stamp | None] = []
     for k, path in enumerate(paths):
         try:
-            read.append(_read_header_bytes(path))
+            header, stamp = _read_header_stamped(path)
+            read.append(header)
+            stamps.append(stamp)
         except (ValueError, OSError) as e:
             # A fault of a shard before it comes first: those are read and checked first.
-            _shards_of(paths[:k], read, [None] * k)
+            _shards_of(paths[:k], read, [None] * k, stamps)
             if isinstance(e, ValueError):
                 raise CheckpointError(str(e)) from None
             raise
@@ -297,7 +319,7 @@ def read_catalogue(listing: Listing) -> Catalogue:
         index = (listing.index_bytes, shard_of)
     # Every header read in one native call, on several threads, the index checked beside them.
     plain, agreed = plain_headers([(raw, 8 + n, size) for _, size, n, raw in read], index)
-    shards, file_metadata = _shards_of(paths, read, plain)
+    shards, file_metadata = _shards_of(paths, read, plain, stamps)
     if agreed is not None:
         return Catalogue(shards, _metadata(agreed[0], file_metadata, len(paths)))
     where: dict[str, int] = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import operator
 import os
 from typing import Any, Callable, Iterable, Iterator, Union
 
@@ -22,7 +23,7 @@ from gpumapio._exchange import block_shape, exchange_for
 from gpumapio._native import CuFile, read_files, start_read_files
 from gpumapio._sources import is_url, open_source, read_bytes, read_pieces, shown
 from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
-from gpumapio.safetensors import _DTYPES, TensorInfo, _Columns, _torch_device
+from gpumapio.safetensors import _ATTEMPTS, _DTYPES, Stamp, TensorInfo, _Changed, _Columns, _stamp_of, _torch_device
 from gpumapio.tensor_parallel import TensorParallel
 
 __all__ = ["CheckpointError", "load_checkpoint"]
@@ -35,6 +36,8 @@ Selection = Union[Iterable[str], Callable[[str], bool], None]
 _ALIGN = 256
 # The default staging for casts: two windows of half this.
 _STAGING = 256 << 20
+# torch's strides are signed 64-bit.
+_STRIDE_MAX = 2**63 - 1
 
 
 @dataclasses.dataclass(slots=True)
@@ -90,6 +93,18 @@ def _check_dtypes(fw: "_Framework", path: str, names: list[str], dtypes: list[st
     if refused:
         name, dtype = next((n, d) for n, d in zip(names, dtypes) if d in refused)
         raise ValueError(f"{shown(path)}: tensor {name!r} is {dtype}, {refused[dtype]}")
+
+
+def _check_numpy_shape(fw: "_Framework", path: str, name: str, shape: tuple[int, ...], element: Any) -> None:
+    """Raises ``ValueError`` naming the file and the tensor where NumPy cannot hold a tensor
+    with no elements as its shape says: NumPy refuses shapes whose extents other than 0, times
+    the itemsize, pass 2^63 (``[0, 2**62, 4]``, which safetensors allows and torch holds)."""
+    try:
+        fw.numpy.ndarray(shape, element, buffer=b"")
+    except ValueError as e:
+        raise ValueError(
+            f"{shown(path)}: tensor {name!r} of shape {list(shape)}: NumPy cannot hold that shape ({e}); use framework='pt'"
+        ) from None
 
 
 def _plan(catalogue: Catalogue, names: list[str], tp: TensorParallel | None) -> list[_Placed]:
@@ -248,6 +263,9 @@ class _Framework:
                 typed = self.typed[element] = flat.view(element)
             return typed[at // size : (at + nbytes) // size].reshape(shape)
         if at % size:
+            if not nbytes:
+                # No element, so nothing to copy (a reshape could overflow computing strides).
+                return flat[:0].view(element).as_strided(shape, _contiguous_strides(shape))
             return flat[at : at + nbytes].clone().view(element).reshape(shape)  # a view would be misaligned
         typed = self.typed.get(element)
         if typed is None:
@@ -348,60 +366,95 @@ def load_checkpoint(
       rank must call with the same checkpoint, ``tensors`` and ``dtype``; tensors cast by
       ``dtype`` and those whose rows do not divide among the ranks are read strided as
       without it. Holds one tensor's slice more on the device while it is swapped.
+
+    A local shard replaced (renamed over) or rewritten in place while it is loaded is noticed
+    (each open file's inode, size and times, against those when its header was read) and the
+    checkpoint loaded again, a few times at most (once only with ``exchange``), then refused
+    (:class:`CheckpointError`): no tensor is returned with one version's header over another
+    version's bytes.
     """
     # Thousands of tensors are thousands of objects made at once: the cyclic collector, run
     # by their number, would walk every object of the process (torch's many) again and again.
     with _collector_paused():
-        listing = list_shards(source)
-        fw = _Framework(framework, device, dtype)
-        swaps = exchange_for(exchange, tp, fw.name)
-        whole = tensors is None and tp is None
-        if whole and fw.dtype is None and not any(map(is_url, listing.paths)):
-            return _load_whole(fw, listing, None)
-        catalogue = read_catalogue(listing)
-        if whole and not _any_cast(fw, catalogue):
-            return _load_whole(fw, listing, catalogue)
-        names = _select(catalogue, tensors)
-        by_shard: dict[int, list[str]] = {}
-        for n in names:
-            by_shard.setdefault(catalogue.where[n], []).append(n)
-        for s, chosen in by_shard.items():
-            _check_dtypes(fw, catalogue.shards[s].path, chosen, [catalogue.info(n).dtype for n in chosen])
-        placed = _plan(catalogue, names, tp)
-        if fw.dtype is not None:
-            casts_dtype = {d: fw.casts(d) for d in dict.fromkeys(p.info.dtype for p in placed)}
-            for p in placed:
-                p.cast = casts_dtype[p.info.dtype]
+        # A shard replaced or rewritten while it was read: loaded again, a few times at most.
+        # Not with an exchange: the other ranks would not swap again.
+        attempts = _ATTEMPTS if exchange is None or exchange is False else 1
+        for attempt in range(attempts):
+            try:
+                return _load(source, device, tensors, dtype, tp, exchange, framework, staging_bytes)
+            except _Changed as e:
+                if attempt + 1 == attempts:
+                    raise CheckpointError(_Changed.message(e.path, attempts)) from None
+    raise AssertionError("unreachable")
+
+
+def _load(
+    source: Source,
+    device: Any,
+    tensors: Selection,
+    dtype: Any,
+    tp: TensorParallel | None,
+    exchange: Any,
+    framework: str,
+    staging_bytes: int,
+) -> dict[str, Any]:
+    """One attempt of :func:`load_checkpoint`: :class:`_Changed` where a shard changed."""
+    listing = list_shards(source)
+    fw = _Framework(framework, device, dtype)
+    swaps = exchange_for(exchange, tp, fw.name)
+    whole = tensors is None and tp is None
+    if whole and fw.dtype is None and not any(map(is_url, listing.paths)):
+        return _load_whole(fw, listing, None)
+    catalogue = read_catalogue(listing)
+    if whole and not _any_cast(fw, catalogue):
+        return _load_whole(fw, listing, catalogue)
+    names = _select(catalogue, tensors)
+    by_shard: dict[int, list[str]] = {}
+    for n in names:
+        by_shard.setdefault(catalogue.where[n], []).append(n)
+    for s, chosen in by_shard.items():
+        _check_dtypes(fw, catalogue.shards[s].path, chosen, [catalogue.info(n).dtype for n in chosen])
+    placed = _plan(catalogue, names, tp)
+    if fw.dtype is not None:
+        casts_dtype = {d: fw.casts(d) for d in dict.fromkeys(p.info.dtype for p in placed)}
+        for p in placed:
+            p.cast = casts_dtype[p.info.dtype]
+    if swaps is not None:
+        assert tp is not None
+        _plan_swaps(placed, tp)
+    if fw.name == "numpy":
+        for p in placed:
+            if not p.nbytes and 0 in p.shape:
+                element = fw.dtype if p.cast else fw.element(p.info.dtype)
+                _check_numpy_shape(fw, catalogue.shards[p.shard].path, p.info.name, p.shape, element)
+    out_dtype_size = fw.itemsize(fw.dtype) if fw.dtype is not None else 0
+    total = _lay_out(placed, lambda p: out_dtype_size if p.cast else _DTYPES[p.info.dtype][0] // 8)
+    flat = fw.empty(-(-total // 16) * 16)  # whole elements of every dtype
+    paths = [s.path for s in catalogue.shards]
+    used = sorted({p.shard for p in placed})
+    files: list[Any] = []
+    try:
+        # A shard's data ends with it (read_header checks so): its last tensor's end is its size.
+        files = [open_source(paths[s], _data_end(catalogue.shards[s])) for s in used]
+        slot = {s: i for i, s in enumerate(used)}
+        direct: list[_Read] = []
+        for shard, pieces in _direct_pieces(placed).items():
+            direct.extend((slot[shard], r.src, r.length, r.dst, r.repeat, r.stride) for r in coalesce(pieces))
+        # The views are made while the reads run: they need only the allocation.
+        later = _Copies()
+        with _reading(flat, files, direct, [paths[s] for s in used]):
+            views = _views(fw, flat, placed, later)
         if swaps is not None:
-            assert tp is not None
-            _plan_swaps(placed, tp)
-        out_dtype_size = fw.itemsize(fw.dtype) if fw.dtype is not None else 0
-        total = _lay_out(placed, lambda p: out_dtype_size if p.cast else _DTYPES[p.info.dtype][0] // 8)
-        flat = fw.empty(-(-total // 16) * 16)  # whole elements of every dtype
-        paths = [s.path for s in catalogue.shards]
-        used = sorted({p.shard for p in placed})
-        files: list[Any] = []
-        try:
-            # A shard's data ends with it (read_header checks so): its last tensor's end is its size.
-            files = [open_source(paths[s], _data_end(catalogue.shards[s])) for s in used]
-            slot = {s: i for i, s in enumerate(used)}
-            direct: list[_Read] = []
-            for shard, pieces in _direct_pieces(placed).items():
-                direct.extend((slot[shard], r.src, r.length, r.dst, r.repeat, r.stride) for r in coalesce(pieces))
-            # The views are made while the reads run: they need only the allocation.
-            later = _Copies()
-            with _reading(flat, files, direct, [paths[s] for s in used]):
-                views = _views(fw, flat, placed, later)
-            if swaps is not None:
-                _swap(fw, flat, placed, swaps)
-            casts = [p for p in placed if p.cast]
-            if casts:
-                _cast_through_staging(fw, flat, casts, files, slot, [paths[s] for s in used], staging_bytes)
-            later.make(fw, flat, views)
-        finally:
-            for f in files:
-                f.close()
-        return dict(zip(names, views))
+            _swap(fw, flat, placed, swaps)
+        casts = [p for p in placed if p.cast]
+        if casts:
+            _cast_through_staging(fw, flat, casts, files, slot, [paths[s] for s in used], staging_bytes)
+        _check_unchanged(files, [catalogue.shards[s].stamp for s in used], [paths[s] for s in used])
+        later.make(fw, flat, views)
+    finally:
+        for f in files:
+            f.close()
+    return dict(zip(names, views))
 
 
 @contextlib.contextmanager
@@ -460,11 +513,16 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
     Without a ``catalogue``, the data sections are found from each file's first 8 bytes (the
     header's length) and its size, and read while the headers are read and checked, and the
     views made; nothing is returned unless the checked headers place the data where it was
-    read (a file changed in between is loaded again from its checked header)."""
+    read and were read from the files read, as they were when opened (a file changed in
+    between is loaded again from its checked header). Either way, a file found changed after
+    its header was read is :class:`_Changed`."""
     files: list[Any] = []
+    changed = False  # a file changed between its opening and its header's reading
     try:
         if catalogue is None:
             files = [open_source(path) for path in listing.paths]
+            # Taken before anything is read: a change after it shows in the header's stamp.
+            opened = [_stamp_of(f) for f in files]
             spans = [_data_span(f) for f in files]
         else:
             files = [open_source(s.path, _data_end(s)) for s in catalogue.shards]
@@ -485,22 +543,37 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
         with _reading(flat, files, reads, listing.paths):
             if catalogue is None:
                 catalogue = read_catalogue(listing)
-                if any(s.data_span() not in (None, span) for s, span in zip(catalogue.shards, spans)):
-                    spans = []  # a file changed since its first bytes were read
-            if spans:
+                changed = opened != [s.stamp for s in catalogue.shards] or any(
+                    s.data_span() not in (None, span) for s, span in zip(catalogue.shards, spans)
+                )
+            if not changed:
                 for shard, shift in zip(catalogue.shards, shifts):
                     columns = shard.columns
                     _check_dtypes(fw, shard.path, columns.names, columns.dtypes)
+                    if fw.name == "numpy" and any(map(operator.eq, columns.starts, columns.ends)):
+                        for name, d, shape in zip(columns.names, columns.dtypes, columns.shapes):
+                            if 0 in shape:
+                                _check_numpy_shape(fw, shard.path, name, shape, fw.element(d))
                     names.extend(columns.names)
                     views.extend(_whole_views(fw, flat, columns, shift, later, len(views)))
-        later.make(fw, flat, views)
+        if not changed:
+            _check_unchanged(files, [s.stamp for s in catalogue.shards], listing.paths)
+            later.make(fw, flat, views)
     finally:
         for f in files:
             f.close()
-    if not spans:
+    if changed:
         assert catalogue is not None
         return _load_whole(fw, listing, catalogue)
     return dict(zip(names, views))
+
+
+def _check_unchanged(files: list[Any], stamps: list[Stamp | None], paths: list[str]) -> None:
+    """Raises :class:`_Changed` for the first local file (of ``files``, their reads done) that
+    is not the file whose header was read as it was then (``stamps``): one fstat a shard."""
+    for f, stamp, path in zip(files, stamps, paths):
+        if stamp is not None and isinstance(f, CuFile) and _stamp_of(f) != stamp:
+            raise _Changed(path)
 
 
 class _Copies:
@@ -569,6 +642,10 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     for extent in reversed(shape):
         strides.append(step)
         step *= extent
+    if step == 0 and strides and max(strides) > _STRIDE_MAX:
+        # No elements, and extents whose product passes torch's 64-bit strides (a shape of
+        # [0, 2**62, 4] is valid): with no element to reach, any strides will do.
+        return (1,) * len(shape)
     return tuple(reversed(strides))
 
 

@@ -10,6 +10,7 @@ with ``tensors=``, just the named tensors) is read straight into device memory.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import itertools
 import math
@@ -204,21 +205,89 @@ def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, TensorInfo], di
 
 def _read_header_bytes(path: str | os.PathLike[str]) -> tuple[str, int, int, bytes]:
     """The file's name, size, header length and header bytes."""
+    return _read_header_stamped(path)[0]
+
+
+# What says a local file is still the one whose header was read: (device, inode, size, mtime,
+# ctime) of the open file. Another inode is a file replaced (renamed over); another size or
+# time, one rewritten in place.
+Stamp = tuple[int, int, int, int, int]
+
+
+def _stamp(st: os.stat_result) -> Stamp:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _stamp_of(file: Any) -> Stamp:
+    """The stamp of an open reader of a local file (a ``CuFile``)."""
+    return _stamp(os.fstat(file.fileno()))
+
+
+def _open_regular(path: str) -> tuple[int, os.stat_result]:
+    """A descriptor of ``path`` opened for reading, and its status, taken from the open file
+    (the name may be another file by then); anything but a regular file is refused, named.
+    O_NONBLOCK: opening a FIFO would otherwise wait for a writer, for ever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{shown(path)}: not a regular file (a FIFO, device or socket); only regular files are read")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _read_header_stamped(path: str | os.PathLike[str]) -> tuple[tuple[str, int, int, bytes], Stamp | None]:
+    """:func:`_read_header_bytes`, and the file's stamp taken before its header was read
+    (None for a URL): a loader compares it with its own open file's after its reads, so that
+    a file replaced or rewritten in between is not read as one header over another's bytes."""
     real = os.fspath(path)
     name = shown(real)
     if is_url(real):
         with open_source(real) as f:
             file_size = f.nbytes()
             n, raw = _header_bytes(name, file_size, lambda offset, size: read_bytes(f, offset, size))
-    else:
-        # O_NONBLOCK: opening a FIFO would otherwise wait for a writer, for ever.
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise OSError(f"{name}: not a regular file (a FIFO, device or socket); only regular files are read")
-            file_size = st.st_size
-            n, raw = _header_bytes(name, file_size, lambda offset, size: f.read(size))
-    return name, file_size, n, raw
+        return (name, file_size, n, raw), None
+    fd, st = _open_regular(real)
+    try:
+        file_size = st.st_size
+        n, raw = _header_bytes(name, file_size, lambda offset, size: _pread(fd, size, offset))
+    finally:
+        os.close(fd)
+    return (name, file_size, n, raw), _stamp(st)
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes at ``offset`` (fewer where the file ends first)."""
+    parts, got = [], 0
+    while got < size:
+        part = os.pread(fd, size - got, offset + got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+class _Changed(ValueError):
+    """A local file found changed (replaced, or rewritten in place) between the reading of its
+    header and the end of the reads of its data: what was read may mix two versions."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(self.message(path, 1))
+        self.path = path
+
+    @staticmethod
+    def message(path: str, times: int) -> str:
+        again = f", {times} times in a row" if times > 1 else ""
+        return f"{shown(path)}: the file changed while it was loaded (replaced, or rewritten in place){again}; load again"
+
+
+# Loads of a file found changed while loading start over, at most this many times in all.
+_ATTEMPTS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -534,8 +603,26 @@ def load_safetensors(
 
     ``path`` may also be an ``s3://bucket/key`` or ``http(s)://`` URL, read with parallel
     ranged GETs (:class:`gpumapio.RemoteFile`, credentials from the AWS environment).
+
+    A local file replaced (renamed over) or rewritten in place while it is loaded is loaded
+    again, a few times at most, then refused (``ValueError``): the header and the bytes
+    returned are those of one version of the file.
     """
-    infos, _ = read_header(path)
+    for attempt in range(_ATTEMPTS):
+        try:
+            return _load_safetensors_once(path, device, tensors, framework)
+        except _Changed as e:
+            if attempt + 1 == _ATTEMPTS:
+                raise ValueError(_Changed.message(e.path, _ATTEMPTS)) from None
+    raise AssertionError("unreachable")
+
+
+def _load_safetensors_once(
+    path: str | os.PathLike[str], device: Any, tensors: Iterable[str] | None, framework: str
+) -> dict[str, Any]:
+    """One attempt of :func:`load_safetensors`: :class:`_Changed` where the file changed."""
+    header, stamp = _read_header_stamped(path)
+    infos, _ = _parse_header(*header)
     if tensors is not None:
         wanted = [tensors] if isinstance(tensors, str) else list(dict.fromkeys(tensors))
         missing = [t for t in wanted if t not in infos]
@@ -591,15 +678,17 @@ def load_safetensors(
     with open_source(path, max((t.end for t in infos.values()), default=None)) as f:
         if len(reads) == 1:
             at, size, offset = reads[0]
-            got = f.read(flat[at : at + size], size, offset)
-            if got != size:
-                raise EOFError(f"{shown(path)}: read {got} of {size} bytes at {offset}")
+            counts = [(f.read(flat[at : at + size], size, offset), size, offset)]
         else:
             futures = [(f.pread(flat[at : at + size], size, offset), size, offset) for at, size, offset in reads]
-            for future, size, offset in futures:
-                got = future.get()
-                if got != size:
-                    raise EOFError(f"{shown(path)}: read {got} of {size} bytes at {offset}")
+            counts = [(future.get(), size, offset) for future, size, offset in futures]
+        # The file read is the one whose header was read, as it was then (a short read of one
+        # rewritten meanwhile included: it is loaded again).
+        if stamp is not None and _stamp_of(f) != stamp:
+            raise _Changed(os.fspath(path))
+        for got, size, offset in counts:
+            if got != size:
+                raise EOFError(f"{shown(path)}: read {got} of {size} bytes at {offset}")
 
     out: dict[str, Any] = {}
     for t in chosen:

@@ -9,6 +9,7 @@ import gc
 import json
 import re
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -772,3 +773,247 @@ def test_a_string_selection_is_one_name_and_unholdable_dtypes_name_file_and_tens
 def test_tensor_parallel_refuses_bools_and_floats(rank, world):
     with pytest.raises(ValueError, match="rank|world_size"):
         TensorParallel(rank, world, {})
+
+
+def _two_versions(tmp_path):
+    """A shard's path holding version A, and version B beside it: as many bytes, other
+    names and values, so that one's header over the other's bytes shows."""
+    path = str(tmp_path / "model.safetensors")
+    new = str(tmp_path / "new.tmp")
+    st_numpy.save_file({"a": np.arange(1, 5, dtype="<i4")}, path)
+    st_numpy.save_file({"b": np.array([7, 8, 9, 10], dtype="<i4")}, new)
+    assert os.path.getsize(path) == os.path.getsize(new)
+    return path, new
+
+
+# How each loader is reached: the whole load (no catalogue: reads start before the headers),
+# the whole load from a catalogue (a dtype= that casts no tensor), and the planned loads.
+_MODES = {
+    "whole": {},
+    "whole from catalogue": {"dtype": "float64"},
+    "named": {"tensors": lambda n: True},
+    "tp": {"tp": TensorParallel(0, 1, {"*": 0})},
+}
+
+
+@pytest.mark.parametrize("mode", list(_MODES))
+@pytest.mark.parametrize("when", ["before the headers", "after the headers"])
+def test_shard_replaced_while_loading_is_never_mixed(tmp_path, monkeypatch, mode, when):
+    """Each shard is opened twice, for its header and for its data: a shard renamed over in
+    between (an atomic save) must not give one version's header over the other's bytes. It
+    is loaded again, and the result is the new version whole."""
+    path, new = _two_versions(tmp_path)
+    original = checkpoint.read_catalogue
+
+    def racing(listing):
+        if when == "before the headers" and os.path.exists(new):
+            os.replace(new, path)
+        catalogue = original(listing)
+        if when == "after the headers" and os.path.exists(new):
+            os.replace(new, path)
+        return catalogue
+
+    monkeypatch.setattr(checkpoint, "read_catalogue", racing)
+    got = load_checkpoint(path, "cpu", framework="numpy", **_MODES[mode])
+    assert list(got) == ["b"]
+    _same(got["b"], np.array([7, 8, 9, 10], dtype="<i4"))
+
+
+def test_shard_rewritten_in_place_after_its_header_is_loaded_again(tmp_path, monkeypatch):
+    """A shard rewritten in place (as many bytes, other values) after its header is read is
+    seen by its times, and loaded again: never the old header over the new bytes."""
+    path, new = _two_versions(tmp_path)
+    os.utime(path, ns=(0, 0))  # its next write changes its mtime, however coarse the clock
+    original = checkpoint.read_catalogue
+
+    def rewrite(listing):
+        catalogue = original(listing)
+        if os.path.exists(new):
+            with open(path, "r+b") as f:
+                f.write(open(new, "rb").read())
+            os.remove(new)
+        return catalogue
+
+    monkeypatch.setattr(checkpoint, "read_catalogue", rewrite)
+    got = load_checkpoint(path, "cpu", framework="numpy", tensors=lambda n: True)
+    assert list(got) == ["b"]
+    _same(got["b"], np.array([7, 8, 9, 10], dtype="<i4"))
+
+
+def test_shard_replaced_on_every_attempt_is_a_named_error(tmp_path, monkeypatch):
+    """A shard that keeps changing is loaded again a few times only, then refused by name."""
+    path, new = _two_versions(tmp_path)
+    other = str(tmp_path / "other.tmp")
+    original = checkpoint.read_catalogue
+    calls = []
+
+    def flip(listing):
+        catalogue = original(listing)
+        calls.append(1)
+        os.rename(path, other)
+        os.replace(new, path)
+        os.rename(other, new)
+        return catalogue
+
+    monkeypatch.setattr(checkpoint, "read_catalogue", flip)
+    with pytest.raises(CheckpointError, match=r"model.safetensors: the file changed while it was loaded .*3 times in a row; load again"):
+        load_checkpoint(path, "cpu", framework="numpy", tensors=lambda n: True)
+    assert len(calls) == 3
+
+
+def test_fifo_index_is_refused_not_waited_on(tmp_path):
+    """An index is opened as shards are: a FIFO is refused, named, rather than waited on."""
+    fifo = str(tmp_path / "model.safetensors.index.json")
+    os.mkfifo(fifo)
+    result = []
+
+    def attempt():
+        try:
+            load_checkpoint(str(tmp_path), "cpu", framework="numpy")
+            result.append(None)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            result.append(e)
+
+    worker = threading.Thread(target=attempt, daemon=True)  # a hang must not hold up pytest
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():
+        with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "wb"):
+            pass  # let the stuck open return, then fail
+        pytest.fail("load_checkpoint waited on a FIFO index")
+    assert isinstance(result[0], OSError) and "model.safetensors.index.json: not a regular file" in str(result[0]), result
+
+
+def test_index_with_an_empty_weight_map_is_an_empty_checkpoint(tmp_path):
+    with open(tmp_path / "model.safetensors.index.json", "w") as f:
+        json.dump({"metadata": {}, "weight_map": {}}, f)
+    for options in ({}, {"tensors": []}, {"dtype": "float32"}, {"tp": TensorParallel(0, 2, {"*": 0})}):
+        assert load_checkpoint(str(tmp_path), "cpu", framework="numpy", **options) == {}
+
+
+def test_deeply_nested_index_is_a_checkpoint_error(tmp_path):
+    st_numpy.save_file({"a": np.ones(2, dtype="<f4")}, str(tmp_path / "s.safetensors"))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        '{"weight_map": {"a": "s.safetensors"}, "x": ' + "[" * 100000 + "]" * 100000 + "}"
+    )
+    with pytest.raises(CheckpointError, match=r"model.safetensors.index.json: not a JSON index: nested too deep"):
+        load_checkpoint(str(tmp_path), "cpu", framework="numpy")
+
+
+def test_directory_named_like_a_shard_is_named_in_the_error(tmp_path):
+    (tmp_path / "b.safetensors").mkdir()
+    st_numpy.save_file({"a": np.ones(2, dtype="<f4")}, str(tmp_path / "a.safetensors"))
+    for options in ({}, {"tensors": ["a"]}):
+        with pytest.raises(IsADirectoryError, match=re.escape(str(tmp_path / "b.safetensors"))):
+            load_checkpoint(str(tmp_path), "cpu", framework="numpy", **options)
+
+
+def _zero_sized(path, dtype, shape):
+    """A file of one tensor with no elements (``shape`` holds a 0) and a small one after it."""
+    header = json.dumps({
+        "z": {"dtype": dtype, "shape": shape, "data_offsets": [0, 0]},
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+    }).encode()
+    path.write_bytes(len(header).to_bytes(8, "little") + header + np.array([1.5, 2.5], dtype="<f4").tobytes())
+    return str(path)
+
+
+def test_zero_element_tensor_with_huge_extents_loads_in_every_mode(tmp_path):
+    """A shape of [0, 2**62, 4] is valid (safetensors loads it): its contiguous strides would
+    pass 64 bits, and a tensor with no elements needs none of them."""
+    torch = pytest.importorskip("torch")
+    path = _zero_sized(tmp_path / "m.safetensors", "F32", [0, 2**62, 4])
+    modes = [{}, {"tensors": ["z", "a"]}, {"dtype": torch.float16}, {"tp": TensorParallel(1, 2, {"z": 1})}, {"tp": TensorParallel(0, 2, {"z": -1}), "dtype": torch.float64}]
+    for options in modes:
+        got = load_checkpoint(path, "cpu", **options)
+        split = options.get("tp").split_dim("z") if "tp" in options else None
+        shape = [0, 2**62, 4] if split is None else [0, 2**61, 4] if split == 1 else [0, 2**62, 2]
+        dtype = options.get("dtype", torch.float32)
+        assert list(got["z"].shape) == shape and got["z"].dtype == dtype and got["z"].numel() == 0, options
+        assert torch.equal(got["a"], torch.tensor([1.5, 2.5]).to(dtype)), options
+
+
+def test_zero_element_tensor_with_huge_extents_in_numpy(tmp_path):
+    """NumPy holds a shape with no elements while its other extents times the itemsize fit
+    2^63; past that, the error names the file and the tensor."""
+    fits = _zero_sized(tmp_path / "fits.safetensors", "U8", [0, 2**61, 2])
+    for options in ({}, {"tensors": ["z", "a"]}, {"dtype": "f8"}, {"tp": TensorParallel(0, 2, {"z": 1})}):
+        got = load_checkpoint(fits, "cpu", framework="numpy", **options)
+        assert got["z"].shape[0] == 0 and got["z"].shape[2] == 2 and got["z"].dtype == np.uint8, options
+    too_big = _zero_sized(tmp_path / "big.safetensors", "F32", [0, 2**62, 4])
+    for options in ({}, {"tensors": ["z"]}, {"dtype": "f2"}):
+        with pytest.raises(ValueError, match=r"big.safetensors: tensor 'z' of shape \[0, 4611686018427387904, 4\]: NumPy cannot hold"):
+            load_checkpoint(too_big, "cpu", framework="numpy", **options)
+
+
+def test_load_into_model_ties_a_weight_saved_once(tmp_path):
+    """A plain module whose two names share one Parameter, saved by safetensors' save_model
+    (the shared tensor stored under one name): both names get the loaded Parameter, tied."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_model, save_model
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.emb.weight
+
+    path = str(tmp_path / "m.safetensors")
+    save_model(Tied(), path)
+    reference = Tied()
+    load_model(reference, path)
+    for strict in (True, False):
+        with gpumapio.empty_weights():
+            model = Tied()
+        gpumapio.load_into_model(model, path, "cpu", strict=strict)
+        assert model.head.weight is model.emb.weight and isinstance(model.emb.weight, torch.nn.Parameter)
+        assert torch.equal(model.emb.weight, reference.emb.weight)
+
+
+def test_load_into_model_warns_of_what_stays_on_meta(tmp_path):
+    torch = pytest.importorskip("torch")
+    st_numpy.save_file({"weight": np.ones((2, 2), dtype="<f4")}, str(tmp_path / "m.safetensors"))
+    with gpumapio.empty_weights():
+        model = torch.nn.Linear(2, 2)
+    with pytest.warns(UserWarning, match=r"no tensor for 'bias'; left on the meta device"):
+        gpumapio.load_into_model(model, str(tmp_path / "m.safetensors"), "cpu", strict=False)
+    assert model.weight.device.type == "cpu" and model.bias.device.type == "meta"
+
+
+def test_empty_weights_blocks_overlapping_across_threads(tmp_path):
+    """Blocks of two threads that end out of order: each holds for its own thread only, and
+    once both end, modules are built as usual."""
+    torch = pytest.importorskip("torch")
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with gpumapio.empty_weights():
+            a_in.set()
+            b_in.wait(10)
+            seen["a inside"] = torch.nn.Linear(2, 2).weight.device.type
+        a_out.set()
+
+    def b():
+        a_in.wait(10)
+        with gpumapio.empty_weights():
+            b_in.set()
+            a_out.wait(10)  # a's block ends first
+            seen["b inside, after a's"] = torch.nn.Linear(2, 2).weight.device.type
+        seen["b after"] = torch.nn.Linear(2, 2).weight.device.type
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    a_in.wait(10)
+    seen["main, beside a's block"] = torch.nn.Linear(2, 2).weight.device.type
+    for t in threads:
+        t.join(20)
+    assert seen == {"a inside": "meta", "b inside, after a's": "meta", "b after": "cpu", "main, beside a's block": "cpu"}
+    assert torch.nn.Linear(2, 2).weight.device.type == "cpu"
+    with gpumapio.empty_weights():
+        with gpumapio.empty_weights():
+            pass
+        assert torch.nn.Linear(2, 2).weight.device.type == "meta"  # the outer block still holds
+    assert torch.nn.Linear(2, 2).weight.device.type == "cpu"

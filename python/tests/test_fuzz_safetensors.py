@@ -15,7 +15,6 @@ Examples per test: see fuzzing.py (GPUMAP_FUZZ_EXAMPLES for long runs by hand).
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import json
 import math
@@ -174,31 +173,17 @@ def _check_consistent(result: tuple[dict, dict | None], file_size: int, header_l
     assert metadata is None or all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
 
 
-class _Counting:
-    """The file read_header opens, counting the bytes it asks for."""
-
-    def __init__(self, inner, asked: list[int]):
-        self._inner, self._asked = inner, asked
-
-    def read(self, size: int = -1) -> bytes:
-        assert size >= 0, "read_header must never read 'the rest' of an untrusted file"
-        self._asked.append(size)
-        return self._inner.read(size)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._inner.close()
-
-
 def _read_counting(path) -> tuple[Any, list[int]]:
+    """What the reader makes of ``path``, and the sizes of the reads it asked for."""
     asked: list[int] = []
-    real_open = builtins.open
-    with mock.patch.object(gst, "open", lambda *a, **k: _Counting(real_open(*a, **k), asked), create=True):
+    real_pread = gst._pread
+
+    def counting(fd: int, size: int, offset: int) -> bytes:
+        assert size >= 0, "read_header must never read 'the rest' of an untrusted file"
+        asked.append(size)
+        return real_pread(fd, size, offset)
+
+    with mock.patch.object(gst, "_pread", counting):
         return _ours(path), asked
 
 

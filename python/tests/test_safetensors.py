@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import threading
 
@@ -262,3 +263,40 @@ def test_torch_cpu_byte_for_byte(tmp_path, rng):
         assert torch.equal(got[name], ref[name]), name
     sub = load_safetensors(path, "cpu", tensors=["h", "b"])
     assert torch.equal(sub["h"], ref["h"]) and torch.equal(sub["b"], ref["b"])
+
+
+@pytest.mark.parametrize("how", ["renamed over", "rewritten in place"])
+@pytest.mark.parametrize("selection", [None, ["a"]])
+def test_file_changed_after_its_header_is_loaded_again(tmp_path, monkeypatch, how, selection):
+    """The header and the data are read through two opens of the path: a file renamed over
+    (an atomic save) or rewritten in place in between is loaded again, never one version's
+    header over the other's bytes."""
+    import gpumapio.safetensors as safetensors
+
+    path, new = str(tmp_path / "m.safetensors"), str(tmp_path / "new.tmp")
+    st_numpy.save_file({"a": np.array([1.0, 2.0, 3.0, 4.0], dtype="<f4")}, path)
+    st_numpy.save_file({"a": np.array([7, 8, 9, 10], dtype="<i4")}, new)  # a header as long
+    os.utime(path, ns=(0, 0))  # its next write changes its mtime, however coarse the clock
+    original = safetensors._parse_header
+
+    def changing(*header):
+        if os.path.exists(new):
+            if how == "renamed over":
+                os.replace(new, path)
+            else:
+                with open(path, "r+b") as f:
+                    f.write(open(new, "rb").read())
+                os.remove(new)
+        return original(*header)
+
+    monkeypatch.setattr(safetensors, "_parse_header", changing)
+    got = load_safetensors(path, "cpu", framework="numpy", tensors=selection)
+    assert got["a"].dtype == np.int32 and got["a"].tolist() == [7, 8, 9, 10]
+
+
+def test_directory_is_named_in_the_error(tmp_path):
+    where = tmp_path / "d.safetensors"
+    where.mkdir()
+    for read in (read_header, lambda p: load_safetensors(p, "cpu", framework="numpy", tensors=["a"])):
+        with pytest.raises(IsADirectoryError, match=re.escape(str(where))):
+            read(str(where))
