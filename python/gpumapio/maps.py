@@ -191,7 +191,11 @@ def gather_rows(
     if isinstance(indices, (list, tuple, range)):
         import numpy
 
-        indices = numpy.asarray(indices, dtype=numpy.int64)
+        # Integers only, as an array of indices must be: 1.9 or True is not a row number.
+        as_given = numpy.asarray(indices)
+        if as_given.size and as_given.dtype.kind not in "iu":
+            raise TypeError(f"indices must be integers, not {as_given.dtype} ({indices[:4]!r}...)")
+        indices = as_given.astype(numpy.int64, copy=False) if as_given.size else numpy.zeros(0, numpy.int64)
     if row_size <= 0:
         raise ValueError(f"row_size {row_size} must be at least 1")
     if stream is None:

@@ -40,7 +40,10 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
     count = available if count == -1 else min(count, available)
     out = np.empty_like(like, shape=(count,), dtype=dtype) if like is not None else np.empty(count, dtype=dtype)
     with CuFile(path, "r") as f:
-        f.read(out, file_offset=offset)
+        got = f.read(out, file_offset=offset)
+    if got != out.nbytes:
+        # The file was cut after its size was taken: what it held then is not all there.
+        raise EOFError(f"{path}: read {got} of {out.nbytes} bytes at {offset} (the file shrank while it was read)")
     return out
 
 

@@ -155,3 +155,16 @@ def test_numpy_fromfile_checks_offset_and_count_first(tmp_path):
     with pytest.raises(ValueError, match="count"):
         gnp.fromfile(path, dtype=np.int32, count=-2)
     assert gnp.fromfile(path, dtype=np.int32, count=3, offset=8).tolist() == [2, 3, 4]
+
+
+def test_numpy_fromfile_of_a_file_that_shrank_while_read_is_an_eof_error(tmp_path, monkeypatch):
+    """fromfile sizes its array from the file's size, then reads: a file cut in between (here,
+    a size taken larger than the file) is an EOFError, never an array with a tail of whatever
+    the allocation held."""
+    import gpumapio.numpy as gnp
+
+    path = tmp_path / "cut.bin"
+    path.write_bytes(b"\xab" * 4096)
+    monkeypatch.setattr(gnp.os.path, "getsize", lambda p: 8192)
+    with pytest.raises(EOFError, match="shrank"):
+        gnp.fromfile(path, dtype=np.uint8)

@@ -119,6 +119,9 @@ def test_files_share_one_cache(tmp_path, table):
     stats = cache.stats()
     assert stats["files"] == 2 and stats["totals"]["misses"] >= 2
     assert "host memory" in repr(cache) and cache.device == "host memory"
+    b.close()
+    with pytest.raises(ValueError, match="closed MappedFile"):
+        cache.gather([(a, 10, 100), (b, 0, 100)], out)
 
 
 def test_a_cache_in_shards(tmp_path, table):
@@ -365,9 +368,18 @@ def test_errors_are_python_exceptions(tmp_path, table):
         gpumapio.map(path, device="host", advice="soon")
     with pytest.raises(ValueError, match="device"):
         gpumapio.map(path, device="gpu7")
+    with pytest.raises(ValueError, match="device -1"):
+        gpumapio.map(path, device=-1)
+    with pytest.raises(TypeError, match="device 1.5"):
+        gpumapio.map(path, device=1.5)
     m = host_map(path, budget=2 * MIB)
     with pytest.raises(gpumapio.OutOfBudgetError):
         m.view(0, 5 * MIB)
+    out = np.empty(4096, np.uint8)
+    for indices in ([1.9], [True], (0, 0.5)):
+        with pytest.raises(TypeError, match="integers"):
+            gpumapio.gather_rows(m, indices, 4096, out=out)
+    gpumapio.gather_rows(m, [], 4096, out=out)  # nothing to gather
 
 
 def test_prefetch_and_advice(table):

@@ -185,8 +185,14 @@ impl DeviceCache {
         let total = usize::try_from(total)
             .map_err(|_| PyValueError::new_err(format!("{total} bytes do not fit in memory")))?;
         let mut dst = memory(&out, true)?.into_dst(py, 0, total)?;
-        let maps: Vec<(DeviceMappedFile, u64, u64)> =
-            ranges.iter().map(|(m, o, l)| (m.inner.clone(), *o, *l)).collect();
+        // Each file's passage held for the gather: a closed file is refused, as its own calls are.
+        let mut maps: Vec<(DeviceMappedFile, u64, u64)> = Vec::with_capacity(ranges.len());
+        let mut _open = Vec::with_capacity(ranges.len());
+        for (m, o, l) in &ranges {
+            let (map, passage) = m.open_map()?;
+            maps.push((map, *o, *l));
+            _open.push(passage);
+        }
         let cache = self.inner.clone();
         nogil(py, move || {
             let ranges: Vec<_> = maps.iter().map(|(m, o, l)| m.range(*o, *l)).collect();

@@ -3,7 +3,7 @@
 
 use gpumap::mapped::{Advice, ZeroCopy};
 use gpumap::memory::Device;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
 
@@ -15,7 +15,18 @@ pub(super) fn device_arg(device: Option<&Bound<'_, PyAny>>) -> PyResult<Device> 
     if let Ok(ordinal) = device.extract::<usize>() {
         return check(device.py(), Device::cuda(ordinal));
     }
-    match device.extract::<String>()?.as_str() {
+    if let Ok(number) = device.extract::<i128>() {
+        return Err(PyValueError::new_err(format!(
+            "device {number}: a GPU ordinal is 0 or more (or \"cuda:N\", \"host\", \"auto\")"
+        )));
+    }
+    let Ok(name) = device.extract::<String>() else {
+        return Err(PyTypeError::new_err(format!(
+            "device {}: expected a GPU ordinal, \"cuda:N\", \"host\" or \"auto\"",
+            device.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".to_owned())
+        )));
+    };
+    match name.as_str() {
         "auto" => Ok(Device::auto()),
         "host" | "cpu" => Ok(Device::Host),
         other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
