@@ -5,7 +5,12 @@ S3 settings that object_store's request signer would panic on."""
 from __future__ import annotations
 
 import http.server
+import json
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 
 import pytest
 
@@ -45,6 +50,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_GET(self):
+        time.sleep(self.server.delay)
         data = self.server.objects.get(self.path.split("?")[0])
         if data is None:
             return self._reply(404)
@@ -59,7 +65,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 def site():
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     srv.daemon_threads = True
-    srv.objects, srv.no_head = {}, False
+    srv.objects, srv.no_head, srv.delay = {}, False, 0.0
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv
@@ -135,3 +141,35 @@ def test_s3_settings_the_signer_cannot_use_are_refused_at_open(monkeypatch, site
         with pytest.raises(ValueError, match=named) as refused:
             call()
         assert "hunter2" not in str(refused.value) and "panicked" not in str(refused.value)
+
+
+def test_ctrl_c_stops_a_slow_remote_read_at_once(site):
+    """SIGINT during a read of many slow requests raises KeyboardInterrupt within moments, its
+    requests in flight dropped, where the read would take seconds more (a child process, so
+    that a late KeyboardInterrupt cannot stop pytest)."""
+    site.objects["/slow"] = bytes(range(256)) * 4096  # 1 MiB: 64 requests of 16 KiB
+    site.delay = 0.25  # two at a time: 8 s for the whole read
+    child = textwrap.dedent(
+        """
+        import json, os, signal, sys, threading, time
+        import numpy as np
+        import gpumapio
+        f = gpumapio.RemoteFile.open_http(sys.argv[1], max_in_flight=2, request_size=16384)
+        out = {}
+        for name, call in {"read": lambda buf: f.read(buf), "pread": lambda buf: f.pread(buf).get()}.items():
+            buf = np.zeros(f.nbytes(), np.uint8)
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+            t = time.perf_counter()
+            try:
+                call(buf)
+                out[name] = "finished"
+            except KeyboardInterrupt:
+                out[name] = time.perf_counter() - t
+        print(json.dumps(out))
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", child, f"{site.url}/slow"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    took = json.loads(run.stdout.strip().splitlines()[-1])
+    for name, seconds in took.items():
+        assert seconds != "finished" and seconds < 2.5, took

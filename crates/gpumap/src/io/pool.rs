@@ -72,6 +72,12 @@ fn with_cancel<R>(flag: Option<CancelFlag>, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// The cancel flag of the work this thread runs for the pool, if any: work that runs its own
+/// loop (a remote read's requests) checks it, as the pool checks it between tasks.
+pub(crate) fn current_cancel() -> Option<CancelFlag> {
+    CANCEL.with(|c| c.borrow().clone())
+}
+
 /// The error of a task skipped because its transfer was cancelled. Made for every task left,
 /// so it allocates nothing.
 pub(crate) fn cancelled() -> Error {

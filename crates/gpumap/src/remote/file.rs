@@ -139,12 +139,15 @@ impl RemoteFile {
         let landings = in_flight + lanes;
         // Set by the first part that fails: the others start no more requests.
         let failed = AtomicBool::new(false);
+        // The pool future's cancel flag, where this read is one's work (a `pread`, or Python's
+        // `read` interrupted by Ctrl-C): its requests are dropped once it is set.
+        let cancel = crate::io::pool::current_cancel();
         if lanes == 1 {
             // One lane (a read of one request, most often): the calling thread drives it on the
             // shared runtime, with the file's own connections; a hop to a lane thread would
             // cost a small read more than it saves.
             let read = read_part(self.fetch(), dst, offset, in_flight, landings, &failed);
-            client::block_on(read)?;
+            client::block_on(unless_cancelled(read, cancel.as_deref()))?;
             return Ok(len);
         }
         let client = &self.inner.client;
@@ -159,7 +162,8 @@ impl RemoteFile {
                 url: &self.inner.url,
                 object_len: Some(self.inner.len),
             };
-            lane.block_on(read_part(fetch, part_dst, from, per_lane(lane_index), landings, &failed))
+            let read = read_part(fetch, part_dst, from, per_lane(lane_index), landings, &failed);
+            lane.block_on(unless_cancelled(read, cancel.as_deref()))
         })?;
         Ok(len)
     }
@@ -251,6 +255,28 @@ impl RemoteFile {
             url: &self.inner.url,
             object_len: Some(self.inner.len),
         }
+    }
+}
+
+/// How often a read in flight looks at its cancel flag: a Ctrl-C is felt within this.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// `read`, unless `cancel` is set first: then its requests in flight are dropped (their
+/// connections closed, a copy to the GPU in flight waited for) and the read fails as a
+/// cancelled pool transfer does (kind `Interrupted`).
+async fn unless_cancelled(
+    read: impl std::future::Future<Output = Result<()>>,
+    cancel: Option<&AtomicBool>,
+) -> Result<()> {
+    let Some(cancel) = cancel else { return read.await };
+    let watch = async {
+        while !cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            tokio::time::sleep(CANCEL_POLL).await;
+        }
+    };
+    match futures_util::future::select(std::pin::pin!(read), std::pin::pin!(watch)).await {
+        futures_util::future::Either::Left((done, _)) => done,
+        futures_util::future::Either::Right(((), _)) => Err(crate::io::pool::cancelled()),
     }
 }
 
