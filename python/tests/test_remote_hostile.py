@@ -35,6 +35,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _endless_error(self):
+        """A 500 whose chunked body never ends (until the client hangs up)."""
+        self.send_response(500)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        chunk = b"%x\r\n%s\r\n" % (1 << 16, b"e" * (1 << 16))
+        try:
+            while True:
+                self.wfile.write(chunk)
+        except OSError:
+            self.close_connection = True
+
     def do_HEAD(self):
         path = self.path.split("?")[0]
         if path not in self.server.objects:
@@ -51,6 +63,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         time.sleep(self.server.delay)
+        if self.server.endless_error:
+            return self._endless_error()
         data = self.server.objects.get(self.path.split("?")[0])
         if data is None:
             return self._reply(404)
@@ -65,7 +79,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 def site():
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     srv.daemon_threads = True
-    srv.objects, srv.no_head, srv.delay = {}, False, 0.0
+    srv.objects, srv.no_head, srv.delay, srv.endless_error = {}, False, 0.0, False
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield srv
@@ -173,3 +187,68 @@ def test_ctrl_c_stops_a_slow_remote_read_at_once(site):
     took = json.loads(run.stdout.strip().splitlines()[-1])
     for name, seconds in took.items():
         assert seconds != "finished" and seconds < 2.5, took
+
+
+def test_an_endless_error_body_is_read_to_its_start(site):
+    """A 500 whose body never ends fails the read at once, holding a few KiB of it, where the
+    client once read it all until its timeout (gigabytes). In a child process, whose peak
+    memory is its own."""
+    site.objects["/a"] = b"x" * 100
+    child = textwrap.dedent(
+        """
+        import json, resource, sys, time
+        import gpumapio
+        f = gpumapio.RemoteFile.open_http(sys.argv[1], nbytes=100, http_max_attempts=1, http_timeout=30)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t = time.perf_counter()
+        try:
+            f.read(bytearray(100))
+            outcome = "read"
+        except OSError as e:
+            outcome = str(e)[:300]
+        grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        print(json.dumps({"seconds": time.perf_counter() - t, "grew_kib": grew, "outcome": outcome}))
+        """
+    )
+    site.endless_error = True
+    run = subprocess.run([sys.executable, "-c", child, f"{site.url}/a"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert "500" in got["outcome"], got
+    assert got["seconds"] < 10 and got["grew_kib"] < 200 * 1024, got
+
+
+def test_the_lanes_of_a_file_keep_about_its_bound_of_connections(site):
+    """Sixteen threads reading one file of many requests at once, each read shared among the
+    lanes: the sockets left open afterwards stay near the file's max_in_flight (the lanes once
+    kept up to the whole bound each: 993 sockets here). In a child process, whose sockets are
+    its own."""
+    site.objects["/big"] = bytes(range(256)) * (1 << 14)  # 4 MiB: 64 requests of 64 KiB
+    child = textwrap.dedent(
+        """
+        import os, sys, threading
+        import numpy as np
+        import gpumapio
+        f = gpumapio.RemoteFile.open_http(sys.argv[1], max_in_flight=32, request_size=1 << 16)
+        want = bytes(range(256)) * (1 << 14)
+        def reader():
+            for _ in range(3):
+                buf = np.zeros(f.nbytes(), np.uint8)
+                assert f.read(buf) == buf.nbytes and buf.tobytes() == want
+        threads = [threading.Thread(target=reader) for _ in range(16)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        def is_socket(n):
+            try:
+                return os.readlink(f"/proc/self/fd/{n}").startswith("socket:")
+            except OSError:
+                return False  # closed while counted
+        print(sum(map(is_socket, os.listdir("/proc/self/fd"))))
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", child, f"{site.url}/big"], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    sockets = int(run.stdout.strip().splitlines()[-1])
+    # In use at most 32, idle at most 32 plus one a lane, and some still closing: 4 x 32 leaves
+    # room for those, far below the ~1,000 the lanes once kept.
+    assert sockets <= 4 * 32, sockets

@@ -16,6 +16,7 @@ use tokio::sync::Semaphore;
 use crate::error::{Error, RemoteErrorKind, Result};
 use crate::per_process::PerProcess;
 use crate::remote::aws_profile::Profile;
+use crate::remote::capped_errors::CappedConnector;
 use crate::remote::failure::{self, Failure};
 use crate::remote::lanes::StoreOwner;
 use crate::remote::options::RemoteOptions;
@@ -57,23 +58,40 @@ impl StoreRecipe {
     /// variables, then the shared AWS files (the options' endpoint and region override both),
     /// plain HTTP, or WebHDFS.
     pub(crate) fn store(&self) -> Result<Arc<dyn ObjectStore>> {
+        self.store_keeping(self.options.requests_in_flight())
+    }
+
+    /// A store for one read lane: it keeps as many idle connections as a lane has requests
+    /// in flight at most, so that the lanes of one file keep about the file's bound in all
+    /// (each keeping the file's whole bound kept up to sixteen times as many sockets open).
+    pub(crate) fn lane_store(&self) -> Result<Arc<dyn ObjectStore>> {
+        let lanes = crate::remote::lanes::lane_count();
+        self.store_keeping(self.options.requests_in_flight().div_ceil(lanes) + 1)
+    }
+
+    /// A store whose connection pool keeps at most `idle` connections unused.
+    fn store_keeping(&self, idle: usize) -> Result<Arc<dyn ObjectStore>> {
         let (url, options) = (&self.url, &self.options);
+        let client_options = client_options(options).with_pool_max_idle_per_host(idle);
         Ok(match url {
-            RemoteUrl::S3 { bucket, .. } => Arc::new(s3_store(url, bucket, options)?),
+            RemoteUrl::S3 { bucket, .. } => {
+                Arc::new(s3_store_with(url, bucket, options, client_options)?)
+            }
             RemoteUrl::Http(full) => {
                 // The whole URL is the store's base and the object's path is empty, so the
                 // request goes to exactly the URL given, query string (a presigned URL's
                 // signature) included.
                 let store = object_store::http::HttpBuilder::new()
                     .with_url(full.as_str())
-                    .with_client_options(client_options(options))
+                    .with_client_options(client_options)
+                    .with_http_connector(CappedConnector)
                     .with_retry(no_retries())
                     .build()
                     .map_err(|e| invalid(url, &e))?;
                 Arc::new(store)
             }
             RemoteUrl::WebHdfs(full) => Arc::new(
-                WebHdfs::new(full.clone(), url.redacted(), &client_options(options))
+                WebHdfs::new(full.clone(), url.redacted(), &client_options)
                     .map_err(|e| invalid(url, &e))?,
             ),
         })
@@ -111,9 +129,20 @@ pub(crate) fn s3_store(
     bucket: &str,
     options: &RemoteOptions,
 ) -> Result<object_store::aws::AmazonS3> {
+    s3_store_with(url, bucket, options, client_options(options))
+}
+
+/// [`s3_store`] with `client_options` of the caller's.
+fn s3_store_with(
+    url: &RemoteUrl,
+    bucket: &str,
+    options: &RemoteOptions,
+    client_options: ClientOptions,
+) -> Result<object_store::aws::AmazonS3> {
     let mut builder = object_store::aws::AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
-        .with_client_options(client_options(options))
+        .with_client_options(client_options)
+        .with_http_connector(CappedConnector)
         .with_retry(no_retries());
     builder = with_shared_profile(builder)?;
     if let Some(endpoint) = &options.s3_endpoint {

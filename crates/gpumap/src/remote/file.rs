@@ -11,7 +11,7 @@ use crate::io::{IoFuture, IoPool};
 use crate::memory::{DeviceViewMut, OwnedDeviceMemory};
 use crate::remote::client::{self, Client};
 use crate::remote::fetch::{self, Fetch};
-use crate::remote::lanes::{self, MAX_LANES};
+use crate::remote::lanes;
 use crate::remote::options::RemoteOptions;
 use crate::remote::url::RemoteUrl;
 
@@ -111,7 +111,7 @@ impl RemoteFile {
     /// Reads `dst.len()` bytes at `offset` into GPU memory (each body received into a pinned
     /// bounce buffer and copied up from there) or host memory, as [`read`](Self::read) does.
     ///
-    /// The requests are shared among up to [`MAX_LANES`] threads, each driving its own part
+    /// The requests are shared among up to [`MAX_LANES`](super::MAX_LANES) (one per core) threads, each driving its own part
     /// of `dst` on a runtime and connections of its own: one task polling every body would
     /// copy (and stage to the GPU) on one core, far below what a parallel client reaches, and
     /// bodies received on one thread and copied on another cross cores cold.
@@ -130,8 +130,7 @@ impl RemoteFile {
             DeviceViewMut::Host(_) => options.in_flight_for(chunks),
             DeviceViewMut::Cuda(_) => options.staged_in_flight_for(chunks),
         };
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        let lanes = in_flight.min(MAX_LANES).min(cores).max(1);
+        let lanes = in_flight.min(lanes::lane_count()).max(1);
         // Each lane takes whole requests: a contiguous part of `dst`.
         let part = chunks.div_ceil(lanes) * size;
         // The requests in flight shared out exactly, so that together they stay within the bound.
@@ -154,7 +153,7 @@ impl RemoteFile {
         let parts = dst.chunks_mut(part)?;
         lanes::run(parts, |part_dst, lane_index, lane| {
             let from = offset + (lane_index * part) as u64;
-            let store = lane.store(&client.recipe.owner, || client.recipe.store())?;
+            let store = lane.store(&client.recipe.owner, || client.recipe.lane_store())?;
             let client = client.with_store(store);
             let fetch = Fetch {
                 client: &client,

@@ -114,13 +114,21 @@ fn with_lane_state<T>(work: impl FnOnce(&mut LaneState) -> T) -> Result<T> {
     Ok(out)
 }
 
-/// The lanes' threads, made at first use (in a forked child, its own).
+/// The lanes' threads, made at first use (in a forked child, its own): one per core, to
+/// [`MAX_LANES`], as a read is shared among that many ([`lane_count`]).
 static LANES: PerProcess<Arc<rayon::ThreadPool>> = PerProcess::new();
+
+/// How many lanes there are: a read uses at most this many, and each lane's store keeps
+/// idle connections for its share of a file's requests in flight.
+pub(crate) fn lane_count() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    MAX_LANES.min(cores).max(1)
+}
 
 fn lanes() -> Result<Arc<rayon::ThreadPool>> {
     LANES.get_or_try_make(|| {
         rayon::ThreadPoolBuilder::new()
-            .num_threads(MAX_LANES)
+            .num_threads(lane_count())
             .thread_name(|i| format!("gpumap-lane-{i}"))
             .build()
             .map(Arc::new)
@@ -130,6 +138,9 @@ fn lanes() -> Result<Arc<rayon::ThreadPool>> {
             })
     })
 }
+
+/// Turns a lane's runtime gives its other tasks after a part's work (see [`Lane::block_on`]).
+const SETTLE_YIELDS: usize = 4;
 
 /// One lane at work: its runtime, and the stores it keeps.
 pub(crate) struct Lane<'a> {
@@ -160,7 +171,16 @@ impl Lane<'_> {
 
     /// Runs `work` to completion on this lane's runtime.
     pub(crate) fn block_on<T>(&self, work: impl std::future::Future<Output = T>) -> T {
-        self.state.runtime.block_on(work)
+        self.state.runtime.block_on(async {
+            let out = work.await;
+            // This runtime runs only while a lane works: let the connection tasks that the
+            // work's end woke (connections its pool let go, past its idle bound) close their
+            // sockets now, not at the lane's next read.
+            for _ in 0..SETTLE_YIELDS {
+                tokio::task::yield_now().await;
+            }
+            out
+        })
     }
 }
 

@@ -30,9 +30,12 @@
 //!   `endpoint_url`) for what the environment leaves unset. They never appear in an
 //!   error: [`Error::Remote`](crate::Error::Remote) names the URL without user, password or
 //!   query string.
+//! - **Error answers** are read to 64 KiB of their body at most (`capped_errors`), whatever
+//!   a server sends after: object_store would read all of it.
 #![forbid(unsafe_code)]
 
 mod aws_profile;
+mod capped_errors;
 mod client;
 mod failure;
 mod fetch;

@@ -13,12 +13,14 @@ use std::fmt;
 use async_trait::async_trait;
 use futures_util::stream::{self, BoxStream};
 use futures_util::{StreamExt, TryStreamExt};
-use object_store::client::{HttpClient, HttpConnector, HttpRequestBody, ReqwestConnector};
+use object_store::client::{HttpClient, HttpConnector, HttpRequestBody};
 use object_store::path::Path as StorePath;
 use object_store::{
     CopyOptions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult, MultipartUpload,
     ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
+
+use crate::remote::capped_errors::CappedConnector;
 
 /// The longest `GETFILESTATUS` answer read: a status is a few hundred bytes.
 const MAX_STATUS_BYTES: usize = 64 << 10;
@@ -44,7 +46,7 @@ impl WebHdfs {
         shown: String,
         options: &object_store::ClientOptions,
     ) -> object_store::Result<WebHdfs> {
-        let client = ReqwestConnector::default().connect(options)?;
+        let client = CappedConnector.connect(options)?;
         Ok(WebHdfs { client, url, shown })
     }
 
