@@ -9,7 +9,7 @@ use gpumap::pagecache::{self as pc, ByteRange, MethodChoice, Residency, Target, 
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt};
+use pyo3::types::{PyBool, PyDict, PyInt};
 
 use crate::errors::nogil;
 
@@ -30,6 +30,13 @@ impl FileArg {
 }
 
 fn file_arg(file: &Bound<'_, PyAny>) -> PyResult<FileArg> {
+    // A bool is an int to Python: True would be descriptor 1 (stdout).
+    if file.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "file {file}: a bool is not a file (a path, a file descriptor, or an object with \
+             fileno())"
+        )));
+    }
     let fd: RawFd = if file.is_instance_of::<PyInt>() {
         file.extract()?
     } else if let Ok(path) = file.extract::<PathBuf>() {

@@ -68,6 +68,11 @@ def test_ranges_past_the_end_and_bad_arguments(cached_file, tmp_path):
         pagecache.residency(tmp_path)
     with pytest.raises(TypeError):
         pagecache.residency(3.5)
+    for flag in (True, False):  # not descriptors 1 and 0
+        with pytest.raises(TypeError, match="bool"):
+            pagecache.residency(flag)
+        with pytest.raises(TypeError, match="bool"):
+            pagecache.evict(flag)
     with pytest.raises(ValueError):
         pagecache.residency(cached_file, method="guess")
     with pytest.raises(OSError):
