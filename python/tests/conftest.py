@@ -74,6 +74,45 @@ def _restore_defaults():
     gpumapio.defaults.set(saved)
 
 
+class ReplyingHandler(http.server.BaseHTTPRequestHandler):
+    """A quiet HTTP/1.1 handler of the tests' servers, with one way to answer."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body=b"", headers=()):
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def refused_not_waited_on(fifo, call, what):
+    """Runs ``call()``, which opens the FIFO ``fifo``, on a thread of its own, and returns what
+    it raised; fails the test (after letting the stuck open return) where it waited instead."""
+    result: list[BaseException | None] = []
+
+    def attempt():
+        try:
+            call()
+            result.append(None)
+        except BaseException as e:  # noqa: BLE001 - returned to the test
+            result.append(e)
+
+    worker = threading.Thread(target=attempt, daemon=True)  # a hang must not hold up pytest
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():
+        with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "wb"):
+            pass  # let the stuck open return, then fail
+        pytest.fail(f"{what} waited on a FIFO")
+    return result[0]
+
+
 # A ranged-GET HTTP server on 127.0.0.1 (remote-file tests): objects by path, and faults to
 # inject per GET (an int status, a float delay in seconds, or "truncate").
 class _Handler(http.server.BaseHTTPRequestHandler):

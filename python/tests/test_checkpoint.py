@@ -18,7 +18,7 @@ st_numpy = pytest.importorskip("safetensors.numpy")
 
 import gpumapio  # noqa: E402
 import gpumapio.checkpoint as checkpoint  # noqa: E402
-from conftest import need_gpu  # noqa: E402
+from conftest import need_gpu, refused_not_waited_on  # noqa: E402
 from gpumapio import CheckpointError, TensorParallel, load_checkpoint, load_safetensors  # noqa: E402
 from gpumapio._checkpoint_files import list_shards  # noqa: E402
 
@@ -865,23 +865,8 @@ def test_fifo_index_is_refused_not_waited_on(tmp_path):
     """An index is opened as shards are: a FIFO is refused, named, rather than waited on."""
     fifo = str(tmp_path / "model.safetensors.index.json")
     os.mkfifo(fifo)
-    result = []
-
-    def attempt():
-        try:
-            load_checkpoint(str(tmp_path), "cpu", framework="numpy")
-            result.append(None)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            result.append(e)
-
-    worker = threading.Thread(target=attempt, daemon=True)  # a hang must not hold up pytest
-    worker.start()
-    worker.join(10)
-    if worker.is_alive():
-        with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "wb"):
-            pass  # let the stuck open return, then fail
-        pytest.fail("load_checkpoint waited on a FIFO index")
-    assert isinstance(result[0], OSError) and "model.safetensors.index.json: not a regular file" in str(result[0]), result
+    raised = refused_not_waited_on(fifo, lambda: load_checkpoint(str(tmp_path), "cpu", framework="numpy"), "load_checkpoint")
+    assert isinstance(raised, OSError) and "model.safetensors.index.json: not a regular file" in str(raised), raised
 
 
 def test_index_with_an_empty_weight_map_is_an_empty_checkpoint(tmp_path):

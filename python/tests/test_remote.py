@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import gpumapio
+from conftest import ReplyingHandler
 from gpumapio import RemoteFile
 
 from conftest import need_gpu
@@ -231,22 +232,9 @@ def test_reads_into_gpu_memory(served):
         assert host[k * 5000 : (k + 1) * 5000] == data[o : o + 5000], k
 
 
-class _WebHdfsHandler(http.server.BaseHTTPRequestHandler):
+class _WebHdfsHandler(ReplyingHandler):
     """A WebHDFS namenode and datanode in one: ``GETFILESTATUS`` and ``OPEN`` (redirected once,
     as a namenode does, to the same path with ``datanode=true``)."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def _send(self, status, body=b"", headers=()):
-        self.send_response(status)
-        for name, value in headers:
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self):
         path, _, query = self.path.partition("?")
@@ -254,15 +242,15 @@ class _WebHdfsHandler(http.server.BaseHTTPRequestHandler):
         self.server.requests.append(params)
         data = self.server.files.get(path)
         if data is None:
-            return self._send(404, b'{"RemoteException":{"exception":"FileNotFoundException"}}')
+            return self.reply(404, b'{"RemoteException":{"exception":"FileNotFoundException"}}')
         if params.get("op") == "GETFILESTATUS":
-            return self._send(200, json.dumps({"FileStatus": {"length": len(data), "type": "FILE"}}).encode())
+            return self.reply(200, json.dumps({"FileStatus": {"length": len(data), "type": "FILE"}}).encode())
         if params.get("op") == "OPEN" and "datanode" not in params:
-            return self._send(307, headers=[("Location", f"{path}?{query}&datanode=true")])
+            return self.reply(307, headers=[("Location", f"{path}?{query}&datanode=true")])
         if params.get("op") == "OPEN":
             offset, length = int(params["offset"]), int(params["length"])
-            return self._send(200, data[offset : offset + length])
-        self._send(400)
+            return self.reply(200, data[offset : offset + length])
+        self.reply(400)
 
 
 @pytest.fixture

@@ -15,25 +15,13 @@ import time
 import pytest
 
 import gpumapio
+from conftest import ReplyingHandler
 from gpumapio import RemoteFile
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
+class _Handler(ReplyingHandler):
     """Objects by path; HEAD refused with 405 where ``no_head``; a ranged GET of an empty
     object answered 416 ``bytes */0``, as S3 answers it."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def _reply(self, status, headers=(), body=b""):
-        self.send_response(status)
-        for name, value in headers:
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def _endless_error(self):
         """A 500 whose chunked body never ends (until the client hangs up)."""
@@ -50,7 +38,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_HEAD(self):
         path = self.path.split("?")[0]
         if path not in self.server.objects:
-            return self._reply(404)
+            return self.reply(404)
         if self.server.no_head:
             self.send_response(405)
             self.send_header("Allow", "GET")
@@ -67,12 +55,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._endless_error()
         data = self.server.objects.get(self.path.split("?")[0])
         if data is None:
-            return self._reply(404)
+            return self.reply(404)
         start, end = (int(v) for v in self.headers["Range"].removeprefix("bytes=").split("-"))
         if start >= len(data):
-            return self._reply(416, [("Content-Range", f"bytes */{len(data)}")])
+            return self.reply(416, headers=[("Content-Range", f"bytes */{len(data)}")])
         end = min(end, len(data) - 1)
-        self._reply(206, [("Content-Range", f"bytes {start}-{end}/{len(data)}")], data[start : end + 1])
+        self.reply(206, data[start : end + 1], [("Content-Range", f"bytes {start}-{end}/{len(data)}")])
 
 
 @pytest.fixture

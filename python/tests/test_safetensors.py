@@ -7,13 +7,13 @@ import json
 import os
 import re
 import struct
-import threading
 
 import numpy as np
 import pytest
 
 st_numpy = pytest.importorskip("safetensors.numpy")
 
+from conftest import refused_not_waited_on  # noqa: E402
 from gpumapio import load_safetensors  # noqa: E402
 from gpumapio.safetensors import read_header  # noqa: E402
 from safetensors import safe_open  # noqa: E402
@@ -212,23 +212,8 @@ def test_sub_byte_tensors_are_refused_on_load_naming_them(tmp_path):
 def test_a_fifo_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "model.safetensors"
     os.mkfifo(fifo)
-    result: list[BaseException | None] = []
-
-    def attempt():
-        try:
-            read_header(fifo)
-            result.append(None)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            result.append(e)
-
-    worker = threading.Thread(target=attempt, daemon=True)  # a hang must not hold up pytest
-    worker.start()
-    worker.join(10)
-    if worker.is_alive():
-        with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "wb"):
-            pass  # let the stuck open return, then fail
-        pytest.fail("read_header waited on a FIFO")
-    assert isinstance(result[0], OSError) and "not a regular file" in str(result[0]), result
+    raised = refused_not_waited_on(fifo, lambda: read_header(fifo), "read_header")
+    assert isinstance(raised, OSError) and "not a regular file" in str(raised), raised
 
 
 def test_numpy_refuses_bfloat16_and_gpu(tmp_path):
