@@ -725,8 +725,11 @@ fn read_only_gathers_read_through_a_full_budget(memory: Device) {
         .pin_wait(Duration::from_millis(50))
         .build()
         .unwrap();
+    // The writable map is of a copy: a cache holds a file writable under one entry only.
+    let copy = dir.path().join("through-writable");
+    fs::write(&copy, &data).unwrap();
     let read_only = c.open(&path).unwrap();
-    let writable = c.open_with(&path, &writable()).unwrap();
+    let writable = c.open_with(&copy, &writable()).unwrap();
     // Two views pin the whole budget; the rows lie elsewhere, two extents each.
     let held = (read_only.view(0, FRAME).unwrap(), read_only.view(FRAME, FRAME).unwrap());
     let rows: Vec<(u64, u64)> =
