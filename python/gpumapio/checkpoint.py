@@ -23,7 +23,7 @@ from gpumapio._exchange import block_shape, exchange_for
 from gpumapio._native import CuFile, read_files, start_read_files
 from gpumapio._sources import is_url, open_source, read_bytes, read_pieces, shown
 from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
-from gpumapio.safetensors import _ATTEMPTS, _DTYPES, Stamp, TensorInfo, _Changed, _Columns, _stamp_of, _torch_device
+from gpumapio.safetensors import _ATTEMPTS, _DTYPES, TensorInfo, _Changed, _check_unchanged, _Columns, _stamp_of, _torch_device
 from gpumapio.tensor_parallel import TensorParallel
 
 __all__ = ["CheckpointError", "load_checkpoint"]
@@ -566,14 +566,6 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
         assert catalogue is not None
         return _load_whole(fw, listing, catalogue)
     return dict(zip(names, views))
-
-
-def _check_unchanged(files: list[Any], stamps: list[Stamp | None], paths: list[str]) -> None:
-    """Raises :class:`_Changed` for the first local file (of ``files``, their reads done) that
-    is not the file whose header was read as it was then (``stamps``): one fstat a shard."""
-    for f, stamp, path in zip(files, stamps, paths):
-        if stamp is not None and isinstance(f, CuFile) and _stamp_of(f) != stamp:
-            raise _Changed(path)
 
 
 class _Copies:

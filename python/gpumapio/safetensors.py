@@ -21,7 +21,7 @@ import stat
 import struct
 from typing import Any, Iterable
 
-from gpumapio._native import plain_header
+from gpumapio._native import CuFile, plain_header
 from gpumapio._sources import is_url, open_source, read_bytes, shown
 
 __all__ = ["TensorInfo", "load_safetensors", "read_header"]
@@ -285,6 +285,16 @@ class _Changed(ValueError):
         again = f", {times} times in a row" if times > 1 else ""
         return f"{shown(path)}: the file changed while it was loaded (replaced, or rewritten in place){again}; load again"
 
+
+
+
+def _check_unchanged(files: list[Any], stamps: list[Stamp | None], paths: list[str]) -> None:
+    """Raises :class:`_Changed` for the first local file (of ``files``, their reads done) that
+    is not the file whose header was read as it was then (``stamps``; None at a URL): one
+    fstat a file."""
+    for f, stamp, path in zip(files, stamps, paths):
+        if stamp is not None and isinstance(f, CuFile) and _stamp_of(f) != stamp:
+            raise _Changed(path)
 
 # Loads of a file found changed while loading start over, at most this many times in all.
 _ATTEMPTS = 3
@@ -684,8 +694,7 @@ def _load_safetensors_once(
             counts = [(future.get(), size, offset) for future, size, offset in futures]
         # The file read is the one whose header was read, as it was then (a short read of one
         # rewritten meanwhile included: it is loaded again).
-        if stamp is not None and _stamp_of(f) != stamp:
-            raise _Changed(os.fspath(path))
+        _check_unchanged([f], [stamp], [os.fspath(path)])
         for got, size, offset in counts:
             if got != size:
                 raise EOFError(f"{shown(path)}: read {got} of {size} bytes at {offset}")
