@@ -15,8 +15,8 @@ use tokio::sync::Semaphore;
 
 use crate::error::{Error, RemoteErrorKind, Result};
 use crate::per_process::PerProcess;
+use crate::remote::answers::CheckedConnector;
 use crate::remote::aws_profile::Profile;
-use crate::remote::capped_errors::CappedConnector;
 use crate::remote::failure::{self, Failure};
 use crate::remote::lanes::StoreOwner;
 use crate::remote::options::RemoteOptions;
@@ -84,7 +84,7 @@ impl StoreRecipe {
                 let store = object_store::http::HttpBuilder::new()
                     .with_url(full.as_str())
                     .with_client_options(client_options)
-                    .with_http_connector(CappedConnector)
+                    .with_http_connector(CheckedConnector)
                     .with_retry(no_retries())
                     .build()
                     .map_err(|e| invalid(url, &e))?;
@@ -142,7 +142,7 @@ fn s3_store_with(
     let mut builder = object_store::aws::AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
         .with_client_options(client_options)
-        .with_http_connector(CappedConnector)
+        .with_http_connector(CheckedConnector)
         .with_retry(no_retries());
     builder = with_shared_profile(builder)?;
     if let Some(endpoint) = &options.s3_endpoint {

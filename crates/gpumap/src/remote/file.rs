@@ -2,11 +2,15 @@
 //! memory.
 #![forbid(unsafe_code)]
 
+use std::pin::pin;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use futures_util::future::{select, Either};
+
 use crate::config::Config;
 use crate::error::Result;
+use crate::io::pool::Help;
 use crate::io::{IoFuture, IoPool};
 use crate::memory::{DeviceViewMut, OwnedDeviceMemory};
 use crate::remote::client::{self, Client};
@@ -217,10 +221,24 @@ impl RemoteFile {
                 return future;
             }
         };
+        // Cancelling the future (Ctrl-C in Python) wakes the task, which drops its request.
+        let cancelled = Arc::new(tokio::sync::Notify::new());
+        let wake = cancelled.clone();
+        future.set_helper(Box::new(move |help| match help {
+            Help::Cancel => {
+                wake.notify_one();
+                true
+            }
+            Help::Run | Help::Poll | Help::Finish => false,
+        }));
         let file = self.clone();
         runtime.spawn(async move {
             let mut dst = dst;
-            let outcome = file.read_one_request(dst.device_view_mut(), offset).await;
+            let read = file.read_one_request(dst.device_view_mut(), offset);
+            let outcome = match select(pin!(read), pin!(cancelled.notified())).await {
+                Either::Left((done, _)) => done,
+                Either::Right(((), _)) => Err(crate::io::pool::cancelled()),
+            };
             completer.complete(outcome.map(|n| (dst, n)));
         });
         future
@@ -273,9 +291,9 @@ async fn unless_cancelled(
             tokio::time::sleep(CANCEL_POLL).await;
         }
     };
-    match futures_util::future::select(std::pin::pin!(read), std::pin::pin!(watch)).await {
-        futures_util::future::Either::Left((done, _)) => done,
-        futures_util::future::Either::Right(((), _)) => Err(crate::io::pool::cancelled()),
+    match select(pin!(read), pin!(watch)).await {
+        Either::Left((done, _)) => done,
+        Either::Right(((), _)) => Err(crate::io::pool::cancelled()),
     }
 }
 

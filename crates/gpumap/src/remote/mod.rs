@@ -30,12 +30,13 @@
 //!   `endpoint_url`) for what the environment leaves unset. They never appear in an
 //!   error: [`Error::Remote`](crate::Error::Remote) names the URL without user, password or
 //!   query string.
-//! - **Error answers** are read to 64 KiB of their body at most (`capped_errors`), whatever
-//!   a server sends after: object_store would read all of it.
+//! - **Answers** pass through `answers`: an error's body is read to 64 KiB at most, whatever a
+//!   server sends after (object_store would read all of it); a chunked 206 is taken; a ranged
+//!   GET answered 204, or a redirect loop, fails as a bad answer naming it.
 #![forbid(unsafe_code)]
 
+mod answers;
 mod aws_profile;
-mod capped_errors;
 mod client;
 mod failure;
 mod fetch;

@@ -78,21 +78,18 @@ impl Default for RemoteOptions {
 
 impl RemoteOptions {
     /// The defaults with the retry settings of `config` (its `http_max_attempts`,
-    /// `http_status_codes` and `http_timeout`); errors name a value out of range.
+    /// `http_status_codes` and `http_timeout`); errors name a value out of range. A listed
+    /// code that is no HTTP status (KvikIO's settings take any int) matches no answer, so it
+    /// is left out rather than failing every open.
     pub fn from_config(config: &Config) -> Result<RemoteOptions> {
         let mut o = RemoteOptions::default();
         o.max_attempts(u32::try_from(config.http_max_attempts).unwrap_or(u32::MAX))?;
-        let codes = config
-            .http_status_codes
-            .iter()
-            .map(|&c| {
-                u16::try_from(c).map_err(|_| {
-                    Error::InvalidArgument(format!(
-                        "http_status_codes: {c} is not an HTTP status code (100 to 599)"
-                    ))
-                })
-            })
-            .collect::<Result<Vec<u16>>>()?;
+        let (codes, ignored): (Vec<i32>, Vec<i32>) =
+            config.http_status_codes.iter().partition(|c| (100..=599).contains(*c));
+        if !ignored.is_empty() {
+            tracing::debug!(?ignored, "http_status_codes: not HTTP statuses, never retried");
+        }
+        let codes: Vec<u16> = codes.into_iter().filter_map(|c| u16::try_from(c).ok()).collect();
         o.retry_status_codes(&codes)?;
         o.timeout(Duration::from_secs(config.http_timeout))?;
         Ok(o)
@@ -277,9 +274,9 @@ mod tests {
         assert_eq!(o.max_attempts, 7);
         assert_eq!(o.retry_status_codes, vec![503]);
         assert_eq!(o.timeout, Duration::from_secs(9));
-        c.http_status_codes = vec![503, 70_000];
-        let err = RemoteOptions::from_config(&c).unwrap_err().to_string();
-        assert!(err.contains("70000"), "{err}");
+        // Settings take any int, as KvikIO's do: what is no HTTP status matches no answer.
+        c.http_status_codes = vec![1, 503, 70_000, -1, 99, 600];
+        assert_eq!(RemoteOptions::from_config(&c).unwrap().retry_status_codes, vec![503]);
         c.http_status_codes = vec![503];
         c.http_timeout = 0;
         assert!(RemoteOptions::from_config(&c).is_err());

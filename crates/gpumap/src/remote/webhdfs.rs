@@ -20,7 +20,7 @@ use object_store::{
     ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 
-use crate::remote::capped_errors::CappedConnector;
+use crate::remote::answers::CheckedConnector;
 
 /// The longest `GETFILESTATUS` answer read: a status is a few hundred bytes.
 const MAX_STATUS_BYTES: usize = 64 << 10;
@@ -46,7 +46,7 @@ impl WebHdfs {
         shown: String,
         options: &object_store::ClientOptions,
     ) -> object_store::Result<WebHdfs> {
-        let client = CappedConnector.connect(options)?;
+        let client = CheckedConnector.connect(options)?;
         Ok(WebHdfs { client, url, shown })
     }
 
