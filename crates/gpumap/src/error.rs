@@ -39,7 +39,7 @@ pub enum Error {
     },
 
     /// A range does not lie inside the file (or buffer) it names.
-    #[error("range {offset}..{} is outside the file of {file_len} bytes", offset.saturating_add(*len))]
+    #[error("{}", out_of_range(*offset, *len, *file_len))]
     OutOfRange {
         /// Start of the requested range.
         offset: u64,
@@ -62,8 +62,10 @@ pub enum Error {
         view_len: u64,
     },
 
-    /// `offset + len` does not fit in 64 bits (or in the platform's `off_t`).
-    #[error("offset {offset} + length {len} overflows")]
+    /// `offset + len` passes the largest file offset (`off_t`'s, `i64::MAX`) or 64 bits.
+    #[error(
+        "offset {offset} + length {len} is past the largest offset a file may have (2**63 - 1)"
+    )]
     Overflow {
         /// Start of the requested range.
         offset: u64,
@@ -254,7 +256,7 @@ pub enum Error {
     /// A remote object (`s3://`, `http(s)://`) could not be opened or read. The URL is shown
     /// without credentials: no user or password, and a query string (a presigned URL's
     /// signature) only as `?…`.
-    #[error("{op} {url} failed{}{}: {reason}; {}", StatusText(*status), Attempts(*attempts), kind.hint())]
+    #[error("{op} {url} failed{}{}: {reason}; {}", StatusText(*status), Attempts(*attempts), kind.hint_for(op))]
     Remote {
         /// The URL, credentials removed.
         url: String,
@@ -317,6 +319,18 @@ impl RemoteErrorKind {
                 "the answer is not the bytes asked for; check that the server supports HTTP \
                  Range requests, and open the object again if it was replaced"
             }
+        }
+    }
+
+    /// [`hint`](Self::hint) for a failure of `op` (`"GET bytes 0-99 of"`, `"PUT part 2 of"`):
+    /// a bad answer to anything but a ranged read is not about ranges.
+    pub fn hint_for(self, op: &str) -> &'static str {
+        match self {
+            RemoteErrorKind::BadResponse if !op.starts_with("GET") => {
+                "the server's answer is not one the request expects; check that the endpoint is \
+                 the store it should be"
+            }
+            _ => self.hint(),
         }
     }
 
@@ -634,6 +648,18 @@ impl fmt::Display for Context<'_> {
     }
 }
 
+/// [`Error::OutOfRange`]'s message: the range as `start..end`, or, where its end passes the
+/// largest offset, its start and length.
+fn out_of_range(offset: u64, len: u64, file_len: u64) -> String {
+    match offset.checked_add(len) {
+        Some(end) => format!("range {offset}..{end} is outside the file of {file_len} bytes"),
+        None => format!(
+            "range of {len} bytes at offset {offset} ends past the largest offset (2**64 - 1); \
+             the file has {file_len} bytes"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -693,6 +719,12 @@ mod tests {
     fn argument_errors_name_their_values() {
         let e = Error::OutOfRange { offset: 10, len: 20, file_len: 15 };
         assert_eq!(e.to_string(), "range 10..30 is outside the file of 15 bytes");
+        let e = Error::OutOfRange { offset: u64::MAX, len: 1, file_len: 15 };
+        assert_eq!(
+            e.to_string(),
+            "range of 1 bytes at offset 18446744073709551615 ends past the largest offset \
+             (2**64 - 1); the file has 15 bytes"
+        );
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         let e = Error::UnexpectedEof {
             path: Some("/d/x".into()),
@@ -734,6 +766,13 @@ mod tests {
         );
         assert!(text.ends_with(RemoteErrorKind::Status.hint()), "{text}");
         assert_eq!((e.code(), e.kind()), ("remote", io::ErrorKind::Other));
+        let bad = RemoteErrorKind::BadResponse;
+        assert!(bad.hint_for("GET bytes 0-9 of").contains("Range requests"));
+        assert!(!bad.hint_for("PUT part 2 (5 bytes) of").contains("Range"));
+        assert_eq!(
+            RemoteErrorKind::Status.hint_for("PUT (1 bytes)"),
+            RemoteErrorKind::Status.hint()
+        );
         let e = Error::Remote {
             url: "https://h/x?…".into(),
             op: "open".into(),

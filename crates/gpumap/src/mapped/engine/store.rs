@@ -78,17 +78,21 @@ impl Store {
     pub(crate) fn new(device: &Device, geometry: Geometry, max_frames: usize) -> Result<Store> {
         Ok(match device {
             Device::Cuda(device) => {
-                let arena_len = (max_frames as u64)
-                    .checked_mul(geometry.frame)
-                    .ok_or(Error::Overflow { offset: max_frames as u64, len: geometry.frame })?;
+                let too_large = || {
+                    let frame = geometry.frame;
+                    Error::InvalidArgument(format!(
+                        "{max_frames} frames of {frame} bytes do not fit in an address space"
+                    ))
+                };
+                let arena_len =
+                    (max_frames as u64).checked_mul(geometry.frame).ok_or_else(too_large)?;
                 Store::Cuda(CudaStore {
                     device: device.clone(),
                     geometry,
                     spare: Mutex::new(Vec::new()),
                     slot_arena: VaRange::reserve(
                         device,
-                        usize::try_from(arena_len)
-                            .map_err(|_| Error::Overflow { offset: 0, len: arena_len })?,
+                        usize::try_from(arena_len).map_err(|_| too_large())?,
                         alignment(geometry.frame),
                     )?,
                     slot_frames: Mutex::new((0..max_frames).map(|_| None).collect()),

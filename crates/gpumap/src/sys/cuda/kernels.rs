@@ -80,8 +80,9 @@ impl CopyKernel {
         if count == 0 {
             return Ok(());
         }
-        let needed =
-            count.checked_mul(20).ok_or(Error::Overflow { offset: 0, len: count as u64 })?;
+        let needed = count.checked_mul(20).ok_or_else(|| {
+            Error::InvalidArgument(format!("{count} copy descriptors do not fit in memory"))
+        })?;
         if needed > descriptors.len() {
             return Err(Error::BufferTooSmall {
                 needed: needed as u64,
