@@ -281,7 +281,8 @@ class RemoteWriter:
 class CuFile:
     """A file opened for parallel reads and writes into and out of GPU or host memory.
 
-    ``flags``: ``"r"``, ``"w"``, ``"a"``, ``"r+"``, ``"w+"``, ``"a+"`` (``b`` ignored).
+    ``flags``: ``"r"``, ``"w"``, ``"r+"``, ``"w+"`` (``b`` ignored); ``"a"`` and ``"a+"`` are
+    refused (``ValueError``), as KvikIO refuses them: every write names its offset.
     """
 
     def __new__(cls, file: _Path, flags: str = "r") -> Self: ...

@@ -140,6 +140,14 @@ impl CuFile {
     #[new]
     #[pyo3(signature = (file, flags = "r"))]
     fn new(py: Python<'_>, file: PathBuf, flags: &str) -> PyResult<CuFile> {
+        // Every write of a CuFile names its offset, which a file opened for appending refuses;
+        // KvikIO refuses the flag at open too.
+        if flags.replace('b', "").starts_with('a') {
+            return Err(PyValueError::new_err(format!(
+                "Open flag '{flags}' isn't supported: CuFile writes at offsets, which a file \
+                 opened for appending cannot; open it \"r+\" and write at its size (nbytes())"
+            )));
+        }
         let options = check(py, defaults::handle_options())?;
         let path = file.clone();
         let flags_text = flags.to_string();

@@ -9,6 +9,7 @@ import asyncio
 import errno
 import io
 import os
+import re
 
 import numpy as np
 import pytest
@@ -137,6 +138,16 @@ def test_wrong_access_mode_is_operation_not_permitted(tmp_path, kind):
         with pytest.raises(OSError, match="Operation not permitted"):
             f.pread(buf).get()
     assert path.read_bytes() == b"x" * 64
+
+
+def test_append_flags_are_refused_at_open_and_create_nothing(tmp_path):
+    """As KvikIO: a CuFile's writes name their offset, which a file opened for appending
+    refuses, so "a" is refused at open rather than on every write after it."""
+    for flags in ("a", "a+", "ab"):
+        path = tmp_path / f"{flags}.bin"
+        with pytest.raises(ValueError, match=re.escape(f"Open flag '{flags}' isn't supported") + r".*r\+"):
+            kvikio.CuFile(path, flags)
+        assert not path.exists()
 
 
 # Item 6: a write-only file.
