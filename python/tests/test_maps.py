@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import os
 import subprocess
 import sys
 import threading
@@ -84,6 +85,42 @@ def test_a_closed_map_refuses_calls_and_its_views_stay_valid(table):
     m.close()  # a second close is a no-op
     assert view.tobytes() == data[4096 : 4096 + 64]
     assert len(m) == len(data) and "MappedFile" in repr(m)
+
+
+def _descriptors_of(path):
+    """How many of this process's descriptors are open on ``path``."""
+    held = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            held += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        except OSError:
+            pass  # closed since it was listed
+    return held
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+@pytest.mark.parametrize("writable", [False, True])
+def test_close_lets_go_of_the_file_once_its_views_are_released(table, writable):
+    """close() closes the file where no view holds it, and the last view's release where one
+    does, while the MappedFile object lives on; its stats stay readable."""
+    path, data = table
+    m = host_map(path, writable=writable)
+    m.read(0, 3 * MIB)
+    if writable:
+        m.write(5, b"new")
+    assert _descriptors_of(path) >= 1
+    view = m.view(MIB, 100)
+    m.close()
+    assert _descriptors_of(path) >= 1, "a view made before close still reads the file"
+    assert view.tobytes() == data[MIB : MIB + 100]
+    view.release()
+    assert _descriptors_of(path) == 0
+    assert m.closed and m.base is None and m.stats()["bytes_faulted"] >= 3 * MIB
+    expected = data[:5] + b"new" + data[8:] if writable else data
+    assert path.read_bytes() == expected
+    m2 = host_map(path)
+    m2.close()
+    assert _descriptors_of(path) == 0, "closed with no view: the file goes at once"
 
 
 def test_gather_rows_into_numpy_and_the_stats_say_what_happened(table):

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use gpumap::io::IoFuture;
-use gpumap::mapped::{CacheOptions, DeviceCache as Cache, DeviceMappedFile};
+use gpumap::mapped::{CacheOptions, DeviceCache as Cache, DeviceMappedFile, FileStats};
 use gpumap::memory::Device;
 use parking_lot::Mutex;
 use pyo3::exceptions::PyValueError;
@@ -221,37 +221,67 @@ impl DeviceCache {
 /// A file mapped into GPU memory (host memory without a GPU): views, gathers, write-back.
 #[pyclass(module = "gpumapio", name = "MappedFile", frozen)]
 pub struct MappedFile {
-    inner: DeviceMappedFile,
+    /// What the map is, answered after `close` too.
+    facts: Facts,
     /// The cache the file is in (a cache of its own for `MappedFile.open`).
     cache: Cache,
-    /// Shared with the views: the last of them to go flushes (see [`MapHandle`]).
-    handle: Arc<MapHandle>,
+    /// The map until `close`, then what it had done: its file is closed once the views made
+    /// before let go of it too.
+    hold: Mutex<Hold>,
     /// Shut by `close`: every later call that reads, writes or flushes is refused, as a closed
     /// Python file's are (views made before stay valid).
     gate: CloseGate,
 }
 
+/// A map's attributes, fixed when it is opened.
+struct Facts {
+    path: PathBuf,
+    remote: bool,
+    len: u64,
+    writable: bool,
+    memory: String,
+}
+
+enum Hold {
+    /// The map, and the hold its views share: the last of them to go flushes (see
+    /// [`MapHandle`]).
+    Open(DeviceMappedFile, Arc<MapHandle>),
+    Closed(FileStats),
+}
+
 impl MappedFile {
     fn new(map: DeviceMappedFile, cache: Cache) -> MappedFile {
+        let facts = Facts {
+            path: map.path().to_path_buf(),
+            remote: map.is_remote(),
+            len: map.len(),
+            writable: map.is_writable(),
+            memory: map.memory(),
+        };
+        let handle = Arc::new(MapHandle { map: map.clone() });
         MappedFile {
-            handle: Arc::new(MapHandle { map: map.clone() }),
-            inner: map,
+            facts,
             cache,
+            hold: Mutex::new(Hold::Open(map, handle)),
             gate: CloseGate::default(),
         }
     }
 
     /// The map, for one call, unless `close` was called: `close` waits for the passage to go.
-    fn open_map(&self) -> PyResult<(DeviceMappedFile, Passage<'_>)> {
-        match self.gate.enter() {
-            Some(passage) => Ok((self.inner.clone(), passage)),
-            None => Err(PyValueError::new_err("I/O operation on a closed MappedFile")),
-        }
+    pub(super) fn open_map(&self) -> PyResult<(DeviceMappedFile, Passage<'_>)> {
+        let (map, _, passage) = self.open_hold()?;
+        Ok((map, passage))
     }
 
-    /// The library's map.
-    pub(super) fn map(&self) -> &DeviceMappedFile {
-        &self.inner
+    /// [`open_map`](Self::open_map) with the hold a view keeps.
+    fn open_hold(&self) -> PyResult<(DeviceMappedFile, Arc<MapHandle>, Passage<'_>)> {
+        let closed = || PyValueError::new_err("I/O operation on a closed MappedFile");
+        let passage = self.gate.enter().ok_or_else(closed)?;
+        // The gate lets no call in once a close has begun, and the hold is taken only after.
+        match &*self.hold.lock() {
+            Hold::Open(map, handle) => Ok((map.clone(), handle.clone(), passage)),
+            Hold::Closed(_) => Err(closed()),
+        }
     }
 }
 
@@ -339,36 +369,39 @@ impl MappedFile {
     }
 
     fn __len__(&self) -> usize {
-        self.inner.len() as usize
+        self.facts.len as usize
     }
 
     /// Bytes mapped.
     #[getter]
     fn nbytes(&self) -> u64 {
-        self.inner.len()
+        self.facts.len
     }
 
     /// The path it was opened with (a `pathlib.Path`), or the URL (a `str`, without
     /// credentials) of a remote object.
     #[getter]
     fn path<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        if self.inner.is_remote() {
-            return Ok(self.inner.path().to_string_lossy().into_pyobject(py)?.into_any());
+        if self.facts.remote {
+            return Ok(self.facts.path.to_string_lossy().into_pyobject(py)?.into_any());
         }
-        Ok(self.inner.path().to_path_buf().into_pyobject(py)?.into_any())
+        Ok(self.facts.path.clone().into_pyobject(py)?.into_any())
     }
 
     /// Whether writes are allowed.
     #[getter]
     fn writable(&self) -> bool {
-        self.inner.is_writable()
+        self.facts.writable
     }
 
     /// The device address of the file's byte 0 (byte `o` is at `base + o` while a view pins
-    /// it); `None` on host memory.
+    /// it); `None` on host memory, and once closed.
     #[getter]
     fn base(&self) -> Option<u64> {
-        self.inner.base()
+        match &*self.hold.lock() {
+            Hold::Open(map, _) => map.base(),
+            Hold::Closed(_) => None,
+        }
     }
 
     /// The cache the file is in.
@@ -381,7 +414,7 @@ impl MappedFile {
     /// views need a writable map, and their bytes are written back after release.
     #[pyo3(signature = (offset, length, *, writable = false))]
     fn view(&self, py: Python<'_>, offset: u64, length: u64, writable: bool) -> PyResult<View> {
-        let (map, _open) = self.open_map()?;
+        let (map, handle, _open) = self.open_hold()?;
         let pin = nogil(py, move || {
             Ok(if writable {
                 Pin::Write(Mutex::new(map.view_mut(offset, length)?))
@@ -389,7 +422,7 @@ impl MappedFile {
                 Pin::Read(map.view(offset, length)?)
             })
         })?;
-        let held = Held { pin, _map: self.handle.clone() };
+        let held = Held { pin, _map: handle };
         Ok(View::new(held, offset, length, writable))
     }
 
@@ -536,13 +569,27 @@ impl MappedFile {
     /// Flushes (for a writable map) and closes it: later reads, writes, gathers and flushes
     /// raise `ValueError`, as a closed file's do, and calls already running end first, so that
     /// every write it let in is written back when it returns; views already made stay valid,
-    /// and the memory goes when the last of them and this object do. A flush that fails is
-    /// raised and leaves the map open (its dirty bytes kept, for `sync` to try again); closing
-    /// twice is a no-op.
+    /// and the file and memory go when the last of them does (at once where there are none).
+    /// A flush that fails is raised and leaves the map open (its dirty bytes kept, for `sync`
+    /// to try again); closing twice is a no-op.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let map = &self.inner;
-        let gate = &self.gate;
-        nogil(py, move || gate.close(|| if map.is_writable() { map.flush() } else { Ok(()) }))
+        let (gate, hold) = (&self.gate, &self.hold);
+        nogil(py, move || {
+            gate.close(|| {
+                let map = match &*hold.lock() {
+                    Hold::Open(map, _) => map.clone(),
+                    Hold::Closed(_) => return Ok(()),
+                };
+                if map.is_writable() {
+                    map.flush()?;
+                }
+                let stats = map.stats();
+                // Dropped outside the lock: the last hold of a map closes its file.
+                let released = std::mem::replace(&mut *hold.lock(), Hold::Closed(stats));
+                drop(released);
+                Ok(())
+            })
+        })
     }
 
     /// Whether `close` was called.
@@ -553,7 +600,11 @@ impl MappedFile {
 
     /// `{"hits", "misses", "bytes_faulted", "evictions", "resident_bytes", ...}`.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        file_stats(py, &self.inner.stats())
+        let stats = match &*self.hold.lock() {
+            Hold::Open(map, _) => map.stats(),
+            Hold::Closed(stats) => *stats,
+        };
+        file_stats(py, &stats)
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -568,10 +619,11 @@ impl MappedFile {
 
     fn __repr__(&self) -> String {
         format!(
-            "<gpumapio.MappedFile {} ({} bytes) in {}>",
-            self.inner.path().display(),
-            self.inner.len(),
-            self.inner.memory()
+            "<gpumapio.MappedFile {} ({} bytes) in {}{}>",
+            self.facts.path.display(),
+            self.facts.len,
+            self.facts.memory,
+            if self.gate.is_closed() { ", closed" } else { "" }
         )
     }
 }

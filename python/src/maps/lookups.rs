@@ -80,7 +80,8 @@ impl LookupScope {
         let Some(scope) = scope.as_ref() else {
             return Err(PyValueError::new_err("the lookup scope has ended"));
         };
-        scope.file_number(mapped.map()).map_err(|e| to_py(py, &e))
+        let (map, _open) = mapped.open_map()?;
+        scope.file_number(&map).map_err(|e| to_py(py, &e))
     }
 
     /// Waits for the scope's stream, then lets the cache reuse slots again (idempotent).
