@@ -87,10 +87,28 @@ pub fn lock<'a>(target: impl Into<Target<'a>>, range: ByteRange) -> Result<Locke
             span.aligned_offset(),
             span.aligned_len(),
         )?;
-        window.lock(opened.path(), span.aligned_offset())?;
+        let locked = window.lock(opened.path(), span.aligned_offset());
+        locked.map_err(|e| shrank_while_locking(&opened, &span).unwrap_or(e))?;
         Some(window)
     };
     Ok(LockedRange { window, path: opened.path, offset: span.offset, len: span.len })
+}
+
+/// The error of a lock that failed because the file was cut while its pages were faulted in
+/// (`mlock` then fails with `ENOMEM`, which would read as the memory limit), where it was.
+fn shrank_while_locking(opened: &Opened, span: &Span) -> Option<Error> {
+    let now = opened.file.metadata().ok()?.len();
+    let end = span.offset + span.len;
+    let why = format!(
+        "the file shrank to {now} bytes while bytes {}..{end} of it were being locked",
+        span.offset
+    );
+    (now < end).then(|| Error::Io {
+        op: "mlock",
+        path: opened.path.clone(),
+        offset: Some(span.offset),
+        source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, why),
+    })
 }
 
 /// `CAP_IPC_LOCK`: locking beyond `RLIMIT_MEMLOCK`.
@@ -179,5 +197,18 @@ mod tests {
         assert!(lock_verdict(64 * GIB, 0, None, None).is_ok());
         let shown = Report(&lock_verdict(9 * MIB, 0, Some((8 * MIB, 0)), None).unwrap_err());
         assert!(shown.to_string().contains("RLIMIT_MEMLOCK"), "{shown}");
+    }
+
+    #[test]
+    fn a_lock_failing_on_a_file_cut_meanwhile_says_so() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        file.as_file().set_len(1 << 20).unwrap();
+        let opened = Opened::open(Target::Path(file.path())).unwrap();
+        let span = ByteRange::new(4096, 65536).resolve(opened.size).unwrap();
+        assert!(shrank_while_locking(&opened, &span).is_none(), "the file is whole");
+        file.as_file().set_len(8192).unwrap();
+        let shown = Report(&shrank_while_locking(&opened, &span).unwrap()).to_string();
+        assert!(shown.contains("shrank to 8192 bytes while bytes 4096..69632"), "{shown}");
+        assert!(!shown.contains("RLIMIT"), "{shown}");
     }
 }
