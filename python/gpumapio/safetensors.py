@@ -336,7 +336,8 @@ def _parse_columns(name: str, file_size: int, n: int, raw: bytes) -> tuple[_Colu
 def _header_bytes(name: str, file_size: int, read: Any) -> tuple[int, bytes]:
     """The header's length and bytes, by ``read(offset, size)`` (called at offsets 0 then 8):
     the length checked against the file and the limit before the header is read."""
-    prefix = read(0, 8)
+    # A remote object's reads are whole or an error: a short one is refused before it asks.
+    prefix = read(0, 8) if file_size >= 8 else b""
     if len(prefix) < 8:
         raise ValueError(f"{name}: {file_size} bytes is too short for a safetensors file")
     (n,) = struct.unpack("<Q", prefix)

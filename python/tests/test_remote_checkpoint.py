@@ -97,6 +97,11 @@ def test_missing_shards_and_bad_urls_name_what_is_wrong(server, published):
     server.objects["/cut.safetensors"] = server.objects["/ckpt/model-00001-of-00003.safetensors"][:20]
     with pytest.raises(ValueError, match=r"cut.safetensors: header length"):
         read_header(f"{server.url}/cut.safetensors")
+    # Shorter than the header's length: named as such, as a local file is.
+    server.objects["/tiny.safetensors"] = b"\x01\x00"
+    for call in (read_header, lambda u: load_safetensors(u, "cpu", framework="numpy")):
+        with pytest.raises(ValueError, match=r"tiny.safetensors: 2 bytes is too short"):
+            call(f"{server.url}/tiny.safetensors")
     # An index naming a shard by URL is refused: shards are relative to the index.
     server.objects["/bad/model.safetensors.index.json"] = (
         b'{"weight_map": {"x": "http://127.0.0.1:1/elsewhere.safetensors"}}'
