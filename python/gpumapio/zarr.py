@@ -20,15 +20,25 @@ chunks read with ranged GETs straight into the buffers zarr asks for, written as
 Unlike ``LocalStore``, it checks every key before it touches the file system: a key is
 ``/``-separated names, none of them empty, ``.`` or ``..``, with no NUL, no backslash, no lone
 surrogate and no name over 255 bytes; anything else (``../x``, ``/etc/passwd``, ``a//b``) is a
-``ValueError`` naming the key, so no key reaches outside the store's root. Prefixes (listing,
+``ValueError`` naming the key, so no key reaches outside the store's root. Nor does a symlink
+inside the root: a key whose path resolves outside the root's real path is refused the same way
+(symlinks that stay inside keep working). The check resolves the path when the call begins, so
+a symlink swapped in while a call runs may still be followed. Prefixes (listing,
 ``delete_dir``) may end with ``/``, and ``""`` names the root there and in ``get`` / ``exists``.
+
+A write goes to a temporary file beside its target (``.<32 hex digits>.partial``), renamed over
+it when complete: listings never show such names (an interrupted write may leave one behind),
+and no key may hold one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import os
+import re
+import stat
 import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterable
@@ -88,12 +98,41 @@ def _get(path: Path, prototype: BufferPrototype, byte_range: ByteRequest | None)
     return prototype.buffer.from_array_like(raw)
 
 
+# The temporary file of a write, beside its target: a name of its own length (the target's name
+# plus a suffix, as zarr's LocalStore names it, passes the 255-byte limit where the target's name
+# is near it). Written by _put, skipped by listings, refused as a key's name.
+_TEMP_PREFIX, _TEMP_DIGITS, _TEMP_SUFFIX = ".", 32, ".partial"
+_TEMP_LEN = len(_TEMP_PREFIX) + _TEMP_DIGITS + len(_TEMP_SUFFIX)
+_TEMP_NAME = re.compile(f"{re.escape(_TEMP_PREFIX)}[0-9a-f]{{{_TEMP_DIGITS}}}{re.escape(_TEMP_SUFFIX)}")
+
+
+def _temp_name() -> str:
+    return f"{_TEMP_PREFIX}{uuid.uuid4().hex[:_TEMP_DIGITS]}{_TEMP_SUFFIX}"
+
+
+def _is_temp(name: str) -> bool:
+    return _TEMP_NAME.fullmatch(name) is not None
+
+
+def _make_dirs(directory: Path) -> None:
+    """``directory`` and its missing parents, one level at a time: ``Path.mkdir(parents=True)``
+    recurses once per level."""
+    missing = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+
+
 def _put(path: Path, value: Buffer, exclusive: bool = False) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_dirs(path.parent)
     data = value.as_array_like()
-    # A name of its own length, beside the target: the target's name plus a suffix (as zarr's
-    # LocalStore names it) passes the 255-byte limit where the target's name is near it.
-    tmp = path.with_name(f".{uuid.uuid4().hex}.partial")
+    tmp = path.with_name(_temp_name())
     try:
         with CuFile(tmp, "w") as f:
             written = f.write(data)
@@ -111,13 +150,17 @@ def _put(path: Path, value: Buffer, exclusive: bool = False) -> int:
 # The longest name (NAME_MAX) and path (PATH_MAX) Linux file systems take, in bytes.
 _NAME_MAX = 255
 _PATH_MAX = 4096
+# The most names in a key: Python's walks of a tree (listing, deleting) recurse once per level,
+# and zarr's keys are a few groups deep plus one name per dimension of a chunk.
+_DEPTH_MAX = 256
 
 
 def _checked(root: Path, key: str, *, prefix: bool = False) -> tuple[str, Path]:
     """``key`` as it names a path inside ``root`` (a trailing ``/`` of a prefix dropped) and that
     path, or ``ValueError`` for a key that could name anything else: :func:`_checked_name`'s
-    rules, and the file system's limits on names and paths. ``prefix``: a trailing ``/`` is
-    allowed, and ``""`` (or ``"/"``) is the root itself.
+    rules, the file system's limits on names and paths (a write's temporary file included), at
+    most ``_DEPTH_MAX`` names, and no symlink on the way that leads outside the root.
+    ``prefix``: a trailing ``/`` is allowed, and ``""`` (or ``"/"``) is the root itself.
 
     Callers hand LocalStore the key returned here, never the one they were given: LocalStore
     joins it to the root as it is, and ``root / "/"`` is the file system's root."""
@@ -125,13 +168,23 @@ def _checked(root: Path, key: str, *, prefix: bool = False) -> tuple[str, Path]:
     if text == "":
         return "", root
     names = text.split("/")
+    if len(names) > _DEPTH_MAX:
+        raise ValueError(f"zarr key {_shown(key)}: {len(names)} names deep (keys take {_DEPTH_MAX})")
     for name in names:
         size = len(name.encode("utf-8"))
         if size > _NAME_MAX:
             raise ValueError(f"zarr key {_shown(key)}: a name of {size} bytes (file names take {_NAME_MAX})")
     path = root.joinpath(*names)
-    if len(os.fsencode(path)) >= _PATH_MAX:
-        raise ValueError(f"zarr key {_shown(key)}: its path is longer than the {_PATH_MAX} bytes paths take")
+    longest = len(os.fsencode(path)) + max(0, _TEMP_LEN - len(names[-1].encode("utf-8")))
+    if longest >= _PATH_MAX:
+        raise ValueError(
+            f"zarr key {_shown(key)}: its path, or that of the temporary file a write makes beside "
+            f"it, is longer than the {_PATH_MAX} bytes paths take"
+        )
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+        raise ValueError(f"zarr key {_shown(key)} leads outside the store's root (through a symlink)")
     return text, path
 
 
@@ -142,9 +195,10 @@ def _shown(key: str) -> str:
 def _checked_name(key: str, *, prefix: bool = False) -> str:
     """``key`` as a name relative to a store's root (a trailing ``/`` of a prefix dropped), or
     ``ValueError`` for one that is not a key: ``/``-separated names, none of them empty, ``.`` or
-    ``..``, with no NUL, no backslash and no lone surrogate, not absolute. The same rules for a
-    directory and a bucket, so a store copied between them takes the same keys. ``prefix``: a
-    trailing ``/`` is allowed, and ``""`` names the root."""
+    ``..``, with no NUL, no backslash and no lone surrogate, not absolute, none the name of a
+    write's temporary file. The same rules for a directory and a bucket, so a store copied
+    between them takes the same keys. ``prefix``: a trailing ``/`` is allowed, and ``""`` names
+    the root."""
     if not isinstance(key, str):
         raise TypeError(f"a zarr key is a str, not {type(key).__name__}: {key!r}")
     text = key[:-1] if prefix and key.endswith("/") else key
@@ -159,6 +213,8 @@ def _checked_name(key: str, *, prefix: bool = False) -> str:
     for name in text.split("/"):
         if name in ("", ".", ".."):
             raise ValueError(f"zarr key {_shown(key)} has a name {name!r} (empty, '.' and '..' are not names)")
+        if _is_temp(name):
+            raise ValueError(f"zarr key {_shown(key)} has a name {name!r} kept for a write's temporary files")
         try:
             name.encode("utf-8")
         except UnicodeEncodeError:
@@ -257,15 +313,36 @@ class GpumapStore(zarr.storage.LocalStore):
         return await super().exists(_checked(self.root, key, prefix=key == "")[0])
 
     async def getsize(self, key: str) -> int:
-        return await asyncio.to_thread(os.path.getsize, _checked(self.root, key)[1])
+        return await asyncio.to_thread(_size, _checked(self.root, key)[1])
+
+    # Listings skip the temporary files of writes, in flight or left by a writer that died.
+
+    async def list(self) -> AsyncIterator[str]:
+        async for key in super().list():
+            if not _is_temp(key.rsplit("/", 1)[-1]):
+                yield key
 
     async def list_prefix(self, prefix: str) -> AsyncIterator[str]:
         async for key in super().list_prefix(_checked(self.root, prefix, prefix=True)[0]):
-            yield key
+            if not _is_temp(key.rsplit("/", 1)[-1]):
+                yield key
 
     async def list_dir(self, prefix: str) -> AsyncIterator[str]:
-        async for key in super().list_dir(_checked(self.root, prefix, prefix=True)[0]):
-            yield key
+        async for name in super().list_dir(_checked(self.root, prefix, prefix=True)[0]):
+            if not _is_temp(name):
+                yield name
+
+
+def _size(path: Path) -> int:
+    """The size of the value at ``path``; ``FileNotFoundError`` where there is none, as for a
+    directory (which ``get`` reads as no value)."""
+    try:
+        st = os.stat(path)
+    except NotADirectoryError:
+        raise FileNotFoundError(errno.ENOENT, "no such value (a parent is a file)", os.fspath(path)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise FileNotFoundError(errno.ENOENT, "no such value (a directory)", os.fspath(path))
+    return st.st_size
 
 
 #: KvikIO's name for the same store.
@@ -368,7 +445,10 @@ class RemoteStore(zarr.abc.store.Store):
             prototype = default_buffer_prototype()
         if byte_range is not None and not isinstance(byte_range, (RangeByteRequest, OffsetByteRequest, SuffixByteRequest)):
             raise TypeError(f"Unexpected byte_range, got {byte_range}.")
-        return _remote_get(self._prefix, _checked_name(key), prototype, byte_range)
+        name = _checked_name(key, prefix=key == "")
+        if name == "":
+            return None  # the root: no value, as GpumapStore's directory
+        return _remote_get(self._prefix, name, prototype, byte_range)
 
     async def get_partial_values(
         self,
@@ -378,7 +458,9 @@ class RemoteStore(zarr.abc.store.Store):
         return list(await asyncio.gather(*(self.get(key, prototype, byte_range) for key, byte_range in key_ranges)))
 
     async def exists(self, key: str) -> bool:
-        name = _checked_name(key)
+        name = _checked_name(key, prefix=key == "")
+        if name == "":
+            return False  # the root: no value, as GpumapStore's directory
         return await asyncio.to_thread(self._prefix.size, name) is not None
 
     async def getsize(self, key: str) -> int:

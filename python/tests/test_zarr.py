@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import numpy as np
 import pytest
@@ -126,3 +127,108 @@ def test_names_up_to_the_file_system_limit_are_written(tmp_path):
         store.set_sync(key, proto.buffer.from_bytes(b"long"))
         assert store.get_sync(key, prototype=proto).to_bytes() == b"long"
     assert sorted(p.name for p in (tmp_path / "s").rglob("*") if p.is_file()) == sorted(["x" * 255, "é" * 127])
+
+
+def test_symlinks_that_lead_outside_the_root_are_refused(tmp_path):
+    # A key whose names are all fine could still reach outside through a symlink in the root.
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret").write_bytes(b"SECRET")
+    store = GpumapStore(tmp_path / "store")
+    proto = default_buffer_prototype()
+    store.set_sync("g/a", proto.buffer.from_bytes(b"inside"))
+    (tmp_path / "store" / "out").symlink_to(tmp_path / "outside")
+    (tmp_path / "store" / "leaf").symlink_to(tmp_path / "outside" / "secret")
+    (tmp_path / "store" / "same").symlink_to(tmp_path / "store" / "g")  # stays inside: fine
+    for key in ("out/secret", "out/new", "out/new/deeper", "leaf", "out"):
+        for call in (
+            lambda: store.get_sync(key, prototype=proto),
+            lambda: store.set_sync(key, proto.buffer.from_bytes(b"planted")),
+            lambda: store.delete_sync(key),
+            lambda: asyncio.run(store.delete(key)),
+            lambda: asyncio.run(store.exists(key)),
+            lambda: asyncio.run(store.getsize(key)),
+        ):
+            with pytest.raises(ValueError, match=f"zarr key '{key}' leads outside"):
+                call()
+    with pytest.raises(ValueError, match="leads outside"):
+        asyncio.run(store.delete_dir("out"))
+    assert sorted(p.name for p in (tmp_path / "outside").iterdir()) == ["secret"]
+    assert (tmp_path / "outside" / "secret").read_bytes() == b"SECRET"
+    assert store.get_sync("same/a", prototype=proto).to_bytes() == b"inside"
+    store.set_sync("same/b", proto.buffer.from_bytes(b"also inside"))
+    assert (tmp_path / "store" / "g" / "b").read_bytes() == b"also inside"
+
+
+def test_listings_skip_the_temporary_files_of_writes(tmp_path, monkeypatch):
+    import gpumapio.zarr as gz
+
+    store = GpumapStore(tmp_path / "s")
+    proto = default_buffer_prototype()
+    store.set_sync("arr/c/0", proto.buffer.from_bytes(b"v"))
+
+    async def listings():
+        return ([k async for k in store.list()], [k async for k in store.list_prefix("arr")],
+                [k async for k in store.list_dir("arr/c")])
+
+    # A write in flight: listed while its temporary file exists, before the rename.
+    seen = []
+    replace = os.replace
+
+    def listing_replace(src, dst):
+        assert os.path.exists(src)
+        seen.append(asyncio.run(listings()))
+        replace(src, dst)
+
+    monkeypatch.setattr(gz.os, "replace", listing_replace)
+    store.set_sync("arr/c/1", proto.buffer.from_bytes(b"w"))
+    monkeypatch.undo()
+    assert seen == [(["arr/c/0"], ["arr/c/0"], ["0"])]
+    # One left behind by a writer that died.
+    (tmp_path / "s" / "arr" / "c" / f".{'0a' * 16}.partial").write_bytes(b"half")
+    lists = asyncio.run(listings())
+    assert [sorted(x) for x in lists] == [["arr/c/0", "arr/c/1"], ["arr/c/0", "arr/c/1"], ["0", "1"]]
+    # No key may hold such a name; names only like it are keys.
+    for key in (f".{'0a' * 16}.partial", f"g/.{'f' * 32}.partial/x"):
+        with pytest.raises(ValueError, match="temporary files"):
+            store.set_sync(key, proto.buffer.from_bytes(b"x"))
+    alike = [".zarray", ".x.partial", f".{'0A' * 16}.partial", f"{'0a' * 16}.partial", f".{'0a' * 15}.partial"]
+    for key in alike:
+        store.set_sync(key, proto.buffer.from_bytes(b"x"))
+    assert sorted(asyncio.run(listings())[0]) == sorted(["arr/c/0", "arr/c/1", *alike])
+
+
+def test_keys_too_deep_or_too_long_for_a_write_are_value_errors(tmp_path):
+    # A key 1500 names deep failed with RecursionError (Path.mkdir(parents=True)); one whose path
+    # fit while its write's temporary file's did not, with ENAMETOOLONG.
+    root = tmp_path / "s"
+    store = GpumapStore(root)
+    proto = default_buffer_prototype()
+    value = proto.buffer.from_bytes(b"v")
+    store.set_sync("/".join(["c"] * 256), value)
+    assert store.get_sync("/".join(["c"] * 256), prototype=proto).to_bytes() == b"v"
+    for depth in (257, 1500):
+        with pytest.raises(ValueError, match=rf"zarr key 'c/c/.* {depth} names deep"):
+            store.set_sync("/".join(["c"] * depth), value)
+    # A path of 4094 bytes: names of 255 bytes, and a last one of 10 or 11, shorter than the
+    # temporary file's name.
+    budget = 4094 - len(os.fsencode(root))
+    for last in (10, 11):
+        remaining = budget - (last + 1)
+        if remaining % 256 != 1:
+            break
+    names = ["d" * 255] * (remaining // 256) + (["d" * (remaining % 256 - 1)] if remaining % 256 else [])
+    key = "/".join([*names, "x" * last])
+    assert len(os.fsencode(root / key)) == 4094
+    with pytest.raises(ValueError, match=r"zarr key 'ddd.*temporary file"):
+        store.set_sync(key, value)
+    assert not (root / ("d" * 255)).exists()
+
+
+def test_getsize_of_a_directory_is_file_not_found(tmp_path):
+    store = GpumapStore(tmp_path / "s")
+    proto = default_buffer_prototype()
+    store.set_sync("grp/zarr.json", proto.buffer.from_bytes(b"{}"))
+    assert asyncio.run(store.getsize("grp/zarr.json")) == 2
+    for key in ("grp", "grp/zarr.json/x", "missing"):
+        with pytest.raises(FileNotFoundError):
+            asyncio.run(store.getsize(key))

@@ -168,7 +168,7 @@ async def test_listings_and_deletes_page_through_thousands_of_keys(bucket, s3_en
     assert client.get_object(Bucket=bucket[0], Key="data.zarrx/c/0")["Body"].read() == b"neighbour"
 
 
-@pytest.mark.parametrize("key", ["../x", "/abs", "a//b", "a/./b", "a\\b", "nul\0", ""])
+@pytest.mark.parametrize("key", ["../x", "/abs", "a//b", "a/./b", "a\\b", "nul\0", "/", f".{'0' * 32}.partial"])
 async def test_keys_that_could_leave_the_prefix_are_refused(bucket, s3_endpoint, key):
     store = _store(bucket, s3_endpoint)
     with pytest.raises(ValueError, match="zarr key|empty key"):
@@ -178,6 +178,20 @@ async def test_keys_that_could_leave_the_prefix_are_refused(bucket, s3_endpoint,
     with pytest.raises(ValueError, match="zarr key|empty key"):
         await store.exists(key)
     assert "Contents" not in bucket[1].list_objects_v2(Bucket=bucket[0])
+
+
+async def test_the_empty_key_is_the_root_in_get_and_exists_as_in_a_directory(bucket, s3_endpoint, tmp_path):
+    # GpumapStore's rules: "" names the root, which holds no value; it may not be set.
+    store = _store(bucket, s3_endpoint)
+    await store.set("a/b", cpu.Buffer.from_bytes(b"x"))
+    local = GpumapStore(tmp_path / "s")
+    for each in (store, local):
+        assert await each.get("") is None
+        assert await each.exists("") is False
+        with pytest.raises(ValueError, match="empty key"):
+            await each.set("", cpu.Buffer.from_bytes(b"x"))
+        with pytest.raises(ValueError, match="empty key"):
+            await each.getsize("")
 
 
 def test_missing_buckets_and_bad_urls_are_typed_errors(s3_endpoint):
