@@ -78,14 +78,22 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
-def _row_shape(row_shape: int | Sequence[int]) -> tuple[int, ...]:
+def _row_shape(row_shape: int | Sequence[int], itemsize: int) -> tuple[int, ...]:
+    """``row_shape`` checked, its row of ``itemsize``-byte values no larger than a NumPy array
+    can be (else every gather would fail making one)."""
     dims = (row_shape,) if isinstance(row_shape, (int, np.integer)) else tuple(row_shape)
     for d in dims:
         if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
             raise TypeError(f"row_shape {row_shape!r}: dimensions must be ints, got {d!r}")
         if d <= 0:
             raise ValueError(f"row_shape {row_shape!r}: dimensions must be at least 1, got {d}")
-    return tuple(int(d) for d in dims)
+    dims = tuple(int(d) for d in dims)
+    if math.prod(dims) * itemsize > np.iinfo(np.intp).max:
+        raise ValueError(
+            f"row_shape {row_shape!r}: a row of {math.prod(dims) * itemsize} bytes is larger than an "
+            f"array can be ({np.iinfo(np.intp).max} bytes)"
+        )
+    return dims
 
 
 def _describe(key: Key) -> str:
@@ -227,7 +235,7 @@ class FeatureTables:
         if key in self._tables:
             raise ValueError(f"{_describe(key)} is already registered; remove it first")
         name = dtype_name(dtype)
-        shape = _row_shape(row_shape)
+        shape = _row_shape(row_shape, DTYPES[name])
         row_size = math.prod(shape) * DTYPES[name]
         if isinstance(source, MappedFile):
             if budget is not None or cache is not None or writable is not None:
@@ -339,7 +347,7 @@ class FeatureTables:
         return self._array_index(table, np.asarray(index))
 
     def _array_index(self, table: Table, arr: np.ndarray) -> _Index:
-        if arr.ndim == 1 and arr.size == 0 and arr.dtype.kind in "biuf":
+        if arr.ndim == 1 and arr.size == 0 and arr.dtype.kind in "iuf":
             return _Index(np.zeros(0, dtype=np.int64), False)  # torch.tensor([]) is float32
         if arr.dtype.kind == "b":
             if arr.ndim != 1 or arr.shape[0] != table.rows:
@@ -369,7 +377,7 @@ class FeatureTables:
         import torch
 
         index = index.detach()
-        if index.dim() == 1 and index.numel() == 0:  # torch.tensor([]) is float32
+        if index.dim() == 1 and index.numel() == 0 and index.dtype != torch.bool:  # torch.tensor([]) is float32
             return _Index(np.zeros(0, dtype=np.int64) if not index.is_cuda else index.long(), False)
         if index.is_floating_point() or index.is_complex():
             sample = f" such as {index.reshape(-1)[0].item()!r}" if index.numel() else ""
@@ -555,6 +563,12 @@ class FeatureTables:
                 f"{_describe(key)} is already registered: update it with update_tensor / "
                 "write_rows, or remove it first"
             )
+        stem = _file_stem(key)
+        if len(stem) > _STEM_MAX:
+            raise ValueError(
+                f"cannot put {_describe(key)}: its file name would be {len(stem)} bytes before the "
+                f"suffix; file names take {_STEM_MAX} (shorten the group or attribute name)"
+            )
         if not _framework(values):
             values = np.asarray(values)
         name = dtype_name(values.dtype)
@@ -562,19 +576,14 @@ class FeatureTables:
         if len(shape) == 0 or math.prod(shape) == 0:
             raise ValueError(f"cannot put {_describe(key)}: a table needs rows of at least one value, got shape {shape}")
         data = _host_bytes(_describe(key), name, values, shape)
-        path = self._new_file(key, data)
+        path = self._new_file(stem, data)
         return self.add_table(
             path, group_name=group_name, attr_name=attr_name, dtype=name, row_shape=shape[1:], writable=writable
         )
 
-    def _new_file(self, key: Key, data: np.ndarray) -> str:
+    def _new_file(self, stem: str, data: np.ndarray) -> str:
         assert self.directory is not None
-        group, attr = key
-        # "<group>.<attr>", an edge type's parts joined by "__"; only [A-Za-z0-9._-] kept.
-        groups = [] if group is None else [group] if isinstance(group, str) else list(group)
-        name = (f"{'__'.join(groups)}." if groups else "") + attr
-        stem = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "table"
-        for n in range(10_000):
+        for n in range(_SUFFIXES):
             path = os.path.join(self.directory, f"{stem}{'' if n == 0 else f'-{n}'}.bin")
             try:
                 with open(path, "xb") as f:
@@ -583,6 +592,21 @@ class FeatureTables:
             except FileExistsError:
                 continue
         raise FileExistsError(f"no free name for {stem}.bin in {self.directory}")
+
+
+# Files put() tries for one key: "<stem>.bin", then "<stem>-1.bin" ... "<stem>-9999.bin"; the
+# longest suffix leaves a stem this many bytes of the 255 a file name takes.
+_SUFFIXES = 10_000
+_STEM_MAX = 255 - len(f"-{_SUFFIXES - 1}.bin")
+
+
+def _file_stem(key: Key) -> str:
+    """``"<group>.<attr>"``, an edge type's parts joined by ``"__"``; only ``[A-Za-z0-9._-]`` kept
+    (one ASCII byte each)."""
+    group, attr = key
+    groups = [] if group is None else [group] if isinstance(group, str) else list(group)
+    name = (f"{'__'.join(groups)}." if groups else "") + attr
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "table"
 
 
 @dataclass(frozen=True)

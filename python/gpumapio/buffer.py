@@ -27,8 +27,11 @@ def memory_register(buf) -> None:
 
 
 def memory_deregister(buf) -> None:
-    """Deregisters memory registered by :func:`memory_register` (unknown memory: nothing)."""
+    """Deregisters memory registered by :func:`memory_register` (unknown memory: nothing, host
+    memory included, which :func:`memory_register` passes over where compat mode is preferred)."""
     address = _address(buf)
+    if address is None:
+        return
     with _lock:
         registration = _registered.pop(address, None)
     if registration is not None:
@@ -41,8 +44,8 @@ def bounce_buffer_free() -> int:
     return 0
 
 
-def _address(buf) -> int:
+def _address(buf) -> int | None:
+    """The device address of ``buf``; None for memory without ``__cuda_array_interface__``
+    (never registered, since registration takes only device memory)."""
     cai = getattr(buf, "__cuda_array_interface__", None)
-    if cai is None:
-        raise TypeError("memory_deregister takes device memory (__cuda_array_interface__)")
-    return int(cai["data"][0])
+    return None if cai is None else int(cai["data"][0])

@@ -171,6 +171,7 @@ def test_indices_outside_the_table_are_index_errors_naming_them(table_file, bad,
         (np.ones(ROWS - 1, dtype=bool), IndexError, rf"one entry per row \({ROWS}\), got shape \({ROWS - 1},\)"),
         (np.ones((ROWS, 1), dtype=bool), IndexError, "one entry per row"),
         ([True, False], IndexError, r"got shape \(2,\)"),
+        (np.zeros(0, dtype=bool), IndexError, rf"one entry per row \({ROWS}\), got shape \(0,\)"),
         (np.array(True), IndexError, "one entry per row"),
         (slice(0, 10, 0), ValueError, "slice step cannot be zero"),
         (slice(0.5, 10), TypeError, "slice indices"),
@@ -218,6 +219,32 @@ def test_keys_dtypes_and_row_shapes_are_checked(table_file):
     assert "bad" not in [a for _, a in tables.keys()]
     assert dtype_name(np.float32) == dtype_name("float32") == dtype_name(np.dtype("<f4")) == "float32"
     assert dtype_name("bfloat16") == "bfloat16" and set(DTYPES) >= {"float16", "int64", "uint8"}
+
+
+def test_an_empty_torch_bool_mask_is_refused_like_any_short_mask(table_file):
+    torch = pytest.importorskip("torch")
+    path, _ = table_file
+    tables = host_tables()
+    tables.add_table(path, row_shape=(128,))
+    with pytest.raises(IndexError, match=rf"one entry per row \({ROWS}\), got shape \(0,\)"):
+        tables.gather(None, "x", torch.zeros(0, dtype=torch.bool))
+    assert tables.gather(None, "x", torch.zeros(0)).shape == (0, 128)  # torch.tensor([]): no rows
+    empty = path.parent / "empty.bin"
+    empty.write_bytes(b"")
+    tables.add_table(empty, attr_name="none", row_shape=(4,))
+    assert tables.gather(None, "none", np.zeros(0, dtype=bool)).shape == (0, 4)  # one entry per row
+
+
+def test_rows_larger_than_an_array_can_be_are_refused_at_registration(table_file):
+    # Such a table registered, and every gather then failed in NumPy.
+    path, _ = table_file
+    tables = host_tables()
+    for shape, dtype in [((2**40, 2**40), "uint8"), ((2**62,), "float32"), ((2**31, 2**31, 2), "int8")]:
+        with pytest.raises(ValueError, match=rf"row_shape \({shape[0]},.*larger than an array can be"):
+            tables.add_table(path, attr_name="big", dtype=dtype, row_shape=shape)
+    assert len(tables) == 0
+    table = tables.add_table(path, attr_name="wide", dtype="uint8", row_shape=(2**62,))  # fits: no rows
+    assert table.rows == 0 and tables.gather(None, "wide").shape == (0, 2**62)
 
 
 def test_bfloat16_tables_gather_only_as_torch(table_file):
@@ -378,6 +405,19 @@ def test_put_writes_new_files_only_into_its_directory(tmp_path, table_file, rng)
         tables.put(None, "c", np.zeros(3, dtype=np.complex64))
     with pytest.raises(NotADirectoryError):
         FeatureTables(path, device="host")
+
+
+def test_put_refuses_names_too_long_for_a_file_before_writing(tmp_path):
+    # The file name is built from the key: an attribute name of 300 characters failed with
+    # ENAMETOOLONG when the file was created.
+    tables = host_tables(directory=tmp_path)
+    values = np.ones((3, 2), dtype=np.float32)
+    for group, attr in [(None, "feat_" + "x" * 300), (("paper", "c" * 200, "paper"), "x" * 50)]:
+        with pytest.raises(ValueError, match=r"cannot put table .*file name would be \d+ bytes"):
+            tables.put(group, attr, values)
+    assert list(tmp_path.iterdir()) == [] and len(tables) == 0
+    longest = tables.put(None, "y" * 246, values)  # with "-9999.bin", 255 bytes
+    assert os.path.basename(longest.path) == "y" * 246 + ".bin"
 
 
 def test_tables_on_the_gpu_with_cupy_indices(table_file, rng):

@@ -67,6 +67,34 @@ def test_low_level_cufile_without_cufile_says_why(data_file):
     assert gpumapio.buffer.bounce_buffer_free() == 0
 
 
+def test_kvikio_buffer_deregister_of_memory_never_registered_does_nothing(monkeypatch):
+    # memory_register passes over host memory where compat mode is preferred; its
+    # memory_deregister raised TypeError. KvikIO's does nothing there too.
+    from gpumapio import buffer
+
+    host = np.zeros(1 << 16, np.uint8)
+    with gpumapio.defaults.set("compat_mode", "on"):
+        buffer.memory_register(host)
+        buffer.memory_deregister(host)
+    buffer.memory_deregister(host)
+    buffer.memory_deregister(b"bytes")
+
+    # What was registered is still deregistered, once.
+    class Registration:
+        calls = 0
+
+        def deregister(self):
+            Registration.calls += 1
+
+    class Device:
+        __cuda_array_interface__ = {"data": (0xDEAD000, False), "shape": (16,), "typestr": "|u1", "version": 3}
+
+    monkeypatch.setattr(buffer, "_registered", {0xDEAD000: Registration()})
+    buffer.memory_deregister(Device())
+    buffer.memory_deregister(Device())
+    assert Registration.calls == 1 and buffer._registered == {}
+
+
 def test_kvikio_numpy_fromfile_tofile(tmp_path):
     from gpumapio import numpy as gnp
 
