@@ -35,7 +35,9 @@ Buffers: anything with ``__cuda_array_interface__`` (CuPy, PyTorch, Numba) or ``
 and host memory through the buffer protocol (NumPy, bytearray, memoryview).
 """
 
-from gpumapio import buffer, cufile_driver, defaults, maps, pagecache, tensor_parallel
+import atexit
+
+from gpumapio import _native, buffer, cufile_driver, defaults, maps, pagecache, tensor_parallel
 from gpumapio._device import capabilities, gpu_count, read_file_to_device
 from gpumapio._native import (
     CudaError,
@@ -117,3 +119,7 @@ __all__ = [
     "stream_register",
     "tensor_parallel",
 ]
+
+# A pwrite whose future was never waited for (nor its file closed) runs on the pool's threads,
+# which end with the process: the interpreter's exit waits for it, as KvikIO's pool does.
+atexit.register(_native.wait_for_all_writes)

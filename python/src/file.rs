@@ -83,7 +83,8 @@ impl Pending for StreamPending {
 
 /// A file opened for parallel reads and writes into and out of GPU memory (or host memory).
 ///
-/// `CuFile(path, flags="r")` with `fopen` flags `r`, `w`, `a`, `r+`, `w+`, `a+` (`b` ignored).
+/// `CuFile(path, flags="r")` with `fopen` flags `r`, `w`, `r+`, `w+` (`b` ignored; `a` and
+/// `a+` are refused, as KvikIO refuses them).
 /// Buffers are anything with `__cuda_array_interface__` (CuPy, PyTorch, Numba) or
 /// `__dlpack__`, or host memory through the buffer protocol (NumPy, bytearray, memoryview).
 #[pyclass(module = "gpumapio", name = "CuFile", frozen)]
@@ -160,10 +161,15 @@ impl CuFile {
         })
     }
 
-    /// Closes the file. Transfers still running keep it open until they are done.
-    fn close(&self) {
-        self.handle.lock().take();
+    /// Closes the file, once the writes its futures started have ended (waited for or not):
+    /// after `close`, the file holds them. Reads still running keep it open until they are
+    /// done.
+    fn close(&self, py: Python<'_>) {
+        let handle = self.handle.lock().take();
         self.variants.lock().clear();
+        if let Some(handle) = handle {
+            py.detach(move || handle.wait_for_writes());
+        }
     }
 
     /// Whether the file is closed.
@@ -214,11 +220,12 @@ impl CuFile {
 
     fn __exit__(
         &self,
+        py: Python<'_>,
         _exc_type: &Bound<'_, PyAny>,
         _exc: &Bound<'_, PyAny>,
         _tb: &Bound<'_, PyAny>,
     ) -> bool {
-        self.close();
+        self.close(py);
         false
     }
 
@@ -392,4 +399,12 @@ impl CuFile {
         let src = mem.into_src(py, dev_offset, len)?;
         Ok(IOFutureStream::ready(Ok(write_blocking(py, &handle, src, file_offset)?)))
     }
+}
+
+/// Waits, without the GIL, for every write a file's futures started in this process (run at
+/// exit, registered by `gpumapio`: the pool's threads end with the process, and a `pwrite`
+/// whose future was never waited for would be cut short, silently).
+#[pyfunction]
+pub fn wait_for_all_writes(py: Python<'_>) {
+    py.detach(gpumap::io::wait_for_all_writes);
 }

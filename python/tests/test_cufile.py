@@ -220,8 +220,8 @@ def test_file_object_surface(data_file):
         f.read(np.zeros(1, np.uint8))
     with kvikio.CuFile(path, "r+") as g:
         assert g.open_flags() & os.O_ACCMODE == os.O_RDWR
-    with kvikio.CuFile(path.with_suffix(".a"), "a") as g:
-        assert g.open_flags() & os.O_APPEND
+    with pytest.raises(ValueError, match="isn't supported"):
+        kvikio.CuFile(path.with_suffix(".a"), "a")  # as KvikIO: no offset write could run
 
 
 def test_pathlike_and_str_paths(data_file):
@@ -231,3 +231,37 @@ def test_pathlike_and_str_paths(data_file):
         with gpumapio.CuFile(p) as f:
             assert f.read(buf) == 16
         assert bytes(buf) == data[:16]
+
+
+def test_writes_of_unwaited_futures_are_in_the_file_at_close_and_at_exit(tmp_path):
+    """A pwrite whose future is dropped runs on: close() (and the end of a with block) waits for
+    it, and so does the interpreter's exit where the file is never closed; both once lost the
+    write's tail (the file short, or its bytes wrong), silently."""
+    import subprocess
+    import sys
+    import textwrap
+
+    src = os.urandom(24 << 20)
+    (tmp_path / "src.bin").write_bytes(src)
+    # Small tasks, so that the write is still running when the call returns.
+    with gpumapio.CuFile(tmp_path / "closed.bin", "w") as f:
+        f.pwrite(src, task_size=65536)
+    assert (tmp_path / "closed.bin").read_bytes() == src
+    child = textwrap.dedent(
+        """
+        import sys, gpumapio
+        src = open(sys.argv[1], "rb").read()
+        for name in ("never-closed.bin", "closed.bin"):
+            f = gpumapio.CuFile(sys.argv[2] + "/" + name, "w")
+            f.pwrite(src, task_size=65536)
+            if name == "closed.bin":
+                f.close()
+                del f
+        """
+    )
+    for name in ("never-closed.bin", "closed.bin"):
+        (tmp_path / name).unlink(missing_ok=True)
+    run = subprocess.run([sys.executable, "-c", child, str(tmp_path / "src.bin"), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    for name in ("never-closed.bin", "closed.bin"):
+        assert (tmp_path / name).read_bytes() == src, name

@@ -58,7 +58,9 @@ pub(super) fn pwrite_device<B: OwnedDeviceSource>(
     offset: u64,
 ) -> IoFuture<(B, usize)> {
     let shared = Arc::clone(state);
+    let in_flight = state.writes.start();
     state.pool.spawn(move || {
+        let _in_flight = in_flight;
         let n = write_device(&shared, src.device_view(), offset)?;
         Ok((src, n))
     })

@@ -329,6 +329,14 @@ impl FileHandle {
         host_io::append(&self.state, buf)
     }
 
+    /// Blocks until every write started through this file's futures ([`pwrite`](Self::pwrite),
+    /// [`pwrite_device`](Self::pwrite_device), on this handle or another task size's of it)
+    /// has ended, waited for or not. For closing a file whose futures were dropped: their
+    /// writes run on, and would be cut short if the process ended.
+    pub fn wait_for_writes(&self) {
+        self.state.writes.wait();
+    }
+
     /// Reads into `buf` from `offset` on the calling thread only; returns the count read.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
         host_io::read_at(&self.state, buf, offset)

@@ -21,6 +21,7 @@ use crate::io::gds::CuFileHandle;
 use crate::io::pool::IoPool;
 use crate::io::small_read_queue::SmallReadQueue;
 use crate::io::thread_descriptors::ThreadDescriptors;
+use crate::io::writes_in_flight::WritesInFlight;
 use crate::sys::posix;
 use crate::tuning::{self, FileSystem};
 
@@ -117,6 +118,9 @@ pub(super) struct HandleState {
     pub(super) small_reads: parking_lot::Mutex<SmallReadQueue>,
     /// Whether a lone small read, read as it was submitted, runs (see `lone_reads`).
     pub(super) lone_read_running: AtomicBool,
+    /// The writes its futures run, shared with its other task sizes' handles (see
+    /// `writes_in_flight`).
+    pub(super) writes: Arc<WritesInFlight>,
 }
 
 impl HandleState {
@@ -206,6 +210,7 @@ impl HandleState {
             decision,
             small_reads: Default::default(),
             lone_read_running: AtomicBool::new(false),
+            writes: Arc::default(),
         })
     }
 
@@ -234,6 +239,7 @@ impl HandleState {
             decision: self.decision.clone(),
             small_reads: Default::default(),
             lone_read_running: AtomicBool::new(false),
+            writes: self.writes.clone(),
         })
     }
 

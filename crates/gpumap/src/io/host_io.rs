@@ -70,7 +70,9 @@ where
     B: AsRef<[u8]> + Send + 'static,
 {
     let shared = Arc::clone(state);
+    let in_flight = state.writes.start();
     state.pool.spawn(move || {
+        let _in_flight = in_flight;
         let n = write(&shared, buf.as_ref(), offset)?;
         Ok((buf, n))
     })

@@ -48,6 +48,7 @@ mod small_read_queue;
 mod small_reads;
 mod stream;
 mod thread_descriptors;
+mod writes_in_flight;
 
 pub use batch::{BatchPiece, DeviceRead};
 pub use compat::{CompatDecision, IoPath};
@@ -57,6 +58,7 @@ pub use multi_file::{pread_files, read_files, FilePiece, FileRead, SMALL_READ};
 pub use pool::{IoFuture, IoPool};
 pub use scratch::ScratchFile;
 pub use stream::StreamTransfer;
+pub use writes_in_flight::wait_for_all_writes;
 
 /// Bytes this process may still write to the file system holding `path` (a file or a
 /// directory): `statvfs(2)`'s blocks available to unprivileged users times the block size. For
