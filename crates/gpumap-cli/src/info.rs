@@ -107,6 +107,7 @@ struct ShownFacts {
     cpus: usize,
     gpus: Option<usize>,
     /// The path asked about, `null` without one.
+    #[serde(serialize_with = "output::lossy_optional_path")]
     path: Option<PathBuf>,
     /// `{kind: "local" | "memory" | "network" | "unknown", name}`, `null` without a path.
     file_system: Option<FileSystem>,
@@ -248,7 +249,7 @@ pub fn info(args: &InfoArgs) -> CliResult {
         format!("facts: {} CPUs, GPUs {}", facts.cpus, known(gpus.map(|n| n.to_string())));
     if let (Some(path), Some(fs)) = (&args.path, facts.file_system) {
         let spins = known(facts.rotational.map(|r| if r { "yes" } else { "no" }.to_owned()));
-        line += &format!(", {} on {fs}, rotational disk {spins}", path.display());
+        line += &format!(", {} on {fs}, rotational disk {spins}", output::shown(path));
     }
     output::try_line(line)?;
     output::try_line("settings:")?;

@@ -49,12 +49,29 @@ pub fn install(verbose: u8, quiet: bool) -> gpumap::Result<()> {
     };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         // Field names are styled for a terminal; a file or a pipe gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .event_format(Plain { targets: verbose >= 2 || std::env::var_os(LOG_VAR).is_some() })
         .init();
     result
+}
+
+/// Standard error, its failures dropped: a note that cannot be shown (standard error full, or
+/// a pipe whose reader left) must not end the command, and tracing-subscriber reports a failed
+/// write with `eprintln!`, which panics when standard error fails.
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
 }
 
 fn default_level(verbose: u8, quiet: bool) -> &'static str {

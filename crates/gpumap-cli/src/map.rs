@@ -130,6 +130,7 @@ impl AdviceArg {
 
 #[derive(Serialize)]
 struct FileReport {
+    #[serde(serialize_with = "output::lossy_path")]
     file: PathBuf,
     stats: FileStats,
 }
@@ -352,7 +353,10 @@ fn check_units(
     if count > MAX_VIEWS {
         return Err(CliError::Usage(format!("{count_option} {count}: at most {MAX_VIEWS}")));
     }
-    if size == 0 || maps.iter().any(|m| size > m.len()) {
+    if size == 0 {
+        return Err(CliError::Usage(format!("{size_option} 0: must be at least 1 byte")));
+    }
+    if maps.iter().any(|m| size > m.len()) {
         return Err(CliError::Usage(format!(
             "{size_option} {size} does not fit in every file (the smallest has {} bytes)",
             maps.iter().map(|m| m.len()).min().unwrap_or(0)
@@ -443,7 +447,7 @@ fn print(report: &Report, json: bool) -> CliResult {
         let s = &f.stats;
         output::try_line(format!(
             "  {}: {} hits, {} misses, {} bytes faulted in {} reads, {} evictions, {} resident ({} frames, {} slots)",
-            f.file.display(),
+            output::shown(&f.file),
             s.hits,
             s.misses,
             s.bytes_faulted,

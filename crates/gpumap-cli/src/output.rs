@@ -2,6 +2,7 @@
 //! documents, and notes on standard error that `--quiet` silences.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
@@ -77,6 +78,36 @@ pub fn print_with(print: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> 
     }
 }
 
+/// A path as text lines show it: control characters (a newline, a terminal's escape) written
+/// as Rust escapes, so that a file name can neither break a line a script splits nor drive the
+/// terminal; bytes that are not UTF-8 as U+FFFD.
+pub fn shown(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    if !text.chars().any(char::is_control) {
+        return text.into_owned();
+    }
+    text.chars()
+        .map(|c| if c.is_control() { c.escape_default().collect() } else { c.to_string() })
+        .collect()
+}
+
+/// A path as a JSON string: one that is not UTF-8 with U+FFFD for what is not (serde would
+/// refuse it, and a command's work is done by the time its report is written).
+pub fn lossy_path<S: serde::Serializer>(path: &Path, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&path.to_string_lossy())
+}
+
+/// [`lossy_path`] of a path that may be missing (`null`).
+pub fn lossy_optional_path<S: serde::Serializer>(
+    path: &Option<PathBuf>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match path {
+        Some(path) => lossy_path(path, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
 /// Prints `document` as one line of JSON (every document carries its `"schema"`).
 pub fn json(document: &impl Serialize) -> CliResult {
     let text = serde_json::to_string(document).map_err(|e| {
@@ -104,4 +135,18 @@ pub fn exit_on(e: CliError) -> ! {
         report_error(&e);
     }
     std::process::exit(i32::from(e.exit_code()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_paths_escape_what_would_break_a_line_or_drive_a_terminal() {
+        use std::os::unix::ffi::OsStrExt;
+        assert_eq!(shown(Path::new("/data/plain é.bin")), "/data/plain é.bin");
+        assert_eq!(shown(Path::new("a\nb\tc\u{1b}[31m")), "a\\nb\\tc\\u{1b}[31m");
+        let raw = std::ffi::OsStr::from_bytes(b"x\xff\x07");
+        assert_eq!(shown(Path::new(raw)), "x\u{fffd}\\u{7}");
+    }
 }

@@ -250,6 +250,7 @@ fn parse_columns(text: &str) -> Result<Columns, String> {
 /// One file's line of the report.
 #[derive(Serialize, Debug)]
 struct FileReport {
+    #[serde(serialize_with = "output::lossy_path")]
     path: PathBuf,
     residency: Residency,
     /// Residency before `--evict`.
@@ -267,6 +268,7 @@ struct FileReport {
 
 #[derive(Serialize, Debug)]
 struct ErrorReport {
+    #[serde(serialize_with = "output::lossy_path")]
     path: PathBuf,
     error: ErrorObject,
 }
@@ -306,6 +308,10 @@ struct Report {
 pub fn run(args: &PagecacheArgs) -> CliResult {
     if args.drop_all {
         return drop_all(args);
+    }
+    // clap lets `--dentries` through beside paths (its `requires` yields to the conflict).
+    if args.dentries {
+        return Err(CliError::Usage("--dentries applies to --drop-all only".into()));
     }
     let progress = Progress::new(args.recursive);
     let files = (!args.summary).then(Vec::new);
@@ -553,7 +559,7 @@ fn print_table(out: &mut dyn Write, report: &Report, args: &PagecacheArgs) -> st
         let row = columns
             .iter()
             .map(|&column| match column {
-                Column::File => file.path.display().to_string(),
+                Column::File => output::shown(&file.path),
                 Column::Resident => {
                     let after = cell(column, &file.residency, raw);
                     match file.before_evict.as_ref().and_then(Residency::cached_bytes) {
@@ -673,7 +679,7 @@ impl Progress {
     fn tick(&self, file: &FileReport) {
         if let Some(bar) = &self.bar {
             bar.inc(1);
-            bar.set_message(format!("{} files; {}", bar.position(), file.path.display()));
+            bar.set_message(format!("{} files; {}", bar.position(), output::shown(&file.path)));
         }
     }
 

@@ -280,6 +280,7 @@ struct Report {
     schema: u32,
     /// `"read"` or `"write"`.
     op: &'static str,
+    #[serde(serialize_with = "output::lossy_path")]
     pub(crate) file: PathBuf,
     offset: u64,
     bytes: u64,
@@ -312,7 +313,7 @@ impl Report {
             if self.op == "read" { "read" } else { "wrote" },
             self.bytes,
             if self.op == "read" { "from" } else { "to" },
-            self.file.display(),
+            output::shown(&self.file),
             self.offset,
             self.seconds,
             rate_text(self.gbps * 1e9),
@@ -562,23 +563,24 @@ pub fn write(args: &WriteArgs) -> CliResult {
 
 /// Refuses a write the file system has no room for, before anything is created or cut: the
 /// bytes it would add (`--size` for a new or truncated file; what extends past the end of an
-/// existing one) against `statvfs`'s space available to unprivileged users.
+/// existing one) against `statvfs`'s space available to unprivileged users, plus what cutting
+/// the file first frees (`--truncate`: the blocks it holds).
 fn check_space(args: &WriteArgs, existing: Option<&std::fs::Metadata>) -> CliResult {
     let end = args.offset + args.size;
-    let (needed, on) = match existing {
+    let (needed, freed, on) = match existing {
         Some(m) if !args.truncate => {
-            (end.saturating_sub(m.len()).min(args.size), args.file.clone())
+            (end.saturating_sub(m.len()).min(args.size), 0, args.file.clone())
         }
-        Some(_) => (args.size, args.file.clone()),
+        Some(m) => (args.size, allocated_bytes(m), args.file.clone()),
         None => {
             let dir = match args.file.parent() {
                 Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
                 _ => PathBuf::from("."),
             };
-            (args.size, dir)
+            (args.size, 0, dir)
         }
     };
-    let available = gpumap::io::available_space(&on)?;
+    let available = gpumap::io::available_space(&on)?.saturating_add(freed);
     if needed > available {
         return Err(Error::ResourceLimit {
             resource: "the free space of the file system",
@@ -589,6 +591,13 @@ fn check_space(args: &WriteArgs, existing: Option<&std::fs::Metadata>) -> CliRes
         .into());
     }
     Ok(())
+}
+
+/// The bytes a file holds on its file system (`st_blocks`, in 512-byte units whatever the
+/// block size), which cutting it to nothing frees.
+fn allocated_bytes(file: &std::fs::Metadata) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    file.blocks().saturating_mul(512)
 }
 
 /// Generates and writes `args.size` bytes of the pattern, `piece` at a time through `staged`
@@ -665,6 +674,19 @@ mod tests {
         assert_eq!(read_len(1000, Some(0), 1000).unwrap(), 0);
         assert_eq!(read_len(10, None, 1000).unwrap(), 990);
         assert!(matches!(read_len(u64::MAX, Some(2), 10), Err(Error::Overflow { .. })));
+    }
+
+    #[test]
+    fn truncating_a_file_frees_the_blocks_it_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("held");
+        std::fs::write(&path, vec![3u8; 1 << 20]).unwrap();
+        let held = allocated_bytes(&std::fs::metadata(&path).unwrap());
+        // At least its bytes where the file system stores them (tmpfs and ext4 both do).
+        assert!(held >= 1 << 20, "{held}");
+        let sparse = dir.path().join("sparse");
+        std::fs::File::create(&sparse).unwrap().set_len(1 << 30).unwrap();
+        assert!(allocated_bytes(&std::fs::metadata(&sparse).unwrap()) < 1 << 20);
     }
 
     #[test]

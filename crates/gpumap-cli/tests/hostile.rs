@@ -367,3 +367,90 @@ fn a_write_ends_without_warnings() {
     assert!(!err.to_lowercase().contains("warn"), "{err}");
     assert!(!err.contains("failed"), "{err}");
 }
+
+/// A standard error that cannot be written (full, or a pipe whose reader left) panicked the
+/// command (tracing-subscriber reports a failed write with `eprintln!`), losing the report
+/// on standard output; the notes are dropped now and the command runs to its end.
+#[test]
+fn an_unwritable_standard_error_loses_notes_not_the_command() {
+    let dir = scratch();
+    let file = dir.path().join("data");
+    std::fs::write(&file, vec![5u8; 100_000]).unwrap();
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    // No --host: the "no GPU" note goes to standard error where there is no GPU.
+    let (code, out, _) =
+        run_bounded(gpumap().args(["read", "--json", "-v"]).arg(&file).stderr(full));
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(json(&out)["bytes"], 100_000, "{out}");
+}
+
+/// `ulimit -f` killed a write with SIGXFSZ (status 153): no report, and `bench`'s scratch file
+/// left behind. The write now fails with EFBIG, reported with its file and offset, and the
+/// scratch file is removed.
+#[test]
+fn a_write_past_the_file_size_limit_is_an_error_not_a_kill() {
+    let dir = scratch();
+    let limited = |args: &[&str]| {
+        let mut cmd = Command::new("sh");
+        // 1024 blocks of 1 KiB (sh's unit for -f) = 1 MiB.
+        cmd.arg("-c").arg("ulimit -f 1024 && exec \"$0\" \"$@\"").arg(common::gpumap_bin());
+        cmd.args(args).current_dir(dir.path());
+        run_bounded(&mut cmd)
+    };
+    let (code, out, err) = limited(&["write", "--host", "--json", "--size", "4MiB", "big"]);
+    assert_eq!(code, 1, "{out} {err}");
+    let error = &json(&out)["error"];
+    assert!(error["message"].as_str().unwrap().contains("big"), "{out}");
+    assert!(err.contains("File too large"), "{err}");
+    std::fs::write(dir.path().join("data"), vec![1u8; 8 << 20]).unwrap();
+    let (code, out, err) = limited(&["bench", "--host", "--quick", "--json", "data"]);
+    assert_ne!(code, 128 + libc::SIGXFSZ, "{out} {err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains("scratch"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?} ({err})");
+}
+
+/// A file name that is not UTF-8 failed `--json` after the work was done ("cannot encode
+/// JSON"); it is written with U+FFFD for the bytes that are not.
+#[test]
+fn json_reports_name_files_whose_names_are_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = scratch();
+    let name = std::ffi::OsStr::from_bytes(b"new\xffw");
+    let (code, out, err) = run_bounded(
+        gpumap().args(["write", "--host", "--json", "--size", "64KiB"]).arg(dir.path().join(name)),
+    );
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(json(&out)["file"].as_str().unwrap().ends_with("new\u{fffd}w"), "{out}");
+    let (code, out, err) =
+        run_bounded(gpumap().args(["pagecache", "-r", "--json"]).arg(dir.path()));
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(out.contains("new\u{fffd}w"), "{out}");
+}
+
+#[test]
+fn a_zero_block_or_row_size_is_refused_as_zero() {
+    let dir = scratch();
+    let file = dir.path().join("data");
+    std::fs::write(&file, vec![0u8; 100_000]).unwrap();
+    for args in [&["--random", "10", "--block", "0"][..], &["--rows", "10", "--row-size", "0"]] {
+        let (code, _, err) = run_bounded(gpumap().args(["map", "--host"]).args(args).arg(&file));
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("0: must be at least 1 byte"), "{err}");
+    }
+}
+
+/// `--dentries` beside paths was silently ignored (clap's `requires` let it through), where
+/// `--wait` without `--warm` is refused; a usage error now.
+#[test]
+fn dentries_without_drop_all_is_refused() {
+    let dir = scratch();
+    let file = dir.path().join("data");
+    std::fs::write(&file, b"x").unwrap();
+    let (code, _, err) = run_bounded(gpumap().args(["pagecache", "--dentries"]).arg(&file));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--dentries applies to --drop-all only"), "{err}");
+}

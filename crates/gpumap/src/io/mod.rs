@@ -67,3 +67,11 @@ pub use writes_in_flight::wait_for_all_writes;
 pub fn available_space(path: &std::path::Path) -> crate::error::Result<u64> {
     crate::sys::posix::available_bytes(path)
 }
+
+/// Makes a write past the file size limit (`ulimit -f`) fail with `EFBIG`, reported with its
+/// file and offset like any failed write, instead of `SIGXFSZ` killing the process (no report,
+/// scratch files left behind). For programs (the `gpumap` command) that own their signals; a
+/// handler already installed is kept. Returns whether the disposition was changed.
+pub fn file_size_limit_as_error() -> std::io::Result<bool> {
+    crate::sys::signals::file_size_limit_as_error()
+}

@@ -81,3 +81,28 @@ pub fn on_termination(signals: &[libc::c_int], cleanup: fn()) -> io::Result<()> 
     }
     Ok(())
 }
+
+/// Makes a write past the file size limit (`ulimit -f`, `RLIMIT_FSIZE`) fail with `EFBIG`,
+/// which the write's error then names with its file and offset, instead of `SIGXFSZ` killing
+/// the process (no report, and scratch files left behind). Only where the signal's disposition
+/// is the default: a program that handles it keeps it. Returns whether it was changed.
+pub fn file_size_limit_as_error() -> io::Result<bool> {
+    // SAFETY: a zeroed sigaction is a valid value to read the current one into; the new action
+    // is SIG_IGN with an empty mask, which takes no pointers.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGXFSZ, std::ptr::null(), &mut current) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if current.sa_sigaction != libc::SIG_DFL {
+            return Ok(false);
+        }
+        let mut ignore: libc::sigaction = std::mem::zeroed();
+        ignore.sa_sigaction = libc::SIG_IGN;
+        libc::sigemptyset(&mut ignore.sa_mask);
+        if libc::sigaction(libc::SIGXFSZ, &ignore, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(true)
+}
