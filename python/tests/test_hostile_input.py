@@ -155,6 +155,11 @@ def test_numpy_fromfile_checks_offset_and_count_first(tmp_path):
     with pytest.raises(ValueError, match="count"):
         gnp.fromfile(path, dtype=np.int32, count=-2)
     assert gnp.fromfile(path, dtype=np.int32, count=3, offset=8).tolist() == [2, 3, 4]
+    # A float offset was named as a sequence of integers, through the float it made of the size.
+    for name, value in (("offset", 1.5), ("count", 2.0), ("offset", True)):
+        with pytest.raises(TypeError, match=f"{name} must be an int"):
+            gnp.fromfile(path, dtype=np.int32, **{name: value})
+    assert gnp.fromfile(path, dtype=np.int32, count=np.int64(2), offset=np.uint8(4)).tolist() == [1, 2]
 
 
 def test_numpy_fromfile_of_a_file_that_shrank_while_read_is_an_eof_error(tmp_path, monkeypatch):

@@ -369,7 +369,20 @@ impl<'a> DeviceViewMut<'a> {
         let mut consumed = 0usize;
         for i in order {
             let (offset, len) = ranges[i];
-            cuda::check_range(offset, len, total)?;
+            match offset.checked_add(len) {
+                Some(end) if end <= total => {}
+                Some(end) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "destination range {offset}..{end} runs past the end of the buffer of \
+                         {total} bytes"
+                    )))
+                }
+                None => {
+                    return Err(Error::InvalidArgument(format!(
+                        "destination range of {len} bytes at {offset} passes the largest address"
+                    )))
+                }
+            }
             if offset < consumed {
                 return Err(Error::InvalidArgument(format!(
                     "destination range {offset}..{} overlaps another one ending at {consumed}",
@@ -562,5 +575,29 @@ impl OwnedDeviceSource for DeviceView<'static> {
 impl OwnedDeviceSource for DeviceViewMut<'static> {
     fn device_view(&self) -> DeviceView<'_> {
         self.as_view()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn carved_ranges_past_the_buffer_name_the_buffer() {
+        let mut bytes = vec![0u8; 1000];
+        let carve = |bytes: &mut [u8], ranges: &[(usize, usize)]| {
+            DeviceViewMut::Host(bytes).carve(ranges).map(|v| v.len()).map_err(|e| e.to_string())
+        };
+        assert_eq!(carve(&mut bytes, &[(10, 5), (0, 10)]), Ok(2));
+        let past = carve(&mut bytes, &[(0, 1010)]).unwrap_err();
+        assert_eq!(
+            past,
+            "invalid argument: destination range 0..1010 runs past the end of the buffer of 1000 \
+             bytes"
+        );
+        let far = carve(&mut bytes, &[(usize::MAX, 2)]).unwrap_err();
+        assert!(far.contains("passes the largest address"), "{far}");
+        let overlap = carve(&mut bytes, &[(0, 10), (5, 10)]).unwrap_err();
+        assert!(overlap.contains("overlaps"), "{overlap}");
     }
 }

@@ -34,5 +34,5 @@ pub use view::{CudaView, CudaViewMut};
 pub(crate) use crate::sys::cuda::CopyDirection;
 pub(crate) use batch_copy::{BatchCopier, DeviceCopy};
 pub(crate) use pointer::validate_device_range;
-pub(crate) use region::{check_range, resolve_range, RawRegion};
+pub(crate) use region::{resolve_range, RawRegion};
 pub(crate) use vmm::{PhysFrame, VaRange};
