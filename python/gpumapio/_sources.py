@@ -42,10 +42,12 @@ def read_bytes(reader: Any, offset: int, size: int) -> bytes:
 
 def join(base: str, name: str) -> str:
     """``name`` (relative, ``/``-separated) beside ``base``'s directory: a path or a URL. A
-    URL's query string (an access token) is kept for the URL made; ``name`` goes in its path."""
+    URL's query string (an access token) is kept for the URL made; ``name`` goes in its path,
+    percent-encoded (a file or key named ``a b%.bin`` is ``a%20b%25.bin`` there)."""
     if is_url(base):
         parts = urllib.parse.urlsplit(base)
-        path = posixpath.normpath(posixpath.join(posixpath.dirname(parts.path) or "/", name))
+        quoted = urllib.parse.quote(name, safe="/")
+        path = posixpath.normpath(posixpath.join(posixpath.dirname(parts.path) or "/", quoted))
         return urllib.parse.urlunsplit(parts._replace(path=path, fragment=""))
     return os.path.join(os.path.dirname(base), name)
 

@@ -16,13 +16,27 @@ use crate::remote::{RemoteSettings, StatusCodes};
 /// threads: each call releases the GIL) and made visible, whole, by `finish()`. Any failure,
 /// `abort()`, `close()` before `finish()`, or leaving a `with` block by an exception aborts
 /// the upload: no object is written — but for a completion whose answer was lost (a timeout,
-/// a broken connection), whose error says that the object may exist. (A writer collected
-/// unfinished aborts too, but holds the GIL while it waits for its parts in flight: close it.)
+/// a broken connection, an answer that cannot be read), whose error says that the object may
+/// exist. A writer collected unfinished aborts too, waiting for its parts in flight without
+/// the GIL.
 #[pyclass(module = "gpumapio", name = "RemoteWriter", frozen)]
 pub struct RemoteWriter {
     /// `None` once closed. Shared so that writes from many threads run at once, the lock held
     /// only to take a reference.
     writer: Mutex<Option<Arc<Writer>>>,
+}
+
+impl Drop for RemoteWriter {
+    fn drop(&mut self) {
+        let Some(writer) = self.writer.get_mut().take() else { return };
+        // SAFETY: a plain query, valid at any time.
+        if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
+            return drop(writer);
+        }
+        // An unfinished writer's drop aborts its upload, waiting on the network: without the
+        // GIL, so that other threads (an in-process server among them) run meanwhile.
+        Python::attach(|py| py.detach(move || drop(writer)));
+    }
 }
 
 #[pymethods]

@@ -98,3 +98,72 @@ def test_writes_from_gpu_memory(moto_s3):
         w.write(src[PART // 2 :], file_offset=PART // 2)
         w.write(src[: PART // 2])
     assert _read_back(endpoint, "gpu.bin") == host.tobytes()
+
+
+@pytest.mark.parametrize(
+    "url_key, key",
+    [
+        ("ckpt/epoch~1.bin", "ckpt/epoch~1.bin"),
+        ("ckpt/new\u00e9.bin", "ckpt/new\u00e9.bin"),
+        ("ckpt/new%C3%A9.bin", "ckpt/new\u00e9.bin"),
+        ("ckpt/shard[0].bin", "ckpt/shard[0].bin"),
+        ("ckpt/a%20b.bin", "ckpt/a b.bin"),
+        ("ckpt/100%25.bin", "ckpt/100%.bin"),
+    ],
+)
+def test_objects_are_written_and_read_under_the_key_named(moto_s3, url_key, key):
+    """The key is the URL's path percent-decoded once: keys with ~, [ ], %, non-ASCII letters
+    or spaces were sent encoded twice, so the object landed under another key (`epoch%7E1`),
+    with success reported, and objects written by other tools could not be opened."""
+    boto3 = pytest.importorskip("boto3")
+    endpoint, _, put = moto_s3
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    put(key, b"OLD")
+    w = RemoteWriter(f"s3://gpumap-bucket/{url_key}", aws_endpoint_url=endpoint)
+    w.write(b"NEW")
+    assert w.finish() == 3
+    assert client.get_object(Bucket="gpumap-bucket", Key=key)["Body"].read() == b"NEW"
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket="gpumap-bucket", Prefix="ckpt/")["Contents"]]
+    assert keys == [key], keys
+    f = RemoteFile.open(f"s3://gpumap-bucket/{url_key}", aws_endpoint_url=endpoint)
+    out = bytearray(3)
+    assert f.read(out) == 3 and out == b"NEW"
+    assert RemoteFile.open_s3("gpumap-bucket", key, aws_endpoint_url=endpoint).nbytes() == 3
+    from gpumapio import RemotePrefix
+
+    prefix = RemotePrefix("s3://gpumap-bucket/ckpt/", aws_endpoint_url=endpoint)
+    name = key.removeprefix("ckpt/")
+    assert [n for n, _ in prefix.list()] == [name]
+    assert prefix.size(name) == 3
+    client.delete_object(Bucket="gpumap-bucket", Key=key)
+
+
+def test_a_replaced_object_fails_reads_rather_than_mix_versions(moto_s3):
+    """An object replaced by another of the same size while open: reads ask If-Match of the
+    ETag seen at open, so the read fails (412) where it returned old and new bytes mixed."""
+    endpoint, _, put = moto_s3
+    put("dir/replaced.bin", b"\x55" * 100_000)
+    f = RemoteFile.open_s3("gpumap-bucket", "dir/replaced.bin", aws_endpoint_url=endpoint)
+    first = bytearray(50_000)
+    assert f.read(first, 50_000, 0) == 50_000 and first == b"\x55" * 50_000
+    put("dir/replaced.bin", b"\xaa" * 100_000)
+    with pytest.raises(OSError, match="changed since it was opened") as e:
+        f.read(bytearray(50_000), 50_000, 50_000)
+    assert e.value.status == 412
+
+
+def test_dropping_an_unfinished_writer_waits_without_the_gil(moto_s3):
+    """A writer collected unfinished aborts its upload as it goes, which waits on the server:
+    it held the GIL meanwhile, so an in-process server (moto's, here) could not answer and the
+    drop waited for its timeouts. Now the server answers at once."""
+    import gc
+    import time
+
+    endpoint, _, _ = moto_s3
+    w = _writer(endpoint, "out/dropped.bin", http_timeout=5)
+    w.write(np.zeros(PART + 10, dtype="u1"))  # one part sent: an upload exists
+    t = time.perf_counter()
+    del w
+    gc.collect()
+    assert time.perf_counter() - t < 4, "the drop waited for a timeout"
+    assert _open_uploads(endpoint) == []

@@ -11,6 +11,12 @@
 //!   a bad answer naming the status, where object_store would call it a whole object.
 //! - A redirect loop fails as a bad answer, final, where it looked like a connection failure
 //!   (and was retried).
+//! - A listing page (`ListObjectsV2`) answered 200 that is not a listing, or says it is cut
+//!   short without the token to go on, fails as a bad answer: object_store would end the
+//!   listing there, silently short.
+//! - A `CompleteMultipartUpload` answered 200 with an error document (S3 documents that it
+//!   may, for an error met after it started answering) is made the 500 it stands for, so that
+//!   it is retried as one.
 //!
 //! Other answers pass untouched: their bodies are the data, streamed and bounded by the range
 //! asked for.
@@ -50,12 +56,26 @@ pub(crate) struct CheckedAnswers {
 impl HttpService for CheckedAnswers {
     async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
         let ranged_get = request.method() == Method::GET && request.headers().contains_key(RANGE);
+        let query = request.uri().query().unwrap_or_default();
+        let listing = request.method() == Method::GET && query.contains("list-type=2");
+        let completion = request.method() == Method::POST && query.contains("uploadId=");
         let mut answer = self.inner.execute(request).await.map_err(name_redirect_loops)?;
         let status = answer.status();
         if status.is_client_error() || status.is_server_error() {
             let (parts, body) = answer.into_parts();
             let kept = HttpResponseBody::from(start_of(body).await);
             return Ok(HttpResponse::from_parts(parts, kept));
+        }
+        if (listing || completion) && status == StatusCode::OK {
+            let (mut parts, body) = answer.into_parts();
+            let bytes = whole(body).await?;
+            let text = String::from_utf8_lossy(&bytes);
+            if listing {
+                check_listing(&text)?;
+            } else if is_error_document(&text) {
+                parts.status = StatusCode::INTERNAL_SERVER_ERROR;
+            }
+            return Ok(HttpResponse::from_parts(parts, HttpResponseBody::from(bytes)));
         }
         if ranged_get && status.is_success() {
             if status == StatusCode::PARTIAL_CONTENT {
@@ -69,6 +89,48 @@ impl HttpService for CheckedAnswers {
         }
         Ok(answer)
     }
+}
+
+/// The most bytes of a listing page or an upload's completion answer read: a page of 1,000
+/// keys of 1,024 bytes each is about 1.3 MB.
+const MAX_DOCUMENT: usize = 16 << 20;
+
+/// All of `body`, at most [`MAX_DOCUMENT`] bytes (more is a bad answer).
+async fn whole(body: HttpResponseBody) -> Result<Vec<u8>, HttpError> {
+    let mut bytes = Vec::new();
+    let mut stream = body.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        bytes.extend_from_slice(&chunk?);
+        if bytes.len() > MAX_DOCUMENT {
+            return Err(bad_answer(format!("an answer of more than {MAX_DOCUMENT} bytes")));
+        }
+    }
+    Ok(bytes)
+}
+
+/// `Ok` where `page` is a `ListObjectsV2` result that is whole or says how to go on.
+fn check_listing(page: &str) -> Result<(), HttpError> {
+    if is_error_document(page) || !page.contains("<ListBucketResult") {
+        let start: String = page.chars().take(200).collect();
+        return Err(bad_answer(format!("a listing page answered 200 is not a listing: {start}")));
+    }
+    if page.contains("<IsTruncated>true</IsTruncated>") && !page.contains("<NextContinuationToken>")
+    {
+        return Err(bad_answer(
+            "a listing page says there is more but gives no continuation token".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `text` is an S3 error document (its root element `<Error>`).
+fn is_error_document(text: &str) -> bool {
+    let body = text.trim_start_matches('\u{feff}').trim_start();
+    let body = match body.strip_prefix("<?xml") {
+        Some(rest) => rest.split_once("?>").map_or("", |(_, after)| after).trim_start(),
+        None => body,
+    };
+    body.starts_with("<Error>") || body.starts_with("<Error ")
 }
 
 /// A 206's `Content-Length`, where it has none and is not compressed, from the range its
@@ -134,6 +196,24 @@ async fn start_of(body: HttpResponseBody) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listing_pages_and_error_documents_are_told_apart() {
+        let page = |body: &str| check_listing(body).map_err(|e| e.to_string());
+        let whole = "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>false</IsTruncated>\
+                     </ListBucketResult>";
+        assert!(page(whole).is_ok());
+        let more = "<ListBucketResult><IsTruncated>true</IsTruncated>\
+                    <NextContinuationToken>t</NextContinuationToken></ListBucketResult>";
+        assert!(page(more).is_ok());
+        let cut = "<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>";
+        assert!(page(cut).unwrap_err().contains("no continuation token"));
+        let error =
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InternalError</Code></Error>";
+        assert!(page(error).unwrap_err().contains("not a listing"));
+        assert!(is_error_document(error) && is_error_document("<Error>x</Error>"));
+        assert!(!is_error_document("<CompleteMultipartUploadResult><ETag>e</ETag>"));
+    }
 
     #[test]
     fn content_ranges_give_their_length() {

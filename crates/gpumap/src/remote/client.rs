@@ -109,7 +109,7 @@ impl Client {
     pub(crate) fn connect(url: &RemoteUrl, options: &RemoteOptions) -> Result<Client> {
         let recipe = Arc::new(StoreRecipe::new(url, options));
         let path = match url {
-            RemoteUrl::S3 { key, .. } => StorePath::from(key.as_str()),
+            RemoteUrl::S3 { key, .. } => RemoteUrl::store_path(key)?,
             RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => StorePath::default(),
         };
         Ok(Client { store: recipe.store()?, path, requests: request_permits(options), recipe })

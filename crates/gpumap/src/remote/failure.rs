@@ -48,6 +48,8 @@ impl Failure {
             E::Unauthenticated { .. } => {
                 Self::new(RemoteErrorKind::AccessDenied, Some(401), reason)
             }
+            // An `If-Match` that no longer matches: object_store keeps no status for it.
+            E::Precondition { .. } => Self::new(RemoteErrorKind::BadResponse, Some(412), reason),
             _ => {
                 let kind = match transport_kind(error) {
                     Some(object_store::client::HttpErrorKind::Timeout) => RemoteErrorKind::Timeout,

@@ -31,6 +31,21 @@ pub(crate) struct Fetch<'a> {
     /// The object's size when it was opened, where known: an answer that gives another (in its
     /// `Content-Range`) fails the range, so that no read mixes bytes of two versions.
     pub(crate) object_len: Option<u64>,
+    /// The object's strong ETag when it was opened, where the server gave one: each GET asks
+    /// `If-Match` it, so that a version of the same size replacing it fails the read (412)
+    /// rather than mix its bytes with the old one's.
+    pub(crate) etag: Option<&'a str>,
+}
+
+/// What a HEAD (or a GET of byte 0) tells of an object.
+pub(crate) struct ObjectFacts {
+    pub(crate) len: u64,
+    /// Its strong ETag, where it has one (a weak one, `W/"…"`, cannot be matched by `If-Match`).
+    pub(crate) etag: Option<String>,
+}
+
+fn strong(etag: Option<String>) -> Option<String> {
+    etag.filter(|tag| !tag.starts_with("W/"))
 }
 
 impl<'a> Fetch<'a> {
@@ -38,28 +53,32 @@ impl<'a> Fetch<'a> {
     /// `Content-Range` gives the size, for a URL with a query string (a presigned URL, signed
     /// for GET alone) and for a server that refuses HEAD (405 or 501). A GET answered 416
     /// (`bytes=0-0` not satisfiable) is an empty object.
-    pub(crate) async fn len(self) -> Result<u64> {
+    pub(crate) async fn facts(self) -> Result<ObjectFacts> {
         let presigned = matches!(self.url, RemoteUrl::Http(url) if url.query().is_some());
         if !presigned {
             let head = || async {
                 let answer = self.client.store.head(&self.client.path).await;
-                answer.map(|meta| meta.size).map_err(|e| Failure::from_store(&e, self.url))
+                answer
+                    .map(|meta| ObjectFacts { len: meta.size, etag: strong(meta.e_tag) })
+                    .map_err(|e| Failure::from_store(&e, self.url))
             };
             match self.attempts().run("HEAD", head).await {
                 Err(gave_up) if !matches!(gave_up.failure.status, Some(405 | 501)) => {
                     return Err(gave_up.into_error(self.url));
                 }
                 Err(_) => {}
-                Ok(len) => return Ok(len),
+                Ok(facts) => return Ok(facts),
             }
         }
         let first_byte = || async {
             let first =
                 GetOptions { range: Some(GetRange::Bounded(0..1)), ..GetOptions::default() };
             match self.client.store.get_opts(&self.client.path, first).await {
-                Ok(answer) => Ok(answer.meta.size),
+                Ok(answer) => {
+                    Ok(ObjectFacts { len: answer.meta.size, etag: strong(answer.meta.e_tag) })
+                }
                 Err(e) => match Failure::from_store(&e, self.url) {
-                    empty if empty.status == Some(416) => Ok(0),
+                    empty if empty.status == Some(416) => Ok(ObjectFacts { len: 0, etag: None }),
                     failure => Err(failure),
                 },
             }
@@ -114,14 +133,22 @@ impl<'a> Fetch<'a> {
 
     async fn range_once(self, offset: u64, dst: &mut [u8]) -> Result<(), Failure> {
         let want = offset..offset + dst.len() as u64;
-        let request =
-            GetOptions { range: Some(GetRange::Bounded(want.clone())), ..GetOptions::default() };
-        let answer = self
-            .client
-            .store
-            .get_opts(&self.client.path, request)
-            .await
-            .map_err(|e| Failure::from_store(&e, self.url))?;
+        let request = GetOptions {
+            range: Some(GetRange::Bounded(want.clone())),
+            if_match: self.etag.map(str::to_owned),
+            ..GetOptions::default()
+        };
+        let answer = self.client.store.get_opts(&self.client.path, request).await.map_err(|e| {
+            match Failure::from_store(&e, self.url) {
+                changed if changed.status == Some(412) => Failure::new(
+                    RemoteErrorKind::BadResponse,
+                    Some(412),
+                    "the object changed since it was opened (its ETag no longer matches); \
+                     open it again",
+                ),
+                failure => failure,
+            }
+        })?;
         if answer.range != want {
             return Err(Failure::new(
                 RemoteErrorKind::BadResponse,

@@ -34,6 +34,8 @@ struct Inner {
     client: Client,
     options: RemoteOptions,
     len: u64,
+    /// The object's strong ETag at open, where known (see [`Fetch::etag`]).
+    etag: Option<String>,
 }
 
 impl RemoteFile {
@@ -74,15 +76,18 @@ impl RemoteFile {
         client: Client,
         options: &RemoteOptions,
     ) -> Result<RemoteFile> {
-        let len = match options.known_len {
-            Some(len) => len,
+        let (len, etag) = match options.known_len {
+            Some(len) => (len, None),
             None => {
-                let fetch = Fetch { client: &client, options, url: &url, object_len: None };
-                client::block_on(fetch.len())?
+                let fetch =
+                    Fetch { client: &client, options, url: &url, object_len: None, etag: None };
+                let facts = client::block_on(fetch.facts())?;
+                (facts.len, facts.etag)
             }
         };
-        tracing::debug!(url = %url, len, "opened remote object");
-        Ok(RemoteFile { inner: Arc::new(Inner { url, client, options: options.clone(), len }) })
+        tracing::debug!(url = %url, len, ?etag, "opened remote object");
+        let inner = Inner { url, client, options: options.clone(), len, etag };
+        Ok(RemoteFile { inner: Arc::new(inner) })
     }
 
     /// The URL, without credentials.
@@ -164,6 +169,7 @@ impl RemoteFile {
                 options,
                 url: &self.inner.url,
                 object_len: Some(self.inner.len),
+                etag: self.inner.etag.as_deref(),
             };
             let read = read_part(fetch, part_dst, from, per_lane(lane_index), landings, &failed);
             lane.block_on(unless_cancelled(read, cancel.as_deref()))
@@ -271,6 +277,7 @@ impl RemoteFile {
             options: &self.inner.options,
             url: &self.inner.url,
             object_len: Some(self.inner.len),
+            etag: self.inner.etag.as_deref(),
         }
     }
 }

@@ -215,7 +215,7 @@ impl RemotePrefix {
     fn locate(&self, name: &str) -> Result<(RemoteUrl, StorePath)> {
         let key = self.key_of(name);
         let url = RemoteUrl::s3(&self.inner.bucket, &key)?;
-        Ok((url, StorePath::from(key.as_str())))
+        Ok((url, RemoteUrl::store_path(&key)?))
     }
 
     fn key_of(&self, name: &str) -> String {
@@ -230,7 +230,7 @@ impl RemotePrefix {
     fn path_under(&self, under: &str) -> Result<StorePath> {
         let under = under.strip_suffix('/').unwrap_or(under);
         if under.is_empty() {
-            return Ok(StorePath::from(self.inner.prefix.as_str()));
+            return RemoteUrl::store_path(&self.inner.prefix);
         }
         Ok(self.locate(under)?.1)
     }

@@ -23,7 +23,8 @@ pub enum RemoteUrl {
     S3 {
         /// The bucket.
         bucket: String,
-        /// The object's key (as given, not percent-decoded).
+        /// The object's key: the URL's path after the bucket, percent-decoded (`a%20b` names
+        /// the key `a b`), as the store names it.
         key: String,
     },
     /// A plain `http(s)://` URL read with ranged GETs; a presigned S3 URL is one (its query
@@ -89,19 +90,28 @@ impl RemoteUrl {
         }
     }
 
-    /// An S3 object named by its bucket and key.
+    /// An S3 object named by its bucket and key (the key itself, not percent-encoded: `a b`
+    /// and `epoch~1` are keys as they are).
     pub fn s3(bucket: &str, key: &str) -> Result<RemoteUrl> {
-        let text = format!("s3://{bucket}/{key}");
+        let text = format!("s3://{bucket}/{}", url_path_of(key));
         check_text(&text)?;
         check_s3(&text, bucket, key)?;
         Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), key: key.to_owned() })
+    }
+
+    /// The store's path of an S3 object's key: the key as it is, which the S3 client
+    /// percent-encodes once on the wire. Checked keys always make one.
+    pub(crate) fn store_path(key: &str) -> Result<object_store::path::Path> {
+        object_store::path::Path::parse(key).map_err(|e| {
+            invalid(&format!("s3://…/{}", url_path_of(key)), format!("not a key S3 can name: {e}"))
+        })
     }
 
     /// The URL as it may be shown: no user or password, and any query string (a presigned
     /// URL's signature and credential) as `?…`.
     pub fn redacted(&self) -> String {
         match self {
-            RemoteUrl::S3 { bucket, key } => format!("s3://{bucket}/{key}"),
+            RemoteUrl::S3 { bucket, key } => format!("s3://{bucket}/{}", url_path_of(key)),
             RemoteUrl::Http(url) | RemoteUrl::WebHdfs(url) => redact_url(url),
         }
     }
@@ -190,8 +200,49 @@ fn parse_s3(text: &str, rest: &str) -> Result<RemoteUrl> {
             "an s3:// URL is s3://bucket/key, with no user, query or fragment",
         ));
     }
-    check_s3(text, bucket, key)?;
-    Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), key: key.to_owned() })
+    let key = percent_decoded(text, key)?;
+    check_s3(text, bucket, &key)?;
+    Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), key })
+}
+
+/// `text`'s `%XX` escapes decoded (as a URL's path is read), refused where one is malformed or
+/// the bytes are not UTF-8 (`url` is the whole URL, for the message).
+fn percent_decoded(url: &str, text: &str) -> Result<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] != b'%' {
+            out.push(bytes[at]);
+            at += 1;
+            continue;
+        }
+        let hex = bytes.get(at + 1..at + 3).and_then(|h| std::str::from_utf8(h).ok());
+        let Some(byte) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) else {
+            return Err(invalid(&redact_text(url), "a '%' not followed by two hex digits"));
+        };
+        out.push(byte);
+        at += 3;
+    }
+    String::from_utf8(out)
+        .map_err(|_| invalid(&redact_text(url), "the key's %XX escapes are not UTF-8"))
+}
+
+/// A key as a URL's path writes it: `%`, `?`, `#`, whitespace and control characters as
+/// `%XX` (so that the URL shown reads back as the same key), everything else as it is.
+fn url_path_of(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for c in key.chars() {
+        if matches!(c, '%' | '?' | '#') || c.is_whitespace() || c.is_control() {
+            let mut utf8 = [0u8; 4];
+            for byte in c.encode_utf8(&mut utf8).bytes() {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// `s3://bucket`, `s3://bucket/` or `s3://bucket/some/prefix(/)`: the bucket and the prefix
@@ -217,10 +268,11 @@ pub(crate) fn parse_s3_prefix(text: &str) -> Result<(String, String)> {
         ));
     }
     check_bucket(text, bucket)?;
+    let prefix = percent_decoded(text, prefix)?;
     if !prefix.is_empty() {
-        check_key(text, prefix)?;
+        check_key(text, &prefix)?;
     }
-    Ok((bucket.to_owned(), prefix.to_owned()))
+    Ok((bucket.to_owned(), prefix))
 }
 
 /// S3's own rules for bucket names (3 to 63 of lowercase letters, digits, `.` and `-`) and the
@@ -252,6 +304,9 @@ fn check_bucket(text: &str, bucket: &str) -> Result<()> {
 fn check_key(text: &str, key: &str) -> Result<()> {
     if key.len() > 1024 {
         return Err(invalid(&redact_text(text), "S3 keys are at most 1024 bytes long"));
+    }
+    if key.chars().any(|c| c.is_ascii_control()) {
+        return Err(invalid(&redact_text(text), "keys with control characters are not supported"));
     }
     if key.split('/').any(|part| part.is_empty() || part == "." || part == "..") {
         return Err(invalid(
@@ -352,6 +407,35 @@ mod tests {
         assert_eq!(url, RemoteUrl::S3 { bucket: "my-bucket".into(), key: "dir/file.bin".into() });
         assert_eq!(url.redacted(), "s3://my-bucket/dir/file.bin");
         assert!(url.secrets().is_empty());
+    }
+
+    /// The key is the URL's path percent-decoded, once, and shown so that it reads back: keys
+    /// were sent encoded twice (`epoch~1` stored as `epoch%7E1`, `a%20b` as `a%2520b`).
+    #[test]
+    fn s3_keys_are_percent_decoded_once_and_shown_encoded() {
+        for (text, key, shown) in [
+            ("s3://bkt/ckpt/epoch~1.bin", "ckpt/epoch~1.bin", "s3://bkt/ckpt/epoch~1.bin"),
+            ("s3://bkt/a%20b.bin", "a b.bin", "s3://bkt/a%20b.bin"),
+            ("s3://bkt/new%C3%A9.bin", "new\u{e9}.bin", "s3://bkt/new\u{e9}.bin"),
+            ("s3://bkt/new\u{e9}.bin", "new\u{e9}.bin", "s3://bkt/new\u{e9}.bin"),
+            ("s3://bkt/100%25/x[0]", "100%/x[0]", "s3://bkt/100%25/x[0]"),
+            ("s3://bkt/q%3F%23", "q?#", "s3://bkt/q%3F%23"),
+        ] {
+            let url = RemoteUrl::parse(text).unwrap();
+            assert_eq!(url, RemoteUrl::S3 { bucket: "bkt".into(), key: key.into() }, "{text}");
+            assert_eq!(url.redacted(), shown, "{text}");
+            assert_eq!(RemoteUrl::parse(&url.redacted()).unwrap(), url, "{text}");
+            assert_eq!(RemoteUrl::s3("bkt", key).unwrap(), url, "{text}");
+            assert_eq!(RemoteUrl::store_path(key).unwrap().as_ref(), key, "{text}");
+        }
+        for bad in
+            ["s3://bkt/a%2", "s3://bkt/a%zz", "s3://bkt/a%FF", "s3://bkt/a%0A", "s3://bkt/a%2F%2Fb"]
+        {
+            refused(bad);
+        }
+        assert!(RemoteUrl::s3("bkt", "tab\there").is_err());
+        let (_, prefix) = parse_s3_prefix("s3://bkt/my%20data/").unwrap();
+        assert_eq!(prefix, "my data");
     }
 
     #[test]

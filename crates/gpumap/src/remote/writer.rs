@@ -168,7 +168,7 @@ impl RemoteWriter {
         options: &RemoteOptions,
     ) -> Result<RemoteWriter> {
         let RemoteUrl::S3 { key, .. } = &url else { return Err(not_s3(&url)) };
-        let path = StorePath::from(key.as_str());
+        let path = RemoteUrl::store_path(key)?;
         let part_size = usize::try_from(options.part_size).map_err(|_| {
             Error::InvalidArgument(format!(
                 "part_size {} does not fit this machine's address space",
@@ -666,16 +666,23 @@ impl Shared {
             })
             .await
             .map_err(|mut gave_up| {
-                // The request may have reached the store and its answer been lost: the object
-                // may then exist, and the caller must not be told that it does not.
-                if matches!(
-                    gave_up.failure.kind,
-                    RemoteErrorKind::Connection | RemoteErrorKind::Timeout
-                ) {
-                    gave_up.failure.reason.push_str(
-                        "; its answer was lost, so the store may have completed the upload: \
-                         the object may exist, whole",
-                    );
+                // The request may have reached the store and its answer been lost, or the
+                // store may have completed the upload and sent an answer that cannot be read:
+                // the object may then exist, and the caller must not be told that it does not.
+                match gave_up.failure.kind {
+                    RemoteErrorKind::Connection | RemoteErrorKind::Timeout => {
+                        gave_up.failure.reason.push_str(
+                            "; its answer was lost, so the store may have completed the \
+                             upload: the object may exist, whole",
+                        );
+                    }
+                    RemoteErrorKind::BadResponse => {
+                        gave_up.failure.reason.push_str(
+                            "; the store's answer could not be read, so it may have completed \
+                             the upload: the object may exist, whole",
+                        );
+                    }
+                    _ => {}
                 }
                 gave_up
             })
