@@ -431,26 +431,21 @@ fn json_reports_name_files_whose_names_are_not_utf8() {
     assert!(out.contains("new\u{fffd}w"), "{out}");
 }
 
+/// Usage errors that said something else: `map --block 0` / `--row-size 0` were "does not fit
+/// in every file"; `pagecache --dentries` beside paths was silently ignored (clap's `requires`
+/// let it through), where `--wait` without `--warm` is refused.
 #[test]
-fn a_zero_block_or_row_size_is_refused_as_zero() {
+fn usage_errors_say_what_is_wrong() {
     let dir = scratch();
     let file = dir.path().join("data");
     std::fs::write(&file, vec![0u8; 100_000]).unwrap();
-    for args in [&["--random", "10", "--block", "0"][..], &["--rows", "10", "--row-size", "0"]] {
-        let (code, _, err) = run_bounded(gpumap().args(["map", "--host"]).args(args).arg(&file));
-        assert_eq!(code, 2, "{err}");
-        assert!(err.contains("0: must be at least 1 byte"), "{err}");
+    for (args, said) in [
+        (&["map", "--host", "--random", "10", "--block", "0"][..], "0: must be at least 1 byte"),
+        (&["map", "--host", "--rows", "10", "--row-size", "0"], "0: must be at least 1 byte"),
+        (&["pagecache", "--dentries"], "--dentries applies to --drop-all only"),
+    ] {
+        let (code, _, err) = run_bounded(gpumap().args(args).arg(&file));
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(said), "{args:?}: {err}");
     }
-}
-
-/// `--dentries` beside paths was silently ignored (clap's `requires` let it through), where
-/// `--wait` without `--warm` is refused; a usage error now.
-#[test]
-fn dentries_without_drop_all_is_refused() {
-    let dir = scratch();
-    let file = dir.path().join("data");
-    std::fs::write(&file, b"x").unwrap();
-    let (code, _, err) = run_bounded(gpumap().args(["pagecache", "--dentries"]).arg(&file));
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--dentries applies to --drop-all only"), "{err}");
 }
