@@ -205,6 +205,11 @@ def test_s3_through_moto(moto_s3, monkeypatch):
         assert out.tobytes() == data[77:]
     with pytest.raises(FileNotFoundError):
         RemoteFile.open("s3://gpumap-bucket/missing.bin")
+    # S3's error code and message, not the first line of its XML (`<?xml ...?>`).
+    w = gpumapio.RemoteWriter("s3://no-such-bucket/x.bin")
+    w.write(b"x")
+    with pytest.raises(OSError, match="NoSuchBucket"):
+        w.finish()
     out = gpumapio.read_file_to_device("s3://gpumap-bucket/dir/object.bin", output="numpy")
     assert out.tobytes() == data
 

@@ -96,6 +96,13 @@ fn innermost(error: &(dyn std::error::Error + 'static)) -> String {
         deepest = next;
     }
     let text = deepest.to_string();
+    // An S3 error document says what went wrong in its Code and Message, whatever line
+    // they are on (the first is often `<?xml ...?>`).
+    if let Some(code) = xml_element(&text, "Code") {
+        let message = xml_element(&text, "Message").map(|m| format!(": {m}")).unwrap_or_default();
+        let shown: String = format!("{code}{message}").chars().take(300).collect();
+        return shown;
+    }
     // A status error's body can be a whole XML document: its first line is enough.
     let first: String = text.lines().next().unwrap_or_default().chars().take(300).collect();
     if first.len() < text.len() {
@@ -103,6 +110,15 @@ fn innermost(error: &(dyn std::error::Error + 'static)) -> String {
     } else {
         first
     }
+}
+
+/// The text of the first `<name>…</name>` of `xml`, where it has one on a line of its own or
+/// within one.
+fn xml_element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let end = xml[start..].find(&format!("</{name}>"))?;
+    Some(xml[start..start + end].trim())
 }
 
 /// object_store's words for an answer it refused, where they do not say what the server did,
@@ -203,6 +219,17 @@ mod tests {
         assert_eq!(status_in_chain(&Outer(Inner)), Some(503));
         assert!(innermost(&Outer(Inner)).starts_with("Server returned"));
         assert_eq!(status_in_chain(&std::io::Error::other("status code: none")), None);
+    }
+
+    #[test]
+    fn s3_error_documents_are_shown_by_their_code_and_message() {
+        let body = "Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\"?>\n\
+                    <Error><Code>NoSuchBucket</Code><Message>The specified bucket does not \
+                    exist</Message></Error>";
+        let shown = innermost(&std::io::Error::other(body));
+        assert_eq!(shown, "NoSuchBucket: The specified bucket does not exist");
+        assert_eq!(xml_element("<a><Code> X </Code>", "Code"), Some("X"));
+        assert_eq!(xml_element("<Code>unclosed", "Code"), None);
     }
 
     #[test]
