@@ -3,7 +3,7 @@
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
-use gpumap::io::FileHandle;
+use gpumap::io::{FileHandle, OpenFlags};
 use parking_lot::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -143,7 +143,7 @@ impl CuFile {
     fn new(py: Python<'_>, file: PathBuf, flags: &str) -> PyResult<CuFile> {
         // Every write of a CuFile names its offset, which a file opened for appending refuses;
         // KvikIO refuses the flag at open too.
-        if flags.replace('b', "").starts_with('a') {
+        if flags.parse::<OpenFlags>().is_ok_and(|parsed| parsed.append) {
             return Err(PyValueError::new_err(format!(
                 "Open flag '{flags}' isn't supported: CuFile writes at offsets, which a file \
                  opened for appending cannot; open it \"r+\" and write at its size (nbytes())"

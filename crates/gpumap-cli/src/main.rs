@@ -62,9 +62,9 @@ enum Command {
 
 fn main() -> ExitCode {
     output::detect_closed_standard_output();
-    // A write past `ulimit -f` is then an error naming its file and offset, reported (and
-    // its scratch file removed) as any other, not a kill by SIGXFSZ.
-    // Where it cannot be changed, SIGXFSZ stays fatal, as without gpumap.
+    // A write past `ulimit -f` is then an error naming its file and offset, reported (and its
+    // scratch file removed) as any other, not a kill by SIGXFSZ; where the disposition cannot
+    // be changed, SIGXFSZ stays fatal, as without gpumap.
     let _ = gpumap::io::file_size_limit_as_error();
     let matches = match Cli::command().try_get_matches() {
         Ok(matches) => matches,

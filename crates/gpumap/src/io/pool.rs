@@ -427,8 +427,9 @@ impl<T> IoFuture<T> {
     /// [`std::io::ErrorKind::Interrupted`] (unless it finished first). Tasks already running
     /// finish: the future is done, and the memory free, only when they have. A small read
     /// still queued to be coalesced is dropped from the queue unread, and fails so at once; a
-    /// remote read of one request (a task of the remote runtime) drops its request; other work that does not run in pool tasks (a prefetch, a small read being coalesced, a
-    /// lone small read whose copy to the GPU is queued) runs to its end.
+    /// remote read of one request (a task of the remote runtime) drops its request; other
+    /// work that does not run in pool tasks (a prefetch, a small read being coalesced, a lone
+    /// small read whose copy to the GPU is queued) runs to its end.
     pub fn cancel(&self) {
         self.slot.cancelled.store(true, Ordering::Relaxed);
         self.help(Help::Cancel);
