@@ -291,6 +291,10 @@ pub enum RemoteErrorKind {
     Connection,
     /// The server's answer is not what was asked for: a wrong range, a short or long body.
     BadResponse,
+    /// A listing holds a key this client cannot name: one with an empty segment (`a//b`), a
+    /// segment `.` or `..`, or a control character. S3 takes such keys; object_store's paths,
+    /// which every request here goes through, do not.
+    UnsupportedKey,
 }
 
 impl RemoteErrorKind {
@@ -319,16 +323,36 @@ impl RemoteErrorKind {
                 "the answer is not the bytes asked for; check that the server supports HTTP \
                  Range requests, and open the object again if it was replaced"
             }
+            RemoteErrorKind::UnsupportedKey => {
+                "rename that object (with another tool), or list a prefix that does not hold it"
+            }
         }
     }
 
     /// [`hint`](Self::hint) for a failure of `op` (`"GET bytes 0-99 of"`, `"PUT part 2 of"`):
-    /// a bad answer to anything but a ranged read is not about ranges.
+    /// a bad answer to anything but a ranged read is not about ranges, and a refusal of a write,
+    /// a deletion or a listing is not about reading.
     pub fn hint_for(self, op: &str) -> &'static str {
+        let changes = ["PUT", "create", "complete", "abort"].iter().any(|w| op.starts_with(w));
         match self {
             RemoteErrorKind::BadResponse if !op.starts_with("GET") => {
                 "the server's answer is not one the request expects; check that the endpoint is \
                  the store it should be"
+            }
+            RemoteErrorKind::AccessDenied if changes => {
+                "check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, \
+                 AWS_SESSION_TOKEN), the region, and that they may write this object \
+                 (s3:PutObject, s3:AbortMultipartUpload)"
+            }
+            RemoteErrorKind::AccessDenied if op.starts_with("DELETE") => {
+                "check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, \
+                 AWS_SESSION_TOKEN), the region, and that they may delete these objects \
+                 (s3:DeleteObject)"
+            }
+            RemoteErrorKind::AccessDenied if op.starts_with("LIST") => {
+                "check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, \
+                 AWS_SESSION_TOKEN), the region, and that they may list this bucket \
+                 (s3:ListBucket)"
             }
             _ => self.hint(),
         }
@@ -344,6 +368,7 @@ impl RemoteErrorKind {
             RemoteErrorKind::Timeout => "timeout",
             RemoteErrorKind::Connection => "connection",
             RemoteErrorKind::BadResponse => "bad_response",
+            RemoteErrorKind::UnsupportedKey => "unsupported_key",
         }
     }
 }
@@ -414,7 +439,9 @@ impl Error {
                 RemoteErrorKind::AccessDenied => io::ErrorKind::PermissionDenied,
                 RemoteErrorKind::Timeout => io::ErrorKind::TimedOut,
                 RemoteErrorKind::Connection => io::ErrorKind::ConnectionAborted,
-                RemoteErrorKind::BadResponse => io::ErrorKind::InvalidData,
+                RemoteErrorKind::BadResponse | RemoteErrorKind::UnsupportedKey => {
+                    io::ErrorKind::InvalidData
+                }
                 RemoteErrorKind::Status => io::ErrorKind::Other,
             },
             _ => io::ErrorKind::Other,
@@ -769,6 +796,15 @@ mod tests {
         let bad = RemoteErrorKind::BadResponse;
         assert!(bad.hint_for("GET bytes 0-9 of").contains("Range requests"));
         assert!(!bad.hint_for("PUT part 2 (5 bytes) of").contains("Range"));
+        let denied = RemoteErrorKind::AccessDenied;
+        assert!(denied.hint_for("GET bytes 0-9 of").contains("may read"));
+        for op in ["PUT part 2 (5 bytes) of", "PUT (1 bytes)", "create a multipart upload of"] {
+            assert!(denied.hint_for(op).contains("may write"), "{op}");
+            assert!(!denied.hint_for(op).contains("read"), "{op}");
+        }
+        assert!(denied.hint_for("complete the upload (3 parts) of").contains("may write"));
+        assert!(denied.hint_for("DELETE objects under").contains("may delete"));
+        assert!(denied.hint_for("LIST").contains("may list"));
         assert_eq!(
             RemoteErrorKind::Status.hint_for("PUT (1 bytes)"),
             RemoteErrorKind::Status.hint()

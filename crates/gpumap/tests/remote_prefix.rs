@@ -143,6 +143,30 @@ fn a_listing_that_keeps_failing_ends_with_a_typed_error_naming_the_prefix() {
     server.inject([Fault::Status(403)]);
     let e = data.list_dir("").unwrap_err();
     assert!(matches!(e, Error::Remote { kind: RemoteErrorKind::AccessDenied, .. }), "{e:?}");
+    assert!(e.to_string().contains("may list this bucket"), "{e}");
+}
+
+#[test]
+fn a_key_the_client_cannot_name_is_named_in_the_listings_error() {
+    // S3 takes `a//b` and `./x`; object_store's paths refuse them, and with them the page
+    // that holds them. The error names the key and says what to do, once, without retries.
+    for key in ["odd/a//b.bin", "odd/./x.bin"] {
+        let server = server();
+        server.put(&format!("/test-bucket/{key}"), vec![1, 2, 3]);
+        let odd = RemotePrefix::open_with("s3://test-bucket/odd/", &options(&server)).unwrap();
+        let e = odd.list("").unwrap().next().unwrap().unwrap_err();
+        assert!(
+            matches!(e, Error::Remote { kind: RemoteErrorKind::UnsupportedKey, attempts: 1, .. }),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(text.contains(key) && text.contains("rename that object"), "{text}");
+        assert!(!text.contains("endpoint"), "{text}");
+        assert_eq!(server.lists(), 1);
+        // Other prefixes list as before.
+        let data = RemotePrefix::open_with("s3://test-bucket/data/", &options(&server)).unwrap();
+        assert_eq!(listed(&data, "").len(), 4);
+    }
 }
 
 #[test]
@@ -219,4 +243,33 @@ fn names_that_could_leave_the_prefix_are_refused_before_any_request() {
             "{url}: {e:?}"
         );
     }
+}
+
+#[test]
+fn folder_markers_are_not_listed_as_objects() {
+    // Consoles make an empty object `sub/` for a folder. object_store's paths drop the last
+    // `/`, so it would list as an empty object `sub` beside the folder's own keys.
+    let server = server();
+    server.put("/test-bucket/data/", vec![]);
+    server.put("/test-bucket/data/sub/", vec![]);
+    server.put("/test-bucket/data/sub/c/", vec![]);
+    server.put("/test-bucket/data/empty.txt", vec![]);
+    let data = RemotePrefix::open_with("s3://test-bucket/data/", &options(&server)).unwrap();
+    assert_eq!(
+        listed(&data, ""),
+        vec![
+            entry("a.bin", 3),
+            entry("empty.txt", 0),
+            entry("sub/b.bin", 5),
+            entry("sub/c/d.bin", 7),
+            entry("z.json", 11)
+        ]
+    );
+    // A level's listing holds neither its own marker nor its folders' markers.
+    let level = data.list_dir("sub").unwrap();
+    assert_eq!(level.objects, vec![entry("sub/b.bin", 5)]);
+    assert_eq!(level.dirs, vec!["sub/c".to_owned()]);
+    // Pages that end between a marker and its first key lose nothing.
+    server.list_page_size(1);
+    assert_eq!(listed(&data, "").len(), 5);
 }

@@ -240,10 +240,35 @@ fn a_write_into_a_part_already_sent_is_refused() {
     assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
     let text = e.to_string();
     assert!(text.contains("byte 10 of") && text.contains("already sent"), "{text}");
-    // A refused write spoils nothing: the rest goes, and the object holds the first bytes.
-    writer.pwrite(&bytes[PART..], PART as u64).unwrap();
-    assert_eq!(writer.finish().unwrap(), bytes.len() as u64);
-    assert!(target.read_back() == bytes);
+    // The object would not hold the refused bytes, so the writer takes nothing more and no
+    // object is written, whichever thread finishes.
+    let later = writer.pwrite(&bytes[PART..], PART as u64).unwrap_err().to_string();
+    assert!(later.contains("the write of 4 bytes at byte 10 failed"), "{later}");
+    let e = writer.finish().unwrap_err().to_string();
+    assert!(e.contains("already sent") && e.contains("no object is written"), "{e}");
+    assert_eq!(target.server.aborts(), 1);
+    target.assert_nothing_written();
+}
+
+#[test]
+fn a_write_refused_for_want_of_room_on_one_thread_fails_the_finish_on_another() {
+    // Room for one part. Thread A holds part 1 partly written; thread B's write into part 2
+    // cannot get room and is refused. Were the writer to go on, A's finish would write an
+    // object of part 1 alone, without B's bytes and without an error.
+    let target = Target::new("refused-elsewhere.bin");
+    let mut options = target.options();
+    options.max_in_flight(Some(1)).unwrap();
+    let writer = RemoteWriter::create_with(&target.url(), &options).unwrap();
+    let bytes = common::random_bytes(2 * PART, 23);
+    writer.pwrite(&bytes[..PART - 1], 0).unwrap();
+    let refused = std::thread::scope(|scope| {
+        scope.spawn(|| writer.pwrite(&bytes[PART..], PART as u64)).join().unwrap()
+    });
+    assert!(refused.unwrap_err().to_string().contains("raise max_in_flight"));
+    assert!(writer.pwrite(&bytes[PART - 1..PART], PART as u64 - 1).is_err());
+    let e = writer.finish().unwrap_err().to_string();
+    assert!(e.contains(&format!("the write of {PART} bytes at byte {PART} failed")), "{e}");
+    target.assert_nothing_written();
 }
 
 #[test]
@@ -378,6 +403,30 @@ fn a_stall_beyond_the_timeout_is_a_timeout_and_nothing_is_written() {
 }
 
 #[test]
+fn an_upload_created_without_its_answer_is_named_and_holds_nothing() {
+    // The store creates the upload after the writer gave up waiting: the writer has no id to
+    // abort it by, so the error says what is left and that it holds no data.
+    let target = Target::new("create-unanswered.bin");
+    let mut options = target.options();
+    options.timeout(Duration::from_millis(300)).unwrap();
+    target.server.inject_creates([WriteFault::Stall(Duration::from_millis(800))]);
+    let writer = RemoteWriter::create_with(&target.url(), &options).unwrap();
+    let bytes = common::random_bytes(PART + 10, 24);
+    writer.pwrite(&bytes, 0).unwrap();
+    let e = writer.finish().unwrap_err();
+    assert!(matches!(e, Error::Remote { kind: RemoteErrorKind::Timeout, .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(text.starts_with("create a multipart upload of"), "{text}");
+    assert!(text.contains("it holds no data") && text.contains("lifecycle rule"), "{text}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while target.server.uploads_created() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!((target.server.open_uploads(), target.server.part_puts()), (1, 0));
+    assert!(target.stored().is_none());
+}
+
+#[test]
 fn abort_drops_the_upload_and_the_writer() {
     let target = Target::new("aborted.bin");
     let bytes = common::random_bytes(PART + 100, 14);
@@ -487,7 +536,7 @@ fn parts_held_in_memory_are_bounded() {
     assert!(target.stored().unwrap() == bytes);
     assert!(target.server.max_active_part_puts() <= 2, "{}", target.server.max_active_part_puts());
     // Parts begun and left partly written fill the room: the next part is refused, naming
-    // its byte, and the writer goes on once they are whole.
+    // its byte, and the writer takes nothing more.
     let target = Target::new("held-partly.bin");
     let mut options = target.options();
     options.max_in_flight(Some(2)).unwrap();
@@ -501,11 +550,9 @@ fn parts_held_in_memory_are_bounded() {
         text.contains(&format!("byte {} of", 2 * PART + 1)) && text.contains("2 held"),
         "{text}"
     );
-    writer.pwrite(&bytes[..1], 0).unwrap();
-    writer.pwrite(&bytes[PART..PART + 1], PART as u64).unwrap();
-    writer.pwrite(&bytes[2 * PART..], 2 * PART as u64).unwrap();
-    assert_eq!(writer.finish().unwrap(), bytes.len() as u64);
-    assert!(target.read_back() == bytes);
+    assert!(writer.pwrite(&bytes[..1], 0).is_err());
+    assert!(writer.finish().is_err());
+    target.assert_nothing_written();
 }
 
 #[test]

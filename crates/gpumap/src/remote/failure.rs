@@ -41,6 +41,11 @@ impl Failure {
             return Self::new(kind, Some(status), reason);
         }
         match error {
+            E::InvalidPath { source } => Self::new(
+                RemoteErrorKind::UnsupportedKey,
+                None,
+                format!("the store holds a key this client cannot name: {source}"),
+            ),
             E::NotFound { .. } => Self::new(RemoteErrorKind::NotFound, Some(404), reason),
             E::PermissionDenied { .. } => {
                 Self::new(RemoteErrorKind::AccessDenied, Some(403), reason)

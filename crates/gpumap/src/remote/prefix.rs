@@ -5,6 +5,12 @@
 //! millions of keys costs memory for one page at a time; a page that fails is asked again, with
 //! the options' retries, from the last key already given out, so that no key is given twice or
 //! skipped.
+//!
+//! Folder markers — the empty objects `sub/` that consoles make for folders — are not listed
+//! as objects: object_store's paths drop a key's last `/`, so a marker would show as an empty
+//! object `sub` beside the folder `sub/`. A marker is known by the keys under it (or, in a
+//! level's listing, by being that level's own key); one with nothing under it is
+//! indistinguishable from an empty object of that name, and is listed as one.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -146,7 +152,8 @@ impl RemotePrefix {
     }
 
     /// Every object under `under` (a name relative to the prefix; `""` for all of them), in key
-    /// order, one page at a time.
+    /// order, one page at a time. Folder markers with keys under them are left out (see the
+    /// module's docs).
     pub fn list(&self, under: &str) -> Result<RemoteObjects> {
         let path = self.path_under(under)?;
         Ok(RemoteObjects {
@@ -155,6 +162,7 @@ impl RemotePrefix {
             stream: None,
             last: None,
             done: false,
+            ahead: None,
         })
     }
 
@@ -172,9 +180,11 @@ impl RemotePrefix {
                 .map_err(|e| Failure::from_store(&e, &inner.url))
         });
         let found = client::block_on(async { asked.await.map_err(|g| g.into_error(&inner.url)) })?;
+        // The level's own folder marker (`sub/` when listing `sub`) is not one of its objects.
         let objects = found
             .objects
             .iter()
+            .filter(|meta| !(meta.size == 0 && meta.location == path))
             .filter_map(|meta| {
                 Some(RemoteEntry { name: inner.name_of(&meta.location)?, len: meta.size })
             })
@@ -257,6 +267,8 @@ pub struct RemoteObjects {
     /// The last location given out: a page asked again starts after it.
     last: Option<StorePath>,
     done: bool,
+    /// The entry read after an empty one, to tell whether that was a folder marker.
+    ahead: Option<Result<RemoteEntry>>,
 }
 
 impl std::fmt::Debug for RemoteObjects {
@@ -270,6 +282,25 @@ impl std::fmt::Debug for RemoteObjects {
 }
 
 impl RemoteObjects {
+    /// The next entry of the listing, as the store gives it.
+    fn fetch(&mut self) -> Option<Result<RemoteEntry>> {
+        if self.done {
+            return None;
+        }
+        let next = client::block_on(self.next_entry());
+        match next {
+            Ok(Some(entry)) => Some(Ok(entry)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+
     async fn next_entry(&mut self) -> Result<Option<RemoteEntry>> {
         let inner = Arc::clone(&self.inner);
         let mut attempts = Attempts::new(&inner.options, &inner.url);
@@ -305,19 +336,21 @@ impl Iterator for RemoteObjects {
     type Item = Result<RemoteEntry>;
 
     fn next(&mut self) -> Option<Result<RemoteEntry>> {
-        if self.done {
-            return None;
-        }
-        let next = client::block_on(self.next_entry());
-        match next {
-            Ok(Some(entry)) => Some(Ok(entry)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
+        loop {
+            let entry = match self.ahead.take() {
+                Some(ahead) => ahead,
+                None => self.fetch()?,
+            };
+            // An empty object with keys under it is a folder marker (`sub/`, shown as `sub`):
+            // the next key in key order tells.
+            let marker = match &entry {
+                Ok(empty) if empty.len == 0 => format!("{}/", empty.name),
+                _ => return Some(entry),
+            };
+            self.ahead = self.fetch();
+            match &self.ahead {
+                Some(Ok(next)) if next.name.starts_with(&marker) => continue,
+                _ => return Some(entry),
             }
         }
     }

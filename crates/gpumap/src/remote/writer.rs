@@ -40,12 +40,13 @@ const STAGE_BYTES: usize = 4 << 20;
 ///   ([`MAX_STAGED_BYTES`](super::MAX_STAGED_BYTES); one part at least). A write that needs
 ///   one more waits for a part in flight to be sent; it is refused when no part can be sent
 ///   for want of bytes no other write in progress is writing (write each part whole, in
-///   order, or raise `max_in_flight`). A part grows with what is written to it, so a small
+///   order, or raise `max_in_flight`), which fails the writer, as any failed write does. A part grows with what is written to it, so a small
 ///   object takes little memory. Writes from GPU memory stage up to 4 MiB more each.
 /// - **All or nothing.** `finish` checks that every byte below the highest written was
 ///   written (a hole is refused, naming its first byte), then completes the upload. Any
-///   failure — a part refused after its retries, a hole, [`abort`](Self::abort), or dropping
-///   the writer unfinished — aborts the upload, and no object is written. An object small
+///   failure — a part refused after its retries, a hole, a `pwrite` that failed (its bytes
+///   are missing, and the thread that finishes may not know it), [`abort`](Self::abort), or
+///   dropping the writer unfinished — aborts the upload, and no object is written. An object small
 ///   enough for one part is written by a single PUT. (A completion whose answer is lost
 ///   after the store acted on it, by a timeout or a broken connection, is the one case that
 ///   leaves an object behind an error; the error says that the object may exist.)
@@ -116,6 +117,9 @@ struct UploadBooks {
     end: u64,
     /// The first request that failed for good: every later call fails with it.
     gave_up: Option<GaveUp>,
+    /// The first `pwrite` that failed while the writer was open: every later call fails with
+    /// it, since the object would lack its bytes.
+    failed_write: Option<String>,
 }
 
 /// A part being written: its bytes so far (grown as written, up to the part's size) and which
@@ -188,6 +192,7 @@ impl RemoteWriter {
             waiting: 0,
             end: 0,
             gave_up: None,
+            failed_write: None,
         };
         let shared = Shared {
             store,
@@ -238,15 +243,25 @@ impl RemoteWriter {
     /// Writes `src` (GPU or host memory) at `offset`, as [`pwrite`](Self::pwrite) does: GPU
     /// bytes are copied down into the parts they belong to.
     ///
-    /// A write that fails part-way leaves the pieces before the failure written.
+    /// A write that fails (refused, or failing part-way) fails the writer: every later call
+    /// returns its error, and no object is written.
     pub fn pwrite_device(&self, src: DeviceView<'_>, offset: u64) -> Result<usize> {
+        let shared = &self.shared;
+        let written = self.write_pieces(&src, offset);
+        if let Err(e) = &written {
+            shared.fail_writes(offset, src.len(), e);
+        }
+        written
+    }
+
+    fn write_pieces(&self, src: &DeviceView<'_>, offset: u64) -> Result<usize> {
         let shared = &self.shared;
         let pieces = parts::pieces(offset, src.len(), shared.part_size)?;
         let _writer = WriterGuard::enter(shared)?;
         for piece in pieces {
             let at = offset + piece.in_source.start as u64;
             let bytes = shared.begin_copy(piece.part, at)?;
-            let copied = shared.copy_piece(&src, &piece, &bytes);
+            let copied = shared.copy_piece(src, &piece, &bytes);
             shared.end_copy(piece.part, piece.in_part, copied.is_ok());
             copied?;
         }
@@ -272,9 +287,10 @@ impl RemoteWriter {
             while !books.sending.is_empty() || books.copying > 0 {
                 shared.changed.wait(&mut books);
             }
-            let rest = match books.gave_up.clone() {
-                Some(gave_up) => Err(gave_up.into_error(&shared.url)),
-                None => books.take_rest(shared),
+            let rest = match (books.gave_up.clone(), &books.failed_write) {
+                (Some(gave_up), _) => Err(gave_up.into_error(&shared.url)),
+                (None, Some(_)) => Err(books.write_failed(&shared.url)),
+                (None, None) => books.take_rest(shared),
             };
             if rest.is_err() {
                 books.phase = Phase::Aborted;
@@ -387,10 +403,23 @@ impl UploadBooks {
         if let Some(gave_up) = &self.gave_up {
             return Err(gave_up.clone().into_error(url));
         }
+        if self.failed_write.is_some() {
+            return Err(self.write_failed(url));
+        }
         match self.phase {
             Phase::Open => Ok(()),
             _ => Err(self.closed(url)),
         }
+    }
+
+    /// The error of a call made after a `pwrite` failed.
+    fn write_failed(&self, url: &RemoteUrl) -> Error {
+        let failed = self.failed_write.as_deref().unwrap_or("a write failed");
+        Error::InvalidArgument(format!(
+            "the writer of {} takes no more calls: {failed}; the object would lack its bytes, \
+             so the upload is aborted and no object is written",
+            url.redacted()
+        ))
     }
 
     /// The error of a call made after the writer stopped taking writes.
@@ -444,6 +473,19 @@ impl UploadBooks {
 impl Shared {
     fn set_phase(&self, phase: Phase) {
         self.books.lock().phase = phase;
+        self.changed.notify_all();
+    }
+
+    /// Books the failure of a `pwrite` of `len` bytes at `offset`, if the writer was still
+    /// taking writes: the first one fails every later call. Parts stop going out.
+    fn fail_writes(&self, offset: u64, len: usize, e: &Error) {
+        let mut books = self.books.lock();
+        if books.phase != Phase::Open || books.gave_up.is_some() || books.failed_write.is_some() {
+            return;
+        }
+        let failed = format!("the write of {len} bytes at byte {offset} failed ({e})");
+        tracing::warn!(url = %self.url, offset, len, error = %e, "a remote write failed; the upload will be aborted");
+        books.failed_write = Some(failed);
         self.changed.notify_all();
     }
 
@@ -564,7 +606,7 @@ impl Shared {
         }
         let whole = filling.copying == 0 && filling.written.covers(self.part_size);
         let sending = matches!(books.phase, Phase::Open | Phase::Finishing);
-        if whole && sending && books.gave_up.is_none() {
+        if whole && sending && books.gave_up.is_none() && books.failed_write.is_none() {
             if let Some(filling) = books.filling.remove(&part) {
                 let bytes = std::mem::take(&mut *filling.bytes.lock());
                 books.sending.insert(part);
@@ -601,10 +643,28 @@ impl Shared {
     /// The upload's id, creating the upload at the first call.
     async fn upload_id(&self) -> std::result::Result<&MultipartId, GaveUp> {
         self.upload
-            .get_or_try_init(|| {
-                self.attempts().run("create a multipart upload of", || async {
-                    self.store.create_multipart(&self.path).await.map_err(|e| self.failure(&e))
-                })
+            .get_or_try_init(|| async {
+                self.attempts()
+                    .run("create a multipart upload of", || async {
+                        self.store.create_multipart(&self.path).await.map_err(|e| self.failure(&e))
+                    })
+                    .await
+                    .map_err(|mut gave_up| {
+                        // An upload whose id never arrived cannot be aborted by it. It holds no
+                        // part, since parts go only to an upload whose id was read.
+                        if let RemoteErrorKind::Connection
+                        | RemoteErrorKind::Timeout
+                        | RemoteErrorKind::BadResponse = gave_up.failure.kind
+                        {
+                            gave_up.failure.reason.push_str(
+                                "; the store may have created the upload without its answer \
+                                 arriving, and such an upload cannot be aborted by this writer: \
+                                 it holds no data, and a lifecycle rule \
+                                 (AbortIncompleteMultipartUpload) removes it",
+                            );
+                        }
+                        gave_up
+                    })
             })
             .await
     }

@@ -77,6 +77,8 @@ struct State {
     active_gets: AtomicUsize,
     max_active_gets: AtomicUsize,
     write_faults: Mutex<VecDeque<WriteFault>>,
+    /// Faults for the next creations of multipart uploads, apart from the other writes'.
+    create_faults: Mutex<VecDeque<WriteFault>>,
     /// Multipart uploads by upload id.
     uploads: Mutex<HashMap<String, Upload>>,
     /// Every part put waits this long (after its body is in), so that concurrency can be seen.
@@ -220,6 +222,11 @@ impl Server {
     /// Queues faults for the next writes (PUT object, PUT part, POST complete), one each.
     pub fn inject_writes(&self, faults: impl IntoIterator<Item = WriteFault>) {
         self.state.write_faults.lock().unwrap().extend(faults);
+    }
+
+    /// Queues faults for the next creations of multipart uploads, one each.
+    pub fn inject_creates(&self, faults: impl IntoIterator<Item = WriteFault>) {
+        self.state.create_faults.lock().unwrap().extend(faults);
     }
 
     /// Makes every part put wait `delay` before answering.
@@ -601,7 +608,8 @@ fn misbehave(out: &mut TcpStream, state: &State, request: &Request, fault: Fault
 }
 
 /// The S3 writes: a plain PUT, and a multipart upload's create, parts, complete and abort. The
-/// puts and the complete take the next write fault, if one is queued.
+/// puts and the complete take the next write fault, if one is queued; the create takes the
+/// next create fault.
 fn write(out: &mut TcpStream, state: &State, request: Request) -> bool {
     if let Err(keep_open) = authorize(out, state, &request) {
         return keep_open;
@@ -609,7 +617,8 @@ fn write(out: &mut TcpStream, state: &State, request: Request) -> bool {
     let upload_id = request.query.get("uploadId").cloned();
     match (request.method.as_str(), upload_id) {
         ("POST", None) if request.query.contains_key("uploads") => {
-            create_upload(out, state, &request)
+            let fault = state.create_faults.lock().unwrap().pop_front();
+            with_fault(fault, out, |out| create_upload(out, state, &request))
         }
         ("DELETE", Some(id)) => abort_upload(out, state, &request, &id),
         ("DELETE", None) => {
@@ -641,6 +650,15 @@ fn faulted(
     handle: impl FnOnce(&mut TcpStream) -> bool,
 ) -> bool {
     let fault = state.write_faults.lock().unwrap().pop_front();
+    with_fault(fault, out, handle)
+}
+
+/// Runs `handle` (which answers well) as `fault`, if any, says.
+fn with_fault(
+    fault: Option<WriteFault>,
+    out: &mut TcpStream,
+    handle: impl FnOnce(&mut TcpStream) -> bool,
+) -> bool {
     match fault {
         None => handle(out),
         Some(WriteFault::Stall(wait)) => {
