@@ -16,6 +16,7 @@ import dataclasses
 import gc
 import operator
 import os
+import resource
 from typing import Any, Callable, Iterable, Iterator, Union
 
 from gpumapio._checkpoint_files import Catalogue, CheckpointError, Listing, list_shards, read_catalogue
@@ -155,7 +156,7 @@ def _swap(fw: "_Framework", flat: Any, placed: list[_Placed], exchange: Any) -> 
     received from every rank in rank order, which is the slice's own layout."""
     world = exchange.world_size
     for p in placed:
-        if not p.swapped:
+        if not p.swapped or p.split is None:
             continue
         region = flat[p.at : p.at + p.nbytes]
         shape = block_shape(p.info.shape, _DTYPES[p.info.dtype][0] // 8, world)
@@ -195,8 +196,8 @@ class _Framework:
             self.torch = torch
             self.device = _torch_device(device)
             # "bfloat16" is taken for torch.bfloat16, as transformers takes it.
-            self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-            if self.dtype is not None and not isinstance(self.dtype, torch.dtype):
+            self.dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+            if dtype is not None and not isinstance(self.dtype, torch.dtype):
                 raise TypeError(f"dtype {dtype!r} is not a torch dtype")
             if self.device.type == "cuda":
                 self.stream = torch.cuda.current_stream(self.device)
@@ -206,7 +207,15 @@ class _Framework:
             if device not in (None, "cpu"):
                 raise ValueError(f"framework='numpy' loads into host memory; device={device!r} is not 'cpu'")
             self.numpy = numpy
-            self.dtype = numpy.dtype(dtype) if dtype is not None else None
+            self.dtype = None
+            if dtype is not None:
+                try:
+                    self.dtype = numpy.dtype(dtype)
+                except TypeError:
+                    raise TypeError(f"dtype {dtype!r} is not a NumPy dtype") from None
+                # Casts are between numbers: a string, a date or an object is not one.
+                if self.dtype.kind not in "biufc":
+                    raise TypeError(f"dtype {dtype!r} is not a numeric NumPy dtype (bool, integer, float or complex)")
         else:
             raise ValueError(f"framework {framework!r}: expected 'pt' or 'numpy'")
 
@@ -254,6 +263,10 @@ class _Framework:
         a view; one call per tensor, as checkpoints hold thousands."""
         size = element.itemsize
         if self.name == "numpy":
+            if not nbytes:
+                # No element: its place may lie past the allocation's end (a shard of empty
+                # tensors takes no room), and it reads nothing.
+                return self.numpy.ndarray(shape, element, buffer=flat, offset=0)
             if at % size:
                 return self.numpy.ndarray(shape, element, buffer=flat, offset=at)
             # A slice of the allocation viewed as the element type: cheaper than a new array
@@ -304,17 +317,48 @@ class _Framework:
 _Read = tuple[int, int, int, int, int, int]
 
 
-def _read(flat: Any, files: list[Any], pieces: list[_Read], paths: list[str]) -> None:
+@dataclasses.dataclass(frozen=True)
+class _Open:
+    """Shards held open for reading: the readers, their paths, and the stamps of the files
+    whose headers were read (None at a URL)."""
+
+    files: list[Any]
+    paths: list[str]
+    stamps: list[Any]
+
+    def check_unchanged(self) -> None:
+        _check_unchanged(self.files, self.stamps, self.paths)
+
+
+def _open_at_once() -> int:
+    """Shards held open at once: a quarter of the soft ``RLIMIT_NOFILE`` (gpumap's I/O threads
+    may take another quarter for descriptors of their own), 16 to 256."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return 256
+    return max(16, min(256, soft // 4))
+
+
+def _groups(count: int) -> list[range]:
+    """``range(count)`` cut into groups of shards that may be open at once."""
+    step = _open_at_once()
+    return [range(k, min(k + step, count)) for k in range(0, count, step)]
+
+
+def _read(flat: Any, shards: _Open, pieces: list[_Read]) -> None:
     # Local shards in one native pipeline; objects at URLs as parallel ranged reads each.
+    files = shards.files
     local = all(isinstance(f, CuFile) for f in files)
-    _check_counts(read_files(flat, files, pieces) if local else read_pieces(flat, files, pieces), pieces, paths)
+    _check_counts(read_files(flat, files, pieces) if local else read_pieces(flat, files, pieces), pieces, shards)
 
 
-def _check_counts(counts: list[int], pieces: list[_Read], paths: list[str]) -> None:
+def _check_counts(counts: list[int], pieces: list[_Read], shards: _Open) -> None:
     for (shard, offset, size, _, count, _), got in zip(pieces, counts):
         if got != size * count:
+            # A file rewritten meanwhile is loaded again, as any other change is.
+            shards.check_unchanged()
             raise EOFError(
-                f"{shown(paths[shard])}: read {got} of {size * count} bytes at {offset} (the file was cut while loading)"
+                f"{shown(shards.paths[shard])}: read {got} of {size * count} bytes at {offset} (the file was cut while loading)"
             )
 
 
@@ -430,31 +474,48 @@ def _load(
     out_dtype_size = fw.itemsize(fw.dtype) if fw.dtype is not None else 0
     total = _lay_out(placed, lambda p: out_dtype_size if p.cast else _DTYPES[p.info.dtype][0] // 8)
     flat = fw.empty(-(-total // 16) * 16)  # whole elements of every dtype
-    paths = [s.path for s in catalogue.shards]
     used = sorted({p.shard for p in placed})
+    direct_pieces = _direct_pieces(placed)
+    later = _Copies()
+    views: list[Any] | None = None
+    # Shards are held open a group at a time: all of them, unless they are very many.
+    groups = _groups(len(used))
+    for k, group in enumerate(groups):
+        with _opened(catalogue, used[group.start : group.stop]) as shards:
+            slot = {s: i for i, s in enumerate(used[group.start : group.stop])}
+            direct: list[_Read] = []
+            for shard in slot:
+                pieces = direct_pieces.get(shard, [])
+                direct.extend((slot[shard], r.src, r.length, r.dst, r.repeat, r.stride) for r in coalesce(pieces))
+            with _reading(flat, shards, direct):
+                if views is None:
+                    # Made while the first reads run: they need only the allocation.
+                    views = _views(fw, flat, placed, later)
+            if swaps is not None and k == len(groups) - 1:
+                _swap(fw, flat, placed, swaps)
+            casts = [p for p in placed if p.cast and p.shard in slot]
+            if casts:
+                _cast_through_staging(fw, flat, casts, shards, slot, staging_bytes)
+            shards.check_unchanged()
+    if views is None:  # no tensor chosen
+        views = _views(fw, flat, placed, later)
+    later.make(fw, flat, views)
+    return dict(zip(names, views))
+
+
+@contextlib.contextmanager
+def _opened(catalogue: Catalogue, chosen: list[int]) -> Iterator[_Open]:
+    """The shards ``chosen`` (by number) opened for the block, and closed after it."""
     files: list[Any] = []
+    shards = [catalogue.shards[s] for s in chosen]
     try:
         # A shard's data ends with it (read_header checks so): its last tensor's end is its size.
-        files = [open_source(paths[s], _data_end(catalogue.shards[s])) for s in used]
-        slot = {s: i for i, s in enumerate(used)}
-        direct: list[_Read] = []
-        for shard, pieces in _direct_pieces(placed).items():
-            direct.extend((slot[shard], r.src, r.length, r.dst, r.repeat, r.stride) for r in coalesce(pieces))
-        # The views are made while the reads run: they need only the allocation.
-        later = _Copies()
-        with _reading(flat, files, direct, [paths[s] for s in used]):
-            views = _views(fw, flat, placed, later)
-        if swaps is not None:
-            _swap(fw, flat, placed, swaps)
-        casts = [p for p in placed if p.cast]
-        if casts:
-            _cast_through_staging(fw, flat, casts, files, slot, [paths[s] for s in used], staging_bytes)
-        _check_unchanged(files, [catalogue.shards[s].stamp for s in used], [paths[s] for s in used])
-        later.make(fw, flat, views)
+        for shard in shards:
+            files.append(open_source(shard.path, _data_end(shard)))
+        yield _Open(files, [s.path for s in shards], [s.stamp for s in shards])
     finally:
         for f in files:
             f.close()
-    return dict(zip(names, views))
 
 
 @contextlib.contextmanager
@@ -470,15 +531,16 @@ def _collector_paused() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _reading(flat: Any, files: list[Any], reads: list[_Read], paths: list[str]) -> Iterator[None]:
+def _reading(flat: Any, shards: _Open, reads: list[_Read]) -> Iterator[None]:
     """The block runs while ``reads`` fill ``flat``; on leaving it, every read is done (or, if
     the block raised, stopped) and checked. Local shards are read by one native pipeline that
     runs beside the block; objects at URLs by parallel ranged reads before it."""
+    files = shards.files
     if not reads:
         yield
         return
     if not all(isinstance(f, CuFile) for f in files):
-        _check_counts(read_pieces(flat, files, reads), reads, paths)
+        _check_counts(read_pieces(flat, files, reads), reads, shards)
         yield
         return
     pending = start_read_files(flat, files, reads)
@@ -492,15 +554,23 @@ def _reading(flat: Any, files: list[Any], reads: list[_Read], paths: list[str]) 
         except BaseException:
             pass
         raise
-    _check_counts(pending.wait(), reads, paths)
+    _check_counts(pending.wait(), reads, shards)
 
 
 def _any_cast(fw: "_Framework", catalogue: Catalogue) -> bool:
-    """Whether a tensor of the checkpoint would be cast to the ``dtype`` asked for."""
+    """Whether a tensor of the checkpoint would be cast to the ``dtype`` asked for, or is of a
+    dtype the framework lacks (the per-tensor load names the file and the tensor)."""
     if fw.dtype is None:
         return False
     dtypes = {d for shard in catalogue.shards for d in set(shard.columns.dtypes)}
-    return any(fw.casts(d) for d in dtypes if _DTYPES[d][0] % 8 == 0)
+
+    def casts(d: str) -> bool:
+        try:
+            return fw.casts(d)
+        except ValueError:
+            return True
+
+    return any(casts(d) for d in dtypes if _DTYPES[d][0] % 8 == 0)
 
 
 def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None) -> dict[str, Any]:
@@ -515,47 +585,31 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
     views made; nothing is returned unless the checked headers place the data where it was
     read and were read from the files read, as they were when opened (a file changed in
     between is loaded again from its checked header). Either way, a file found changed after
-    its header was read is :class:`_Changed`."""
+    its header was read is :class:`_Changed`. Shards too many to hold open at once are read
+    a group at a time, after their headers."""
+    if catalogue is None and len(listing.paths) > _open_at_once():
+        catalogue = read_catalogue(listing)
+    if catalogue is not None:
+        return _load_whole_checked(fw, catalogue)
     files: list[Any] = []
     changed = False  # a file changed between its opening and its header's reading
     try:
-        if catalogue is None:
-            files = [open_source(path) for path in listing.paths]
-            # Taken before anything is read: a change after it shows in the header's stamp.
-            opened = [_stamp_of(f) for f in files]
-            spans = [_data_span(f) for f in files]
-        else:
-            files = [open_source(s.path, _data_end(s)) for s in catalogue.shards]
-            spans = [s.data_span() or (0, 0) for s in catalogue.shards]
-        at = 0
-        shifts: list[int] = []  # per shard: from file offset to allocation offset
-        reads: list[_Read] = []
-        for k, (first, end) in enumerate(spans):
-            base = -(-at // _ALIGN) * _ALIGN + first % _ALIGN
-            shifts.append(base - first)
-            if end > first:
-                reads.append((k, first, end - first, base, 1, 0))
-                at = base + end - first
-        flat = fw.empty(-(-at // 16) * 16)
+        files = [open_source(path) for path in listing.paths]
+        # Taken before anything is read: a change after it shows in the header's stamp.
+        opened = [_stamp_of(f) for f in files]
+        spans = [_data_span(f) for f in files]
+        shifts, reads, size = _whole_layout(spans)
+        flat = fw.empty(size)
         names: list[str] = []
         views: list[Any] = []
         later = _Copies()
-        with _reading(flat, files, reads, listing.paths):
-            if catalogue is None:
-                catalogue = read_catalogue(listing)
-                changed = opened != [s.stamp for s in catalogue.shards] or any(
-                    s.data_span() not in (None, span) for s, span in zip(catalogue.shards, spans)
-                )
+        with _reading(flat, _Open(files, listing.paths, opened), reads):
+            catalogue = read_catalogue(listing)
+            changed = opened != [s.stamp for s in catalogue.shards] or any(
+                s.data_span() not in (None, span) for s, span in zip(catalogue.shards, spans)
+            )
             if not changed:
-                for shard, shift in zip(catalogue.shards, shifts):
-                    columns = shard.columns
-                    _check_dtypes(fw, shard.path, columns.names, columns.dtypes)
-                    if fw.name == "numpy" and any(map(operator.eq, columns.starts, columns.ends)):
-                        for name, d, shape in zip(columns.names, columns.dtypes, columns.shapes):
-                            if 0 in shape:
-                                _check_numpy_shape(fw, shard.path, name, shape, fw.element(d))
-                    names.extend(columns.names)
-                    views.extend(_whole_views(fw, flat, columns, shift, later, len(views)))
+                _whole_views_of(fw, flat, catalogue, shifts, later, names, views)
         if not changed:
             _check_unchanged(files, [s.stamp for s in catalogue.shards], listing.paths)
             later.make(fw, flat, views)
@@ -564,8 +618,60 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
             f.close()
     if changed:
         assert catalogue is not None
-        return _load_whole(fw, listing, catalogue)
+        return _load_whole_checked(fw, catalogue)
     return dict(zip(names, views))
+
+
+def _load_whole_checked(fw: "_Framework", catalogue: Catalogue) -> dict[str, Any]:
+    """:func:`_load_whole` after the headers are read: the shards read a group at a time, the
+    views made while the first group's reads run."""
+    shards = catalogue.shards
+    shifts, reads, size = _whole_layout([s.data_span() or (0, 0) for s in shards])
+    flat = fw.empty(size)
+    names: list[str] = []
+    views: list[Any] = []
+    later = _Copies()
+    for k, group in enumerate(_groups(len(shards))):
+        with _opened(catalogue, list(group)) as opened:
+            ours = [(shard - group.start, at, n, to, runs, stride) for shard, at, n, to, runs, stride in reads if shard in group]
+            with _reading(flat, opened, ours):
+                if k == 0:
+                    _whole_views_of(fw, flat, catalogue, shifts, later, names, views)
+            opened.check_unchanged()
+    later.make(fw, flat, views)
+    return dict(zip(names, views))
+
+
+def _whole_layout(spans: list[tuple[int, int]]) -> tuple[list[int], list[_Read], int]:
+    """Where each shard's data section (``spans``: its first and end byte) goes in the
+    allocation: per shard, the shift from file offset to allocation offset; the reads; and the
+    allocation's size (whole elements of every dtype)."""
+    at = 0
+    shifts: list[int] = []
+    reads: list[_Read] = []
+    for k, (first, end) in enumerate(spans):
+        base = -(-at // _ALIGN) * _ALIGN + first % _ALIGN
+        shifts.append(base - first)
+        if end > first:
+            reads.append((k, first, end - first, base, 1, 0))
+            at = base + end - first
+    return shifts, reads, -(-at // 16) * 16
+
+
+def _whole_views_of(
+    fw: "_Framework", flat: Any, catalogue: Catalogue, shifts: list[int], later: _Copies, names: list[str], views: list[Any]
+) -> None:
+    """Every shard's tensors checked for the framework and viewed at their shard's shift,
+    appended to ``names`` and ``views``."""
+    for shard, shift in zip(catalogue.shards, shifts):
+        columns = shard.columns
+        _check_dtypes(fw, shard.path, columns.names, columns.dtypes)
+        if fw.name == "numpy" and any(map(operator.eq, columns.starts, columns.ends)):
+            for name, d, shape in zip(columns.names, columns.dtypes, columns.shapes):
+                if 0 in shape:
+                    _check_numpy_shape(fw, shard.path, name, shape, fw.element(d))
+        names.extend(columns.names)
+        views.extend(_whole_views(fw, flat, columns, shift, later, len(views)))
 
 
 class _Copies:
@@ -674,7 +780,7 @@ def _views(fw: _Framework, flat: Any, placed: list[_Placed], later: _Copies) -> 
     """Each tensor as a view of ``flat``, in the order of ``placed`` (those torch cannot view,
     noted in ``later``); what depends only on the dtype looked up once per dtype."""
     elements: dict[tuple[str, bool], tuple[Any, int, int]] = {}
-    views = []
+    views: list[Any] = []
     for p in placed:
         kind = (p.info.dtype, p.cast)
         found = elements.get(kind)
@@ -694,9 +800,8 @@ def _cast_through_staging(
     fw: _Framework,
     flat: Any,
     casts: list[_Placed],
-    files: list[Any],
+    shards: _Open,
     slot: dict[int, int],
-    paths: list[str],
     staging_bytes: int,
 ) -> None:
     """Reads the tensors to cast window by window into two staging buffers in turn and casts
@@ -724,7 +829,7 @@ def _cast_through_staging(
             return
         if fences[turn] is not None:
             fences[turn].synchronize()
-        _read(buffers[turn], files, reads, paths)
+        _read(buffers[turn], shards, reads)
         fw.cast_into(flat, buffers[turn], _merge_copies(copies))
         fences[turn] = fw.fence()
         turn, used, reads, copies = 1 - turn, 0, [], []
