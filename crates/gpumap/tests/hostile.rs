@@ -28,6 +28,7 @@ on_host_and_gpu!(
     a_request_larger_than_the_budget_says_so,
     view_errors_name_the_view,
     a_file_cut_under_a_map_reads_as_cut_on_every_tier,
+    flushes_on_many_threads_end_while_a_writable_view_lives,
 );
 
 fn scratch() -> tempfile::TempDir {
@@ -205,6 +206,50 @@ fn a_file_cut_under_a_map_reads_as_cut_on_every_tier(memory: Device) {
 
 /// A /proc file's size says nothing of its content: its residency was reported as an empty
 /// file's, where `read` and `map` refuse it.
+/// A writable view keeps its extents dirty after a flush. Flushes on several threads at once
+/// each waited for the extents another was writing, then claimed and wrote them again, for
+/// ever: every flush spun, and `close` waited for them (2026-11-29, a hostile probe).
+fn flushes_on_many_threads_end_while_a_writable_view_lives(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("flushes");
+    fs::write(&path, vec![b'.'; MIB as usize]).unwrap();
+    let mut options = gpumap::mapped::MapOptions::new();
+    options.writable(true);
+    let m = cache(&memory, 4 * FRAME).open_with(&path, &options).unwrap();
+    let mut view = m.view_mut(0, MIB).unwrap();
+    let bytes = random_bytes(MIB as usize, 7);
+    view.copy_from_host(0, &bytes).unwrap();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        for t in 0..8u64 {
+            let (m, done) = (&m, done.clone());
+            scope.spawn(move || {
+                for k in 0..50u64 {
+                    let flushed = if t % 2 == 0 {
+                        m.flush()
+                    } else {
+                        let offset = (t * 7919 + k * 104_729) % MIB;
+                        m.flush_range(offset, (MIB - offset).min(200_000))
+                    };
+                    flushed.unwrap();
+                }
+                done.send(()).unwrap();
+            });
+        }
+        for t in 0..8 {
+            let waited = finished.recv_timeout(std::time::Duration::from_secs(60));
+            // A hang would leave the scope waiting: end the process with the reason instead.
+            if waited.is_err() {
+                eprintln!("{memory:?}: {} of 8 flushing threads never ended", 8 - t);
+                std::process::exit(1);
+            }
+        }
+    });
+    drop(view);
+    m.close().unwrap();
+    assert!(fs::read(&path).unwrap() == bytes, "{memory:?}");
+}
+
 #[test]
 fn page_cache_residency_refuses_procfs_files() {
     match pagecache::residency(Path::new("/proc/cpuinfo"), ByteRange::ALL) {

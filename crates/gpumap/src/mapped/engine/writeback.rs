@@ -11,6 +11,7 @@
 //!   process cut are not written, stay dirty, and the write-back says so ([`Error::FileShrank`]).
 #![forbid(unsafe_code)]
 
+use std::collections::HashSet;
 use std::ops::Range;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -101,8 +102,12 @@ fn write_back_in(
     extents: Range<u64>,
 ) -> std::result::Result<(), Failure> {
     let mut state = shard.state.lock();
+    // Extents this call has written: not claimed again, though a live writable view keeps
+    // them dirty, or write-backs on other threads, each waiting for the others' extents,
+    // would write them over and over and never return.
+    let mut written_here = HashSet::new();
     loop {
-        let (mine, busy) = state.books.claim_writeback(entry.id, extents.clone());
+        let (mine, busy) = state.books.claim_writeback(entry.id, extents.clone(), &written_here);
         if mine.is_empty() {
             if !busy {
                 return Ok(());
@@ -135,6 +140,7 @@ fn write_back_in(
         if !busy {
             return Ok(());
         }
+        written_here.extend(mine.iter().map(|&(e, _)| e));
     }
 }
 

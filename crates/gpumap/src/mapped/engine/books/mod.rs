@@ -35,6 +35,7 @@ mod slots;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -469,16 +470,20 @@ impl Books {
         })
     }
 
-    /// Claims the dirty extents among `extents` that no write-back is writing (with their
-    /// versions, sorted), and says whether others are being written: a write-back waits for
-    /// those, so that one extent is never written by two write-backs at once.
+    /// Claims the dirty extents among `extents`, but those in `skip` (which the caller has
+    /// written already), that no write-back is writing (with their versions, sorted), and says
+    /// whether others are being written: a write-back waits for those, so that one extent is
+    /// never written by two write-backs at once.
     pub(crate) fn claim_writeback(
         &mut self,
         file: FileId,
         extents: Range<u64>,
+        skip: &HashSet<u64>,
     ) -> (Vec<(u64, u32)>, bool) {
         let g = self.geometry;
-        self.files.get_mut(&file).map_or((Vec::new(), false), |f| f.claim_writeback(g, extents))
+        self.files
+            .get_mut(&file)
+            .map_or((Vec::new(), false), |f| f.claim_writeback(g, extents, skip))
     }
 
     /// Records a write-back of `claimed` (by [`claim_writeback`](Self::claim_writeback)), of

@@ -4,6 +4,7 @@
 //! the LRU list and the slots themselves are the whole books' business.
 #![forbid(unsafe_code)]
 
+use std::collections::HashSet;
 use std::ops::Range;
 
 use super::ids::{ExtentState, FileCounters, IndexHashMap, SlotId, NIL};
@@ -166,14 +167,18 @@ impl FileBooks {
         dirty
     }
 
-    /// Claims the dirty extents among `extents` that no write-back is writing (with their
-    /// versions, sorted), and says whether others are being written.
+    /// Claims the dirty extents among `extents`, but those in `skip`, that no write-back is
+    /// writing (with their versions, sorted), and says whether others are being written.
     pub(super) fn claim_writeback(
         &mut self,
         g: Geometry,
         extents: Range<u64>,
+        skip: &HashSet<u64>,
     ) -> (Vec<(u64, u32)>, bool) {
-        let dirty = self.scan_dirty(g, extents);
+        let mut dirty = self.scan_dirty(g, extents);
+        if !skip.is_empty() {
+            dirty.retain(|(e, _)| !skip.contains(e));
+        }
         let busy = dirty.iter().any(|(_, x)| x.writing);
         let mine: Vec<(u64, u32)> =
             dirty.into_iter().filter(|(_, x)| !x.writing).map(|(e, x)| (e, x.version)).collect();

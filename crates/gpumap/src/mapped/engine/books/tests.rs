@@ -95,7 +95,7 @@ fn a_dirty_victim_is_closed_to_requests_until_it_goes() {
     }
     assert_eq!(b.locate(f, 4), Location::Frame(ExtentState::Dirty));
     b.check().unwrap();
-    let (mine, busy) = b.claim_writeback(f, 0..4);
+    let (mine, busy) = b.claim_writeback(f, 0..4, &HashSet::new());
     assert!(!busy);
     b.finish_writeback(f, &mine, &mine);
     assert!(b.end_eviction(f, 0, true), "clean and pinned by no one: it can go");
@@ -112,7 +112,7 @@ fn a_dirty_victim_is_closed_to_requests_until_it_goes() {
     b.pin(Unit::Frame { file: f, index: 1 }, true);
     b.begin_eviction(f, 1);
     b.pin(Unit::Frame { file: f, index: 1 }, true);
-    let (mine, _) = b.claim_writeback(f, 4..8);
+    let (mine, _) = b.claim_writeback(f, 4..8, &HashSet::new());
     b.finish_writeback(f, &mine, &mine);
     assert!(!b.end_eviction(f, 1, true), "another pin holds it");
     b.unpin(Unit::Frame { file: f, index: 1 }, true);
@@ -165,20 +165,51 @@ fn writes_during_a_write_back_stay_dirty() {
     // A writable view lives over the frame while a flush runs.
     b.add_writers(f, 0..1, 1);
     b.mark_dirty(f, 0..2);
-    let (snapshot, busy) = b.claim_writeback(f, 0..4);
+    let (snapshot, busy) = b.claim_writeback(f, 0..4, &HashSet::new());
     assert!(!busy);
-    assert_eq!(b.claim_writeback(f, 0..4), (vec![], true), "one write-back at a time");
+    assert_eq!(
+        b.claim_writeback(f, 0..4, &HashSet::new()),
+        (vec![], true),
+        "one write-back at a time"
+    );
     b.finish_writeback(f, &snapshot, &snapshot);
     assert_eq!(b.dirty_in(f, 0..4).len(), 2, "a live writer keeps its extents dirty");
     // The writer is done: its extents are newer than that flush.
     b.mark_dirty(f, 0..2);
     b.add_writers(f, 0..1, -1);
-    let (again, _) = b.claim_writeback(f, 0..4);
+    let (again, _) = b.claim_writeback(f, 0..4, &HashSet::new());
     b.finish_writeback(f, &again, &snapshot);
     assert_eq!(b.dirty_in(f, 0..4).len(), 2, "a flush that started earlier cannot clean");
-    let (fresh, _) = b.claim_writeback(f, 0..4);
+    let (fresh, _) = b.claim_writeback(f, 0..4, &HashSet::new());
     b.finish_writeback(f, &fresh, &fresh);
     assert!(b.dirty_in(f, 0..4).is_empty());
+    b.unpin(Unit::Frame { file: f, index: 0 }, false);
+    b.check().unwrap();
+}
+
+#[test]
+fn a_write_back_skips_what_it_wrote_and_waits_only_for_the_rest() {
+    let mut b = Books::new(G, 1);
+    let f = b.new_file(1 << 20);
+    file_frame(&mut b, f, 0, false);
+    let claimed = b.claim_in_frames(f, 0..4);
+    b.finish_frame_loads(f, &claimed, true);
+    b.add_writers(f, 0..1, 1);
+    b.mark_dirty(f, 0..4);
+    // Another write-back holds extents 1 and 2; this one wrote 0 and 1 before.
+    let other = b.claim_writeback(f, 1..3, &HashSet::new()).0;
+    let written_here: HashSet<u64> = [0, 1].into();
+    let (mine, busy) = b.claim_writeback(f, 0..4, &written_here);
+    assert_eq!((mine.iter().map(|&(e, _)| e).collect::<Vec<_>>(), busy), (vec![3], true));
+    b.finish_writeback(f, &mine, &mine);
+    b.finish_writeback(f, &other, &other);
+    // Kept dirty by the live view, 0, 1 and 3 are not claimed again; 2 is, once free.
+    let (mine, busy) = b.claim_writeback(f, 0..4, &[0, 1, 3].into());
+    assert_eq!((mine.iter().map(|&(e, _)| e).collect::<Vec<_>>(), busy), (vec![2], false));
+    b.finish_writeback(f, &mine, &mine);
+    let all: HashSet<u64> = (0..4).collect();
+    assert_eq!(b.claim_writeback(f, 0..4, &all), (vec![], false), "nothing left to wait for");
+    b.add_writers(f, 0..1, -1);
     b.unpin(Unit::Frame { file: f, index: 0 }, false);
     b.check().unwrap();
 }
@@ -269,7 +300,8 @@ fn make_room(b: &mut Books, want: Want) -> bool {
             Victim::CleanFrame { file, index } => b.remove_frame(file, index),
             Victim::DirtyFrame { file, index } => {
                 let per = b.geometry().per_frame();
-                let (d, _) = b.claim_writeback(file, index * per..(index + 1) * per);
+                let (d, _) =
+                    b.claim_writeback(file, index * per..(index + 1) * per, &HashSet::new());
                 b.finish_writeback(file, &d, &d);
             }
             Victim::Slot(s) => b.evict_slot(s),
@@ -343,7 +375,7 @@ proptest! {
                 }
                 Op::Flush { file } => {
                     let f = files[file as usize];
-                    let (d, _) = b.claim_writeback(f, 0..24);
+                    let (d, _) = b.claim_writeback(f, 0..24, &HashSet::new());
                     b.finish_writeback(f, &d, &d);
                     prop_assert!(b.dirty_in(f, 0..24).is_empty());
                 }
@@ -362,7 +394,7 @@ proptest! {
                 }
                 Op::DropFile { file } => {
                     let f = files[file as usize];
-                    let (d, _) = b.claim_writeback(f, 0..24);
+                    let (d, _) = b.claim_writeback(f, 0..24, &HashSet::new());
                     b.finish_writeback(f, &d, &d);
                     b.remove_file(f);
                     files[file as usize] = b.new_file(24 * 4096);
