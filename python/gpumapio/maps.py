@@ -19,6 +19,7 @@ give their bytes with ``tobytes()``.
 from __future__ import annotations
 
 import functools
+import operator
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -119,13 +120,46 @@ def gather(
     array: ``out`` if given, else a new CuPy array (torch with ``output="torch"``) on the GPU,
     or a NumPy array on host memory. Missing extents are read in one batch and placed by one
     kernel launch per group; resident ones are copied from the cache."""
-    offsets = [int(o) for o in offsets]
+    offsets = _whole_numbers("offsets", offsets)
     if out is None:
         # The rows are checked against the file before memory is allocated for them.
         _check_rows(mapped, offsets, length)
         out = empty_bytes(len(offsets) * length, _output_for(mapped, output), device)
     mapped.gather(offsets, length, out)
     return out
+
+
+def _whole_numbers(name: str, values: Sequence[int]) -> list[int]:
+    """``values`` as Python ints; a float, a bool or a string is refused naming it and its
+    position (``int(1.9)`` would quietly be 1)."""
+    out = []
+    for position, value in enumerate(values):
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            out.append(operator.index(value))  # ints and NumPy's integers; not NumPy's bool
+        except TypeError:
+            raise TypeError(f"{name} must be integers, got {value!r} ({type(value).__name__}) at position {position}") from None
+    return out
+
+
+def _index_array(indices: Sequence[int], rows: int) -> Any:
+    """A list, tuple or range of row indices as an int64 array: integers only, as an array of
+    indices must be (1.9 or True is not a row number), and one past int64 refused as outside
+    the file, naming it (NumPy would make such a list uint64 or float64)."""
+    import numpy
+
+    if isinstance(indices, range):
+        return numpy.arange(indices.start, indices.stop, indices.step, dtype=numpy.int64)
+    if len(indices) == 0:
+        return numpy.zeros(0, numpy.int64)
+    as_given = numpy.asarray(indices)
+    if as_given.dtype.kind == "i":
+        return as_given.astype(numpy.int64, copy=False)
+    for position, value in enumerate(_whole_numbers("indices", indices)):
+        if not -(2**63) <= value < 2**63:
+            raise IndexError(f"row index {value} at position {position} is outside the file's {rows} rows")
+    return as_given.astype(numpy.int64)
 
 
 def _index_count(indices: Any) -> int:
@@ -189,13 +223,7 @@ def gather_rows(
     the file raises ``IndexError`` naming it and its position, and reads nothing for it (what
     ``out`` then holds is unspecified)."""
     if isinstance(indices, (list, tuple, range)):
-        import numpy
-
-        # Integers only, as an array of indices must be: 1.9 or True is not a row number.
-        as_given = numpy.asarray(indices)
-        if as_given.size and as_given.dtype.kind not in "iu":
-            raise TypeError(f"indices must be integers, not {as_given.dtype} ({indices[:4]!r}...)")
-        indices = as_given.astype(numpy.int64, copy=False) if as_given.size else numpy.zeros(0, numpy.int64)
+        indices = _index_array(indices, mapped.nbytes // max(row_size, 1))
     if row_size <= 0:
         raise ValueError(f"row_size {row_size} must be at least 1")
     if stream is None:

@@ -13,10 +13,24 @@ from gpumapio._native import CuFile
 __all__ = ["LikeWrapper", "fromfile", "tofile"]
 
 
+def _opened(file: Any) -> bool:
+    """Whether ``file`` is an open file object (read and written at its position, as NumPy
+    does), rather than a path."""
+    return hasattr(file, "fileno") and hasattr(file, "name") and hasattr(file, "tell")
+
+
 def _path(file: Any) -> str:
-    if hasattr(file, "fileno") and hasattr(file, "name"):
+    if _opened(file):
         return os.fspath(file.name)
     return os.fspath(file)
+
+
+def _bytes_of(array: Any) -> Any:
+    """A NumPy array's bytes as a flat uint8 view (the buffer protocol has no format for
+    datetime64 and timedelta64, which CuFile would refuse); any other array as it is."""
+    if isinstance(array, np.ndarray) and array.dtype.kind in "mM" and array.flags.c_contiguous:
+        return array.reshape(-1).view(np.uint8)
+    return array
 
 
 def _int_argument(name: str, value: Any) -> int:
@@ -29,7 +43,9 @@ def _int_argument(name: str, value: Any) -> int:
 def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offset: int = 0, *, like: Any = None) -> Any:
     """``numpy.fromfile`` for binary files, read in parallel by gpumap into an array of the type
     of ``like`` (a CuPy array for ``like=cupy.empty(())``; NumPy without ``like``). ``count``
-    items (-1: all) of ``dtype`` from byte ``offset``, truncated to the file as NumPy does."""
+    items (-1: all) of ``dtype`` from byte ``offset``, truncated to the file as NumPy does. An
+    open file object is read from its position plus ``offset``, and left after what was read,
+    as NumPy does."""
     if sep != "":
         raise NotImplementedError(
             "Non-default value of the `sep` argument is not supported (gpumapio reads binary files only)"
@@ -40,6 +56,8 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
     if count < -1:
         raise ValueError(f"count {count}: expected -1 (all) or a number of items")
     path = _path(file)
+    if _opened(file):
+        offset += file.tell()
     itemsize = np.dtype(dtype).itemsize
     if itemsize == 0:
         raise ValueError(f"dtype {np.dtype(dtype)} has items of no size")
@@ -48,7 +66,9 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
     count = available if count == -1 else min(count, available)
     out = np.empty_like(like, shape=(count,), dtype=dtype) if like is not None else np.empty(count, dtype=dtype)
     with CuFile(path, "r") as f:
-        got = f.read(out, file_offset=offset)
+        got = f.read(_bytes_of(out), file_offset=offset)
+    if _opened(file):
+        file.seek(offset + got)
     if got != out.nbytes:
         # The file was cut after its size was taken: what it held then is not all there.
         raise EOFError(f"{path}: read {got} of {out.nbytes} bytes at {offset} (the file shrank while it was read)")
@@ -56,9 +76,15 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
 
 
 def tofile(ary: Any, file: Any) -> None:
-    """``ndarray.tofile``: the array's bytes in C order, written in parallel by gpumap."""
+    """``ndarray.tofile``: the array's bytes in C order, written in parallel by gpumap. A path
+    is written anew (truncated); an open file object at its position, without truncating it,
+    and left after what was written, as NumPy does."""
     dtype = getattr(ary, "dtype", None)
-    if dtype is not None and np.dtype(dtype).hasobject:
+    try:
+        holds_objects = dtype is not None and np.dtype(dtype).hasobject
+    except TypeError:  # not a NumPy dtype (torch's): CuFile judges the buffer
+        holds_objects = False
+    if holds_objects:
         # Refused before the file is opened (and truncated); gpumap would refuse it after.
         raise TypeError(
             f"tofile: dtype {dtype} holds Python objects (buffer format 'O'); gpumap writes only plain data"
@@ -66,8 +92,16 @@ def tofile(ary: Any, file: Any) -> None:
     contiguous = ary if getattr(ary, "flags", None) is not None and ary.flags.c_contiguous else None
     if contiguous is None:
         contiguous = np.ascontiguousarray(ary, like=ary) if hasattr(ary, "__array_function__") else ary
-    with CuFile(_path(file), "w") as f:
-        f.write(contiguous)
+    if not _opened(file):
+        with CuFile(_path(file), "w") as f:
+            f.write(_bytes_of(contiguous))
+        return
+    # What the file object holds in its buffer goes first, then the array after it.
+    file.flush()
+    at = file.tell()
+    with CuFile(_path(file), "r+") as f:
+        written = f.write(_bytes_of(contiguous), file_offset=at)
+    file.seek(at + written)
 
 
 class LikeWrapper:

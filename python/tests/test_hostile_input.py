@@ -173,3 +173,67 @@ def test_numpy_fromfile_of_a_file_that_shrank_while_read_is_an_eof_error(tmp_pat
     monkeypatch.setattr(gnp.os.path, "getsize", lambda p: 8192)
     with pytest.raises(EOFError, match="shrank"):
         gnp.fromfile(path, dtype=np.uint8)
+
+
+def test_numpy_fromfile_and_tofile_use_an_open_files_position(tmp_path):
+    """As NumPy does: a file object is read from its position (plus ``offset``) and written at
+    it, without truncating, and left after what was read or written. tofile once reopened the
+    file by name with "w", which cut away a header written through the file object."""
+    from gpumapio import numpy as gnp
+
+    path = tmp_path / "positioned.bin"
+    with open(path, "wb") as f:
+        f.write(b"HEADER!!")
+        gnp.tofile(np.arange(4, dtype="<i4"), f)
+        f.write(b"TAIL")
+    assert path.read_bytes() == b"HEADER!!" + np.arange(4, dtype="<i4").tobytes() + b"TAIL"
+    with open(path, "rb") as f:
+        assert f.read(8) == b"HEADER!!"
+        got = gnp.fromfile(f, dtype="<i4", count=3, offset=4)
+        assert got.tolist() == [1, 2, 3]
+        assert f.read() == b"TAIL"
+    with open(path, "rb") as f:
+        f.seek(8)
+        assert gnp.fromfile(f, dtype="<i4").tolist() == np.fromfile(open(path, "rb"), dtype="<i4", offset=8).tolist()
+
+
+def test_numpy_tofile_takes_torch_tensors_and_dates(tmp_path):
+    from gpumapio import numpy as gnp
+
+    dates = np.array(["2026-11-29", "1970-01-01", "1600-02-29"], dtype="datetime64[D]")
+    gnp.tofile(dates, tmp_path / "dates.bin")
+    assert (gnp.fromfile(tmp_path / "dates.bin", dtype="datetime64[D]") == dates).all()
+    spans = np.array([1, -2], dtype="timedelta64[ns]")
+    gnp.tofile(spans, tmp_path / "spans.bin")
+    assert (gnp.fromfile(tmp_path / "spans.bin", dtype="timedelta64[ns]") == spans).all()
+    torch = pytest.importorskip("torch")
+    gnp.tofile(torch.arange(4, dtype=torch.int32), tmp_path / "tensor.bin")
+    assert gnp.fromfile(tmp_path / "tensor.bin", dtype=np.int32).tolist() == [0, 1, 2, 3]
+
+
+def test_gather_refuses_offsets_that_are_not_integers(tmp_path):
+    """gpumapio.gather took int(1.9) for 1 and read the wrong bytes; MappedFile.gather refused."""
+    path = tmp_path / "rows.bin"
+    path.write_bytes(bytes(range(64)))
+    m = gpumapio.map(path, device="host")
+    with pytest.raises(TypeError, match=r"offsets must be integers, got 1.9 \(float\) at position 1"):
+        gpumapio.gather(m, [0, 1.9], 2)
+    with pytest.raises(TypeError, match=r"got True \(bool\) at position 0"):
+        gpumapio.gather(m, [True], 2)
+    assert gpumapio.gather(m, [np.int64(3), 5], 2).tolist() == [3, 4, 5, 6]
+    m.close()
+
+
+def test_gather_rows_names_list_indices_past_int64(tmp_path):
+    """A list index of 2**63 or more was wrapped to a negative one (and named as such), or
+    turned the list into floats."""
+    path = tmp_path / "rows.bin"
+    path.write_bytes(bytes(range(64)))
+    m = gpumapio.map(path, device="host")
+    for indices, bad, at in (([2**63], 2**63, 0), ([2**64 - 1], 2**64 - 1, 0), ([0, 2**63 + 5], 2**63 + 5, 1)):
+        with pytest.raises(IndexError, match=rf"row index {bad} at position {at} is outside the file's 8 rows"):
+            gpumapio.gather_rows(m, indices, 8)
+    with pytest.raises(TypeError, match=r"indices must be integers, got 2.5 \(float\) at position 1"):
+        gpumapio.gather_rows(m, [1, 2.5], 8)
+    assert gpumapio.gather_rows(m, [7, 0], 8).tobytes() == bytes(range(56, 64)) + bytes(range(8))
+    m.close()
