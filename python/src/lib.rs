@@ -23,6 +23,7 @@
 //!   `MappedFile`, `View` exported through `__cuda_array_interface__` and `__dlpack__`).
 
 mod buffers;
+mod counts;
 mod cufile;
 mod defaults;
 mod dlpack;

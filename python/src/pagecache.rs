@@ -93,8 +93,8 @@ fn residency_dict<'py>(py: Python<'py>, r: &Residency) -> PyResult<Bound<'py, Py
 pub fn residency<'py>(
     py: Python<'py>,
     file: &Bound<'py, PyAny>,
-    offset: u64,
-    length: Option<u64>,
+    #[pyo3(from_py_with = crate::counts::offset)] offset: u64,
+    #[pyo3(from_py_with = crate::counts::length_or_none)] length: Option<u64>,
     method: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
     let choice = match method {
@@ -119,8 +119,8 @@ pub fn residency<'py>(
 pub fn warm(
     py: Python<'_>,
     file: &Bound<'_, PyAny>,
-    offset: u64,
-    length: Option<u64>,
+    #[pyo3(from_py_with = crate::counts::offset)] offset: u64,
+    #[pyo3(from_py_with = crate::counts::length_or_none)] length: Option<u64>,
     wait: bool,
 ) -> PyResult<()> {
     let file = file_arg(file)?;
@@ -135,8 +135,8 @@ pub fn warm(
 pub fn evict<'py>(
     py: Python<'py>,
     file: &Bound<'py, PyAny>,
-    offset: u64,
-    length: Option<u64>,
+    #[pyo3(from_py_with = crate::counts::offset)] offset: u64,
+    #[pyo3(from_py_with = crate::counts::length_or_none)] length: Option<u64>,
 ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let file = file_arg(file)?;
     let report = nogil(py, || pc::evict(file.target(), range(offset, length)))?;
@@ -228,8 +228,8 @@ impl LockedRange {
 pub fn lock(
     py: Python<'_>,
     file: &Bound<'_, PyAny>,
-    offset: u64,
-    length: Option<u64>,
+    #[pyo3(from_py_with = crate::counts::offset)] offset: u64,
+    #[pyo3(from_py_with = crate::counts::length_or_none)] length: Option<u64>,
 ) -> PyResult<LockedRange> {
     let file = file_arg(file)?;
     let locked = nogil(py, || pc::lock(file.target(), range(offset, length)))?;

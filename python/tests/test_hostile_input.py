@@ -237,3 +237,37 @@ def test_gather_rows_names_list_indices_past_int64(tmp_path):
         gpumapio.gather_rows(m, [1, 2.5], 8)
     assert gpumapio.gather_rows(m, [7, 0], 8).tobytes() == bytes(range(56, 64)) + bytes(range(8))
     m.close()
+
+
+def test_negative_and_huge_counts_are_value_errors_naming_the_argument(tmp_path):
+    """PyO3's u64 raised OverflowError("can't convert negative int to unsigned") for -1: not
+    the ValueError the API documents, and naming neither the argument nor the value."""
+    from gpumapio import pagecache
+
+    path = tmp_path / "counts.bin"
+    path.write_bytes(bytes(4096))
+    m = gpumapio.map(path, device="host", writable=True)
+    out = np.zeros(8, np.uint8)
+    calls = {
+        "offset -1 is negative": [
+            lambda: m.read(-1, 2),
+            lambda: m.write(-1, b"x"),
+            lambda: m.view(-1, 1),
+            lambda: m.prefetch(-1, 1),
+            lambda: m.advise(-1, 1, "normal"),
+            lambda: pagecache.residency(str(path), -1),
+            lambda: pagecache.warm(str(path), -1),
+        ],
+        "length -2 is negative": [lambda: m.read(0, -2), lambda: m.flush_range(0, -2), lambda: pagecache.residency(str(path), 0, -2)],
+        "offsets\\[1\\] -1 is negative": [lambda: m.gather([0, -1], 1, out)],
+        "budget -1 is negative": [lambda: gpumapio.map(path, device="host", budget=-1), lambda: gpumapio.DeviceCache(-1, device="host")],
+        "row_size -8 is negative": [lambda: m.gather_rows(np.zeros(1, np.int64), -8, out)],
+        "offset 18446744073709551616 is past the largest value": [lambda: m.read(2**64, 1)],
+    }
+    for message, refused in calls.items():
+        for call in refused:
+            with pytest.raises(ValueError, match=message):
+                call()
+    with pytest.raises(TypeError, match="offset"):
+        m.read("0", 1)
+    m.close()

@@ -79,9 +79,9 @@ impl DeviceCache {
     #[pyo3(signature = (budget, *, extent_size = 65536, frame_size = None, device = None, shards = None))]
     fn new(
         py: Python<'_>,
-        budget: u64,
-        extent_size: u64,
-        frame_size: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::budget)] budget: u64,
+        #[pyo3(from_py_with = crate::counts::extent_size)] extent_size: u64,
+        #[pyo3(from_py_with = crate::counts::frame_size_or_none)] frame_size: Option<u64>,
         device: Option<Bound<'_, PyAny>>,
         shards: Option<usize>,
     ) -> PyResult<Self> {
@@ -121,8 +121,8 @@ impl DeviceCache {
         writable: bool,
         advice: &str,
         zero_copy: Option<Bound<'_, PyAny>>,
-        max_pinned: Option<u64>,
-        read_ahead: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::max_pinned_or_none)] max_pinned: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::read_ahead_or_none)] read_ahead: Option<u64>,
     ) -> PyResult<MappedFile> {
         let o = map_options(writable, advice, zero_copy.as_ref(), max_pinned, read_ahead)?;
         let cache = self.inner.clone();
@@ -314,15 +314,15 @@ impl MappedFile {
     fn open(
         py: Python<'_>,
         path: Location,
-        budget: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::budget_or_none)] budget: Option<u64>,
         writable: bool,
-        extent_size: u64,
-        frame_size: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::extent_size)] extent_size: u64,
+        #[pyo3(from_py_with = crate::counts::frame_size_or_none)] frame_size: Option<u64>,
         device: Option<Bound<'_, PyAny>>,
         advice: &str,
         zero_copy: Option<Bound<'_, PyAny>>,
-        max_pinned: Option<u64>,
-        read_ahead: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::max_pinned_or_none)] max_pinned: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::read_ahead_or_none)] read_ahead: Option<u64>,
     ) -> PyResult<MappedFile> {
         let o = map_options(writable, advice, zero_copy.as_ref(), max_pinned, read_ahead)?;
         let device = device_arg(device.as_ref())?;
@@ -413,7 +413,13 @@ impl MappedFile {
     /// A view of `[offset, offset + length)`, resident and pinned until released; `writable`
     /// views need a writable map, and their bytes are written back after release.
     #[pyo3(signature = (offset, length, *, writable = false))]
-    fn view(&self, py: Python<'_>, offset: u64, length: u64, writable: bool) -> PyResult<View> {
+    fn view(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::counts::offset)] offset: u64,
+        #[pyo3(from_py_with = crate::counts::length)] length: u64,
+        writable: bool,
+    ) -> PyResult<View> {
         let (map, handle, _open) = self.open_hold()?;
         let pin = nogil(py, move || {
             Ok(if writable {
@@ -430,8 +436,8 @@ impl MappedFile {
     fn read<'py>(
         &self,
         py: Python<'py>,
-        offset: u64,
-        length: usize,
+        #[pyo3(from_py_with = crate::counts::offset)] offset: u64,
+        #[pyo3(from_py_with = crate::counts::length_in_memory)] length: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let (map, _open) = self.open_map()?;
         check_range(py, offset, length as u64, map.len())?;
@@ -439,7 +445,12 @@ impl MappedFile {
     }
 
     /// Copies `data` (bytes-like) to `offset` of the map; written back later (or by `flush`).
-    fn write(&self, py: Python<'_>, offset: u64, data: Bound<'_, PyAny>) -> PyResult<()> {
+    fn write(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::counts::offset)] offset: u64,
+        data: Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let (map, _open) = self.open_map()?;
         let src = memory(&data, false)?;
         let len = src.len();
@@ -464,8 +475,8 @@ impl MappedFile {
     fn gather(
         &self,
         py: Python<'_>,
-        offsets: Vec<u64>,
-        length: u64,
+        #[pyo3(from_py_with = crate::counts::offsets)] offsets: Vec<u64>,
+        #[pyo3(from_py_with = crate::counts::length)] length: u64,
         out: Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let (map, _open) = self.open_map()?;
@@ -488,7 +499,7 @@ impl MappedFile {
         &self,
         py: Python<'_>,
         indices: Bound<'_, PyAny>,
-        row_size: u64,
+        #[pyo3(from_py_with = crate::counts::row_size)] row_size: u64,
         out: Bound<'_, PyAny>,
         stream: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
@@ -506,7 +517,11 @@ impl MappedFile {
 
     /// Reads `[offset, offset + length)` in the background; the future's `get()` returns the
     /// length when it is resident.
-    fn prefetch(&self, offset: u64, length: u64) -> PyResult<IOFuture> {
+    fn prefetch(
+        &self,
+        #[pyo3(from_py_with = crate::counts::offset)] offset: u64,
+        #[pyo3(from_py_with = crate::counts::length)] length: u64,
+    ) -> PyResult<IOFuture> {
         let (map, _open) = self.open_map()?;
         let started = map.prefetch(offset, length);
         Ok(IOFuture::pending(Box::new(Prefetch(started, length as usize))))
@@ -514,7 +529,13 @@ impl MappedFile {
 
     /// madvise-like advice for a range: "normal", "sequential", "random", "willneed",
     /// "dontneed".
-    fn advise(&self, py: Python<'_>, offset: u64, length: u64, advice: &str) -> PyResult<()> {
+    fn advise(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::counts::offset)] offset: u64,
+        #[pyo3(from_py_with = crate::counts::length)] length: u64,
+        advice: &str,
+    ) -> PyResult<()> {
         let advice = advice_arg(advice)?;
         let (map, _open) = self.open_map()?;
         nogil(py, move || map.advise(offset, length, advice))
@@ -528,7 +549,12 @@ impl MappedFile {
     }
 
     /// Like `flush`, for `[offset, offset + length)`.
-    fn flush_range(&self, py: Python<'_>, offset: u64, length: u64) -> PyResult<()> {
+    fn flush_range(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::counts::offset)] offset: u64,
+        #[pyo3(from_py_with = crate::counts::length)] length: u64,
+    ) -> PyResult<()> {
         let (map, _open) = self.open_map()?;
         nogil(py, move || map.flush_range(offset, length))
     }
