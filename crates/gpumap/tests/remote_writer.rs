@@ -403,6 +403,39 @@ fn a_stall_beyond_the_timeout_is_a_timeout_and_nothing_is_written() {
 }
 
 #[test]
+fn a_finish_during_a_write_waits_for_it_and_fails_with_it() {
+    // One part held, each part's PUT slow: the write of four parts waits for room after the
+    // first. A finish then refuses its later pieces; it used to complete the object with the
+    // pieces already written, while the write failed on its own thread.
+    let target = Target::new("finish-during-write.bin");
+    let mut options = target.options();
+    options.max_in_flight(Some(1)).unwrap();
+    target.server.delay_part_puts(Duration::from_millis(150));
+    let writer = RemoteWriter::create_with(&target.url(), &options).unwrap();
+    let bytes = common::random_bytes(4 * PART, 25);
+    let (written, finished) = std::thread::scope(|scope| {
+        let writing = scope.spawn(|| writer.pwrite(&bytes, 0));
+        while target.server.part_puts() == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let finished = writer.finish();
+        (writing.join().unwrap(), finished)
+    });
+    match written {
+        // The write ended whole before the finish looked: the object is all of it.
+        Ok(n) => {
+            assert_eq!((n as u64, finished.unwrap()), (bytes.len() as u64, bytes.len() as u64));
+            assert!(target.read_back() == bytes);
+        }
+        Err(e) => {
+            let text = finished.unwrap_err().to_string();
+            assert!(text.contains("the write of"), "{text} (the write: {e})");
+            target.assert_nothing_written();
+        }
+    }
+}
+
+#[test]
 fn an_upload_created_without_its_answer_is_named_and_holds_nothing() {
     // The store creates the upload after the writer gave up waiting: the writer has no id to
     // abort it by, so the error says what is left and that it holds no data.

@@ -40,14 +40,16 @@ const STAGE_BYTES: usize = 4 << 20;
 ///   ([`MAX_STAGED_BYTES`](super::MAX_STAGED_BYTES); one part at least). A write that needs
 ///   one more waits for a part in flight to be sent; it is refused when no part can be sent
 ///   for want of bytes no other write in progress is writing (write each part whole, in
-///   order, or raise `max_in_flight`), which fails the writer, as any failed write does. A part grows with what is written to it, so a small
-///   object takes little memory. Writes from GPU memory stage up to 4 MiB more each.
+///   order, or raise `max_in_flight`), which fails the writer, as any failed write does. A
+///   part grows with what is written to it, so a small object takes little memory. Writes
+///   from GPU memory stage up to 4 MiB more each.
 /// - **All or nothing.** `finish` checks that every byte below the highest written was
 ///   written (a hole is refused, naming its first byte), then completes the upload. Any
 ///   failure — a part refused after its retries, a hole, a `pwrite` that failed (its bytes
 ///   are missing, and the thread that finishes may not know it), [`abort`](Self::abort), or
-///   dropping the writer unfinished — aborts the upload, and no object is written. An object small
-///   enough for one part is written by a single PUT. (A completion whose answer is lost
+///   dropping the writer unfinished — aborts the upload, and no object is written. `finish`
+///   waits for the `pwrite` calls in progress, so each is in the object whole or fails it.
+///   An object small enough for one part is written by a single PUT. (A completion whose answer is lost
 ///   after the store acted on it, by a timeout or a broken connection, is the one case that
 ///   leaves an object behind an error; the error says that the object may exist.)
 /// - **Retries** as for reads: the options' status codes, attempts, backoff and timeout.
@@ -247,17 +249,26 @@ impl RemoteWriter {
     /// returns its error, and no object is written.
     pub fn pwrite_device(&self, src: DeviceView<'_>, offset: u64) -> Result<usize> {
         let shared = &self.shared;
-        let written = self.write_pieces(&src, offset);
+        let pieces = match parts::pieces(offset, src.len(), shared.part_size) {
+            Ok(pieces) => pieces,
+            Err(e) => {
+                shared.fail_writes(offset, src.len(), &e);
+                return Err(e);
+            }
+        };
+        // Refused here only when the writer takes no more writes: no write of it has failed.
+        let _writer = WriterGuard::enter(shared)?;
+        let written = self.write_pieces(&src, offset, pieces);
         if let Err(e) = &written {
+            // Booked while this call still counts among the writers, so that a `finish`
+            // waiting for them sees it.
             shared.fail_writes(offset, src.len(), e);
         }
         written
     }
 
-    fn write_pieces(&self, src: &DeviceView<'_>, offset: u64) -> Result<usize> {
+    fn write_pieces(&self, src: &DeviceView<'_>, offset: u64, pieces: Vec<Piece>) -> Result<usize> {
         let shared = &self.shared;
-        let pieces = parts::pieces(offset, src.len(), shared.part_size)?;
-        let _writer = WriterGuard::enter(shared)?;
         for piece in pieces {
             let at = offset + piece.in_source.start as u64;
             let bytes = shared.begin_copy(piece.part, at)?;
@@ -284,7 +295,9 @@ impl RemoteWriter {
             }
             books.phase = Phase::Finishing;
             shared.changed.notify_all();
-            while !books.sending.is_empty() || books.copying > 0 {
+            // A write in progress ends whole, or fails the writer: its later pieces are
+            // refused once the writer is finishing.
+            while !books.sending.is_empty() || books.copying > 0 || books.writers > 0 {
                 shared.changed.wait(&mut books);
             }
             let rest = match (books.gave_up.clone(), &books.failed_write) {
@@ -477,10 +490,12 @@ impl Shared {
     }
 
     /// Books the failure of a `pwrite` of `len` bytes at `offset`, if the writer was still
-    /// taking writes: the first one fails every later call. Parts stop going out.
+    /// taking writes or finishing: the first one fails every later call, `finish` included.
+    /// Parts stop going out.
     fn fail_writes(&self, offset: u64, len: usize, e: &Error) {
         let mut books = self.books.lock();
-        if books.phase != Phase::Open || books.gave_up.is_some() || books.failed_write.is_some() {
+        let live = matches!(books.phase, Phase::Open | Phase::Finishing);
+        if !live || books.gave_up.is_some() || books.failed_write.is_some() {
             return;
         }
         let failed = format!("the write of {len} bytes at byte {offset} failed ({e})");
