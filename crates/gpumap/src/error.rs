@@ -297,6 +297,18 @@ pub enum RemoteErrorKind {
     UnsupportedKey,
 }
 
+/// The hint of a refusal: which credentials to check, and that they may do `$what`. A macro,
+/// so that each hint stays one `&'static str`.
+macro_rules! check_credentials {
+    ($what:literal) => {
+        concat!(
+            "check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), \
+             the region, and that they may ",
+            $what
+        )
+    };
+}
+
 impl RemoteErrorKind {
     /// What a person can do about this kind of failure.
     pub fn hint(self) -> &'static str {
@@ -307,9 +319,7 @@ impl RemoteErrorKind {
             }
             RemoteErrorKind::NotFound => "check the bucket, key or path",
             RemoteErrorKind::AccessDenied => {
-                "check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, \
-                 AWS_SESSION_TOKEN), the region, and that they may read this object; a \
-                 presigned URL may have expired"
+                check_credentials!("read this object; a presigned URL may have expired")
             }
             RemoteErrorKind::Status => {
                 "the server refused the request; if the status is transient, list it among the \
@@ -340,19 +350,13 @@ impl RemoteErrorKind {
                  the store it should be"
             }
             RemoteErrorKind::AccessDenied if changes => {
-                "check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, \
-                 AWS_SESSION_TOKEN), the region, and that they may write this object \
-                 (s3:PutObject, s3:AbortMultipartUpload)"
+                check_credentials!("write this object (s3:PutObject, s3:AbortMultipartUpload)")
             }
             RemoteErrorKind::AccessDenied if op.starts_with("DELETE") => {
-                "check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, \
-                 AWS_SESSION_TOKEN), the region, and that they may delete these objects \
-                 (s3:DeleteObject)"
+                check_credentials!("delete these objects (s3:DeleteObject)")
             }
             RemoteErrorKind::AccessDenied if op.starts_with("LIST") => {
-                "check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, \
-                 AWS_SESSION_TOKEN), the region, and that they may list this bucket \
-                 (s3:ListBucket)"
+                check_credentials!("list this bucket (s3:ListBucket)")
             }
             _ => self.hint(),
         }
