@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 
 /// `ob` as a `u64`; a negative int, or one past `u64`, is a `ValueError` naming `name` and the
 /// value. Anything else that is not an int keeps PyO3's `TypeError`, which names the argument.
-fn count(name: &str, ob: &Bound<'_, PyAny>) -> PyResult<u64> {
+pub(crate) fn count(name: &str, ob: &Bound<'_, PyAny>) -> PyResult<u64> {
     match ob.extract::<u64>() {
         Ok(value) => Ok(value),
         Err(e) if e.is_instance_of::<PyOverflowError>(ob.py()) => {

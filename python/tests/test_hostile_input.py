@@ -108,6 +108,17 @@ def test_cache_gather_lengths_that_overflow_are_refused(tmp_path):
     m = cache.open(path)
     with pytest.raises(ValueError, match="overflow"):
         cache.gather([(m, 0, 2**63), (m, 0, 2**63)], bytearray(0))
+    # Each range's counts are named by position, as the other calls' are (PyO3's u64 gave a
+    # bare OverflowError for -1).
+    with pytest.raises(ValueError, match=r"ranges\[1\] offset -1 is negative"):
+        cache.gather([(m, 0, 1), (m, -1, 1)], bytearray(2))
+    with pytest.raises(ValueError, match=r"ranges\[0\] length -5 is negative"):
+        cache.gather([(m, 0, -5)], bytearray(2))
+    with pytest.raises(TypeError, match=r"ranges\[0\] is not a \(file, offset, length\)"):
+        cache.gather([(m, 0)], bytearray(2))
+    out = bytearray(3)
+    cache.gather([(m, 5, 1), (m, 7, 2)], out)
+    assert bytes(out) == path.read_bytes()[5:6] + path.read_bytes()[7:9]
 
 
 def test_read_file_to_device_checks_the_range_before_it_allocates(tmp_path):

@@ -8,7 +8,7 @@ use gpumap::io::IoFuture;
 use gpumap::mapped::{CacheOptions, DeviceCache as Cache, DeviceMappedFile, FileStats};
 use gpumap::memory::Device;
 use parking_lot::Mutex;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
@@ -175,9 +175,10 @@ impl DeviceCache {
     fn gather(
         &self,
         py: Python<'_>,
-        ranges: Vec<(PyRef<'_, MappedFile>, u64, u64)>,
+        ranges: Bound<'_, PyAny>,
         out: Bound<'_, PyAny>,
     ) -> PyResult<()> {
+        let ranges = gather_ranges(&ranges)?;
         let total =
             ranges.iter().try_fold(0u64, |sum, r| sum.checked_add(r.2)).ok_or_else(|| {
                 PyValueError::new_err("the lengths of the ranges overflow 64 bits when added up")
@@ -216,6 +217,27 @@ impl DeviceCache {
             s.files
         )
     }
+}
+
+/// `DeviceCache.gather`'s ranges: `(file, offset, length)` each, the counts checked as
+/// [`crate::counts`] checks one (a negative offset is a `ValueError` naming its range).
+fn gather_ranges<'py>(
+    ranges: &Bound<'py, PyAny>,
+) -> PyResult<Vec<(PyRef<'py, MappedFile>, u64, u64)>> {
+    let mut out = Vec::new();
+    for (position, item) in ranges.try_iter()?.enumerate() {
+        let (file, offset, length): (Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>) =
+            item?.extract().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "ranges[{position}] is not a (file, offset, length) tuple"
+                ))
+            })?;
+        let file = file.extract::<PyRef<'py, MappedFile>>()?;
+        let offset = crate::counts::count(&format!("ranges[{position}] offset"), &offset)?;
+        let length = crate::counts::count(&format!("ranges[{position}] length"), &length)?;
+        out.push((file, offset, length));
+    }
+    Ok(out)
 }
 
 /// A file mapped into GPU memory (host memory without a GPU): views, gathers, write-back.
