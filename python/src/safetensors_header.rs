@@ -539,7 +539,7 @@ fn parse_all<'a>(
         |(raw, shard_of): (&'a [u8], &'a HashMap<String, usize>)| map_index(raw, shard_of);
     let bytes: usize = headers.iter().map(|(raw, _, _)| raw.len()).sum::<usize>()
         + index.map_or(0, |(raw, _)| raw.len());
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(PARSE_THREADS);
+    let threads = gpumap::tuning_facts::cpus().min(PARSE_THREADS);
     if bytes < PARSE_SHARED_MIN || threads < 2 {
         return (headers.iter().map(parse_one).collect(), index.and_then(parse_index));
     }

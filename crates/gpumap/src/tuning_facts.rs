@@ -7,6 +7,7 @@
 use std::fs::File;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::error::Result;
 use crate::sys::posix;
@@ -29,9 +30,12 @@ pub fn gather(path: Option<&Path>, gpus: Option<usize>) -> Result<Facts> {
     Ok(facts)
 }
 
-/// CPUs this process may run on (its affinity and cgroup quota), at least 1.
+/// CPUs this process may run on (its affinity and cgroup quota when first asked), at least 1.
+/// Learned once: the standard library reads the cgroup's files on every call, which cost a
+/// small remote read more CPU than its request did when asked per read.
 pub fn cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
 }
 
 /// The file system `file` (named `path` in errors) lives on.

@@ -48,7 +48,7 @@ pub use values::{default_nthreads, CompatMode, Config, DirectRead, Source, DEFAU
 
 impl Default for Config {
     fn default() -> Self {
-        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let cpus = crate::tuning_facts::cpus();
         Config {
             compat_mode: CompatMode::Auto,
             nthreads: default_nthreads(cpus),
@@ -191,7 +191,7 @@ mod tests {
         let defaults = Config::default();
         for spec in &SETTINGS {
             if spec.field == "nthreads" {
-                let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+                let cpus = crate::tuning_facts::cpus();
                 assert_eq!(spec.value(&defaults), SettingValue::Count(cpus.min(16) as u64));
                 continue;
             }
@@ -609,7 +609,7 @@ mod tests {
         assert!(check_nthreads(0).is_err());
         assert!(check_nthreads(MAX_THREADS + 1).is_err());
         assert_eq!(check_nthreads(1), Ok(None));
-        let cpus = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
+        let cpus = crate::tuning_facts::cpus();
         if 4 * cpus < MAX_THREADS {
             assert!(check_nthreads(MAX_THREADS).unwrap().is_some());
         }

@@ -11,7 +11,7 @@ pub fn check_nthreads(n: usize) -> std::result::Result<Option<String>, String> {
     if n == 0 || n > MAX_THREADS {
         return Err(format!("expected a thread count from 1 to {MAX_THREADS}"));
     }
-    let cpus = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
+    let cpus = crate::tuning_facts::cpus();
     Ok((n > 4 * cpus).then(|| {
         format!(
             "{n} threads for {cpus} CPUs: more than four a CPU rarely helps, and each thread of \

@@ -121,8 +121,7 @@ static LANES: PerProcess<Arc<rayon::ThreadPool>> = PerProcess::new();
 /// How many lanes there are: a read uses at most this many, and each lane's store keeps
 /// idle connections for its share of a file's requests in flight.
 pub(crate) fn lane_count() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    MAX_LANES.min(cores).max(1)
+    MAX_LANES.min(crate::tuning_facts::cpus()).max(1)
 }
 
 fn lanes() -> Result<Arc<rayon::ThreadPool>> {
