@@ -6,6 +6,7 @@ import os
 from typing import Any, Literal
 
 from gpumapio import _native
+from gpumapio._arguments import whole_number
 
 __all__ = ["capabilities", "gpu_count", "read_file_to_device"]
 
@@ -76,6 +77,9 @@ def read_file_to_device(
     parallel ranged GETs (:class:`gpumapio.RemoteFile`, credentials from the AWS environment
     variables).
     """
+    offset = whole_number("offset", offset)
+    if size is not None:
+        size = whole_number("size", size)
     if offset < 0:
         raise ValueError(f"offset {offset} is negative")
     if size is not None and size < 0:

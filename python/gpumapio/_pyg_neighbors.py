@@ -51,11 +51,18 @@ def sample_neighbors(
     (all of them for a negative count), uniformly, without replacement unless ``replace``,
     from the CSC graph ``(colptr, row)``: the in-neighbours of node ``v`` are
     ``row[colptr[v]:colptr[v + 1]]``. Work grows with the number of sampled edges, never with
-    the graph's size or a node's degree. ``IndexError`` for a seed outside the graph."""
+    the graph's size or a node's degree. ``IndexError`` for a seed outside the graph;
+    ``ValueError`` for a graph whose offsets or edges the sample reaches point outside it (only
+    what is reached is checked, so that a sample's cost stays that of its edges)."""
     rng = rng if rng is not None else np.random.default_rng()
     colptr = np.asarray(colptr, dtype=np.int64)
     row = np.asarray(row, dtype=np.int64)
     seeds = np.asarray(seeds, dtype=np.int64).reshape(-1)
+    if colptr.ndim != 1 or colptr.shape[0] == 0 or row.ndim != 1:
+        raise ValueError(
+            f"a CSC graph is colptr (num_nodes + 1 offsets) and row (one source an edge), "
+            f"got arrays of shapes {colptr.shape} and {row.shape}"
+        )
     num_nodes = colptr.shape[0] - 1
     outside = (seeds < 0) | (seeds >= num_nodes)
     if outside.any():
@@ -74,8 +81,12 @@ def sample_neighbors(
     begin, end = 0, int(seeds.shape[0])
     frontier = seeds
     for count in num_neighbors:
-        edge, frontier_position = _sample_edges(colptr, frontier, int(count), replace, rng)
+        edge, frontier_position = _sample_edges(colptr, row.shape[0], frontier, int(count), replace, rng)
         src = row[edge]
+        outside = (src < 0) | (src >= num_nodes)
+        if outside.any():
+            at_edge = int(edge[np.flatnonzero(outside)[0]])
+            raise ValueError(f"row[{at_edge}], the source {int(row[at_edge])}, is outside the graph of {num_nodes} nodes")
 
         # Local indices of the sampled neighbours: those reached before keep theirs, the new
         # ones are numbered after every node so far, in the order they first appear here.
@@ -118,13 +129,22 @@ def sample_neighbors(
 
 
 def _sample_edges(
-    colptr: np.ndarray, frontier: np.ndarray, count: int, replace: bool, rng: np.random.Generator
+    colptr: np.ndarray, num_edges: int, frontier: np.ndarray, count: int, replace: bool, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """The CSC positions of the edges sampled for each node of ``frontier`` (up to ``count``
     each; all for a negative count), grouped by node in the frontier's order, and for each
-    edge the position in ``frontier`` of the node it was sampled for."""
+    edge the position in ``frontier`` of the node it was sampled for. ``ValueError`` where a
+    node's offsets are not an ascending span of the ``num_edges`` edges."""
     start = colptr[frontier]
-    degree = colptr[frontier + 1] - start
+    stop = colptr[frontier + 1]
+    bad = (start < 0) | (stop < start) | (stop > num_edges)
+    if bad.any():
+        node = int(frontier[np.flatnonzero(bad)[0]])
+        raise ValueError(
+            f"node {node}'s edges, colptr[{node}]..colptr[{node + 1}] = {int(colptr[node])}..{int(colptr[node + 1])}, "
+            f"are not a span of the graph's {num_edges} edges"
+        )
+    degree = stop - start
     if count < 0:
         taken = degree
     elif replace:

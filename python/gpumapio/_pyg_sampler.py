@@ -51,6 +51,7 @@ class PlainTorchNeighborSampler(NeighborSampler):
             raise NotImplementedError(f"{name} does not do weighted sampling (weight_attr)")
         if kwargs.get("disjoint"):
             raise NotImplementedError(f"{name} does not do disjoint sampling")
+        _check_edges(data)
         subgraph_type = SubgraphType(kwargs.get("subgraph_type", "directional"))
         if subgraph_type == SubgraphType.induced or kwargs.get("directed") is False:
             raise NotImplementedError(f"{name} does not do subgraph_type='induced' (nor directed=False)")
@@ -115,5 +116,25 @@ def neighbor_sampler(data: Any, num_neighbors: Any, **kwargs: Any) -> NeighborSa
     :class:`PlainTorchNeighborSampler` otherwise. ``kwargs``: ``NeighborSampler``'s
     (``replace``, ``subgraph_type``, ``disjoint``, ``time_attr``, ...)."""
     if pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE:
+        _check_edges(data)
         return NeighborSampler(data, num_neighbors, **kwargs)
     return PlainTorchNeighborSampler(data, num_neighbors, **kwargs)
+
+
+def _check_edges(data: Any) -> None:
+    """Refuses a ``Data`` whose ``edge_index`` names a node outside the graph, naming the edge:
+    torch_geometric's ``to_csc``, which every ``NeighborSampler`` runs first, writes past its
+    arrays for such an edge (the process then aborts on a corrupted heap)."""
+    from torch_geometric.data import Data
+
+    edge_index = getattr(data, "edge_index", None) if isinstance(data, Data) else None
+    if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 or edge_index.numel() == 0:
+        return
+    num_nodes = data.num_nodes
+    bad = (edge_index < 0) | (edge_index >= num_nodes)
+    if bool(bad.any()):
+        side, position = (int(i) for i in bad.nonzero()[0])
+        end = "source" if side == 0 else "destination"
+        raise ValueError(
+            f"edge {position}'s {end}, node {int(edge_index[side, position])}, is outside the graph of {num_nodes} nodes"
+        )

@@ -18,6 +18,7 @@ import numpy as np
 
 from gpumapio import maps
 from gpumapio._device import Output
+from gpumapio._arguments import first_outside
 from gpumapio._native import DeviceCache, MappedFile
 
 __all__ = ["DTYPES", "FeatureTables", "Key", "Table", "dtype_name"]
@@ -62,10 +63,12 @@ def dtype_name(dtype: Any) -> str:
         name = str(dtype).removeprefix("torch.")
     elif isinstance(dtype, str) and dtype in DTYPES:
         name = dtype
+    elif dtype is None:  # NumPy reads None as float64
+        raise TypeError("dtype None: a table's dtype must be given")
     else:
         try:
             parsed = np.dtype(dtype)
-        except TypeError as e:
+        except (TypeError, ValueError) as e:  # ValueError: structured dtypes NumPy refuses
             raise TypeError(f"dtype {dtype!r}: {e}") from None
         if not parsed.isnative:
             raise TypeError(
@@ -629,6 +632,9 @@ def _sequence(table: Table, seq: list[Any] | tuple[Any, ...] | range) -> np.ndar
     """A list, tuple or range of indices as a NumPy array, refusing what NumPy would quietly
     turn into floats or strings (``[1, 2.5]``, ``[1, "2"]``)."""
     if isinstance(seq, range):
+        outside = first_outside(seq, table.rows)
+        if outside is not None:
+            raise IndexError(_outside(table, outside[1], outside[0]))
         return np.arange(seq.start, seq.stop, seq.step, dtype=np.int64)
     if len(seq) == 0:
         return np.zeros(0, dtype=np.int64)  # NumPy would make it float64

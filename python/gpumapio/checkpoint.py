@@ -24,7 +24,17 @@ from gpumapio._exchange import block_shape, exchange_for
 from gpumapio._native import CuFile, read_files, start_read_files
 from gpumapio._sources import is_url, open_source, read_bytes, read_pieces, shown
 from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
-from gpumapio.safetensors import _ATTEMPTS, _DTYPES, TensorInfo, _Changed, _check_unchanged, _Columns, _stamp_of, _torch_device
+from gpumapio.safetensors import (
+    _ATTEMPTS,
+    _DTYPES,
+    TensorInfo,
+    _Changed,
+    _check_unchanged,
+    _Columns,
+    _stamp_of,
+    _torch_device,
+    _numpy_shape_refused,
+)
 from gpumapio.tensor_parallel import TensorParallel
 
 __all__ = ["CheckpointError", "load_checkpoint"]
@@ -97,15 +107,12 @@ def _check_dtypes(fw: "_Framework", path: str, names: list[str], dtypes: list[st
 
 
 def _check_numpy_shape(fw: "_Framework", path: str, name: str, shape: tuple[int, ...], element: Any) -> None:
-    """Raises ``ValueError`` naming the file and the tensor where NumPy cannot hold a tensor
-    with no elements as its shape says: NumPy refuses shapes whose extents other than 0, times
-    the itemsize, pass 2^63 (``[0, 2**62, 4]``, which safetensors allows and torch holds)."""
+    """Raises :func:`_numpy_shape_refused`'s error where NumPy cannot hold a tensor with no
+    elements as its shape says, before anything is read."""
     try:
         fw.numpy.ndarray(shape, element, buffer=b"")
     except ValueError as e:
-        raise ValueError(
-            f"{shown(path)}: tensor {name!r} of shape {list(shape)}: NumPy cannot hold that shape ({e}); use framework='pt'"
-        ) from None
+        raise _numpy_shape_refused(path, name, shape, e) from None
 
 
 def _plan(catalogue: Catalogue, names: list[str], tp: TensorParallel | None) -> list[_Placed]:
@@ -415,7 +422,10 @@ def load_checkpoint(
     (each open file's inode, size and times, against those when its header was read) and the
     checkpoint loaded again, a few times at most (once only with ``exchange``), then refused
     (:class:`CheckpointError`): no tensor is returned with one version's header over another
-    version's bytes.
+    version's bytes. A write already under way when the load looked at a shard, and still
+    copying while it reads, changes none of these (the kernel stamps a write as it begins), so
+    its bytes may be mixed with the old ones: replace shards by renaming finished files over
+    them (``os.replace``) to load one version for certain.
     """
     # Thousands of tensors are thousands of objects made at once: the cyclic collector, run
     # by their number, would walk every object of the process (torch's many) again and again.

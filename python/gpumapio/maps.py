@@ -19,11 +19,11 @@ give their bytes with ``tobytes()``.
 from __future__ import annotations
 
 import functools
-import operator
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from gpumapio._arguments import first_outside, whole_numbers
 from gpumapio._device import Output, empty_bytes, gpu_count
 from gpumapio._native import DeviceCache, LookupScope, MappedFile, View
 
@@ -120,26 +120,12 @@ def gather(
     array: ``out`` if given, else a new CuPy array (torch with ``output="torch"``) on the GPU,
     or a NumPy array on host memory. Missing extents are read in one batch and placed by one
     kernel launch per group; resident ones are copied from the cache."""
-    offsets = _whole_numbers("offsets", offsets)
+    offsets = whole_numbers("offsets", offsets)
     if out is None:
         # The rows are checked against the file before memory is allocated for them.
         _check_rows(mapped, offsets, length)
         out = empty_bytes(len(offsets) * length, _output_for(mapped, output), device)
     mapped.gather(offsets, length, out)
-    return out
-
-
-def _whole_numbers(name: str, values: Sequence[int]) -> list[int]:
-    """``values`` as Python ints; a float, a bool or a string is refused naming it and its
-    position (``int(1.9)`` would quietly be 1)."""
-    out = []
-    for position, value in enumerate(values):
-        try:
-            if isinstance(value, bool):
-                raise TypeError
-            out.append(operator.index(value))  # ints and NumPy's integers; not NumPy's bool
-        except TypeError:
-            raise TypeError(f"{name} must be integers, got {value!r} ({type(value).__name__}) at position {position}") from None
     return out
 
 
@@ -150,13 +136,17 @@ def _index_array(indices: Sequence[int], rows: int) -> Any:
     import numpy
 
     if isinstance(indices, range):
+        outside = first_outside(indices, rows)
+        if outside is not None:
+            position, value = outside
+            raise IndexError(f"row index {value} at position {position} is outside the file's {rows} rows")
         return numpy.arange(indices.start, indices.stop, indices.step, dtype=numpy.int64)
     if len(indices) == 0:
         return numpy.zeros(0, numpy.int64)
     as_given = numpy.asarray(indices)
     if as_given.dtype.kind == "i":
         return as_given.astype(numpy.int64, copy=False)
-    for position, value in enumerate(_whole_numbers("indices", indices)):
+    for position, value in enumerate(whole_numbers("indices", indices)):
         if not -(2**63) <= value < 2**63:
             raise IndexError(f"row index {value} at position {position} is outside the file's {rows} rows")
     return as_given.astype(numpy.int64)

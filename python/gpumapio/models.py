@@ -27,12 +27,34 @@ def _register_on_meta(original: Any) -> Any:
 
     def register(module: Any, name: str, param: Any) -> None:
         inside: int = getattr(_inside, "depth", 0)
-        if param is not None and inside and param.device.type != "meta":
-            param = type(param)(param.to("meta"), requires_grad=param.requires_grad)
+        if param is not None and inside and param.device.type != "meta" and not _lazy(param):
+            param = _on_meta(name, param)
         original(module, name, param)
 
     register._gpumapio_meta = True  # type: ignore[attr-defined]
     return register
+
+
+def _lazy(param: Any) -> bool:
+    """Whether ``param`` is a lazy module's ``UninitializedParameter``: it holds no memory
+    yet, and its class takes no tensor to be made from."""
+    from torch.nn.parameter import UninitializedTensorMixin
+
+    return isinstance(param, UninitializedTensorMixin)
+
+
+def _on_meta(name: str, param: Any) -> Any:
+    """``param`` moved to ``meta``, of its own class and with the attributes set on it (a
+    ``Parameter`` subclass may carry its sharding or quantisation there)."""
+    try:
+        moved = type(param)(param.to("meta"), requires_grad=param.requires_grad)
+    except TypeError as e:
+        raise TypeError(
+            f"empty_weights cannot move parameter {name!r} to the meta device: its class "
+            f"{type(param).__qualname__} is not made as Parameter(data, requires_grad) ({e})"
+        ) from None
+    moved.__dict__.update(param.__dict__)
+    return moved
 
 
 @contextlib.contextmanager
@@ -111,10 +133,26 @@ def load_into_model(
     model.load_state_dict(state, strict=False, assign=True)
     if hasattr(model, "tie_weights"):
         model.tie_weights()
-    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
+    left, on_meta = _not_loaded(model, state, wanted)
     if left:
-        message = f"the checkpoint has no tensor for {left[0]!r}" + (f" ({len(left)} left on meta)" if len(left) > 1 else "")
+        message = f"the checkpoint has no tensor for {left[0]!r}" + (f" ({len(left)} not loaded)" if len(left) > 1 else "")
         if strict:
             raise KeyError(message)
-        warnings.warn(f"{message}; left on the meta device (strict=False)", stacklevel=2)
+        where = "on the meta device" if on_meta else "as the model had it"
+        warnings.warn(f"{message}; left {where} (strict=False)", stacklevel=2)
     return model
+
+
+def _not_loaded(model: Any, state: dict[str, Any], wanted: set[str]) -> tuple[list[str], bool]:
+    """The model's tensors the load did not fill: those still on ``meta``, and those of its
+    state dict the checkpoint lacked that do not share a loaded tensor's memory (as weights
+    tied by ``tie_weights`` after the load do) — the model's own values, where it was not
+    built on ``meta``; and whether every one of them is on ``meta``."""
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
+    on_meta = len(left)
+    loaded = {t.untyped_storage().data_ptr() for t in state.values() if t.device.type != "meta"}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if name in wanted and name not in state and name not in left and tensor is not None:
+            if tensor.device.type != "meta" and tensor.untyped_storage().data_ptr() not in loaded:
+                left.append(name)
+    return left, len(left) == on_meta

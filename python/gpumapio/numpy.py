@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from gpumapio._arguments import whole_number
 from gpumapio._native import CuFile
 
 __all__ = ["LikeWrapper", "fromfile", "tofile"]
@@ -33,13 +34,6 @@ def _bytes_of(array: Any) -> Any:
     return array
 
 
-def _int_argument(name: str, value: Any) -> int:
-    """``value`` as an int (Python's or NumPy's, not a bool), else a ``TypeError`` naming it."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    return int(value)
-
-
 def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offset: int = 0, *, like: Any = None) -> Any:
     """``numpy.fromfile`` for binary files, read in parallel by gpumap into an array of the type
     of ``like`` (a CuPy array for ``like=cupy.empty(())``; NumPy without ``like``). ``count``
@@ -50,7 +44,7 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
         raise NotImplementedError(
             "Non-default value of the `sep` argument is not supported (gpumapio reads binary files only)"
         )
-    offset, count = _int_argument("offset", offset), _int_argument("count", count)
+    offset, count = whole_number("offset", offset), whole_number("count", count)
     if offset < 0:
         raise ValueError(f"offset {offset} is negative")
     if count < -1:

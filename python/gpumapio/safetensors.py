@@ -210,7 +210,8 @@ def _read_header_bytes(path: str | os.PathLike[str]) -> tuple[str, int, int, byt
 
 # What says a local file is still the one whose header was read: (device, inode, size, mtime,
 # ctime) of the open file. Another inode is a file replaced (renamed over); another size or
-# time, one rewritten in place.
+# time, one rewritten in place by a write that began after the first look (the kernel sets
+# the times as a write begins, so one already under way changes nothing seen).
 Stamp = tuple[int, int, int, int, int]
 
 
@@ -616,8 +617,12 @@ def load_safetensors(
     ranged GETs (:class:`gpumapio.RemoteFile`, credentials from the AWS environment).
 
     A local file replaced (renamed over) or rewritten in place while it is loaded is loaded
-    again, a few times at most, then refused (``ValueError``): the header and the bytes
-    returned are those of one version of the file.
+    again, a few times at most, then refused (``ValueError``). What is noticed is a change of
+    the file's inode, size or times between the header's read and the end of the reads; the
+    kernel stamps a write as it begins, so a write already under way when the load began, and
+    still copying while it reads, changes nothing seen, and its bytes may be mixed with the
+    old ones. To load one version for certain, replace files by renaming a finished one over
+    them (``os.replace``).
     """
     for attempt in range(_ATTEMPTS):
         try:
@@ -716,5 +721,17 @@ def _load_safetensors_once(
         else:
             if numpy_name is None:
                 raise ValueError(f"tensor {t.name!r}: NumPy has no {t.dtype}; use framework='pt'")
-            out[t.name] = piece.view(numpy_name).reshape(t.shape)
+            try:
+                out[t.name] = piece.view(numpy_name).reshape(t.shape)
+            except ValueError as e:  # [0, 2**62]: no elements, but past NumPy's largest shape
+                raise _numpy_shape_refused(path, t.name, t.shape, e) from None
     return out
+
+
+def _numpy_shape_refused(path: Any, name: str, shape: Iterable[int], why: Exception) -> ValueError:
+    """The error for a tensor NumPy cannot shape as its header says: safetensors allows a
+    tensor of no elements whose other extents, times the itemsize, pass 2^63
+    (``[0, 2**62, 4]``), and torch holds it."""
+    return ValueError(
+        f"{shown(path)}: tensor {name!r} of shape {list(shape)}: NumPy cannot hold that shape ({why}); use framework='pt'"
+    )

@@ -931,6 +931,10 @@ def test_zero_element_tensor_with_huge_extents_in_numpy(tmp_path):
     for options in ({}, {"tensors": ["z"]}, {"dtype": "f2"}):
         with pytest.raises(ValueError, match=r"big.safetensors: tensor 'z' of shape \[0, 4611686018427387904, 4\]: NumPy cannot hold"):
             load_checkpoint(too_big, "cpu", framework="numpy", **options)
+    # load_safetensors said NumPy's bare "array is too big", naming no file or tensor.
+    with pytest.raises(ValueError, match=r"big.safetensors: tensor 'z' of shape \[0, 4611686018427387904, 4\]: NumPy cannot hold"):
+        gpumapio.load_safetensors(too_big, "cpu", framework="numpy")
+    assert gpumapio.load_safetensors(fits, "cpu", framework="numpy")["z"].shape == (0, 2**61, 2)
 
 
 def test_load_into_model_ties_a_weight_saved_once(tmp_path):
@@ -966,6 +970,40 @@ def test_load_into_model_warns_of_what_stays_on_meta(tmp_path):
     with pytest.warns(UserWarning, match=r"no tensor for 'bias'; left on the meta device"):
         gpumapio.load_into_model(model, str(tmp_path / "m.safetensors"), "cpu", strict=False)
     assert model.weight.device.type == "cpu" and model.bias.device.type == "meta"
+
+
+def test_load_into_model_is_strict_for_a_model_not_built_on_meta(tmp_path):
+    """A model built as usual kept its own bias, with strict=True, where the checkpoint had
+    none: only tensors left on meta were counted as missing."""
+    torch = pytest.importorskip("torch")
+    st_numpy.save_file({"weight": np.ones((3, 4), dtype="<f4")}, str(tmp_path / "w.safetensors"))
+    with pytest.raises(KeyError, match=r"no tensor for 'bias'"):
+        gpumapio.load_into_model(torch.nn.Linear(4, 3), str(tmp_path / "w.safetensors"), "cpu")
+    model = torch.nn.Linear(4, 3)
+    bias = model.bias.detach().clone()
+    with pytest.warns(UserWarning, match=r"no tensor for 'bias'; left as the model had it"):
+        gpumapio.load_into_model(model, str(tmp_path / "w.safetensors"), "cpu", strict=False)
+    assert torch.equal(model.weight, torch.ones(3, 4)) and torch.equal(model.bias, bias)
+
+
+def test_empty_weights_leaves_lazy_parameters_and_keeps_parameter_attributes():
+    """A lazy module failed to build inside the block (UninitializedParameter takes no
+    tensor); attributes set on a parameter (a subclass's sharding, say) were dropped."""
+    torch = pytest.importorskip("torch")
+
+    class Tagged(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            weight = torch.nn.Parameter(torch.ones(2))
+            weight.shard_dim = 0
+            self.register_parameter("weight", weight)
+
+    with gpumapio.empty_weights():
+        lazy = torch.nn.LazyLinear(3)
+        tagged = Tagged()
+    assert isinstance(lazy.weight, torch.nn.parameter.UninitializedParameter)
+    assert lazy(torch.ones(2, 5)).shape == (2, 3)  # materialised as usual on first use
+    assert tagged.weight.device.type == "meta" and tagged.weight.shard_dim == 0
 
 
 def test_empty_weights_blocks_overlapping_across_threads(tmp_path):

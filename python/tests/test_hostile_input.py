@@ -130,6 +130,11 @@ def test_read_file_to_device_checks_the_range_before_it_allocates(tmp_path):
     assert "1000 bytes" in str(e.value) and str(1 << 40) in str(e.value), str(e.value)
     with pytest.raises(ValueError, match="negative"):
         gpumapio.read_file_to_device(path, size=-1, output="numpy")
+    # A float was taken as it came (offset 1.5 read from byte 1.5?) and NumPy named a sum of it.
+    for kwargs, name in (({"offset": 1.5}, "offset"), ({"offset": 1.0}, "offset"), ({"size": 4.5}, "size"), ({"size": True}, "size")):
+        with pytest.raises(TypeError, match=rf"{name} must be an int, got (float|bool)"):
+            gpumapio.read_file_to_device(path, output="numpy", **kwargs)
+    assert gpumapio.read_file_to_device(path, offset=np.int64(998), output="numpy").tobytes() == b"xx"
 
 
 def test_read_file_to_device_past_the_end_names_the_files_length(tmp_path):
@@ -241,9 +246,17 @@ def test_gather_rows_names_list_indices_past_int64(tmp_path):
     path = tmp_path / "rows.bin"
     path.write_bytes(bytes(range(64)))
     m = gpumapio.map(path, device="host")
-    for indices, bad, at in (([2**63], 2**63, 0), ([2**64 - 1], 2**64 - 1, 0), ([0, 2**63 + 5], 2**63 + 5, 1)):
+    for indices, bad, at in (
+        ([2**63], 2**63, 0),
+        ([2**64 - 1], 2**64 - 1, 0),
+        ([0, 2**63 + 5], 2**63 + 5, 1),
+        (range(2**63, 2**63 + 1), 2**63, 0),  # NumPy's arange raised a bare OverflowError
+        (range(6, 2**62), 8, 2),  # refused before NumPy is asked for 2**62 indices
+        (range(1, -(2**64), -1), -1, 2),
+    ):
         with pytest.raises(IndexError, match=rf"row index {bad} at position {at} is outside the file's 8 rows"):
             gpumapio.gather_rows(m, indices, 8)
+    assert gpumapio.gather_rows(m, range(7, -1, -7), 8).tobytes() == bytes(range(56, 64)) + bytes(range(8))
     with pytest.raises(TypeError, match=r"indices must be integers, got 2.5 \(float\) at position 1"):
         gpumapio.gather_rows(m, [1, 2.5], 8)
     assert gpumapio.gather_rows(m, [7, 0], 8).tobytes() == bytes(range(56, 64)) + bytes(range(8))

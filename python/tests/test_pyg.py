@@ -138,6 +138,10 @@ def test_a_partial_last_row_is_not_a_row(table_file):
         (np.array([7, -3], dtype=np.int8), 1, "-3"),
         (-1, 0, "-1"),
         (ROWS, 0, str(ROWS)),
+        (range(2**63, 2**63 + 1), 0, str(2**63)),  # NumPy's arange raised a bare OverflowError
+        (range(-(2**64), 0), 0, str(-(2**64))),
+        (range(ROWS - 2, 2**62), 2, str(ROWS)),  # refused before an arange of 2**62 values
+        (range(3, -(2**70), -2), 2, "-1"),
         (np.int64(-2), 0, "-2"),
     ],
 )
@@ -212,6 +216,10 @@ def test_keys_dtypes_and_row_shapes_are_checked(table_file):
             tables.add_table(path, attr_name="bad", dtype=bad)
     with pytest.raises(TypeError, match="dtype"):
         tables.add_table(path, attr_name="bad", dtype="no such type")
+    with pytest.raises(TypeError, match="dtype None"):  # NumPy reads None as float64
+        tables.add_table(path, attr_name="bad", dtype=None)
+    with pytest.raises(TypeError, match="dtype"):  # a structured dtype NumPy refuses (ValueError)
+        dtype_name({"names": ["a"], "formats": ["f4"], "offsets": [-1]})
     for bad, error in [((0,), ValueError), ((4, -1), ValueError), ((2.0,), TypeError), ((True,), TypeError),
                        ("12", TypeError)]:
         with pytest.raises(error, match="row_shape"):
@@ -815,6 +823,29 @@ def test_sampling_a_tiny_graph_with_fanout_zero_isolated_nodes_and_repeated_seed
             sample_neighbors(TINY_COLPTR, TINY_ROW, np.array(bad), [1], rng=rng)
 
 
+@pytest.mark.parametrize(
+    "colptr, row, seeds, hops, match",
+    [
+        ([0, 1, 2, 3], [1, 7, 0], [0, 1, 2], [2], r"row\[1\], the source 7, is outside the graph of 3 nodes"),
+        ([0, 1, 2, 3], [1, -1, 0], [1], [2], r"row\[1\], the source -1, is outside"),
+        ([0, 2, 10], [1, 0], [1], [2], r"node 1's edges, colptr\[1\]..colptr\[2\] = 2..10, are not a span of the graph's 2 edges"),
+        ([-2, 1, 2], [1, 0], [0], [5], r"node 0's edges, colptr\[0\]..colptr\[1\] = -2..1"),
+        ([0, 3, 1, 4], [0, 1, 2, 0], [1], [2], r"node 1's edges, colptr\[1\]..colptr\[2\] = 3..1"),
+        ([], [], [0], [1], r"got arrays of shapes \(0,\) and \(0,\)"),
+    ],
+)
+def test_sampling_a_graph_that_points_outside_itself_is_refused_naming_where(colptr, row, seeds, hops, match):
+    """Edges past the node count were sampled as nodes (one hop) or raised NumPy's errors,
+    naming nothing; offsets below 0 wrapped around to other edges."""
+    from gpumapio._pyg_neighbors import sample_neighbors
+
+    with pytest.raises(ValueError, match=match):
+        sample_neighbors(np.array(colptr), np.array(row), np.array(seeds), hops, rng=np.random.default_rng(0))
+    # What is not reached is not read: node 2 of the first graph samples well.
+    out = sample_neighbors(np.array([0, 1, 2, 3]), np.array([1, 7, 0]), np.array([2]), [1], rng=np.random.default_rng(0))
+    assert out.node.tolist() == [2, 0]
+
+
 @pytest.mark.parametrize("replace", [False, True])
 def test_sampling_a_random_graph_follows_pyg_libs_layout(rng, replace):
     from gpumapio._pyg_neighbors import sample_neighbors
@@ -946,3 +977,21 @@ def test_plain_sampler_refuses_what_it_does_not_do(pyg):
     hetero["a", "to", "a"].edge_index = torch.tensor([[0, 1], [1, 2]])
     with pytest.raises(NotImplementedError, match="homogeneous"):
         PlainTorchNeighborSampler(hetero, [2])
+
+
+def test_samplers_refuse_edges_outside_the_graph_before_torch_geometric_reads_them(pyg):
+    """torch_geometric's to_csc, run by every NeighborSampler, corrupted the heap (and the
+    process aborted) for an edge whose destination is past the node count."""
+    torch = pyg
+    from torch_geometric.data import Data
+
+    from gpumapio.pyg import PlainTorchNeighborSampler, neighbor_sampler
+
+    for edge_index, match in [
+        ([[0, 1], [1, 7]], r"edge 1's destination, node 7, is outside the graph of 5 nodes"),
+        ([[0, -1], [1, 2]], r"edge 1's source, node -1, is outside"),
+    ]:
+        data = Data(x=torch.zeros(5, 1), edge_index=torch.tensor(edge_index), num_nodes=5)
+        for make in (PlainTorchNeighborSampler, neighbor_sampler):
+            with pytest.raises(ValueError, match=match):
+                make(data, [2])
