@@ -93,3 +93,49 @@ def test_a_forked_child_reads_remote_objects_after_its_parent(server):
         f"{server.url}/obj",
         (data[:16] + data[1 << 20 : (1 << 20) + 16]).hex(),
     )
+
+
+def test_a_file_opened_before_the_fork_reads_in_the_child(tmp_path):
+    """A DataLoader's dataset opens its file in __init__, then its workers fork: a read of
+    several tasks on the inherited handle waited for ever on the parent's pool threads."""
+    path = tmp_path / "data.bin"
+    np.random.default_rng(7).integers(0, 256, size=16 << 20, dtype="u1").tofile(path)
+    run_forking(
+        """
+        import numpy as np, gpumapio
+        path = sys.argv[1]
+        want = np.fromfile(path, dtype=np.uint8)
+        f, m = gpumapio.CuFile(path, "r"), gpumapio.Mmap(path)
+        def read():
+            for how in ("read", "pread", "mmap"):
+                out = np.zeros_like(want)
+                got = f.read(out) if how == "read" else f.pread(out).get() if how == "pread" else m.read(out)
+                assert got == want.nbytes and np.array_equal(out, want), how
+        in_child(read)  # before the parent read anything through the pool
+        read()
+        in_child(read)
+        read()
+        """,
+        str(path),
+    )
+
+
+def test_a_child_forked_during_a_write_does_not_wait_for_it_at_exit(tmp_path):
+    """The process-wide count of writes in flight, which the interpreter's exit waits on, was
+    inherited: a child forked while its parent's pwrite ran waited at exit for a write of
+    threads it does not have, for ever."""
+    run_forking(
+        """
+        import numpy as np, gpumapio
+        from gpumapio import _native
+        path = sys.argv[1]
+        data = np.ones(256 << 20, dtype=np.uint8)
+        with gpumapio.CuFile(path, "w") as f:
+            future = f.pwrite(data)
+            in_flight = not future.done()
+            in_child(_native.wait_for_all_writes)  # what the child's exit runs (atexit)
+            assert future.get() == data.nbytes
+        assert in_flight, "the write ended before the fork: this run proves nothing"
+        """,
+        str(tmp_path / "out.bin"),
+    )

@@ -36,10 +36,25 @@ use crate::align::Task;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::per_process::PerProcess;
+use crate::sys::posix::fork_generation;
 
-/// A persistent pool of I/O threads. Cheap to share (`Arc`); resizable.
+/// A persistent pool of I/O threads. Cheap to share (`Arc`); resizable. A forked child that
+/// uses a pool made before the fork (a file opened before it, as a `DataLoader`'s dataset is)
+/// gets threads of its own, as many, on first use: it has none of its parent's.
 pub struct IoPool {
-    threads: RwLock<Arc<rayon::ThreadPool>>,
+    threads: RwLock<Threads>,
+}
+
+/// A pool's threads and the fork generation they were made in.
+struct Threads {
+    pool: Arc<rayon::ThreadPool>,
+    generation: u64,
+}
+
+impl Threads {
+    fn new(nthreads: usize) -> Result<Threads> {
+        Ok(Threads { pool: Arc::new(build(nthreads)?), generation: fork_generation() })
+    }
 }
 
 impl std::fmt::Debug for IoPool {
@@ -90,7 +105,7 @@ pub(crate) fn cancelled() -> Error {
 impl IoPool {
     /// A pool of `nthreads` threads (1 to [`crate::config::MAX_THREADS`]).
     pub fn new(nthreads: usize) -> Result<IoPool> {
-        Ok(IoPool { threads: RwLock::new(Arc::new(build(nthreads)?)) })
+        Ok(IoPool { threads: RwLock::new(Threads::new(nthreads)?) })
     }
 
     /// The process-wide pool, sized by [`Config::nthreads`] (`GPUMAP_NTHREADS`); a forked
@@ -102,16 +117,34 @@ impl IoPool {
 
     /// Number of threads.
     pub fn nthreads(&self) -> usize {
-        self.threads.read().current_num_threads()
+        self.threads.read().pool.current_num_threads()
     }
 
     /// Replaces the threads with `nthreads` new ones. Work already running finishes on the old
     /// threads, which exit when it is done.
     pub fn set_nthreads(&self, nthreads: usize) -> Result<()> {
         if nthreads != self.nthreads() {
-            *self.threads.write() = Arc::new(build(nthreads)?);
+            let old = std::mem::replace(&mut *self.threads.write(), Threads::new(nthreads)?);
+            forget_if_inherited(old);
         }
         Ok(())
+    }
+
+    /// This process's threads: made again, as many, where the pool's were made before a fork.
+    fn threads(&self) -> Result<Arc<rayon::ThreadPool>> {
+        let generation = fork_generation();
+        {
+            let threads = self.threads.read();
+            if threads.generation == generation {
+                return Ok(threads.pool.clone());
+            }
+        }
+        let mut threads = self.threads.write();
+        if threads.generation != generation {
+            let fresh = Threads::new(threads.pool.current_num_threads())?;
+            forget_if_inherited(std::mem::replace(&mut *threads, fresh));
+        }
+        Ok(threads.pool.clone())
     }
 
     /// Runs the read `work(task, piece)` for every task, each on its own piece of `buf` (the
@@ -190,7 +223,7 @@ impl IoPool {
         let results: Vec<std::result::Result<usize, Option<Error>>> = if items.len() <= 1 {
             items.into_iter().map(guarded).collect()
         } else {
-            let pool = self.threads.read().clone();
+            let pool = self.threads()?;
             pool.install(|| items.into_par_iter().with_max_len(1).map(guarded).collect())
         };
         let mut counts = Vec::with_capacity(results.len());
@@ -216,8 +249,16 @@ impl IoPool {
         F: FnOnce() -> Result<T> + Send + 'static,
     {
         let slot = Arc::new(FutureSlot::default());
+        let threads = match self.threads() {
+            Ok(threads) => threads,
+            Err(e) => {
+                let (future, completer) = IoFuture::pending();
+                completer.complete(Err(e));
+                return future;
+            }
+        };
         let done = slot.clone();
-        self.threads.read().spawn(move || {
+        threads.spawn(move || {
             let flag = done.cancelled.clone();
             let result = with_cancel(Some(flag), || {
                 catch_unwind(AssertUnwindSafe(job)).unwrap_or_else(|p| Err(panic_error(p)))
@@ -232,13 +273,29 @@ impl IoPool {
     /// Runs `job` on the pool with no future (it reports through its own means), and no
     /// cancellation.
     pub(crate) fn spawn_detached(&self, job: impl FnOnce() + Send + 'static) {
-        self.threads.read().spawn(move || {
+        let run = move || {
             with_cancel(None, || {
                 if let Err(p) = catch_unwind(AssertUnwindSafe(job)) {
                     tracing::warn!("gpumap: {}", panic_error(p));
                 }
             })
-        });
+        };
+        match self.threads() {
+            Ok(threads) => threads.spawn(run),
+            Err(e) => {
+                // Its caller waits on what the job does: run here rather than never.
+                tracing::warn!("gpumap: {e}; running the job on the calling thread");
+                run()
+            }
+        }
+    }
+}
+
+/// Lets go of replaced threads: joined as usual in the process that made them, never dropped
+/// in a forked child, where they are not there to be told to end.
+fn forget_if_inherited(threads: Threads) {
+    if threads.generation != fork_generation() {
+        std::mem::forget(threads);
     }
 }
 

@@ -7,11 +7,22 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::sys::posix::fork_generation;
+
 /// A count of writes in flight, and a way to wait for none.
 #[derive(Default)]
 pub(crate) struct WritesInFlight {
-    count: Mutex<usize>,
+    count: Mutex<Count>,
     none_left: Condvar,
+}
+
+/// Writes in flight in one process: a forked child inherits its parent's count, but not the
+/// threads that run those writes, so it must neither wait for them (its exit would hang) nor
+/// count their ends.
+#[derive(Default)]
+struct Count {
+    generation: u64,
+    writes: usize,
 }
 
 /// Every file's writes together.
@@ -19,33 +30,45 @@ static ALL: WritesInFlight = WritesInFlight::new();
 
 impl WritesInFlight {
     const fn new() -> Self {
-        WritesInFlight { count: Mutex::new(0), none_left: Condvar::new() }
+        WritesInFlight {
+            count: Mutex::new(Count { generation: 0, writes: 0 }),
+            none_left: Condvar::new(),
+        }
     }
 
     /// Counts a write started; the token counts it done when dropped, however the write ends
     /// (done, failed, cancelled before it ran).
     pub(crate) fn start(self: &Arc<Self>) -> WriteInFlight {
-        self.add();
-        ALL.add();
-        WriteInFlight { writes: self.clone() }
+        let generation = fork_generation();
+        self.add(generation);
+        ALL.add(generation);
+        WriteInFlight { writes: self.clone(), generation }
     }
 
-    /// Blocks until no write counted here is in flight.
+    /// Blocks until no write counted here is in flight in this process.
     pub(crate) fn wait(&self) {
+        let generation = fork_generation();
         let mut count = self.count.lock();
-        while *count > 0 {
+        while count.generation == generation && count.writes > 0 {
             self.none_left.wait(&mut count);
         }
     }
 
-    fn add(&self) {
-        *self.count.lock() += 1;
+    fn add(&self, generation: u64) {
+        let mut count = self.count.lock();
+        if count.generation != generation {
+            *count = Count { generation, writes: 0 };
+        }
+        count.writes += 1;
     }
 
-    fn done(&self) {
+    fn done(&self, generation: u64) {
         let mut count = self.count.lock();
-        *count -= 1;
-        if *count == 0 {
+        if count.generation != generation {
+            return; // a write of the parent's, whose count this process does not keep
+        }
+        count.writes -= 1;
+        if count.writes == 0 {
             self.none_left.notify_all();
         }
     }
@@ -54,12 +77,13 @@ impl WritesInFlight {
 /// One write in flight (see [`WritesInFlight::start`]).
 pub(crate) struct WriteInFlight {
     writes: Arc<WritesInFlight>,
+    generation: u64,
 }
 
 impl Drop for WriteInFlight {
     fn drop(&mut self) {
-        self.writes.done();
-        ALL.done();
+        self.writes.done(self.generation);
+        ALL.done(self.generation);
     }
 }
 
@@ -90,6 +114,6 @@ mod tests {
         assert!(!waiter.is_finished(), "three writes are in flight");
         drop(writes);
         waiter.join().unwrap();
-        assert_eq!(*file.count.lock(), 0);
+        assert_eq!(file.count.lock().writes, 0);
     }
 }
