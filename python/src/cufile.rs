@@ -50,25 +50,38 @@ pub fn driver_properties(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// completion. Opens the driver; `UnavailableError` without cuFile or where the library lacks
 /// the call, `CuFileError` where it refuses.
 #[pyfunction]
-pub fn driver_set_poll_mode(py: Python<'_>, poll: bool, threshold_kb: usize) -> PyResult<()> {
+pub fn driver_set_poll_mode(
+    py: Python<'_>,
+    poll: bool,
+    #[pyo3(from_py_with = crate::counts::kvikio::threshold_kb)] threshold_kb: usize,
+) -> PyResult<()> {
     nogil(py, move || CuFileDriver::get()?.set_poll_mode(poll, threshold_kb))
 }
 
 /// `cuFileDriverSetMaxDirectIOSize`, KiB (errors as `driver_set_poll_mode`).
 #[pyfunction]
-pub fn driver_set_max_direct_io_size(py: Python<'_>, kb: usize) -> PyResult<()> {
+pub fn driver_set_max_direct_io_size(
+    py: Python<'_>,
+    #[pyo3(from_py_with = crate::counts::kvikio::kb)] kb: usize,
+) -> PyResult<()> {
     nogil(py, move || CuFileDriver::get()?.set_max_direct_io_size_kb(kb))
 }
 
 /// `cuFileDriverSetMaxCacheSize`, KiB (errors as `driver_set_poll_mode`).
 #[pyfunction]
-pub fn driver_set_max_cache_size(py: Python<'_>, kb: usize) -> PyResult<()> {
+pub fn driver_set_max_cache_size(
+    py: Python<'_>,
+    #[pyo3(from_py_with = crate::counts::kvikio::kb)] kb: usize,
+) -> PyResult<()> {
     nogil(py, move || CuFileDriver::get()?.set_max_cache_size_kb(kb))
 }
 
 /// `cuFileDriverSetMaxPinnedMemSize`, KiB (errors as `driver_set_poll_mode`).
 #[pyfunction]
-pub fn driver_set_max_pinned_mem_size(py: Python<'_>, kb: usize) -> PyResult<()> {
+pub fn driver_set_max_pinned_mem_size(
+    py: Python<'_>,
+    #[pyo3(from_py_with = crate::counts::kvikio::kb)] kb: usize,
+) -> PyResult<()> {
     nogil(py, move || CuFileDriver::get()?.set_max_pinned_mem_size_kb(kb))
 }
 
@@ -127,7 +140,10 @@ pub struct Stream {
 impl Stream {
     #[new]
     #[pyo3(signature = (device = 0))]
-    fn new(py: Python<'_>, device: usize) -> PyResult<Stream> {
+    fn new(
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::counts::kvikio::device)] device: usize,
+    ) -> PyResult<Stream> {
         let stream = nogil(py, move || GpuStream::new(&CudaDevice::new(device)?))?;
         Ok(Stream { stream })
     }
@@ -226,7 +242,11 @@ impl Pending for AsyncPending {
 impl Handle {
     #[new]
     #[pyo3(signature = (file, flags = "r"))]
-    fn new(py: Python<'_>, file: PathBuf, flags: &str) -> PyResult<Handle> {
+    fn new(
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::paths::path)] file: PathBuf,
+        flags: &str,
+    ) -> PyResult<Handle> {
         let path = file.clone();
         let flags = flags.to_string();
         let (file_obj, registration) = nogil(py, move || {
@@ -270,9 +290,9 @@ impl Handle {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<usize>,
-        file_offset: u64,
-        dev_offset: usize,
+        #[pyo3(from_py_with = crate::counts::kvikio::size_in_memory)] size: Option<usize>,
+        #[pyo3(from_py_with = crate::counts::kvikio::file_offset)] file_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::dev_offset)] dev_offset: usize,
     ) -> PyResult<usize> {
         let reg = self.registration()?;
         let (view, keep, len) = cuda_destination(py, buf, size, dev_offset)?;
@@ -288,9 +308,9 @@ impl Handle {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<usize>,
-        file_offset: u64,
-        dev_offset: usize,
+        #[pyo3(from_py_with = crate::counts::kvikio::size_in_memory)] size: Option<usize>,
+        #[pyo3(from_py_with = crate::counts::kvikio::file_offset)] file_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::dev_offset)] dev_offset: usize,
     ) -> PyResult<usize> {
         let reg = self.registration()?;
         let (view, keep, len) = cuda_source(py, buf, size, dev_offset)?;
@@ -345,9 +365,9 @@ impl Handle {
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         stream: &Stream,
-        size: Option<usize>,
-        file_offset: u64,
-        dev_offset: usize,
+        #[pyo3(from_py_with = crate::counts::kvikio::size_in_memory)] size: Option<usize>,
+        #[pyo3(from_py_with = crate::counts::kvikio::file_offset)] file_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::dev_offset)] dev_offset: usize,
     ) -> PyResult<IOFutureStream> {
         let reg = self.registration()?;
         let (view, keep, len) = cuda_destination(py, buf, size, dev_offset)?;
@@ -362,9 +382,9 @@ impl Handle {
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         stream: &Stream,
-        size: Option<usize>,
-        file_offset: u64,
-        dev_offset: usize,
+        #[pyo3(from_py_with = crate::counts::kvikio::size_in_memory)] size: Option<usize>,
+        #[pyo3(from_py_with = crate::counts::kvikio::file_offset)] file_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::dev_offset)] dev_offset: usize,
     ) -> PyResult<IOFutureStream> {
         let reg = self.registration()?;
         let (view, keep, len) = cuda_source(py, buf, size, dev_offset)?;

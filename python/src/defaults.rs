@@ -163,7 +163,12 @@ fn kvikio_int<'py>(value: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAn
 /// (see the module's documentation); `most` is gpumap's own limit, a `ValueError` naming it.
 /// Compared as Python ints, so a value of any size gets its message.
 fn size_value(name: &str, value: &Bound<'_, PyAny>, least: u64, most: u64) -> PyResult<u64> {
-    let Some(value) = kvikio_int(value)? else {
+    // int(nan) and int(inf) fail naming no setting: the same error, named.
+    let taken = kvikio_int(value).map_err(|e| {
+        let py = value.py();
+        PyErr::from_type(e.get_type(py), format!("{name} {value}: {}", e.value(py)))
+    })?;
+    let Some(value) = taken else {
         return Err(PyTypeError::new_err(format!(
             "{name} has incorrect type (expected int, got {})",
             value.get_type().name()?
@@ -364,7 +369,7 @@ pub fn defaults_set(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyR
         "bounce_buffer_size" => {
             // Any size above zero, as KvikIO takes it; files round it up to whole pages (what
             // `O_DIRECT` needs) when they open. The ceiling leaves room for that rounding.
-            let n = size_value(name, value, 1, u64::MAX - 4095)?;
+            let n = size_value(name, value, 1, gpumap::config::MAX_BOUNCE_BUFFER_SIZE)?;
             check(py, update("bounce_buffer_size", |s| s.bounce_buffer_size = n))
         }
         "auto_direct_io_read" => {

@@ -112,10 +112,10 @@ impl CuFile {
         let handle = self.handle()?;
         let settings = check(py, defaults::current())?;
         let task_size = match task_size {
-            Some(0) => return Err(PyValueError::new_err("task_size must be at least 1")),
-            Some(n) => n,
-            None if settings.is_explicit("task_size") => settings.task_size,
-            None => handle.task_size(), // as opened: tuned for its file system where not set
+            // KvikIO reads 0 as "the default" (`task_size if task_size else ...`).
+            Some(n) if n > 0 => n,
+            _ if settings.is_explicit("task_size") => settings.task_size,
+            _ => handle.task_size(), // as opened: tuned for its file system where not set
         };
         let threshold = settings.gds_threshold;
         if handle.task_size() == task_size && handle.gds_threshold() == threshold {
@@ -140,14 +140,29 @@ impl CuFile {
 impl CuFile {
     #[new]
     #[pyo3(signature = (file, flags = "r"))]
-    fn new(py: Python<'_>, file: PathBuf, flags: &str) -> PyResult<CuFile> {
+    fn new(
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::paths::path)] file: PathBuf,
+        flags: &str,
+    ) -> PyResult<CuFile> {
         // Every write of a CuFile names its offset, which a file opened for appending refuses;
         // KvikIO refuses the flag at open too.
-        if flags.parse::<OpenFlags>().is_ok_and(|parsed| parsed.append) {
-            return Err(PyValueError::new_err(format!(
-                "Open flag '{flags}' isn't supported: CuFile writes at offsets, which a file \
-                 opened for appending cannot; open it \"r+\" and write at its size (nbytes())"
-            )));
+        match flags.parse::<OpenFlags>() {
+            Ok(parsed) if parsed.append => {
+                return Err(PyValueError::new_err(format!(
+                    "Open flag '{flags}' isn't supported: CuFile writes at offsets, which a \
+                     file opened for appending cannot; open it \"r+\" and write at its size \
+                     (nbytes())"
+                )))
+            }
+            Ok(_) => {}
+            // The library's own list names the appending flags, which a CuFile refuses.
+            Err(_) => {
+                return Err(PyValueError::new_err(format!(
+                    "Unknown file open flag: invalid open flags {flags:?}: expected one of r, \
+                     w, r+, w+"
+                )))
+            }
         }
         let options = check(py, defaults::handle_options())?;
         let path = file.clone();
@@ -242,9 +257,9 @@ impl CuFile {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<usize>,
-        file_offset: u64,
-        task_size: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::kvikio::size_in_memory)] size: Option<usize>,
+        #[pyo3(from_py_with = crate::counts::kvikio::file_offset)] file_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::task_size)] task_size: Option<u64>,
     ) -> PyResult<IOFuture> {
         let handle = self.handle_for(py, task_size)?;
         let dst = destination(py, buf, size, 0)?;
@@ -258,9 +273,9 @@ impl CuFile {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<usize>,
-        file_offset: u64,
-        task_size: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::kvikio::size_in_memory)] size: Option<usize>,
+        #[pyo3(from_py_with = crate::counts::kvikio::file_offset)] file_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::task_size)] task_size: Option<u64>,
     ) -> PyResult<IOFuture> {
         let handle = self.handle_for(py, task_size)?;
         let src = source(py, buf, size, 0)?;
@@ -274,9 +289,9 @@ impl CuFile {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<usize>,
-        file_offset: u64,
-        task_size: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::kvikio::size_in_memory)] size: Option<usize>,
+        #[pyo3(from_py_with = crate::counts::kvikio::file_offset)] file_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::task_size)] task_size: Option<u64>,
     ) -> PyResult<usize> {
         let handle = self.handle_for(py, task_size)?;
         let dst = destination(py, buf, size, 0)?;
@@ -290,9 +305,9 @@ impl CuFile {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<usize>,
-        file_offset: u64,
-        task_size: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::kvikio::size_in_memory)] size: Option<usize>,
+        #[pyo3(from_py_with = crate::counts::kvikio::file_offset)] file_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::task_size)] task_size: Option<u64>,
     ) -> PyResult<usize> {
         let handle = self.handle_for(py, task_size)?;
         let src = source(py, buf, size, 0)?;
@@ -307,9 +322,9 @@ impl CuFile {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<usize>,
-        file_offset: u64,
-        dev_offset: usize,
+        #[pyo3(from_py_with = crate::counts::kvikio::size_in_memory)] size: Option<usize>,
+        #[pyo3(from_py_with = crate::counts::kvikio::file_offset)] file_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::dev_offset)] dev_offset: usize,
     ) -> PyResult<usize> {
         let handle = self.handle()?;
         let dst = destination(py, buf, size, dev_offset)?;
@@ -323,9 +338,9 @@ impl CuFile {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<usize>,
-        file_offset: u64,
-        dev_offset: usize,
+        #[pyo3(from_py_with = crate::counts::kvikio::size_in_memory)] size: Option<usize>,
+        #[pyo3(from_py_with = crate::counts::kvikio::file_offset)] file_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::dev_offset)] dev_offset: usize,
     ) -> PyResult<usize> {
         let handle = self.handle()?;
         let src = source(py, buf, size, dev_offset)?;
@@ -345,9 +360,9 @@ impl CuFile {
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         raw_stream: &Bound<'_, PyAny>,
-        size: Option<usize>,
-        file_offset: u64,
-        dev_offset: usize,
+        #[pyo3(from_py_with = crate::counts::kvikio::size_in_memory)] size: Option<usize>,
+        #[pyo3(from_py_with = crate::counts::kvikio::file_offset)] file_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::dev_offset)] dev_offset: usize,
     ) -> PyResult<IOFutureStream> {
         let handle = self.handle()?;
         let mem = memory(buf, true)?;
@@ -362,7 +377,7 @@ impl CuFile {
             let transfer = nogil(py, || handle.read_async(view, file_offset, &stream.stream))?;
             return Ok(IOFutureStream::pending(Box::new(StreamPending { transfer, keep })));
         }
-        let raw_stream: u64 = raw_stream.extract()?;
+        let raw_stream = crate::counts::kvikio_count("raw_stream", raw_stream)?;
         crate::buffers::synchronize_foreign(py, &mem, raw_stream)?;
         let len = span(&mem, size, dev_offset)?;
         let dst = mem.into_dst(py, dev_offset, len)?;
@@ -376,9 +391,9 @@ impl CuFile {
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         raw_stream: &Bound<'_, PyAny>,
-        size: Option<usize>,
-        file_offset: u64,
-        dev_offset: usize,
+        #[pyo3(from_py_with = crate::counts::kvikio::size_in_memory)] size: Option<usize>,
+        #[pyo3(from_py_with = crate::counts::kvikio::file_offset)] file_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::dev_offset)] dev_offset: usize,
     ) -> PyResult<IOFutureStream> {
         let handle = self.handle()?;
         let mem = memory(buf, false)?;
@@ -393,7 +408,7 @@ impl CuFile {
             let transfer = nogil(py, || handle.write_async(view, file_offset, &stream.stream))?;
             return Ok(IOFutureStream::pending(Box::new(StreamPending { transfer, keep })));
         }
-        let raw_stream: u64 = raw_stream.extract()?;
+        let raw_stream = crate::counts::kvikio_count("raw_stream", raw_stream)?;
         crate::buffers::synchronize_foreign(py, &mem, raw_stream)?;
         let len = span(&mem, size, dev_offset)?;
         let src = mem.into_src(py, dev_offset, len)?;

@@ -34,6 +34,7 @@ mod maps;
 mod mmap;
 mod multi_read;
 mod pagecache;
+mod paths;
 mod remote;
 mod remote_prefix;
 mod remote_writer;

@@ -78,12 +78,14 @@ impl Mmap {
                         mode = 0o644, map_flags = None))]
     fn new(
         py: Python<'_>,
-        file_path: PathBuf,
+        #[pyo3(from_py_with = crate::paths::path)] file_path: PathBuf,
         flags: &str,
-        initial_map_size: Option<u64>,
-        initial_map_offset: u64,
-        mode: u32,
-        map_flags: Option<i32>,
+        #[pyo3(from_py_with = crate::counts::kvikio::initial_map_size)] initial_map_size: Option<
+            u64,
+        >,
+        #[pyo3(from_py_with = crate::counts::kvikio::initial_map_offset)] initial_map_offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::mode)] mode: u32,
+        #[pyo3(from_py_with = crate::counts::kvikio::map_flags)] map_flags: Option<i32>,
     ) -> PyResult<Mmap> {
         let _ = (mode, map_flags); // a read-only reader creates nothing and maps nothing
         match flags.trim_end_matches('b') {
@@ -184,8 +186,8 @@ impl Mmap {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<u64>,
-        offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::size)] size: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::kvikio::offset)] offset: u64,
     ) -> PyResult<usize> {
         let handle = self.handle()?;
         let mem = memory(buf, true)?;
@@ -205,17 +207,17 @@ impl Mmap {
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
-        size: Option<u64>,
-        offset: u64,
-        task_size: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::kvikio::size)] size: Option<u64>,
+        #[pyo3(from_py_with = crate::counts::kvikio::offset)] offset: u64,
+        #[pyo3(from_py_with = crate::counts::kvikio::task_size)] task_size: Option<u64>,
     ) -> PyResult<IOFuture> {
         let handle = self.handle()?;
         let settings = check(py, defaults::current())?;
         let task_size = match task_size {
-            Some(0) => return Err(PyValueError::new_err("task size must be a positive integer")),
-            Some(n) => n,
-            None if settings.is_explicit("task_size") => settings.task_size,
-            None => handle.task_size(), // as opened: tuned for its file system where not set
+            // 0 is "the default", as CuFile's calls read it (KvikIO's `task_size if task_size`).
+            Some(n) if n > 0 => n,
+            _ if settings.is_explicit("task_size") => settings.task_size,
+            _ => handle.task_size(), // as opened: tuned for its file system where not set
         };
         let mem = memory(buf, true)?;
         let size = self.checked_size(size, offset, mem.len())?;

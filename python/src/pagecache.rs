@@ -39,7 +39,7 @@ fn file_arg(file: &Bound<'_, PyAny>) -> PyResult<FileArg> {
     }
     let fd: RawFd = if file.is_instance_of::<PyInt>() {
         file.extract()?
-    } else if let Ok(path) = file.extract::<PathBuf>() {
+    } else if let Ok(path) = crate::paths::path(file) {
         return Ok(FileArg::Path(path));
     } else if file.hasattr("fileno")? {
         file.call_method0("fileno")?.extract()?

@@ -52,8 +52,14 @@ def test_task_sizes_per_call_and_from_defaults(data_file):
             buf = np.zeros(len(data), dtype=np.uint8)
             assert f.read(buf) == len(data)
             assert buf.tobytes() == data
-        with pytest.raises(ValueError):
-            f.read(buf, task_size=0)
+        # 0 is the default, as KvikIO reads it (`task_size if task_size else ...`).
+        buf = np.zeros(len(data), dtype=np.uint8)
+        assert f.read(buf, task_size=0) == len(data) and buf.tobytes() == data
+        with pytest.raises(OverflowError, match="task_size -1 is negative"):
+            f.read(buf, task_size=-1)
+    with kvikio.Mmap(path) as m:
+        buf = np.zeros(len(data), dtype=np.uint8)
+        assert m.pread(buf, task_size=0).get() == len(data) and buf.tobytes() == data
 
 
 def test_buffer_kinds(data_file):

@@ -410,3 +410,102 @@ def test_kvikio_program_runs_with_gpumapio(tmp_path):
                          timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "all checks passed with gpumapio" in run.stdout
+
+
+def test_paths_as_bytes_and_pathlike_bytes_open(tmp_path):
+    """KvikIO runs os.fsencode on its paths; CuFile and Mmap refused bytes, naming str."""
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(b"0123456789")
+
+    class BytesPath:
+        def __fspath__(self):
+            return os.fsencode(path)
+
+    for given in (os.fsencode(path), BytesPath()):
+        with kvikio.CuFile(given, "r") as f:
+            assert f.nbytes() == 10
+        with kvikio.Mmap(given) as m:
+            out = np.zeros(4, dtype=np.uint8)
+            assert m.read(out, 4, 3) == 4 and out.tobytes() == b"3456"
+    with pytest.raises(TypeError, match="not int"):
+        kvikio.CuFile(3, "r")
+
+
+def test_negative_and_huge_arguments_are_overflow_errors_naming_them(tmp_path):
+    """PyO3's conversions raised bare OverflowErrors ("can't convert negative int to unsigned")
+    naming neither the argument nor the value. Still OverflowErrors, as KvikIO raises."""
+    path = tmp_path / "args.bin"
+    path.write_bytes(bytes(4096))
+    buf = np.zeros(16, dtype=np.uint8)
+    with kvikio.CuFile(path, "r+") as f:
+        for call, message in [
+            (lambda: f.read(buf, size=-1), "size -1 is negative"),
+            (lambda: f.write(buf, file_offset=2**64), "file_offset 18446744073709551616 is past the largest value"),
+            (lambda: f.pread(buf, file_offset=-3), "file_offset -3 is negative"),
+            (lambda: f.raw_read(buf, dev_offset=-1), "dev_offset -1 is negative"),
+            (lambda: f.raw_read_async(buf, -1), "raw_stream -1 is negative"),
+            (lambda: f.pread(buf, task_size=-5), "task_size -5 is negative"),
+        ]:
+            with pytest.raises(OverflowError, match=message):
+                call()
+    for kwargs, message in [
+        ({"mode": -1}, "mode -1 is negative"),
+        ({"mode": 2**40}, "is not a file mode"),
+        ({"map_flags": 2**40}, "map_flags 1099511627776 is not a C int"),
+        ({"initial_map_offset": -1}, "initial_map_offset -1 is negative"),
+        ({"initial_map_size": -2}, "initial_map_size -2 is negative"),
+    ]:
+        with pytest.raises(OverflowError, match=message):
+            kvikio.Mmap(path, **kwargs)
+    with kvikio.Mmap(path) as m:
+        with pytest.raises(OverflowError, match="offset -1 is negative"):
+            m.read(buf, 4, -1)
+
+
+def test_reads_of_other_task_sizes_take_no_descriptors(tmp_path):
+    """Each task size a CuFile or Mmap was read with duplicated its descriptors (and opened
+    its threads' own again): with the descriptor table full, such reads failed with EMFILE,
+    and the duplicates stayed, taking descriptors from the rest of the program."""
+    path = tmp_path / "fds.bin"
+    data = np.random.default_rng(3).integers(0, 256, size=4 << 20, dtype=np.uint8)
+    data.tofile(path)
+
+    def descriptors():
+        return len(os.listdir("/proc/self/fd"))
+
+    out = np.zeros_like(data)
+    before = descriptors()
+    with kvikio.CuFile(path, "r") as f, kvikio.Mmap(path) as m:
+        for task_size in (4096, 65536, 12289, 1 << 20, 3 << 20, 8191, 100_000, 5000, 2 << 20):
+            out[:] = 0
+            assert f.pread(out, task_size=task_size).get() == data.nbytes
+            assert np.array_equal(out, data), task_size
+            out[:] = 0
+            assert m.pread(out, task_size=task_size).get() == data.nbytes
+            assert np.array_equal(out, data), task_size
+        # Each object's own descriptor, and at most one per I/O thread that read it in small
+        # pieces (decision 0022): nothing per task size.
+        assert descriptors() - before <= 2 * (1 + defaults.num_threads())
+
+
+def test_environment_bounce_buffer_size_past_the_ceiling_is_refused_at_once(tmp_path):
+    """defaults.set refused a size that whole pages cannot hold; the environment took it, and
+    every CuFile's open then failed rounding it up."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", "import gpumapio; gpumapio.defaults.bounce_buffer_size()"],
+        env={**{k: v for k, v in os.environ.items() if not k.endswith("BOUNCE_BUFFER_SIZE")},
+             "KVIKIO_BOUNCE_BUFFER_SIZE": str(2**64 - 1)},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode != 0 and "KVIKIO_BOUNCE_BUFFER_SIZE" in run.stderr, run.stderr
+
+
+def test_messages_name_what_they_refuse(tmp_path):
+    with pytest.raises(ValueError, match=r'invalid open flags "rw": expected one of r, w, r\+, w\+$'):
+        kvikio.CuFile(tmp_path / "x", "rw")
+    with pytest.raises(ValueError, match="task_size nan: cannot convert float NaN"):
+        defaults.set("task_size", float("nan"))

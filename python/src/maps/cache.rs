@@ -39,7 +39,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Location {
                 return Ok(Location::Url(text));
             }
         }
-        Ok(Location::Path(ob.extract::<PathBuf>()?))
+        Ok(Location::Path(crate::paths::path(&ob)?))
     }
 }
 

@@ -44,7 +44,10 @@ mod values;
 
 pub use parse::{check_nthreads, parse_bool, parse_size, MAX_THREADS};
 pub use table::{setting, Scope, SettingSpec, SettingValue, SETTINGS};
-pub use values::{default_nthreads, CompatMode, Config, DirectRead, Source, DEFAULT_TASK_SIZE};
+pub use values::{
+    default_nthreads, CompatMode, Config, DirectRead, Source, DEFAULT_TASK_SIZE,
+    MAX_BOUNCE_BUFFER_SIZE,
+};
 
 impl Default for Config {
     fn default() -> Self {
@@ -347,6 +350,14 @@ mod tests {
             let c = with(&[("KVIKIO_BOUNCE_BUFFER_SIZE", value)]).unwrap();
             assert_eq!(c.bounce_buffer_size, want, "{value}");
         }
+        // The ceiling defaults.set keeps: past it, every file's open failed rounding it up.
+        let largest = MAX_BOUNCE_BUFFER_SIZE.to_string();
+        assert!(with(&[("KVIKIO_BOUNCE_BUFFER_SIZE", largest.as_str())]).is_ok());
+        let past = (MAX_BOUNCE_BUFFER_SIZE + 1).to_string();
+        assert!(matches!(
+            with(&[("KVIKIO_BOUNCE_BUFFER_SIZE", past.as_str())]),
+            Err(crate::error::Error::InvalidConfig { .. })
+        ));
     }
 
     #[test]

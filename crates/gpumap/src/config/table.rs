@@ -4,7 +4,7 @@
 use std::fmt;
 
 use super::parse::{check_nthreads, parse_bool, parse_count, parse_size};
-use super::values::Config;
+use super::values::{Config, MAX_BOUNCE_BUFFER_SIZE};
 
 /// What a setting governs, and so where a change to it takes effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +191,13 @@ pub const SETTINGS: [SettingSpec; 10] = [
         doc: "size of each pinned staging buffer, rounded up to whole pages where a file opens",
         parse: |c, text| {
             // Any other size is taken, rounded up to whole pages where files open.
-            c.bounce_buffer_size = positive_size(text)?;
+            let size = positive_size(text)?;
+            if size > MAX_BOUNCE_BUFFER_SIZE {
+                return Err(format!(
+                    "expected at most {MAX_BOUNCE_BUFFER_SIZE} bytes (files round it up to whole pages)"
+                ));
+            }
+            c.bounce_buffer_size = size;
             Ok(None)
         },
         show: |c| SettingValue::Size(c.bounce_buffer_size),

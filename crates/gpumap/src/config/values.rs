@@ -153,3 +153,7 @@ pub fn default_nthreads(cpus: usize) -> usize {
 
 /// The task size where none is given (docs/decisions/0005-bounce-buffers-4mib.md).
 pub const DEFAULT_TASK_SIZE: u64 = 4 << 20;
+
+/// The largest bounce buffer size taken: files round the size up to whole pages when they
+/// open, which a larger one would overflow.
+pub const MAX_BOUNCE_BUFFER_SIZE: u64 = u64::MAX - 4095;

@@ -100,13 +100,14 @@ pub(super) struct HandleState {
     /// The flags as given, for messages.
     pub(super) flags_text: String,
     pub(super) flags: OpenFlags,
-    /// The buffered descriptor.
-    pub(super) file: File,
+    /// The buffered descriptor. The descriptors are shared with the handles of other task
+    /// sizes (`with_transfer_sizes`), which so cost no descriptor of their own.
+    pub(super) file: Arc<File>,
     /// The buffered descriptors of the pool threads that read small pieces (see
     /// `thread_descriptors`).
-    pub(super) thread_files: ThreadDescriptors,
+    pub(super) thread_files: Arc<ThreadDescriptors>,
     /// The `O_DIRECT` descriptor, where a direct policy is on and the file system allows it.
-    pub(super) direct: Option<File>,
+    pub(super) direct: Option<Arc<File>>,
     /// Whether the file system refused the `O_DIRECT` descriptor.
     pub(super) direct_refused: bool,
     pub(super) settings: HandleSettings,
@@ -201,9 +202,9 @@ impl HandleState {
             path: path.to_path_buf(),
             flags_text: flags_text.to_string(),
             flags,
-            file,
-            thread_files: ThreadDescriptors::new(),
-            direct,
+            file: Arc::new(file),
+            thread_files: Arc::new(ThreadDescriptors::new()),
+            direct: direct.map(Arc::new),
             direct_refused,
             settings,
             pool,
@@ -215,8 +216,9 @@ impl HandleState {
     }
 
     /// The same open file with `task_size` and `gds_threshold` in place of its own: the
-    /// descriptors duplicated (`dup`), everything else — flags, pool, compat decision and
-    /// cuFile registration — shared. A zero `task_size` is an error.
+    /// descriptors, flags, pool, compat decision and cuFile registration shared, so that it
+    /// needs no descriptor (a program at its open-files limit still reads). A zero
+    /// `task_size` is an error.
     pub(super) fn with_transfer_sizes(
         &self,
         task_size: u64,
@@ -225,14 +227,13 @@ impl HandleState {
         if task_size == 0 {
             return Err(Error::InvalidArgument("task size 0: expected at least 1 byte".into()));
         }
-        let dup = |f: &File| f.try_clone().map_err(|e| Error::io("dup", &self.path, None, e));
         Ok(HandleState {
             path: self.path.clone(),
             flags_text: self.flags_text.clone(),
             flags: self.flags,
-            file: dup(&self.file)?,
-            thread_files: ThreadDescriptors::new(),
-            direct: self.direct.as_ref().map(dup).transpose()?,
+            file: self.file.clone(),
+            thread_files: self.thread_files.clone(),
+            direct: self.direct.clone(),
             direct_refused: self.direct_refused,
             settings: HandleSettings { task_size, gds_threshold, ..self.settings },
             pool: self.pool.clone(),
