@@ -7,7 +7,7 @@ from typing import IO, Any, Literal, Union, final
 
 from typing_extensions import Self
 
-_Path = Union[str, "os.PathLike[str]"]
+_Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 _File = Union[_Path, int, IO[bytes]]
 #: CuPy / PyTorch / Numba arrays (``__cuda_array_interface__``), DLPack producers, or host
 #: memory through the buffer protocol (NumPy, bytearray, memoryview; bytes as a source).
