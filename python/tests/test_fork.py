@@ -139,3 +139,31 @@ def test_a_child_forked_during_a_write_does_not_wait_for_it_at_exit(tmp_path):
         """,
         str(tmp_path / "out.bin"),
     )
+
+
+def test_a_remote_file_opened_before_the_fork_reads_in_the_child(server):
+    """An inherited RemoteFile's requests went to connections driven by the parent's runtime,
+    which the child does not have: they waited for ever. The child now makes its own."""
+    data = np.random.default_rng(9).integers(0, 256, size=(3 << 20) + 7, dtype="u1").tobytes()
+    server.objects["/inherited"] = data
+    run_forking(
+        """
+        import numpy as np, gpumapio
+        url, want = sys.argv[1], bytes.fromhex(sys.argv[2])
+        f = gpumapio.RemoteFile.open_http(url)
+        m = gpumapio.map(url, device="host", budget=8 << 20, extent_size=4096)
+        def read():
+            out = np.empty(f.nbytes(), dtype=np.uint8)
+            assert f.read(out) == out.nbytes  # the lanes
+            one = np.empty(4096, dtype=np.uint8)
+            assert f.pread(one, 4096, 1 << 20).get() == 4096  # one request: the file's store
+            assert out[:16].tobytes() == want[:16] and one[:16].tobytes() == want[16:]
+            assert m.read(1 << 20, 16) == want[16:]  # the cache over the object
+        in_child(read)  # before the parent read anything
+        read()
+        in_child(read)
+        read()
+        """,
+        f"{server.url}/inherited",
+        (data[:16] + data[1 << 20 : (1 << 20) + 16]).hex(),
+    )

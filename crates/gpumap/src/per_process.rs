@@ -65,3 +65,46 @@ impl<T: Clone> PerProcess<T> {
         Ok(value)
     }
 }
+
+/// A value of one object (not of the whole process) that owns connections driven by a
+/// process's threads: a remote file's store, whose pooled connections are driven by the
+/// runtime of the process that opened it. A forked child that uses the object gets a value of
+/// its own, made on first use; the parent's is never dropped there.
+pub(crate) struct ForkLocal<T> {
+    made_in: u64,
+    value: T,
+    child: Mutex<Option<(u64, T)>>,
+}
+
+impl<T: Clone> ForkLocal<T> {
+    /// `value`, made in this process.
+    pub(crate) fn new(value: T) -> Self {
+        ForkLocal { made_in: fork_generation(), value, child: Mutex::new(None) }
+    }
+
+    /// This process's value: the one made at `new`, or in a forked child its own, made by
+    /// `make` on first use.
+    pub(crate) fn get<E>(&self, make: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        let generation = fork_generation();
+        if generation == self.made_in {
+            return Ok(self.value.clone());
+        }
+        let mut child = self.child.lock();
+        if let Some((made_in, value)) = child.as_ref() {
+            if *made_in == generation {
+                return Ok(value.clone());
+            }
+        }
+        let value = make()?;
+        if let Some(parents) = child.replace((generation, value.clone())) {
+            std::mem::forget(parents);
+        }
+        Ok(value)
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for ForkLocal<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForkLocal").field("value", &self.value).finish_non_exhaustive()
+    }
+}

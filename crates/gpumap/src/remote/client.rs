@@ -14,7 +14,7 @@ use object_store::{ClientOptions, ObjectStore, RetryConfig};
 use tokio::sync::Semaphore;
 
 use crate::error::{Error, RemoteErrorKind, Result};
-use crate::per_process::PerProcess;
+use crate::per_process::{ForkLocal, PerProcess};
 use crate::remote::answers::CheckedConnector;
 use crate::remote::aws_profile::Profile;
 use crate::remote::failure::{self, Failure};
@@ -26,15 +26,35 @@ use crate::remote::webhdfs::WebHdfs;
 /// A store, the object in it, and the permits of the requests in flight through it.
 #[derive(Debug, Clone)]
 pub(crate) struct Client {
-    pub(crate) store: Arc<dyn ObjectStore>,
+    /// The store and permits of the process (see [`Connections`]).
+    connections: Arc<ForkLocal<Connections>>,
+    /// A read lane's own store, in place of the shared one (see [`Client::with_store`]).
+    lane_store: Option<Arc<dyn ObjectStore>>,
     pub(crate) path: StorePath,
+    /// How to make another store like the shared one: a read lane makes its own (see
+    /// [`lanes`](super::lanes)), whose connections live on the lane's runtime, and a forked
+    /// child makes its own too.
+    pub(crate) recipe: Arc<StoreRecipe>,
+}
+
+/// A store and its request permits, as one process uses them. A forked child that reads a
+/// file opened before the fork makes its own from the recipe: the parent's pooled connections
+/// are driven by the parent's runtime, which the child does not have (a request on one waited
+/// for ever), and permits the parent's requests held at the fork would never come back.
+#[derive(Debug, Clone)]
+pub(crate) struct Connections {
+    pub(crate) store: Arc<dyn ObjectStore>,
     /// One permit per ranged GET in flight, shared by every read of the file (and by the files
     /// a [`RemotePrefix`](super::RemotePrefix) opens): many reads started at once queue here
     /// rather than each open a connection of its own.
     pub(crate) requests: Arc<Semaphore>,
-    /// How to make another store like `store`: a read lane makes its own (see
-    /// [`lanes`](super::lanes)), whose connections live on the lane's runtime.
-    pub(crate) recipe: Arc<StoreRecipe>,
+}
+
+impl Connections {
+    /// Connections made from `recipe` (a store of its own, and its permits).
+    pub(crate) fn made_from(recipe: &StoreRecipe) -> Result<Connections> {
+        Ok(Connections { store: recipe.store()?, requests: request_permits(&recipe.options) })
+    }
 }
 
 /// What a store is made from: a second store made from it reaches the same objects with the
@@ -42,7 +62,7 @@ pub(crate) struct Client {
 #[derive(Debug)]
 pub(crate) struct StoreRecipe {
     url: RemoteUrl,
-    options: RemoteOptions,
+    pub(crate) options: RemoteOptions,
     /// The lanes keep the stores they make from this recipe while it lives.
     pub(crate) owner: StoreOwner,
 }
@@ -112,12 +132,40 @@ impl Client {
             RemoteUrl::S3 { key, .. } => RemoteUrl::store_path(key)?,
             RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => StorePath::default(),
         };
-        Ok(Client { store: recipe.store()?, path, requests: request_permits(options), recipe })
+        let connections = Arc::new(ForkLocal::new(Connections::made_from(&recipe)?));
+        Ok(Client { connections, lane_store: None, path, recipe })
+    }
+
+    /// A client of the object at `path` through `connections` (a prefix's, shared by the
+    /// files it opens), whose store `recipe` makes.
+    pub(crate) fn sharing(
+        connections: Arc<ForkLocal<Connections>>,
+        path: StorePath,
+        recipe: Arc<StoreRecipe>,
+    ) -> Client {
+        Client { connections, lane_store: None, path, recipe }
     }
 
     /// This client with `store` in place of its own (a lane's, made from the same recipe).
     pub(crate) fn with_store(&self, store: Arc<dyn ObjectStore>) -> Client {
-        Client { store, ..self.clone() }
+        Client { lane_store: Some(store), ..self.clone() }
+    }
+
+    /// The store its requests go through in this process.
+    pub(crate) fn store(&self) -> Result<Arc<dyn ObjectStore>> {
+        match &self.lane_store {
+            Some(store) => Ok(store.clone()),
+            None => Ok(self.connections()?.store),
+        }
+    }
+
+    /// The permits of its requests in this process.
+    pub(crate) fn requests(&self) -> Result<Arc<Semaphore>> {
+        Ok(self.connections()?.requests)
+    }
+
+    fn connections(&self) -> Result<Connections> {
+        self.connections.get(|| Connections::made_from(&self.recipe))
     }
 }
 

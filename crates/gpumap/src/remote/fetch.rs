@@ -55,9 +55,10 @@ impl<'a> Fetch<'a> {
     /// (`bytes=0-0` not satisfiable) is an empty object.
     pub(crate) async fn facts(self) -> Result<ObjectFacts> {
         let presigned = matches!(self.url, RemoteUrl::Http(url) if url.query().is_some());
+        let store = self.client.store()?;
         if !presigned {
             let head = || async {
-                let answer = self.client.store.head(&self.client.path).await;
+                let answer = store.head(&self.client.path).await;
                 answer
                     .map(|meta| ObjectFacts { len: meta.size, etag: strong(meta.e_tag) })
                     .map_err(|e| Failure::from_store(&e, self.url))
@@ -73,7 +74,7 @@ impl<'a> Fetch<'a> {
         let first_byte = || async {
             let first =
                 GetOptions { range: Some(GetRange::Bounded(0..1)), ..GetOptions::default() };
-            match self.client.store.get_opts(&self.client.path, first).await {
+            match store.get_opts(&self.client.path, first).await {
                 Ok(answer) => {
                     Ok(ObjectFacts { len: answer.meta.size, etag: strong(answer.meta.e_tag) })
                 }
@@ -94,8 +95,8 @@ impl<'a> Fetch<'a> {
 
     /// One of the client's request permits, waited for; held, it lets the holder make one
     /// request (see [`range_holding_permit`](Self::range_holding_permit)).
-    pub(crate) async fn permit(self) -> Result<tokio::sync::SemaphorePermit<'a>> {
-        self.client.requests.acquire().await.map_err(|_| {
+    pub(crate) async fn permit(self) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        self.client.requests()?.acquire_owned().await.map_err(|_| {
             let why = "the client's request permits were closed";
             Failure::new(RemoteErrorKind::Connection, None, why).into_error(self.url, "GET", 0)
         })
@@ -108,6 +109,7 @@ impl<'a> Fetch<'a> {
     }
 
     async fn range_with(self, offset: u64, dst: &mut [u8], take_permits: bool) -> Result<()> {
+        let store = self.client.store()?;
         let mut attempts = self.attempts();
         loop {
             // A permit per attempt, taken before its timeout starts and held until its body is
@@ -116,7 +118,7 @@ impl<'a> Fetch<'a> {
                 true => Some(self.permit().await?),
                 false => None,
             };
-            let outcome = attempts.attempt(self.range_once(offset, dst)).await;
+            let outcome = attempts.attempt(self.range_once(&*store, offset, dst)).await;
             drop(permit);
             let failure = match outcome {
                 Ok(()) => return Ok(()),
@@ -131,24 +133,30 @@ impl<'a> Fetch<'a> {
         Attempts::new(self.options, self.url)
     }
 
-    async fn range_once(self, offset: u64, dst: &mut [u8]) -> Result<(), Failure> {
+    async fn range_once(
+        self,
+        store: &dyn ObjectStore,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), Failure> {
         let want = offset..offset + dst.len() as u64;
         let request = GetOptions {
             range: Some(GetRange::Bounded(want.clone())),
             if_match: self.etag.map(str::to_owned),
             ..GetOptions::default()
         };
-        let answer = self.client.store.get_opts(&self.client.path, request).await.map_err(|e| {
-            match Failure::from_store(&e, self.url) {
-                changed if changed.status == Some(412) => Failure::new(
-                    RemoteErrorKind::BadResponse,
-                    Some(412),
-                    "the object changed since it was opened (its ETag no longer matches); \
+        let answer =
+            store.get_opts(&self.client.path, request).await.map_err(
+                |e| match Failure::from_store(&e, self.url) {
+                    changed if changed.status == Some(412) => Failure::new(
+                        RemoteErrorKind::BadResponse,
+                        Some(412),
+                        "the object changed since it was opened (its ETag no longer matches); \
                      open it again",
-                ),
-                failure => failure,
-            }
-        })?;
+                    ),
+                    failure => failure,
+                },
+            )?;
         if answer.range != want {
             return Err(Failure::new(
                 RemoteErrorKind::BadResponse,

@@ -20,11 +20,11 @@ use futures_util::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
-use tokio::sync::Semaphore;
 
 use crate::config::Config;
 use crate::error::Result;
-use crate::remote::client::{self, Client, StoreRecipe};
+use crate::per_process::ForkLocal;
+use crate::remote::client::{self, Client, Connections, StoreRecipe};
 use crate::remote::failure::Failure;
 use crate::remote::file::RemoteFile;
 use crate::remote::options::RemoteOptions;
@@ -67,13 +67,21 @@ struct Inner {
     prefix: String,
     /// `s3://bucket/prefix/`, as errors name it.
     url: RemoteUrl,
-    store: AmazonS3,
+    /// Its store for listings, deletes and writes (a forked child makes its own).
+    store: ForkLocal<AmazonS3>,
     options: RemoteOptions,
-    /// The permits of the requests in flight, shared by every file it opens.
-    requests: Arc<Semaphore>,
-    /// The recipe of `store`, shared by every file it opens, so that a read lane makes one
+    /// The store and the permits of the requests in flight, shared by every file it opens.
+    connections: Arc<ForkLocal<Connections>>,
+    /// The recipe of its stores, shared by every file it opens, so that a read lane makes one
     /// store for them all.
     recipe: Arc<StoreRecipe>,
+}
+
+impl Inner {
+    /// Its store in this process.
+    fn store(&self) -> Result<AmazonS3> {
+        self.store.get(|| client::s3_store(&self.url, &self.bucket, &self.options))
+    }
 }
 
 impl RemotePrefix {
@@ -94,9 +102,14 @@ impl RemotePrefix {
         let store = client::s3_store(&shown, &bucket, options)?;
         let mut options = options.clone();
         options.known_len(None);
-        let requests = client::request_permits(&options);
+        let connections = Connections {
+            store: Arc::new(store.clone()),
+            requests: client::request_permits(&options),
+        };
+        let connections = Arc::new(ForkLocal::new(connections));
         let recipe = Arc::new(StoreRecipe::new(&shown, &options));
-        let inner = Inner { bucket, prefix, url: shown, store, options, requests, recipe };
+        let store = ForkLocal::new(store);
+        let inner = Inner { bucket, prefix, url: shown, store, options, connections, recipe };
         Ok(RemotePrefix { inner: Arc::new(inner) })
     }
 
@@ -118,9 +131,8 @@ impl RemotePrefix {
     /// Opens the object `name` for reading; `len`, where known, spares the HEAD request.
     pub fn open_file(&self, name: &str, len: Option<u64>) -> Result<RemoteFile> {
         let (url, path) = self.locate(name)?;
-        let store = Arc::new(self.inner.store.clone());
-        let requests = Arc::clone(&self.inner.requests);
-        let client = Client { store, path, requests, recipe: Arc::clone(&self.inner.recipe) };
+        let connections = Arc::clone(&self.inner.connections);
+        let client = Client::sharing(connections, path, Arc::clone(&self.inner.recipe));
         let mut options = self.inner.options.clone();
         options.known_len(len);
         RemoteFile::open_on(url, client, &options)
@@ -130,17 +142,13 @@ impl RemotePrefix {
     /// size and parts held, or the prefix's when `None`.
     pub fn create_file(&self, name: &str, options: Option<&RemoteOptions>) -> Result<RemoteWriter> {
         let url = self.url_of(name)?;
-        RemoteWriter::create_on(
-            url,
-            self.inner.store.clone(),
-            options.unwrap_or(&self.inner.options),
-        )
+        RemoteWriter::create_on(url, self.inner.store()?, options.unwrap_or(&self.inner.options))
     }
 
     /// The size of the object `name`, or `None` where there is none (a HEAD request, retried).
     pub fn len_of(&self, name: &str) -> Result<Option<u64>> {
         let (url, path) = self.locate(name)?;
-        let store = &self.inner.store;
+        let store = self.inner.store()?;
         let asked = Attempts::new(&self.inner.options, &url).run("HEAD", || async {
             match store.head(&path).await {
                 Ok(meta) => Ok(Some(meta.size)),
@@ -172,9 +180,9 @@ impl RemotePrefix {
     pub fn list_dir(&self, under: &str) -> Result<RemoteListing> {
         let path = self.path_under(under)?;
         let inner = &self.inner;
+        let store = inner.store()?;
         let asked = Attempts::new(&inner.options, &inner.url).run("LIST", || async {
-            inner
-                .store
+            store
                 .list_with_delimiter(Some(&path))
                 .await
                 .map_err(|e| Failure::from_store(&e, &inner.url))
@@ -202,14 +210,15 @@ impl RemotePrefix {
             .map(|name| Ok(self.locate(name.as_ref())?.1))
             .collect::<Result<Vec<_>>>()?;
         let inner = &self.inner;
+        let store = inner.store()?;
         for batch in paths.chunks(DELETE_BATCH) {
             let asked =
                 Attempts::new(&inner.options, &inner.url).run("DELETE objects under", || {
                     let batch: Vec<object_store::Result<StorePath>> =
                         batch.iter().cloned().map(Ok).collect();
+                    let store = &store;
                     async move {
-                        inner
-                            .store
+                        store
                             .delete_stream(futures_util::stream::iter(batch).boxed())
                             .try_collect::<Vec<_>>()
                             .await
@@ -305,10 +314,16 @@ impl RemoteObjects {
         let inner = Arc::clone(&self.inner);
         let mut attempts = Attempts::new(&inner.options, &inner.url);
         loop {
-            let stream = self.stream.get_or_insert_with(|| match &self.last {
-                Some(last) => inner.store.list_with_offset(Some(&self.path), last),
-                None => inner.store.list(Some(&self.path)),
-            });
+            let stream = match &mut self.stream {
+                Some(stream) => stream,
+                None => {
+                    let store = inner.store()?;
+                    self.stream.insert(match &self.last {
+                        Some(last) => store.list_with_offset(Some(&self.path), last),
+                        None => store.list(Some(&self.path)),
+                    })
+                }
+            };
             let page = async {
                 stream.next().await.transpose().map_err(|e| Failure::from_store(&e, &inner.url))
             };
