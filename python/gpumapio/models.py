@@ -149,10 +149,10 @@ def _not_loaded(model: Any, state: dict[str, Any], wanted: set[str]) -> tuple[li
     tied by ``tie_weights`` after the load do) — the model's own values, where it was not
     built on ``meta``; and whether every one of them is on ``meta``."""
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
-    on_meta = len(left)
+    meta_count = len(left)
     loaded = {t.untyped_storage().data_ptr() for t in state.values() if t.device.type != "meta"}
     for name, tensor in model.state_dict(keep_vars=True).items():
         if name in wanted and name not in state and name not in left and tensor is not None:
             if tensor.device.type != "meta" and tensor.untyped_storage().data_ptr() not in loaded:
                 left.append(name)
-    return left, len(left) == on_meta
+    return left, len(left) == meta_count

@@ -52,18 +52,28 @@ impl<T: Clone> PerProcess<T> {
                 return Ok(kept.clone());
             }
         }
-        let mut later = self.later.lock();
-        if let Some((made_in, value)) = later.as_ref() {
-            if *made_in == generation {
-                return Ok(value.clone());
-            }
-        }
-        let value = make()?;
-        if let Some(parents) = later.replace((generation, value.clone())) {
-            std::mem::forget(parents);
-        }
-        Ok(value)
+        in_child(&self.later, generation, make)
     }
+}
+
+/// The value `slot` holds for `generation`, a forked child's, made by `make` where it holds
+/// none yet; one of an earlier generation (a parent's, inherited) is forgotten, not dropped.
+fn in_child<T: Clone, E>(
+    slot: &Mutex<Option<(u64, T)>>,
+    generation: u64,
+    make: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    let mut slot = slot.lock();
+    if let Some((made_in, value)) = slot.as_ref() {
+        if *made_in == generation {
+            return Ok(value.clone());
+        }
+    }
+    let value = make()?;
+    if let Some(parents) = slot.replace((generation, value.clone())) {
+        std::mem::forget(parents);
+    }
+    Ok(value)
 }
 
 /// A value of one object (not of the whole process) that owns connections driven by a
@@ -89,17 +99,7 @@ impl<T: Clone> ForkLocal<T> {
         if generation == self.made_in {
             return Ok(self.value.clone());
         }
-        let mut child = self.child.lock();
-        if let Some((made_in, value)) = child.as_ref() {
-            if *made_in == generation {
-                return Ok(value.clone());
-            }
-        }
-        let value = make()?;
-        if let Some(parents) = child.replace((generation, value.clone())) {
-            std::mem::forget(parents);
-        }
-        Ok(value)
+        in_child(&self.child, generation, make)
     }
 }
 

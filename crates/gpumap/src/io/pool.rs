@@ -248,7 +248,6 @@ impl IoPool {
         T: Send + 'static,
         F: FnOnce() -> Result<T> + Send + 'static,
     {
-        let slot = Arc::new(FutureSlot::default());
         let threads = match self.threads() {
             Ok(threads) => threads,
             Err(e) => {
@@ -257,6 +256,7 @@ impl IoPool {
                 return future;
             }
         };
+        let slot = Arc::new(FutureSlot::default());
         let done = slot.clone();
         threads.spawn(move || {
             let flag = done.cancelled.clone();
