@@ -536,3 +536,74 @@ def test_gpu_zero_copy_views_are_the_page_cache_in_place(tmp_path):
     for i, o in enumerate(offsets):
         assert rows[i * 4096 : (i + 1) * 4096].tobytes() == data[o : o + 4096].tobytes()
     assert m.stats()["misses"] == 0
+
+
+def _ends_within(seconds, call):
+    """What `call` returns or raises, run on a daemon thread; fails where it has not ended
+    after `seconds` (a hang must fail the test, not the suite)."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s"
+    return outcome
+
+
+def test_a_view_that_cannot_fit_beside_pinned_ones_is_out_of_budget_in_a_sharded_cache(tmp_path):
+    """With more than one shard, a view that could not fit went round for ever at full CPU:
+    waiting on one shard let it take the frames just let go in the others. It is refused
+    after the pin wait, as with one shard."""
+    frame = 2 * MIB  # the allocation granularity
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    a.write_bytes(os.urandom(8 * frame))
+    b.write_bytes(os.urandom(12 * frame))
+    cache = gpumapio.DeviceCache(16 * frame, extent_size=4096, frame_size=frame, device="host", shards=4)
+    ma, mb = cache.open(a), cache.open(b)
+    held = ma.view(0, 8 * frame)
+    outcome = _ends_within(60, lambda: mb.view(0, 12 * frame))
+    assert isinstance(outcome.get("error"), gpumapio.OutOfBudgetError), outcome
+    # One shard's way, and a view that fits, still work.
+    assert mb.view(0, 4 * frame).tobytes() == b.read_bytes()[: 4 * frame]
+    del held
+
+
+def test_close_inside_a_call_on_the_same_map_is_refused_not_a_deadlock(tmp_path):
+    """A buffer's export, or a __del__ the garbage collector runs during a call, that closed
+    the map waited for the call it ran inside, for ever."""
+    path = tmp_path / "close.bin"
+    path.write_bytes(bytes(64 << 10))
+    m = gpumapio.map(path, writable=True, device="host", extent_size=4096)
+    seen = []
+
+    class ClosesTheMap:
+        def __init__(self, array):
+            self.array = array
+
+        @property
+        def __cuda_array_interface__(self):
+            try:
+                m.close()
+            except RuntimeError as e:
+                seen.append(str(e))
+            raise AttributeError("host memory")
+
+        def __buffer__(self, flags):
+            return memoryview(self.array)
+
+    for call in (
+        lambda: m.write(0, ClosesTheMap(np.ones(16, np.uint8))),
+        lambda: m.gather([0, 4096], 16, ClosesTheMap(np.zeros(32, np.uint8))),
+    ):
+        outcome = _ends_within(30, call)
+        assert "error" not in outcome or not isinstance(outcome["error"], AssertionError), outcome
+    assert seen and all("inside a call on it" in s for s in seen), seen
+    assert not m.closed
+    m.close()  # outside any call: closes
+    assert m.closed

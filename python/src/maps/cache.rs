@@ -8,7 +8,7 @@ use gpumap::io::IoFuture;
 use gpumap::mapped::{CacheOptions, DeviceCache as Cache, DeviceMappedFile, FileStats};
 use gpumap::memory::Device;
 use parking_lot::Mutex;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
@@ -622,6 +622,14 @@ impl MappedFile {
     /// to try again); closing twice is a no-op.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let (gate, hold) = (&self.gate, &self.hold);
+        if gate.held_here() {
+            // It would wait for the call it runs inside: refused, the map left open.
+            return Err(PyRuntimeError::new_err(
+                "close() of a MappedFile inside a call on it (from a buffer's export, or a \
+                 __del__ the garbage collector ran during the call): close it after the call \
+                 returns",
+            ));
+        }
         nogil(py, move || {
             gate.close(|| {
                 let map = match &*hold.lock() {

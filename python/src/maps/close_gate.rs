@@ -5,7 +5,17 @@
 //! only then flushes. A flush that fails opens the gate again (the dirty bytes are kept, for
 //! another try).
 
+use std::cell::RefCell;
+use std::marker::PhantomData;
+
 use parking_lot::{Condvar, Mutex};
+
+thread_local! {
+    /// The gates this thread holds a passage of (their addresses, once per passage): a close
+    /// on a thread inside a call of the same map (a buffer's export, or a `__del__` the
+    /// garbage collector runs during the call) would wait for its own passage for ever.
+    static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
 
 /// The open state of one `MappedFile`.
 #[derive(Default)]
@@ -30,9 +40,11 @@ enum Phase {
     Closed,
 }
 
-/// A call let in: the gate does not close before it is dropped.
+/// A call let in: the gate does not close before it is dropped. Dropped on the thread that
+/// entered (not `Send`), which holds it in [`HELD`] meanwhile.
 pub(super) struct Passage<'a> {
     gate: &'a CloseGate,
+    _this_thread: PhantomData<*const ()>,
 }
 
 impl CloseGate {
@@ -43,7 +55,17 @@ impl CloseGate {
             return None;
         }
         state.in_flight += 1;
-        Some(Passage { gate: self })
+        HELD.with(|held| held.borrow_mut().push(self.address()));
+        Some(Passage { gate: self, _this_thread: PhantomData })
+    }
+
+    /// Whether this thread is inside a call let in by this gate (see [`HELD`]).
+    pub(super) fn held_here(&self) -> bool {
+        HELD.with(|held| held.borrow().contains(&self.address()))
+    }
+
+    fn address(&self) -> usize {
+        self as *const CloseGate as usize
     }
 
     /// Whether a close has ended.
@@ -95,6 +117,13 @@ impl Drop for Reopen<'_> {
 
 impl Drop for Passage<'_> {
     fn drop(&mut self) {
+        let address = self.gate.address();
+        HELD.with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(at) = held.iter().rposition(|&a| a == address) {
+                held.swap_remove(at);
+            }
+        });
         let mut state = self.gate.state.lock();
         state.in_flight -= 1;
         let last = state.in_flight == 0;

@@ -273,6 +273,13 @@ fn pin_parts(
                 Ok(false) => {
                     unpin_parts(engine, entry, parts, &pinned, transient);
                     pinned.fill(false);
+                    // Waiting on one shard lets it take the frames just let go in the others,
+                    // which the next pass then misses: a request that cannot fit beside what
+                    // others pin would go round for ever, the wait's own deadline never
+                    // reached. Bounded by the same deadline.
+                    if since.elapsed() >= engine.pin_wait {
+                        return Err(engine.out_of_budget(requested));
+                    }
                     let mut state = sh.state.lock();
                     let mode = Wait::Yes;
                     map_and_pin(
