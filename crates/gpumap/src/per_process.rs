@@ -28,6 +28,7 @@ impl<T: Clone> PerProcess<T> {
     }
 
     /// This process's value, if it was made.
+    #[cfg(feature = "remote")]
     pub(crate) fn get(&self) -> Option<T> {
         let generation = fork_generation();
         match self.first.get() {
@@ -80,12 +81,14 @@ fn in_child<T: Clone, E>(
 /// process's threads: a remote file's store, whose pooled connections are driven by the
 /// runtime of the process that opened it. A forked child that uses the object gets a value of
 /// its own, made on first use; the parent's is never dropped there.
+#[cfg(feature = "remote")]
 pub(crate) struct ForkLocal<T> {
     made_in: u64,
     value: T,
     child: Mutex<Option<(u64, T)>>,
 }
 
+#[cfg(feature = "remote")]
 impl<T: Clone> ForkLocal<T> {
     /// `value`, made in this process.
     pub(crate) fn new(value: T) -> Self {
@@ -103,6 +106,7 @@ impl<T: Clone> ForkLocal<T> {
     }
 }
 
+#[cfg(feature = "remote")]
 impl<T: std::fmt::Debug> std::fmt::Debug for ForkLocal<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ForkLocal").field("value", &self.value).finish_non_exhaustive()

@@ -13,8 +13,15 @@ const CHILD: &str = "GPUMAP_DESCRIPTOR_BUDGET_CHILD";
 const LIMIT: usize = 96;
 const THREADS: usize = 8;
 
-fn open_descriptors() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+/// The descriptors open on files under `dir`. Only those: other threads open and close
+/// descriptors of their own at any time (glibc reads `/sys/devices/system/cpu/online` on a
+/// new thread's first allocation), which a count of all of them would catch now and then.
+fn descriptors_under(dir: &Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .count()
 }
 
 fn bytes_of(k: usize) -> Vec<u8> {
@@ -64,6 +71,8 @@ fn child() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let open_descriptors = || descriptors_under(&root);
     let paths: Vec<_> = (0..12)
         .map(|k| {
             let path = dir.path().join(format!("f{k}"));

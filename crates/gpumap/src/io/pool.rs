@@ -89,6 +89,7 @@ fn with_cancel<R>(flag: Option<CancelFlag>, f: impl FnOnce() -> R) -> R {
 
 /// The cancel flag of the work this thread runs for the pool, if any: work that runs its own
 /// loop (a remote read's requests) checks it, as the pool checks it between tasks.
+#[cfg(feature = "remote")]
 pub(crate) fn current_cancel() -> Option<CancelFlag> {
     CANCEL.with(|c| c.borrow().clone())
 }
