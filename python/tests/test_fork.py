@@ -167,3 +167,104 @@ def test_a_remote_file_opened_before_the_fork_reads_in_the_child(server):
         f"{server.url}/inherited",
         (data[:16] + data[1 << 20 : (1 << 20) + 16]).hex(),
     )
+
+
+def test_a_map_busy_at_the_fork_reads_and_closes_in_the_child(tmp_path):
+    """A map whose prefetch, or another thread's gathers, ran at the fork: the child got the
+    parent's books with extents marked as being read by threads it does not have, and waited
+    for ever on the first read of them, and on close. The child now opens the file again in a
+    cache of its own; a future of the parent's work fails there instead of waiting."""
+    path = tmp_path / "data.bin"
+    np.random.default_rng(11).integers(0, 256, size=64 << 20, dtype="u1").tofile(path)
+    run_forking(
+        """
+        import threading, numpy as np, gpumapio
+        path = sys.argv[1]
+        want = np.fromfile(path, dtype=np.uint8)
+        m = gpumapio.map(path, device="host", budget=64 << 20, extent_size=65536)
+        cache = gpumapio.DeviceCache(16 << 20, device="host", extent_size=4096)
+        c = cache.open(path)
+        rows = np.arange(0, want.nbytes // 4096, 5, dtype=np.int64)
+        stop = threading.Event()
+        def gathers():
+            out = np.empty(len(rows) * 4096, dtype=np.uint8)
+            while not stop.is_set():
+                c.gather_rows(rows, 4096, out)
+        thread = threading.Thread(target=gathers, daemon=True)
+        thread.start()
+        time.sleep(0.05)
+        future = m.prefetch(0, want.nbytes)
+        busy = not future.done()
+        def child():
+            assert m.read(0, want.nbytes) == want.tobytes()
+            out = np.empty(len(rows) * 4096, dtype=np.uint8)
+            c.gather_rows(rows, 4096, out)
+            assert np.array_equal(out.reshape(-1, 4096), want.reshape(-1, 4096)[rows])
+            assert cache.stats()["files"] == 1  # the child's own cache, with the child's file
+            try:
+                future.get()
+            except OSError as e:
+                assert "forked" in str(e), e
+            m.close()
+            c.close()
+            assert m.closed and c.closed
+        in_child(child)
+        stop.set()
+        thread.join()
+        assert future.get() == want.nbytes
+        assert m.read(4096, 16) == want[4096:4112].tobytes()
+        assert busy, "the prefetch ended before the fork: this run proves nothing"
+        """,
+        str(path),
+    )
+
+
+def test_a_child_never_writes_back_its_parents_dirty_bytes(tmp_path):
+    """A child forked while its parent's map held dirty bytes wrote them back when it let go
+    of its copy of the map (or of a writable view made before the fork), over what the parent
+    had written since: the parent's newer bytes were lost. A child's copy is now forgotten."""
+    path = tmp_path / "data.bin"
+    path.write_bytes(bytes(64 << 10))
+    run_forking(
+        """
+        import gc, numpy as np, gpumapio
+        path = sys.argv[1]
+        m = gpumapio.map(path, writable=True, device="host", budget=16 << 20, extent_size=4096)
+        m.write(0, b"A" * 4096)  # dirty at the fork
+        view = m.view(8192, 4096, writable=True)  # a writable view pinned at the fork
+        def let_go(close):
+            def work():
+                global m, view
+                os.read(ready, 1)  # the parent has written newer bytes
+                if close:
+                    assert m.read(0, 4) == b"BBBB"  # the child's own map reads the file
+                    m.close()
+                del view, m
+                gc.collect()
+            return work
+        for close in (False, True):
+            ready, go = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(go)
+                try:
+                    let_go(close)()
+                except BaseException as e:
+                    print("child:", repr(e), flush=True)
+                    os._exit(1)
+                os._exit(0)
+            os.close(ready)
+            m.write(0, b"B" * 4096)
+            m.flush()
+            os.write(go, b"x")
+            os.close(go)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0, "the child failed"
+            with open(path, "rb") as f:
+                assert f.read(4) == b"BBBB", "the child wrote its parent's old bytes back"
+            m.write(0, b"A" * 4096)  # dirty again for the next child
+        view.release()
+        m.close()
+        """,
+        str(path),
+    )

@@ -112,7 +112,7 @@ pub mod io;
 pub mod mapped;
 pub mod memory;
 pub mod pagecache;
-mod per_process;
+pub mod per_process;
 pub mod profiling;
 #[cfg(feature = "remote")]
 pub mod remote;

@@ -1,12 +1,20 @@
 //! The classes `DeviceCache` (one memory budget) and `MappedFile` (a file in it). They live in
 //! one module because each hands out the other: a cache opens files, a file names its cache.
+//!
+//! Both are their process's: a child forked from the process that made them (a `DataLoader`'s
+//! worker, whose dataset opened its map in `__init__`) gets a cache of its own, empty, made with
+//! the same options, and opens the file again in it on first use. The parent's are forgotten
+//! there, never used nor dropped: their books were copied at the fork with whatever the
+//! parent's threads were doing half done (an extent being read, a call in flight), and their
+//! dirty bytes are the parent's to write back (see `gpumap::per_process`).
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use gpumap::io::IoFuture;
-use gpumap::mapped::{CacheOptions, DeviceCache as Cache, DeviceMappedFile, FileStats};
+use gpumap::mapped::{CacheOptions, DeviceCache as Cache, DeviceMappedFile, FileStats, MapOptions};
 use gpumap::memory::Device;
+use gpumap::per_process::ForkLocal;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -66,11 +74,37 @@ fn check_range(py: Python<'_>, offset: u64, len: u64, file_len: u64) -> PyResult
     }
 }
 
+/// A cache of the process that uses it: the one built, or in a forked child one of its own
+/// built with the same options on first use.
+pub(super) struct ProcessCache {
+    options: CacheOptions,
+    cache: ForkLocal<Cache>,
+}
+
+impl ProcessCache {
+    fn build(options: CacheOptions) -> gpumap::Result<Arc<ProcessCache>> {
+        let cache = ForkLocal::new(options.build()?);
+        Ok(Arc::new(ProcessCache { options, cache }))
+    }
+
+    /// This process's cache.
+    pub(super) fn get(&self) -> gpumap::Result<Cache> {
+        self.cache.get(|| self.options.build())
+    }
+}
+
 /// One budget of GPU memory (host memory without a GPU) shared by the files opened in it,
 /// least recently used memory evicted first across them.
 #[pyclass(module = "gpumapio", name = "DeviceCache", frozen)]
 pub struct DeviceCache {
-    inner: Cache,
+    inner: Arc<ProcessCache>,
+}
+
+impl DeviceCache {
+    /// This process's cache.
+    fn cache(&self, py: Python<'_>) -> PyResult<Cache> {
+        self.inner.get().map_err(|e| to_py(py, &e))
+    }
 }
 
 #[pymethods]
@@ -95,7 +129,7 @@ impl DeviceCache {
             if let Some(shards) = shards {
                 o.shards(shards);
             }
-            o.build()
+            ProcessCache::build(o)
         })?;
         Ok(DeviceCache { inner })
     }
@@ -126,33 +160,37 @@ impl DeviceCache {
     ) -> PyResult<MappedFile> {
         let o = map_options(writable, advice, zero_copy.as_ref(), max_pinned, read_ahead)?;
         let cache = self.inner.clone();
-        let inner = nogil(py, move || match path {
-            Location::Path(path) => cache.open_with(&path, &o),
-            Location::Url(url) => cache.open_remote(open_remote(&url)?, &o),
+        let options = o.clone();
+        let (inner, source) = nogil(py, move || {
+            let source = match path {
+                Location::Path(path) => Source::Local(path),
+                Location::Url(url) => Source::Remote(open_remote(&url)?),
+            };
+            Ok((source.open_in(&cache.get()?, &o)?, source))
         })?;
-        Ok(MappedFile::new(inner, self.inner.clone()))
+        Ok(MappedFile::new(inner, self.inner.clone(), source, options))
     }
 
     /// `{"budget", "used_bytes", "slots_in_use", "files", "totals": {...}, ...}`.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        cache_stats(py, &self.inner.stats())
+        cache_stats(py, &self.cache(py)?.stats())
     }
 
     /// Writes back every dirty extent of every file.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        let cache = self.inner.clone();
+        let cache = self.cache(py)?;
         nogil(py, move || cache.flush())
     }
 
     /// `flush`, then fdatasync of every written file.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        let cache = self.inner.clone();
+        let cache = self.cache(py)?;
         nogil(py, move || cache.sync())
     }
 
     /// Waits until rows that gathers read past the full cache have been admitted to it.
     fn wait_for_admissions(&self, py: Python<'_>) -> PyResult<()> {
-        let cache = self.inner.clone();
+        let cache = self.cache(py)?;
         nogil(py, move || {
             cache.wait_for_admissions();
             Ok(())
@@ -167,7 +205,7 @@ impl DeviceCache {
         py: Python<'_>,
         stream: Option<Bound<'_, PyAny>>,
     ) -> PyResult<LookupScope> {
-        LookupScope::begin(py, &self.inner, stream, None)
+        LookupScope::begin(py, &self.cache(py)?, stream, None)
     }
 
     /// Copies `ranges` (`(file, offset, length)`, files of this cache) packed one after another
@@ -194,7 +232,7 @@ impl DeviceCache {
             maps.push((map, *o, *l));
             _open.push(passage);
         }
-        let cache = self.inner.clone();
+        let cache = self.cache(py)?;
         nogil(py, move || {
             let ranges: Vec<_> = maps.iter().map(|(m, o, l)| m.range(*o, *l)).collect();
             cache.gather(&ranges, dst.view())
@@ -203,19 +241,20 @@ impl DeviceCache {
 
     /// `"GPU 0 (NVIDIA H100 PCIe)"` or `"host memory"`.
     #[getter]
-    fn device(&self) -> String {
-        self.inner.device().describe()
+    fn device(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.cache(py)?.device().describe())
     }
 
-    fn __repr__(&self) -> String {
-        let s = self.inner.stats();
-        format!(
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let cache = self.cache(py)?;
+        let s = cache.stats();
+        Ok(format!(
             "<gpumapio.DeviceCache on {}: {} of {} bytes used, {} files>",
-            self.inner.device().describe(),
+            cache.device().describe(),
             s.used_bytes,
             s.budget,
             s.files
-        )
+        ))
     }
 }
 
@@ -240,19 +279,60 @@ fn gather_ranges<'py>(
     Ok(out)
 }
 
+/// What a map is opened from, kept to open it again in a forked child.
+enum Source {
+    Local(PathBuf),
+    Remote(gpumap::remote::RemoteFile),
+}
+
+impl Source {
+    fn open_in(&self, cache: &Cache, options: &MapOptions) -> gpumap::Result<DeviceMappedFile> {
+        match self {
+            Source::Local(path) => cache.open_with(path, options),
+            Source::Remote(file) => cache.open_remote(file.clone(), options),
+        }
+    }
+}
+
 /// A file mapped into GPU memory (host memory without a GPU): views, gathers, write-back.
 #[pyclass(module = "gpumapio", name = "MappedFile", frozen)]
 pub struct MappedFile {
     /// What the map is, answered after `close` too.
     facts: Facts,
     /// The cache the file is in (a cache of its own for `MappedFile.open`).
-    cache: Cache,
-    /// The map until `close`, then what it had done: its file is closed once the views made
-    /// before let go of it too.
-    hold: Mutex<Hold>,
+    cache: Arc<ProcessCache>,
+    /// What it was opened from, and how: a forked child opens it again so.
+    source: Source,
+    options: MapOptions,
+    /// The map as this process has it (see the module's docs).
+    state: ForkLocal<Arc<MapState>>,
+    /// What the map had done when a close ended: a child forked after finds it closed too.
+    closed: OnceLock<FileStats>,
+}
+
+/// A map as one process has it.
+struct MapState {
+    /// The map, and the hold its views share (the last of them to go flushes, see
+    /// [`MapHandle`]), until `close`: its file is closed once the views made before let go of
+    /// it too.
+    hold: Mutex<Option<(DeviceMappedFile, Arc<MapHandle>)>>,
     /// Shut by `close`: every later call that reads, writes or flushes is refused, as a closed
     /// Python file's are (views made before stay valid).
-    gate: CloseGate,
+    gate: Arc<CloseGate>,
+}
+
+impl MapState {
+    fn open(map: DeviceMappedFile) -> Arc<MapState> {
+        let handle = Arc::new(MapHandle::new(map.clone()));
+        Arc::new(MapState {
+            hold: Mutex::new(Some((map, handle))),
+            gate: Arc::new(CloseGate::default()),
+        })
+    }
+
+    fn closed() -> Arc<MapState> {
+        Arc::new(MapState { hold: Mutex::new(None), gate: Arc::new(CloseGate::closed()) })
+    }
 }
 
 /// A map's attributes, fixed when it is opened.
@@ -264,15 +344,13 @@ struct Facts {
     memory: String,
 }
 
-enum Hold {
-    /// The map, and the hold its views share: the last of them to go flushes (see
-    /// [`MapHandle`]).
-    Open(DeviceMappedFile, Arc<MapHandle>),
-    Closed(FileStats),
-}
-
 impl MappedFile {
-    fn new(map: DeviceMappedFile, cache: Cache) -> MappedFile {
+    fn new(
+        map: DeviceMappedFile,
+        cache: Arc<ProcessCache>,
+        source: Source,
+        options: MapOptions,
+    ) -> MappedFile {
         let facts = Facts {
             path: map.path().to_path_buf(),
             remote: map.is_remote(),
@@ -280,29 +358,39 @@ impl MappedFile {
             writable: map.is_writable(),
             memory: map.memory(),
         };
-        let handle = Arc::new(MapHandle { map: map.clone() });
-        MappedFile {
-            facts,
-            cache,
-            hold: Mutex::new(Hold::Open(map, handle)),
-            gate: CloseGate::default(),
-        }
+        let state = ForkLocal::new(MapState::open(map));
+        MappedFile { facts, cache, source, options, state, closed: OnceLock::new() }
+    }
+
+    /// This process's map: in a forked child that has not used it yet, the file opened again
+    /// in the child's cache (or a closed map, where the parent had closed it).
+    fn state(&self) -> PyResult<Arc<MapState>> {
+        let reopen = || {
+            if self.closed.get().is_some() {
+                return Ok(MapState::closed());
+            }
+            let map = self.source.open_in(&self.cache.get()?, &self.options)?;
+            Ok(MapState::open(map))
+        };
+        self.state.get(reopen).map_err(|e: gpumap::Error| Python::attach(|py| to_py(py, &e)))
     }
 
     /// The map, for one call, unless `close` was called: `close` waits for the passage to go.
-    pub(super) fn open_map(&self) -> PyResult<(DeviceMappedFile, Passage<'_>)> {
+    pub(super) fn open_map(&self) -> PyResult<(DeviceMappedFile, Passage)> {
         let (map, _, passage) = self.open_hold()?;
         Ok((map, passage))
     }
 
     /// [`open_map`](Self::open_map) with the hold a view keeps.
-    fn open_hold(&self) -> PyResult<(DeviceMappedFile, Arc<MapHandle>, Passage<'_>)> {
+    fn open_hold(&self) -> PyResult<(DeviceMappedFile, Arc<MapHandle>, Passage)> {
         let closed = || PyValueError::new_err("I/O operation on a closed MappedFile");
-        let passage = self.gate.enter().ok_or_else(closed)?;
+        let state = self.state()?;
+        let passage = state.gate.enter().ok_or_else(closed)?;
         // The gate lets no call in once a close has begun, and the hold is taken only after.
-        match &*self.hold.lock() {
-            Hold::Open(map, handle) => Ok((map.clone(), handle.clone(), passage)),
-            Hold::Closed(_) => Err(closed()),
+        let held = state.hold.lock().clone();
+        match held {
+            Some((map, handle)) => Ok((map, handle, passage)),
+            None => Err(closed()),
         }
     }
 }
@@ -348,7 +436,8 @@ impl MappedFile {
     ) -> PyResult<MappedFile> {
         let o = map_options(writable, advice, zero_copy.as_ref(), max_pinned, read_ahead)?;
         let device = device_arg(device.as_ref())?;
-        let (inner, cache) = nogil(py, move || {
+        let options = o.clone();
+        let (inner, cache, source) = nogil(py, move || {
             // A URL's object is opened first: its size sizes the cache.
             let opened = match path {
                 Location::Path(path) => {
@@ -380,14 +469,15 @@ impl MappedFile {
             if let Some(frame) = frame_size {
                 c.frame_size(frame);
             }
-            let cache = c.build()?;
-            let map = match opened {
-                Opened::Local(path, _) => cache.open_with(&path, &o)?,
-                Opened::Remote(file) => cache.open_remote(file, &o)?,
+            let cache = ProcessCache::build(c)?;
+            let source = match opened {
+                Opened::Local(path, _) => Source::Local(path),
+                Opened::Remote(file) => Source::Remote(file),
             };
-            Ok((map, cache))
+            let map = source.open_in(&cache.get()?, &o)?;
+            Ok((map, cache, source))
         })?;
-        Ok(MappedFile::new(inner, cache))
+        Ok(MappedFile::new(inner, cache, source, options))
     }
 
     fn __len__(&self) -> usize {
@@ -419,11 +509,11 @@ impl MappedFile {
     /// The device address of the file's byte 0 (byte `o` is at `base + o` while a view pins
     /// it); `None` on host memory, and once closed.
     #[getter]
-    fn base(&self) -> Option<u64> {
-        match &*self.hold.lock() {
-            Hold::Open(map, _) => map.base(),
-            Hold::Closed(_) => None,
+    fn base(&self) -> PyResult<Option<u64>> {
+        if self.closed.get().is_some() {
+            return Ok(None);
         }
+        Ok(self.state()?.hold.lock().as_ref().and_then(|(map, _)| map.base()))
     }
 
     /// The cache the file is in.
@@ -611,7 +701,8 @@ impl MappedFile {
         stream: Option<Bound<'_, PyAny>>,
     ) -> PyResult<LookupScope> {
         let (map, _open) = self.open_map()?;
-        LookupScope::begin(py, &self.cache, stream, Some(&map))
+        let cache = self.cache.get().map_err(|e| to_py(py, &e))?;
+        LookupScope::begin(py, &cache, stream, Some(&map))
     }
 
     /// Flushes (for a writable map) and closes it: later reads, writes, gathers and flushes
@@ -621,7 +712,12 @@ impl MappedFile {
     /// A flush that fails is raised and leaves the map open (its dirty bytes kept, for `sync`
     /// to try again); closing twice is a no-op.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let (gate, hold) = (&self.gate, &self.hold);
+        let Some(state) = self.state.made_here() else {
+            // A forked child that never used its parent's map: nothing of its own to close.
+            let _ = self.closed.set(FileStats::default());
+            return Ok(());
+        };
+        let (gate, hold, closed) = (&state.gate, &state.hold, &self.closed);
         if gate.held_here() {
             // It would wait for the call it runs inside: refused, the map left open.
             return Err(PyRuntimeError::new_err(
@@ -633,15 +729,15 @@ impl MappedFile {
         nogil(py, move || {
             gate.close(|| {
                 let map = match &*hold.lock() {
-                    Hold::Open(map, _) => map.clone(),
-                    Hold::Closed(_) => return Ok(()),
+                    Some((map, _)) => map.clone(),
+                    None => return Ok(()),
                 };
                 if map.is_writable() {
                     map.flush()?;
                 }
-                let stats = map.stats();
+                let _ = closed.set(map.stats());
                 // Dropped outside the lock: the last hold of a map closes its file.
-                let released = std::mem::replace(&mut *hold.lock(), Hold::Closed(stats));
+                let released = hold.lock().take();
                 drop(released);
                 Ok(())
             })
@@ -651,14 +747,17 @@ impl MappedFile {
     /// Whether `close` was called.
     #[getter]
     fn closed(&self) -> bool {
-        self.gate.is_closed()
+        self.closed.get().is_some()
     }
 
     /// `{"hits", "misses", "bytes_faulted", "evictions", "resident_bytes", ...}`.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let stats = match &*self.hold.lock() {
-            Hold::Open(map, _) => map.stats(),
-            Hold::Closed(stats) => *stats,
+        let stats = match self.closed.get() {
+            Some(stats) => *stats,
+            None => match &*self.state()?.hold.lock() {
+                Some((map, _)) => map.stats(),
+                None => FileStats::default(),
+            },
         };
         file_stats(py, &stats)
     }
@@ -679,7 +778,7 @@ impl MappedFile {
             self.facts.path.display(),
             self.facts.len,
             self.facts.memory,
-            if self.gate.is_closed() { ", closed" } else { "" }
+            if self.closed.get().is_some() { ", closed" } else { "" }
         )
     }
 }

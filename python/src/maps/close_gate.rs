@@ -7,6 +7,7 @@
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -42,21 +43,27 @@ enum Phase {
 
 /// A call let in: the gate does not close before it is dropped. Dropped on the thread that
 /// entered (not `Send`), which holds it in [`HELD`] meanwhile.
-pub(super) struct Passage<'a> {
-    gate: &'a CloseGate,
+pub(super) struct Passage {
+    gate: Arc<CloseGate>,
     _this_thread: PhantomData<*const ()>,
 }
 
 impl CloseGate {
+    /// A gate already closed: a map closed before the fork that copied it.
+    pub(super) fn closed() -> CloseGate {
+        let state = State { phase: Phase::Closed, in_flight: 0 };
+        CloseGate { state: Mutex::new(state), changed: Condvar::new() }
+    }
+
     /// A passage for one call, or `None` once a close has begun.
-    pub(super) fn enter(&self) -> Option<Passage<'_>> {
+    pub(super) fn enter(self: &Arc<Self>) -> Option<Passage> {
         let mut state = self.state.lock();
         if state.phase != Phase::Open {
             return None;
         }
         state.in_flight += 1;
         HELD.with(|held| held.borrow_mut().push(self.address()));
-        Some(Passage { gate: self, _this_thread: PhantomData })
+        Some(Passage { gate: self.clone(), _this_thread: PhantomData })
     }
 
     /// Whether this thread is inside a call let in by this gate (see [`HELD`]).
@@ -66,11 +73,6 @@ impl CloseGate {
 
     fn address(&self) -> usize {
         self as *const CloseGate as usize
-    }
-
-    /// Whether a close has ended.
-    pub(super) fn is_closed(&self) -> bool {
-        self.state.lock().phase == Phase::Closed
     }
 
     /// Shuts the gate, waits for the calls in flight, then runs `finish` (the flush): closed
@@ -115,7 +117,7 @@ impl Drop for Reopen<'_> {
     }
 }
 
-impl Drop for Passage<'_> {
+impl Drop for Passage {
     fn drop(&mut self) {
         let address = self.gate.address();
         HELD.with(|held| {

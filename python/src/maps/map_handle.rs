@@ -14,11 +14,22 @@ use pyo3::prelude::*;
 /// opened, so after this flush nothing dirties it again.
 pub(super) struct MapHandle {
     pub(super) map: DeviceMappedFile,
+    /// The fork generation of the process that opened the map.
+    made_in: u64,
+}
+
+impl MapHandle {
+    pub(super) fn new(map: DeviceMappedFile) -> MapHandle {
+        MapHandle { map, made_in: gpumap::per_process::fork_generation() }
+    }
 }
 
 impl Drop for MapHandle {
     fn drop(&mut self) {
-        if !self.map.is_writable() {
+        // A forked child's copy of its parent's map (a view made before the fork, let go in
+        // the child): its dirty bytes are the parent's to write back, and may be older than
+        // what the parent has written since.
+        if !self.map.is_writable() || gpumap::per_process::fork_generation() != self.made_in {
             return;
         }
         let dirty = self.map.stats().dirty_bytes;

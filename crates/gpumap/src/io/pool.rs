@@ -378,6 +378,8 @@ struct FutureSlot<T> {
     cancelled: CancelFlag,
     /// Taken by the first wait or cancel (see [`Helper`]).
     helper: Mutex<Option<Helper>>,
+    /// The fork generation of the process whose threads do the work.
+    made_in: u64,
 }
 
 struct FutureSlotState<T> {
@@ -399,6 +401,7 @@ impl<T> Default for FutureSlot<T> {
             ready: Condvar::new(),
             cancelled: Arc::new(AtomicBool::new(false)),
             helper: Mutex::new(None),
+            made_in: fork_generation(),
         }
     }
 }
@@ -435,6 +438,7 @@ impl<T> IoFuture<T> {
     pub fn wait(self) -> Result<T> {
         // Work already done needs no helper, nor the locks a helper takes to find that out.
         if !self.finished() {
+            self.check_not_inherited()?;
             self.help(Help::Run);
             self.spin(SPIN);
         }
@@ -459,13 +463,31 @@ impl<T> IoFuture<T> {
         self.slot.state.lock().finished
     }
 
+    /// An error for a wait, in a forked child, on work its parent started and had not finished
+    /// at the fork: the threads doing it are not in the child, so it would never finish there.
+    fn check_not_inherited(&self) -> Result<()> {
+        if self.slot.made_in == fork_generation() {
+            return Ok(());
+        }
+        Err(Error::io_nopath(
+            "wait for work started before this process was forked",
+            std::io::Error::other(
+                "the threads doing it are in the parent process; wait for it there, or start \
+                 it again here",
+            ),
+        ))
+    }
+
     /// Waits up to `timeout` for the work; returns whether it has finished. A caller that must
     /// react to something else meanwhile (a Python binding checking for Ctrl-C) waits in steps.
     /// As in [`IoFuture::wait`], work not started yet may run on the calling thread, however
     /// long it takes.
+    ///
+    /// In a forked child, work its parent started counts as finished here, as
+    /// [`IoFuture::wait`] then fails at once.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
         let start = Instant::now();
-        if self.finished() {
+        if self.finished() || self.check_not_inherited().is_err() {
             return true;
         }
         self.help(Help::Run);

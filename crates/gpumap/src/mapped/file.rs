@@ -52,6 +52,9 @@ use crate::memory::{Device, DeviceViewMut, OwnedDeviceMemory, StreamRef};
 /// - A single-extent read view may be served from a slot (random-access residency); if the
 ///   extent is later written through a writable view, a read view taken before keeps the bytes
 ///   it had.
+/// - A map is its process's: a forked child opens the file again. Dropping an inherited map or
+///   view in the child does nothing (no write-back of the parent's dirty extents), and calls
+///   on it may wait for the parent's threads.
 ///
 /// ```
 /// use gpumap::mapped::DeviceMappedFile;

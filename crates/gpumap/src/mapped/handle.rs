@@ -30,6 +30,8 @@ pub(crate) struct OpenFile {
     /// Whether row gathers still look in the cache first, reading only their misses in place
     /// (`ZeroCopy::Misses`).
     pub(crate) misses_in_place: bool,
+    /// The fork generation of the process that opened it (see [`OpenFile::is_inherited`]).
+    opened_in: u64,
 }
 
 impl OpenFile {
@@ -113,7 +115,17 @@ impl OpenFile {
             read_ahead: options.read_ahead_bytes(),
             zero_copy,
             misses_in_place,
+            opened_in: crate::per_process::fork_generation(),
         })
+    }
+
+    /// Whether this is a forked child's copy of its parent's file. The engine's books are then
+    /// the parent's, copied at the fork with whatever its threads were doing half done: the
+    /// child must not write back the parent's dirty extents (the parent may have written
+    /// newer bytes since) nor change the books, so dropping the file or its views there does
+    /// nothing.
+    pub(crate) fn is_inherited(&self) -> bool {
+        crate::per_process::fork_generation() != self.opened_in
     }
 
     /// Maps the remote object `file` in `engine`'s cache, read-only: its extents are read
@@ -152,6 +164,9 @@ impl OpenFile {
 
 impl Drop for OpenFile {
     fn drop(&mut self) {
+        if self.is_inherited() {
+            return;
+        }
         // The last handle and the last view are gone: write back what is dirty (errors can only
         // be logged here; `close` returns them), then give the memory back.
         if self.entry.writable {

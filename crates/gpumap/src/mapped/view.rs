@@ -134,6 +134,9 @@ impl View {
 
 impl Drop for View {
     fn drop(&mut self) {
+        if self.file.is_inherited() {
+            return; // a parent's view: its pins are the parent's books (see `is_inherited`)
+        }
         let extents = self.file.engine.geometry.extents_covering(self.offset, self.len);
         engine::unpin_view(&self.file.engine, &self.file.entry, &self.pins, extents, false);
     }
@@ -201,6 +204,9 @@ impl ViewMut {
 impl Drop for ViewMut {
     fn drop(&mut self) {
         let view = &mut self.view;
+        if view.file.is_inherited() {
+            return;
+        }
         let extents = view.file.engine.geometry.extents_covering(view.offset, view.len);
         engine::unpin_view(&view.file.engine, &view.file.entry, &view.pins, extents, true);
         // The inner view must not unpin again.

@@ -319,7 +319,8 @@ extern "C" fn count_fork_in_child() {
 #[doc(alias = "pthread_atfork")]
 pub fn fork_generation() -> u64 {
     static REGISTERED: AtomicBool = AtomicBool::new(false);
-    if !REGISTERED.swap(true, Ordering::AcqRel) {
+    // Loaded first: a swap on every call would write the line every thread reads.
+    if !REGISTERED.load(Ordering::Acquire) && !REGISTERED.swap(true, Ordering::AcqRel) {
         // SAFETY: the handler only adds to an atomic, which is async-signal-safe, as a child
         // handler in a multithreaded process must be; no prepare or parent handler is given.
         let rc = unsafe { libc::pthread_atfork(None, None, Some(count_fork_in_child)) };
