@@ -202,11 +202,25 @@ def test_default_frames_grow_with_the_budget_and_a_map_fits_its_file(tmp_path):
     # the size given, or of the budget given.
     with gpumapio.MappedFile.open(path, device="host", frame_size=16 * MIB) as m:
         stats = m.cache.stats()
-        assert stats["budget"] == (1 << 30) + 16 * MIB and stats["frame_size"] == 16 * MIB, stats
+        # 65 frames for the file, one for the slots of single-extent views.
+        assert stats["budget"] == (1 << 30) + 32 * MIB and stats["frame_size"] == 16 * MIB, stats
     with gpumapio.MappedFile.open(path, device="host", budget=64 * MIB) as m:
         stats = m.cache.stats()
         assert stats["budget"] == 64 * MIB and stats["frame_size"] == 8 * MIB, stats
         assert m.read(1 << 30, 1) == bytes(1)
+
+
+def test_a_map_of_its_own_holds_a_view_of_one_extent_beside_one_of_the_whole_file(tmp_path, rng):
+    """A single-extent view is served from a slot, in a frame of its own: a cache of the file's
+    size exactly then had no room for a view of the whole file beside it (OutOfBudgetError)."""
+    data = rng.integers(0, 256, size=64 * MIB, dtype="u1").tobytes()
+    path = tmp_path / "whole.bin"
+    path.write_bytes(data)
+    with gpumapio.map(path, device="host") as m:
+        with m.view(4096, 4096) as one, m.view(0, len(data)) as whole:
+            assert one.tobytes() == data[4096:8192]
+            assert whole.nbytes == len(data)
+            assert m.read(len(data) - 16, 16) == data[-16:]
 
 
 def test_writes_are_written_back(tmp_path, rng):
