@@ -330,6 +330,73 @@ pub fn wait_interruptibly<T: Send>(py: Python<'_>, future: IoFuture<T>) -> PyRes
     }
 }
 
+/// Work at least this large (bytes, and 4 KiB per row of a row gather) runs on a thread of its
+/// own in [`nogil_interruptibly`]: the start of a thread costs tens of microseconds, a few
+/// percent of even a warm call of this size.
+pub const INTERRUPTIBLE_MIN: u64 = 64 << 20;
+
+/// [`nogil`] that Ctrl-C can stop, for reads that may take long (a map's read, gather or view
+/// of much that is not resident, from a slow disk or a server). Work estimated at `size`
+/// bytes of at least [`INTERRUPTIBLE_MIN`] runs on a thread of its own under a
+/// [`Cancel`](gpumap::io::Cancel) token while this one waits in steps of [`SIGNAL_POLL`],
+/// running Python's signal handlers between them. When one raises, the token is cancelled,
+/// the work is waited for (it stops at its next I/O task, and must end before the memory it
+/// writes into may be freed), and the handler's exception is raised. Smaller work runs here.
+pub fn nogil_interruptibly<T, F>(py: Python<'_>, size: u64, work: F) -> PyResult<T>
+where
+    T: Send,
+    F: FnOnce() -> gpumap::Result<T> + Send,
+{
+    if size < INTERRUPTIBLE_MIN {
+        return nogil(py, work);
+    }
+    let cancel = gpumap::io::Cancel::new();
+    let done = (parking_lot::Mutex::new(false), parking_lot::Condvar::new());
+    std::thread::scope(|scope| {
+        let worker = std::thread::Builder::new().name("gpumap-call".into()).spawn_scoped(scope, {
+            let (cancel, done) = (cancel.clone(), &done);
+            move || {
+                let outcome = catch_unwind(AssertUnwindSafe(|| cancel.run(work)));
+                *done.0.lock() = true;
+                done.1.notify_all();
+                outcome
+            }
+        });
+        let worker = match worker {
+            Ok(worker) => worker,
+            // No thread to be had (the work went with the failed spawn): say so.
+            Err(source) => {
+                let e =
+                    gpumap::Error::Io { op: "start a thread", path: None, offset: None, source };
+                return Err(to_py(py, &e));
+            }
+        };
+        loop {
+            let finished = py.detach(|| {
+                let mut finished = done.0.lock();
+                if !*finished {
+                    let _ = done.1.wait_for(&mut finished, SIGNAL_POLL);
+                }
+                *finished
+            });
+            if finished {
+                break;
+            }
+            if let Err(signal) = py.check_signals() {
+                cancel.cancel();
+                let outcome = py.detach(|| worker.join());
+                drop(outcome);
+                return Err(signal);
+            }
+        }
+        match py.detach(|| worker.join()) {
+            Ok(Ok(Ok(value))) => Ok(value),
+            Ok(Ok(Err(e))) => Err(to_py(py, &e)),
+            Ok(Err(payload)) | Err(payload) => Err(panicked(payload)),
+        }
+    })
+}
+
 /// The `RuntimeError` for a panic caught at the boundary.
 pub fn panicked(payload: Box<dyn std::any::Any + Send>) -> PyErr {
     PyRuntimeError::new_err(format!(

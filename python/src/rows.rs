@@ -9,13 +9,16 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use crate::buffers::{memory, OwnedDst, OwnedSrc};
-use crate::errors::{check, nogil};
+use crate::errors::{check, nogil_interruptibly};
 
 /// A row gather's memory, checked and kept alive while the gather runs without the GIL.
 pub struct Rows {
     indices: OwnedSrc,
     width: IndexWidth,
     dst: OwnedDst,
+    /// The work, for [`nogil_interruptibly`]: the bytes gathered and 4 KiB a row (a row that
+    /// misses is read as a page at least).
+    size: u64,
 }
 
 impl Rows {
@@ -51,16 +54,18 @@ impl Rows {
         let len = found.len();
         let indices = found.into_src(py, 0, len)?;
         let dst = memory(out, true)?.into_dst(py, 0, total)?;
-        Ok(Rows { indices, width, dst })
+        let size = (total as u64).saturating_add((count as u64).saturating_mul(4096));
+        Ok(Rows { indices, width, dst, size })
     }
 
-    /// Runs `gather` on the indices and the destination with the GIL released.
+    /// Runs `gather` on the indices and the destination with the GIL released; Ctrl-C stops
+    /// a large one (see [`nogil_interruptibly`]).
     pub fn run<F>(self, py: Python<'_>, gather: F) -> PyResult<()>
     where
         F: FnOnce(RowIndices<'_>, DeviceViewMut<'_>) -> gpumap::Result<()> + Send,
     {
-        let Rows { indices, width, mut dst } = self;
-        nogil(py, move || {
+        let Rows { indices, width, mut dst, size } = self;
+        nogil_interruptibly(py, size, move || {
             let mut copied = Vec::new();
             let indices = match indices.view() {
                 DeviceView::Cuda(view) => RowIndices::on_device(view, width)?,

@@ -107,3 +107,100 @@ def test_ctrl_c_stops_a_long_read_and_the_file_stays_usable(sparse_file):
         assert r["elapsed"] < full / 2, f"{name}: {r['elapsed']:.3f} s of a {full:.3f} s read"
         assert r["changed_after"] == 0, f"{name}: the buffer changed after the call returned"
     assert results["after"] and results["whole_after"], results
+
+
+MAP_CHILD = textwrap.dedent(
+    """
+    import json, os, signal, sys, threading, time
+    import numpy as np
+    import gpumapio
+
+    path = sys.argv[1]
+    size = os.path.getsize(path)
+    mark_at = size // 2
+    with open(path, "rb") as raw:
+        raw.seek(mark_at)
+        mark = raw.read(4096)
+    rows = np.arange(0, size // 4096, dtype=np.int64)
+    out = np.empty(size, np.uint8)
+
+    def fresh():
+        return gpumapio.map(path, device="host", extent_size=4096)
+
+    calls = {
+        "view": lambda m: m.view(0, size).release(),
+        "gather": lambda m: m.gather([0], size, out),
+        "gather_rows": lambda m: m.gather_rows(rows, 4096, out),
+    }
+    with fresh() as m:  # the time a call takes when nothing stops it
+        t = time.perf_counter()
+        calls["view"](m)
+        full = time.perf_counter() - t
+    results = {"full": full}
+    for name, call in calls.items():
+        m = fresh()
+        timer = threading.Timer(full / 10, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t = time.perf_counter()
+        try:
+            call(m)
+            outcome = "returned"
+        except KeyboardInterrupt:
+            outcome = "KeyboardInterrupt"
+        elapsed = time.perf_counter() - t
+        timer.join()
+        resident = m.stats()["resident_bytes"]
+        # The map reads correctly afterwards: the extents the call was reading are missing,
+        # not half there.
+        after = m.read(mark_at, 4096) == mark and m.read(0, 16) == bytes(16)
+        whole = m.view(0, size)
+        after = after and whole.nbytes == size
+        whole.release()
+        m.close()
+        results[name] = {"outcome": outcome, "elapsed": elapsed, "resident": resident, "after": after}
+    # Ctrl-C while a prefetch's future is waited for stops the prefetch between its reads.
+    m = fresh()
+    timer = threading.Timer(full / 10, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    future = m.prefetch(0, size)
+    try:
+        future.get()
+        outcome = "returned"
+    except KeyboardInterrupt:
+        outcome = "KeyboardInterrupt"
+    timer.join()
+    time.sleep(0.3)  # a prefetch still reading would read more meanwhile
+    resident = m.stats()["resident_bytes"]
+    time.sleep(0.3)
+    results["prefetch"] = {"outcome": outcome, "resident": resident,
+                           "still": m.stats()["resident_bytes"] - resident,
+                           "after": m.read(mark_at, 4096) == mark}
+    m.close()
+    print(json.dumps(results))
+    """
+)
+
+
+def test_ctrl_c_stops_a_long_map_call_and_the_map_stays_usable(sparse_file):
+    """A map's view, gather and row gather of much that is not resident ran to their end
+    whatever Ctrl-C did (they waited without the GIL, and nothing stopped their reads); a
+    prefetch went on after Ctrl-C stopped the wait for its future. They now stop at their next
+    read task, and the map reads correctly afterwards."""
+    env = dict(os.environ, GPUMAP_NTHREADS="1", GPUMAP_TASK_SIZE="4096")
+    run = subprocess.run(
+        [sys.executable, "-c", MAP_CHILD, sparse_file], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert run.returncode == 0, f"status {run.returncode}\n{run.stdout}\n{run.stderr[-3000:]}"
+    results = json.loads(run.stdout.splitlines()[-1])
+    full = results["full"]
+    assert full > 0.2, f"the view took only {full:.3f} s: too fast to interrupt in the middle"
+    size = 1 << 30
+    for name in ("view", "gather", "gather_rows"):
+        r = results[name]
+        assert r["outcome"] == "KeyboardInterrupt", (name, r)
+        assert r["elapsed"] < full / 2, f"{name}: {r['elapsed']:.3f} s of a {full:.3f} s call"
+        assert r["resident"] < size // 2, (name, r)
+        assert r["after"], (name, r)
+    r = results["prefetch"]
+    assert r["outcome"] == "KeyboardInterrupt" and r["resident"] < size // 2, r
+    assert r["still"] == 0 and r["after"], r

@@ -28,7 +28,7 @@ use super::options::{advice_arg, device_arg, map_options};
 use super::stats::{cache_stats, file_stats};
 use super::view::{Held, Pin, View};
 use crate::buffers::memory;
-use crate::errors::{nogil, to_py};
+use crate::errors::{nogil, nogil_interruptibly, to_py};
 use crate::future::{IOFuture, Pending};
 
 /// What a map is opened from: a local path, or an `s3://` / `http(s)://` URL (mapped
@@ -233,7 +233,7 @@ impl DeviceCache {
             _open.push(passage);
         }
         let cache = self.cache(py)?;
-        nogil(py, move || {
+        nogil_interruptibly(py, total as u64, move || {
             let ranges: Vec<_> = maps.iter().map(|(m, o, l)| m.range(*o, *l)).collect();
             cache.gather(&ranges, dst.view())
         })
@@ -411,6 +411,10 @@ impl Pending for Prefetch {
         let n = self.1;
         (self.0.wait().map(|()| n), None)
     }
+
+    fn cancel(&self) {
+        self.0.cancel()
+    }
 }
 
 #[pymethods]
@@ -534,7 +538,7 @@ impl MappedFile {
         writable: bool,
     ) -> PyResult<View> {
         let (map, handle, _open) = self.open_hold()?;
-        let pin = nogil(py, move || {
+        let pin = nogil_interruptibly(py, length, move || {
             Ok(if writable {
                 Pin::Write(Mutex::new(map.view_mut(offset, length)?))
             } else {
@@ -598,7 +602,7 @@ impl MappedFile {
         })?;
         let mut dst = memory(&out, true)?.into_dst(py, 0, total as usize)?;
         let ranges: Vec<(u64, u64)> = offsets.iter().map(|&offset| (offset, length)).collect();
-        nogil(py, move || map.gather(&ranges, dst.view()))
+        nogil_interruptibly(py, total, move || map.gather(&ranges, dst.view()))
     }
 
     /// Copies rows `indices` of the file (row `i`: bytes `i * row_size .. (i + 1) *

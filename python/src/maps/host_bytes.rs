@@ -5,7 +5,7 @@ use pyo3::exceptions::PyMemoryError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::errors::nogil;
+use crate::errors::nogil_interruptibly;
 
 /// A new `bytes` of `len` bytes, filled by `fill` with the GIL released. Python allocates it,
 /// so memory that cannot be had is a `MemoryError`, as for Python's own objects (a Rust `Vec`
@@ -19,7 +19,7 @@ where
     F: FnOnce(&mut [u8]) -> gpumap::Result<()> + Send,
 {
     // Not yet seen by any other Python code, so filling it without the GIL races with nothing.
-    PyBytes::new_with(py, len, |bytes| nogil(py, move || fill(bytes)))
+    PyBytes::new_with(py, len, |bytes| nogil_interruptibly(py, len as u64, move || fill(bytes)))
 }
 
 /// A host copy of device memory `src`, in a buffer whose allocation may fail (`MemoryError`).

@@ -55,7 +55,7 @@ pub use compat::{CompatDecision, IoPath};
 pub use file_handle::{FileHandle, HandleOptions, OpenFlags};
 pub use handle_state::check_regular_file;
 pub use multi_file::{pread_files, read_files, FilePiece, FileRead, SMALL_READ};
-pub use pool::{IoFuture, IoPool};
+pub use pool::{Cancel, IoFuture, IoPool};
 pub use scratch::ScratchFile;
 pub use stream::StreamTransfer;
 pub use writes_in_flight::wait_for_all_writes;

@@ -87,6 +87,37 @@ fn with_cancel<R>(flag: Option<CancelFlag>, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// A way to stop synchronous work early: work run under it ([`Cancel::run`]) skips the I/O
+/// pool tasks it has not started once [`Cancel::cancel`] is called, and fails with an
+/// [`Error::Io`] of kind [`std::io::ErrorKind::Interrupted`]; tasks already running finish.
+/// For a binding that runs a long call on a thread of its own and must stop it on Ctrl-C: a
+/// map's read, gather or view then fails as on a read error (the extents it was reading stay
+/// missing; nothing else changes).
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(CancelFlag);
+
+impl Cancel {
+    /// A token not cancelled.
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    /// Cancels the work run under this token, now and later.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`cancel`](Self::cancel) was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Runs `work` on this thread under this token (the pool tasks it starts inherit it).
+    pub fn run<R>(&self, work: impl FnOnce() -> R) -> R {
+        with_cancel(Some(self.0.clone()), work)
+    }
+}
+
 /// The cancel flag of the work this thread runs for the pool, if any: work that runs its own
 /// loop (a remote read's requests) checks it, as the pool checks it between tasks.
 #[cfg(feature = "remote")]
@@ -505,11 +536,12 @@ impl<T> IoFuture<T> {
     /// Asks the work to stop: the tasks of a transfer started on the pool that have not started
     /// yet are skipped, and the transfer fails with an [`Error::Io`] of kind
     /// [`std::io::ErrorKind::Interrupted`] (unless it finished first). Tasks already running
-    /// finish: the future is done, and the memory free, only when they have. A small read
-    /// still queued to be coalesced is dropped from the queue unread, and fails so at once; a
-    /// remote read of one request (a task of the remote runtime) drops its request; other
-    /// work that does not run in pool tasks (a prefetch, a small read being coalesced, a lone
-    /// small read whose copy to the GPU is queued) runs to its end.
+    /// finish: the future is done, and the memory free, only when they have. A map's prefetch
+    /// stops so between its reads. A small read still queued to be coalesced is dropped from
+    /// the queue unread, and fails so at once; a remote read of one request (a task of the
+    /// remote runtime) drops its request; other work that does not run in pool tasks (a small
+    /// read being coalesced, a lone small read whose copy to the GPU is queued) runs to its
+    /// end.
     pub fn cancel(&self) {
         self.slot.cancelled.store(true, Ordering::Relaxed);
         self.help(Help::Cancel);
@@ -578,6 +610,14 @@ pub(crate) struct Completer<T> {
 }
 
 impl<T> Completer<T> {
+    /// The token that [`IoFuture::cancel`] cancels, for work done outside the pool's jobs.
+    pub(crate) fn cancellation(&self) -> Cancel {
+        match &self.slot {
+            Some(slot) => Cancel(slot.cancelled.clone()),
+            None => Cancel::new(),
+        }
+    }
+
     /// Completes the future.
     pub(crate) fn complete(mut self, result: Result<T>) {
         if let Some(slot) = self.slot.take() {

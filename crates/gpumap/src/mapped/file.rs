@@ -308,13 +308,16 @@ impl DeviceMappedFile {
 
     /// Reads `[offset, offset + len)` in the background (in the file's frames); the future
     /// completes when it is resident. It does not pin: later requests may evict it.
+    /// [`IoFuture::cancel`] stops it between its reads (what it read stays resident).
     pub fn prefetch(&self, offset: u64, len: u64) -> IoFuture<()> {
         let map = self.clone();
         let (future, completer) = IoFuture::pending();
+        let cancel = completer.cancellation();
         // On a thread of its own: a prefetch may wait for memory others are reading, and the
         // I/O pool's threads must stay free for those reads.
         std::thread::spawn(move || {
-            let result = map.inner.check(offset, len).and_then(|()| {
+            let result = cancel.run(|| {
+                map.inner.check(offset, len)?;
                 engine::pin_frames(map.engine(), map.entry(), offset, len, PinFor::Prefetch)?;
                 Ok(())
             });

@@ -142,6 +142,40 @@ fn cancel_skips_the_tasks_not_started_and_waits_for_those_running() {
     assert_eq!(pool.run(vec![1; 3], Ok).unwrap(), 3);
 }
 
+#[test]
+fn a_cancel_token_stops_the_pool_tasks_of_work_run_under_it() {
+    let pool = IoPool::new(2).unwrap();
+    let cancel = Cancel::new();
+    let started = AtomicUsize::new(0);
+    let r = std::thread::scope(|scope| {
+        let running = scope.spawn(|| {
+            cancel.run(|| {
+                pool.run((0..1000).collect(), |_: usize| {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(1));
+                    Ok(1)
+                })
+            })
+        });
+        while started.load(Ordering::SeqCst) < 5 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        cancel.cancel();
+        running.join().unwrap()
+    });
+    assert!(
+        matches!(&r, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::Interrupted),
+        "{r:?}"
+    );
+    let ran = started.load(Ordering::SeqCst);
+    assert!(ran < 1000, "{ran} tasks ran");
+    // The token stays cancelled; work outside it, on this thread and the pool's, is not.
+    assert!(cancel.is_cancelled());
+    assert!(cancel.run(|| pool.run(vec![1; 3], Ok)).is_err());
+    assert_eq!(pool.run(vec![1; 3], Ok).unwrap(), 3);
+    assert_eq!(Cancel::new().run(|| pool.run(vec![1; 3], Ok)).unwrap(), 3);
+}
+
 /// The state a test helper shares: the completer (which another thread may take, to
 /// complete the future itself) and the threads the helper ran on.
 type Shared = (Arc<Mutex<Option<Completer<usize>>>>, Arc<Mutex<Vec<std::thread::ThreadId>>>);
