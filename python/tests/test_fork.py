@@ -268,3 +268,32 @@ def test_a_child_never_writes_back_its_parents_dirty_bytes(tmp_path):
         """,
         str(path),
     )
+
+
+def test_a_child_maps_the_file_as_it_is_when_it_first_uses_it(tmp_path):
+    """A child opens its parent's map's file again: its length is the file's then, which
+    len() and nbytes report (they reported the parent's, while the child's map had another)."""
+    path = tmp_path / "grows.bin"
+    first = np.random.default_rng(13).integers(0, 256, size=4 << 20, dtype="u1").tobytes()
+    path.write_bytes(first)
+    run_forking(
+        """
+        import numpy as np, gpumapio
+        path = sys.argv[1]
+        m = gpumapio.map(path, device="host")
+        assert len(m) == 4 << 20
+        with open(path, "ab") as f:
+            f.write(b"more" * (1 << 20))
+        def grown():
+            assert m.read(0, 16) == open(path, "rb").read(16)
+            assert len(m) == m.nbytes == 8 << 20 == m.stats()["len"], (len(m), m.stats())
+            assert m.read((8 << 20) - 4, 4) == b"more"
+        in_child(grown)
+        assert len(m) == 4 << 20  # the parent's map keeps its length
+        os.truncate(path, 1 << 20)
+        def cut():
+            assert len(m) == m.nbytes == 1 << 20 == m.stats()["len"], (len(m), m.stats())
+        in_child(cut)
+        """,
+        str(path),
+    )

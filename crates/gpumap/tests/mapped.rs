@@ -34,6 +34,8 @@ on_host_and_gpu!(
     a_view_waiting_in_one_shard_holds_nothing_in_another,
     shards_share_one_budget,
     dirty_frames_are_written_back_before_eviction_and_on_drop,
+    a_cancelled_call_never_cuts_a_write_back_short,
+    a_cache_of_its_own_holds_single_extent_views_beside_the_whole_file,
     dropping_a_file_gives_its_memory_back_to_the_cache,
     a_file_that_shrinks_under_the_map_is_an_error_not_zeros,
     evict_gives_memory_back_and_faults_again,
@@ -633,6 +635,72 @@ fn dirty_frames_are_written_back_before_eviction_and_on_drop(memory: Device) {
         assert_eq!(m.stats().dirty_bytes, 4096);
     }
     assert!(fs::read(&path).unwrap() == model, "{memory:?}: drop did not flush");
+}
+
+/// A call cancelled (Ctrl-C in Python) while it wrote back dirty frames to make room: the
+/// write-back ran under the call's token, was cut short, and left the file's error sticky,
+/// so every later flush failed until a `sync`. Write-backs are never cancelled now; the
+/// reads are.
+fn a_cancelled_call_never_cuts_a_write_back_short(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("cancel-dirty");
+    let mut model = random_bytes((8 * MIB) as usize, 17);
+    fs::write(&path, &model).unwrap();
+    let m = map(&path, memory.clone(), 2 * FRAME, 4096, true);
+    let patch = random_bytes((2 * FRAME) as usize, 18);
+    m.write(0, &patch).unwrap();
+    model[..patch.len()].copy_from_slice(&patch);
+    let cancel = gpumap::io::Cancel::new();
+    cancel.cancel();
+    // The whole budget is dirty: this view must write it back to get room, then read.
+    let view = cancel.run(|| m.view(6 * MIB, 100_000));
+    assert!(
+        matches!(&view, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::Interrupted),
+        "{memory:?}: the cancelled view's reads ran: {:?}",
+        view.map(|_| ())
+    );
+    assert!(m.stats().bytes_written_back >= FRAME, "{memory:?}: {:?}", m.stats());
+    // A flush under a cancelled token writes too, and nothing is left failing.
+    m.write(MIB, &patch[..4096]).unwrap();
+    model[MIB as usize..][..4096].copy_from_slice(&patch[..4096]);
+    cancel.run(|| m.flush()).unwrap();
+    m.flush().unwrap();
+    assert!(fs::read(&path).unwrap() == model, "{memory:?}: the file lost a write");
+    let mut got = vec![0u8; 100_000];
+    m.read(6 * MIB, &mut got).unwrap();
+    assert!(got[..] == model[(6 * MIB) as usize..][..100_000], "{memory:?}");
+}
+
+/// A cache made for one file (`CacheOptions::for_file`, as `DeviceMappedFile::open` makes)
+/// served single-extent views from slots, which filled frames a view of the whole file then
+/// needed: with as many such views held as a frame has extents, or with extents as large as a
+/// frame, the whole file no longer fitted. There they are read into their frames.
+fn a_cache_of_its_own_holds_single_extent_views_beside_the_whole_file(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("own-cache");
+    let len = 16 * MIB;
+    let data = random_bytes(len as usize, 19);
+    fs::write(&path, &data).unwrap();
+    for extent in [4096, 64 << 10, 8 * MIB] {
+        let mut o = CacheOptions::for_file(len);
+        o.memory(memory.clone()).extent_size(extent);
+        let m = o.build().unwrap().open(&path).unwrap();
+        let singles: Vec<_> = (0..len / extent)
+            .step_by(((len / extent) / 300).max(1) as usize)
+            .map(|e| {
+                let view = m.view(e * extent, extent.min(4096)).unwrap();
+                (e * extent, view)
+            })
+            .collect();
+        let whole = m.view(0, len).unwrap();
+        let mut got = vec![0u8; 4096];
+        whole.copy_to_host(len - 4096, &mut got).unwrap();
+        assert!(got[..] == data[(len - 4096) as usize..], "{memory:?}, extent {extent}");
+        for (at, view) in &singles {
+            view.copy_to_host(0, &mut got[..16]).unwrap();
+            assert!(got[..16] == data[*at as usize..][..16], "{memory:?}, extent {extent}");
+        }
+    }
 }
 
 fn dropping_a_file_gives_its_memory_back_to_the_cache(memory: Device) {

@@ -375,6 +375,14 @@ impl MappedFile {
         self.state.get(reopen).map_err(|e: gpumap::Error| Python::attach(|py| to_py(py, &e)))
     }
 
+    /// Bytes mapped: in a forked child that opened the file again, as long as the file was
+    /// then (it may have grown or been cut since the parent opened it).
+    fn len(&self) -> u64 {
+        let own = self.state.made_here();
+        let held = own.as_ref().and_then(|state| state.hold.lock().as_ref().map(|(m, _)| m.len()));
+        held.unwrap_or(self.facts.len)
+    }
+
     /// The map, for one call, unless `close` was called: `close` waits for the passage to go.
     pub(super) fn open_map(&self) -> PyResult<(DeviceMappedFile, Passage)> {
         let (map, _, passage) = self.open_hold()?;
@@ -486,13 +494,13 @@ impl MappedFile {
     }
 
     fn __len__(&self) -> usize {
-        self.facts.len as usize
+        self.len() as usize
     }
 
     /// Bytes mapped.
     #[getter]
     fn nbytes(&self) -> u64 {
-        self.facts.len
+        self.len()
     }
 
     /// The path it was opened with (a `pathlib.Path`), or the URL (a `str`, without
@@ -781,7 +789,7 @@ impl MappedFile {
         format!(
             "<gpumapio.MappedFile {} ({} bytes) in {}{}>",
             self.facts.path.display(),
-            self.facts.len,
+            self.len(),
             self.facts.memory,
             if self.closed.get().is_some() { ", closed" } else { "" }
         )

@@ -118,6 +118,13 @@ impl Cancel {
     }
 }
 
+/// Runs `work` with no cancellation flag, whatever work this thread runs: for what must not be
+/// cut short by a cancelled caller, such as the write-back that makes room for its reads (a
+/// cancelled write-back would leave the file's error sticky until a `sync`).
+pub(crate) fn uncancelled<R>(work: impl FnOnce() -> R) -> R {
+    with_cancel(None, work)
+}
+
 /// The cancel flag of the work this thread runs for the pool, if any: work that runs its own
 /// loop (a remote read's requests) checks it, as the pool checks it between tasks.
 #[cfg(feature = "remote")]

@@ -218,7 +218,9 @@ impl DeviceMappedFile {
     /// A read-only view of `[offset, offset + len)`, resident and pinned until dropped.
     ///
     /// A range within one extent is served from wherever the extent is, and a missing one is
-    /// read into a slot (one extent of memory) unless the file is advised `Sequential`; a wider
+    /// read into a slot (one extent of memory) unless the file is advised `Sequential` or its
+    /// cache was made to hold it whole ([`CacheOptions::for_file`](super::CacheOptions::for_file),
+    /// as [`DeviceMappedFile::open`] makes it), which reads it into its frame; a wider
     /// range is one contiguous piece of memory at `base() + offset`, its frames mapped as
     /// needed. A view starting where the previous one ended (or any view of a `Sequential`
     /// file) reads the next windows ahead in the background. On a map opened with
@@ -231,7 +233,8 @@ impl DeviceMappedFile {
         let g = self.engine().geometry;
         let advice = self.inner.access.lock().advice;
         let extents = g.extents_covering(offset, len);
-        let pins = if extents.end - extents.start == 1 && advice != Advice::Sequential {
+        let single = extents.end - extents.start == 1;
+        let pins = if single && advice != Advice::Sequential && !self.engine().views_in_frames {
             engine::pin_extent(self.engine(), self.entry(), extents.start)?
         } else {
             // Before this window is waited for, so that the pool reads the next ones meanwhile.

@@ -156,6 +156,7 @@ impl Requested {
             max_frames,
             shards,
             pin_wait: self.pin_wait,
+            views_in_frames: self.file_len.is_some_and(|len| len < MAX_FILE_BUDGET),
         })
     }
 }

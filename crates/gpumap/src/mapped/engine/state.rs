@@ -33,6 +33,10 @@ pub(crate) struct EngineConfig {
     pub(crate) shards: usize,
     /// How long a request waits for views to unpin memory (see `CacheOptions::pin_wait`).
     pub(crate) pin_wait: Duration,
+    /// Whether single-extent views go to their frames rather than to slots: a cache made to
+    /// hold its one file whole (`CacheOptions::for_file`), where a slot saves no memory and
+    /// slots pinned by such views would keep a view of the whole file from fitting.
+    pub(crate) views_in_frames: bool,
 }
 
 /// What the engine keeps of one open file: what faults, write-backs and eviction need.
@@ -103,6 +107,8 @@ pub(crate) struct Engine {
     map_nanos: AtomicU64,
     fault_nanos: AtomicU64,
     pub(crate) pin_wait: Duration,
+    /// See [`EngineConfig::views_in_frames`].
+    pub(crate) views_in_frames: bool,
     /// The budget in frames (the books' too; here to be read without the lock).
     pub(crate) max_frames: usize,
     /// The budget itself, shared by the shards' books: which of them holds each slot frame.
@@ -160,7 +166,8 @@ impl Engine {
     /// An engine with `config`'s sizes; its memory reserved (address ranges on a GPU), none
     /// mapped yet.
     pub(crate) fn new(config: &EngineConfig) -> Result<Engine> {
-        let EngineConfig { device, geometry, max_frames, shards, pin_wait } = config.clone();
+        let EngineConfig { device, geometry, max_frames, shards, pin_wait, views_in_frames } =
+            config.clone();
         // Slot numbers (frame position × slots per frame) must fit in 32 bits.
         if (max_frames as u64).saturating_mul(geometry.per_frame()) > u64::from(SlotId::MAX) {
             return Err(Error::InvalidArgument(format!(
@@ -201,6 +208,7 @@ impl Engine {
             map_nanos: AtomicU64::new(0),
             fault_nanos: AtomicU64::new(0),
             pin_wait,
+            views_in_frames,
             max_frames,
             admissions: Arc::default(),
             doorkeeper: Doorkeeper::new(slots),

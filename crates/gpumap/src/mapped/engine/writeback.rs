@@ -170,27 +170,30 @@ fn write_claimed(
         Ok(_) => {
             let indices: Vec<u64> = claimed.iter().map(|&(e, _)| e).collect();
             let runs = g.runs(&indices, engine.store.frames_apart(), limit);
-            entry.file.pool().run(runs, |(offset, len)| {
-                engine.store.write_back(
-                    Home::Frame(&entry.memory, offset),
-                    entry.file.writable_file(&entry.path)?,
-                    offset,
-                    len as usize,
-                )?;
-                // Extents all of whose bytes (in the mapping) this run wrote.
-                let done: Vec<(u64, u32)> = g
-                    .extents_covering(offset, len)
-                    .filter(|&e| {
-                        let (start, n) = g.bytes_of(e..e + 1, entry.len);
-                        start + n <= offset + len
-                    })
-                    .filter_map(|e| {
-                        claimed.binary_search_by_key(&e, |d| d.0).ok().map(|i| claimed[i])
-                    })
-                    .collect();
-                written.lock().extend(done);
-                *bytes.lock() += len;
-                Ok(len as usize)
+            // Never cancelled with the call that needed the room (see `uncancelled`).
+            crate::io::pool::uncancelled(|| {
+                entry.file.pool().run(runs, |(offset, len)| {
+                    engine.store.write_back(
+                        Home::Frame(&entry.memory, offset),
+                        entry.file.writable_file(&entry.path)?,
+                        offset,
+                        len as usize,
+                    )?;
+                    // Extents all of whose bytes (in the mapping) this run wrote.
+                    let done: Vec<(u64, u32)> = g
+                        .extents_covering(offset, len)
+                        .filter(|&e| {
+                            let (start, n) = g.bytes_of(e..e + 1, entry.len);
+                            start + n <= offset + len
+                        })
+                        .filter_map(|e| {
+                            claimed.binary_search_by_key(&e, |d| d.0).ok().map(|i| claimed[i])
+                        })
+                        .collect();
+                    written.lock().extend(done);
+                    *bytes.lock() += len;
+                    Ok(len as usize)
+                })
             })
         }
     };
