@@ -18,7 +18,8 @@ import textwrap
 
 import pytest
 
-CHILD = textwrap.dedent(
+# Both children's start: the sparse file's size and the mark half way, read back by Python.
+PRELUDE = textwrap.dedent(
     """
     import json, os, signal, sys, threading, time
     import numpy as np
@@ -30,6 +31,11 @@ CHILD = textwrap.dedent(
     with open(path, "rb") as raw:
         raw.seek(mark_at)
         mark = raw.read(4096)
+    """
+)
+
+CHILD = PRELUDE + textwrap.dedent(
+    """
 
     gpumapio.defaults.set({"num_threads": 1, "task_size": 4096})
     f = gpumapio.CuFile(path, "r")
@@ -109,18 +115,8 @@ def test_ctrl_c_stops_a_long_read_and_the_file_stays_usable(sparse_file):
     assert results["after"] and results["whole_after"], results
 
 
-MAP_CHILD = textwrap.dedent(
+MAP_CHILD = PRELUDE + textwrap.dedent(
     """
-    import json, os, signal, sys, threading, time
-    import numpy as np
-    import gpumapio
-
-    path = sys.argv[1]
-    size = os.path.getsize(path)
-    mark_at = size // 2
-    with open(path, "rb") as raw:
-        raw.seek(mark_at)
-        mark = raw.read(4096)
     rows = np.arange(0, size // 4096, dtype=np.int64)
     out = np.empty(size, np.uint8)
 
