@@ -57,7 +57,7 @@ def map(  # noqa: A001 - the name users reach for, as mmap.mmap / np.memmap
 
     With ``cache``, the file joins that :class:`DeviceCache` and shares its budget; otherwise it
     gets a cache of its own of ``budget`` bytes (default: the file's size, up to 4 GiB, in whole
-    frames, and one frame more for single-extent views). ``extent_size`` (a power of two from 4096) is the unit of I/O and of random-access
+    frames). ``extent_size`` (a power of two from 4096) is the unit of I/O and of random-access
     residency: small records want 4096. ``device``: a GPU ordinal, ``"host"``, or ``None`` for
     GPU 0 where there is one. ``advice``: ``"sequential"`` reads ahead on walks, ``"random"``
     does not. ``zero_copy`` (read-only files that fit in RAM): gathers and views read the file

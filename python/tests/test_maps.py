@@ -202,8 +202,7 @@ def test_default_frames_grow_with_the_budget_and_a_map_fits_its_file(tmp_path):
     # the size given, or of the budget given.
     with gpumapio.MappedFile.open(path, device="host", frame_size=16 * MIB) as m:
         stats = m.cache.stats()
-        # 65 frames for the file, one for the slots of single-extent views.
-        assert stats["budget"] == (1 << 30) + 32 * MIB and stats["frame_size"] == 16 * MIB, stats
+        assert stats["budget"] == (1 << 30) + 16 * MIB and stats["frame_size"] == 16 * MIB, stats
     with gpumapio.MappedFile.open(path, device="host", budget=64 * MIB) as m:
         stats = m.cache.stats()
         assert stats["budget"] == 64 * MIB and stats["frame_size"] == 8 * MIB, stats
@@ -211,8 +210,9 @@ def test_default_frames_grow_with_the_budget_and_a_map_fits_its_file(tmp_path):
 
 
 def test_a_map_of_its_own_holds_a_view_of_one_extent_beside_one_of_the_whole_file(tmp_path, rng):
-    """A single-extent view is served from a slot, in a frame of its own: a cache of the file's
-    size exactly then had no room for a view of the whole file beside it (OutOfBudgetError)."""
+    """A single-extent view was served from a slot, in a frame of its own: a cache of the file's
+    size then had no room for a view of the whole file beside it (OutOfBudgetError). In a cache
+    made for one file it is read into its frame."""
     data = rng.integers(0, 256, size=64 * MIB, dtype="u1").tobytes()
     path = tmp_path / "whole.bin"
     path.write_bytes(data)

@@ -428,9 +428,8 @@ impl Pending for Prefetch {
 #[pymethods]
 impl MappedFile {
     /// Maps `path` in a cache of its own (`gpumapio.map` without a cache): `budget` bytes,
-    /// by default the file's size up to 4 GiB in whole frames of the size that budget gets, and
-    /// a frame more for single-extent views — the library's `CacheOptions::for_file`, so
-    /// Python and Rust size the cache alike.
+    /// by default the file's size up to 4 GiB in whole frames of the size that budget gets —
+    /// the library's `CacheOptions::for_file`, so Python and Rust size the cache alike.
     #[staticmethod]
     #[pyo3(signature = (path, *, budget = None, writable = false, extent_size = 65536, frame_size = None, device = None, advice = "normal", zero_copy = None, max_pinned = None, read_ahead = None))]
     #[allow(clippy::too_many_arguments)]

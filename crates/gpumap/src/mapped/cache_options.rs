@@ -32,10 +32,9 @@ impl CacheOptions {
     /// The options of a cache for one file of `len` bytes (what
     /// [`DeviceMappedFile::open`](super::DeviceMappedFile::open) builds): a budget of the whole
     /// file up to 4 GiB, in whole frames of the default size for it or of the size
-    /// [`frame_size`](Self::frame_size) gives, and (below 4 GiB) one frame more for the slots
-    /// of single-extent views, so that one does not keep a view of the whole file from
-    /// fitting; the rest as [`new`](Self::new). Memory is mapped as it is needed: the budget is
-    /// a ceiling.
+    /// [`frame_size`](Self::frame_size) gives; the rest as [`new`](Self::new). Below the 4 GiB
+    /// cap such a cache holds its file whole, so single-extent views are read into their
+    /// frames, not slots (see [`DeviceMappedFile::view`](super::DeviceMappedFile::view)).
     pub fn for_file(len: u64) -> CacheOptions {
         CacheOptions { requested: Requested::for_file(len) }
     }

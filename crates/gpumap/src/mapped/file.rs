@@ -113,9 +113,8 @@ impl DeviceMappedFile {
     }
 
     /// Maps `path` read-only with the default [`MapOptions`], in a cache of its own: a budget
-    /// of the whole file up to 4 GiB and a frame for the slots of single-extent views
-    /// ([`CacheOptions::for_file`](super::CacheOptions::for_file)), 64 KiB extents, frames by
-    /// budget, GPU 0 where there is one. For other sizes, build a [`DeviceCache`](super::DeviceCache) with
+    /// of the whole file up to 4 GiB ([`CacheOptions::for_file`](super::CacheOptions::for_file)),
+    /// 64 KiB extents, frames by budget, GPU 0 where there is one. For other sizes, build a [`DeviceCache`](super::DeviceCache) with
     /// [`CacheOptions`](super::CacheOptions) and open the file in it.
     pub fn open(path: impl AsRef<Path>) -> Result<DeviceMappedFile> {
         Self::open_with(path, &MapOptions::new())

@@ -69,8 +69,8 @@ pub(crate) struct Requested {
     pub(crate) memory: Option<Device>,
     pub(crate) pin_wait: Duration,
     pub(crate) shards: Option<usize>,
-    /// Set by [`Requested::for_file`] until a budget is given: the budget is then
-    /// [`file_budget`] of this length and whatever frame size is finally chosen.
+    /// Set by [`Requested::for_file`] until a budget is given: the budget is then this length
+    /// in whole frames of whatever frame size is finally chosen.
     pub(crate) file_len: Option<u64>,
 }
 
@@ -89,12 +89,12 @@ impl Requested {
         }
     }
 
-    /// The sizes of a cache made for one file of `len` bytes: a budget of [`file_budget`]
-    /// with frames of the default size for the file.
+    /// The sizes of a cache made for one file of `len` bytes: a budget of the whole file up to
+    /// 4 GiB, in whole frames of the default size for it.
     pub(crate) fn for_file(len: u64) -> Requested {
         let len = len.clamp(1, MAX_FILE_BUDGET);
         let frame = default_frame(len, HOST_GRANULARITY);
-        Requested { budget: file_budget(len, frame), file_len: Some(len), ..Requested::new() }
+        Requested { budget: len.next_multiple_of(frame), file_len: Some(len), ..Requested::new() }
     }
 
     /// Checks every size against the others and the device, and fills in the defaults.
@@ -120,7 +120,7 @@ impl Requested {
             )));
         }
         let budget = match self.file_len {
-            Some(len) => file_budget(len, frame),
+            Some(len) => len.next_multiple_of(frame),
             None => self.budget,
         };
         if budget < frame {
@@ -161,19 +161,6 @@ impl Requested {
     }
 }
 
-/// The budget of a cache for one file of `len` bytes (at most 4 GiB) in frames of `frame`
-/// bytes: the whole file in whole frames, and one frame more for the slots of single-extent
-/// views, so that such a view does not keep a view of the whole file from fitting. Memory is
-/// mapped a frame at a time as it is needed, so the headroom costs nothing unused.
-fn file_budget(len: u64, frame: u64) -> u64 {
-    let whole = len.next_multiple_of(frame);
-    if len < MAX_FILE_BUDGET {
-        whole + frame
-    } else {
-        whole
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,15 +190,14 @@ mod tests {
     }
 
     #[test]
-    fn a_cache_for_one_file_holds_it_in_whole_frames_and_one_for_slots() {
+    fn a_cache_for_one_file_holds_it_in_whole_frames() {
         const MIB: u64 = 1 << 20;
         for (len, budget) in [
-            (0, 16 * MIB),
-            (1, 16 * MIB),
-            (8 * MIB, 16 * MIB),
-            (9 * MIB, 24 * MIB),
-            ((4 << 30) - 1, (4 << 30) + 64 * MIB),
-            (4 << 30, 4 << 30),
+            (0, 8 * MIB),
+            (1, 8 * MIB),
+            (8 * MIB, 8 * MIB),
+            (9 * MIB, 16 * MIB),
+            ((4 << 30) - 1, 4 << 30),
             (5 << 30, 4 << 30),
         ] {
             assert_eq!(Requested::for_file(len).budget, budget, "a file of {len} bytes");
@@ -221,10 +207,13 @@ mod tests {
         r.memory = Some(Device::Host);
         r.frame = Some(16 * MIB);
         let config = r.resolve().unwrap();
-        assert_eq!((config.max_frames, config.geometry.frame), (66, 16 * MIB));
+        assert_eq!((config.max_frames, config.geometry.frame), (65, 16 * MIB));
+        assert!(config.views_in_frames);
         // A budget given later replaces the file's.
         r.budget = 64 * MIB;
         r.file_len = None;
-        assert_eq!(r.resolve().unwrap().max_frames, 4);
+        let config = r.resolve().unwrap();
+        assert_eq!(config.max_frames, 4);
+        assert!(!config.views_in_frames, "a budget given: single-extent views use slots");
     }
 }
