@@ -234,7 +234,7 @@ def _open_regular(path: str) -> tuple[int, os.stat_result]:
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{shown(path)}: not a regular file (a FIFO, device or socket); only regular files are read")
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket); only regular files are read", path)
     except BaseException:
         os.close(fd)
         raise

@@ -20,7 +20,7 @@
 //! | `OutOfBudget` | `gpumapio.OutOfBudgetError` (a `MemoryError`) |
 //! | `WriteBack` (a map's write-back failed) | as `Io` |
 //! | `FileShrank` (a mapped file was cut under the map) | `OSError(message)`, also a `RuntimeError` |
-//! | `NotRegularFile` (a FIFO, a device, a /proc file) | `OSError(message)`, also a `RuntimeError` |
+//! | `NotRegularFile` (a FIFO, a device, a /proc file) | `OSError(EINVAL, "a FIFO, not a regular file", filename)`, also a `RuntimeError` |
 //! | `ResourceLimit` (RLIMIT_MEMLOCK, available memory) | `MemoryError` |
 //! | `Remote` (an S3 or HTTP object) | by kind: a bad URL `ValueError`; not found `FileNotFoundError`; refused credentials `PermissionError`; a timeout `TimeoutError`; a failed or broken connection `ConnectionError`; any other status or a malformed answer `OSError` — each but the first also a `RuntimeError` (as KvikIO raises), and each with `.url` (no credentials) and `.status` (the HTTP status or `None`) |
 //! | a panic, in gpumap or here | `RuntimeError` with the panic message (never unwinds into Python) |
@@ -110,9 +110,16 @@ pub fn to_py(py: Python<'_>, e: &Error) -> PyErr {
         Error::WriteBack { path, .. } => {
             os_error(py, e.raw_os_error(), message, Some(path.display().to_string()))
         }
-        Error::FileShrank { .. } | Error::NotRegularFile { .. } => {
-            os_error(py, None, message, None)
-        }
+        Error::FileShrank { .. } => os_error(py, None, message, None),
+        // As Python words an error of a named file: "[Errno 22] a FIFO, not a regular file:
+        // 'path'", with `errno` and `filename` set.
+        Error::NotRegularFile { path: Some(path), what } => os_error(
+            py,
+            Some(libc::EINVAL),
+            format!("{what}, not a regular file"),
+            Some(path.display().to_string()),
+        ),
+        Error::NotRegularFile { path: None, .. } => os_error(py, Some(libc::EINVAL), message, None),
         Error::ResourceLimit { .. } => PyMemoryError::new_err(message),
         Error::TaskPanicked(_) => PyRuntimeError::new_err(message),
         Error::Remote { url, kind, status, .. } => {

@@ -6,6 +6,7 @@ Cases that aborted the interpreter run in a child process, so a regression is a 
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -295,3 +296,15 @@ def test_negative_and_huge_counts_are_value_errors_naming_the_argument(tmp_path)
     with pytest.raises(TypeError, match="offset"):
         m.read("0", 1)
     m.close()
+
+
+def test_something_other_than_a_regular_file_is_named_in_the_error(tmp_path):
+    """A device or a FIFO refused at open: an OSError worded as Python words errors of a named
+    file (it had neither errno nor filename)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo)):
+        with pytest.raises(OSError, match="not a regular file") as e:
+            gpumapio.CuFile(path, "r")
+        assert e.value.filename == path and e.value.errno == errno.EINVAL, (e.value.filename, str(e.value))
+        assert str(e.value).endswith(f"not a regular file: '{path}'"), str(e.value)

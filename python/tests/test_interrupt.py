@@ -125,6 +125,7 @@ MAP_CHILD = PRELUDE + textwrap.dedent(
 
     calls = {
         "view": lambda m: m.view(0, size).release(),
+        "read": lambda m: m.read(0, size),
         "gather": lambda m: m.gather([0], size, out),
         "gather_rows": lambda m: m.gather_rows(rows, 4096, out),
     }
@@ -178,10 +179,11 @@ MAP_CHILD = PRELUDE + textwrap.dedent(
 
 
 def test_ctrl_c_stops_a_long_map_call_and_the_map_stays_usable(sparse_file):
-    """A map's view, gather and row gather of much that is not resident ran to their end
+    """A map's view, read, gather and row gather of much that is not resident ran to their end
     whatever Ctrl-C did (they waited without the GIL, and nothing stopped their reads); a
     prefetch went on after Ctrl-C stopped the wait for its future. They now stop at their next
-    read task, and the map reads correctly afterwards."""
+    read task (a read of a result too, while its ``bytes`` are zeroed), and the map reads
+    correctly afterwards."""
     env = dict(os.environ, GPUMAP_NTHREADS="1", GPUMAP_TASK_SIZE="4096")
     run = subprocess.run(
         [sys.executable, "-c", MAP_CHILD, sparse_file], capture_output=True, text=True, timeout=300, env=env
@@ -191,7 +193,7 @@ def test_ctrl_c_stops_a_long_map_call_and_the_map_stays_usable(sparse_file):
     full = results["full"]
     assert full > 0.2, f"the view took only {full:.3f} s: too fast to interrupt in the middle"
     size = 1 << 30
-    for name in ("view", "gather", "gather_rows"):
+    for name in ("view", "read", "gather", "gather_rows"):
         r = results[name]
         assert r["outcome"] == "KeyboardInterrupt", (name, r)
         assert r["elapsed"] < full / 2, f"{name}: {r['elapsed']:.3f} s of a {full:.3f} s call"

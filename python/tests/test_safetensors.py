@@ -3,6 +3,7 @@ byte. NumPy everywhere; torch (CPU here, CUDA in test_gpu.py) where it imports."
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -214,6 +215,7 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path):
     os.mkfifo(fifo)
     raised = refused_not_waited_on(fifo, lambda: read_header(fifo), "read_header")
     assert isinstance(raised, OSError) and "not a regular file" in str(raised), raised
+    assert str(raised.filename) == str(fifo) and raised.errno == errno.EINVAL, raised
 
 
 def test_numpy_refuses_bfloat16_and_gpu(tmp_path):

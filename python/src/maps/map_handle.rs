@@ -14,13 +14,11 @@ use pyo3::prelude::*;
 /// opened, so after this flush nothing dirties it again.
 pub(super) struct MapHandle {
     pub(super) map: DeviceMappedFile,
-    /// The fork generation of the process that opened the map.
-    made_in: u64,
 }
 
 impl MapHandle {
     pub(super) fn new(map: DeviceMappedFile) -> MapHandle {
-        MapHandle { map, made_in: gpumap::per_process::fork_generation() }
+        MapHandle { map }
     }
 }
 
@@ -29,7 +27,7 @@ impl Drop for MapHandle {
         // A forked child's copy of its parent's map (a view made before the fork, let go in
         // the child): its dirty bytes are the parent's to write back, and may be older than
         // what the parent has written since.
-        if !self.map.is_writable() || gpumap::per_process::fork_generation() != self.made_in {
+        if !self.map.is_writable() || self.map.is_inherited() {
             return;
         }
         let dirty = self.map.stats().dirty_bytes;

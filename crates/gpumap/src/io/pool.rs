@@ -116,6 +116,13 @@ impl Cancel {
     pub fn run<R>(&self, work: impl FnOnce() -> R) -> R {
         with_cancel(Some(self.0.clone()), work)
     }
+
+    /// Whether the token the calling thread's work runs under ([`Cancel::run`], or an
+    /// [`IoFuture`]'s) has been cancelled; `false` outside any. For a long loop of the
+    /// caller's own inside such work, to stop where the pool would skip its next task.
+    pub fn current_is_cancelled() -> bool {
+        CANCEL.with(|c| c.borrow().as_ref().is_some_and(|flag| flag.load(Ordering::Relaxed)))
+    }
 }
 
 /// Runs `work` with no cancellation flag, whatever work this thread runs: for what must not be

@@ -168,6 +168,14 @@ impl DeviceMappedFile {
         self.entry().writable
     }
 
+    /// Whether this map was opened in another process: the parent this one was forked from.
+    /// Its cache's books are then the parent's, copied at the fork, so a child neither writes
+    /// back nor unmaps anything of it (dropping it there does nothing); a child maps the file
+    /// again to use it.
+    pub fn is_inherited(&self) -> bool {
+        self.inner.is_inherited()
+    }
+
     /// The device address of the file's first byte; the file's byte `o` is at `base() + o`
     /// while a view pins it (on a zero-copy map: always, in the registered page cache). `None`
     /// on the host backend.

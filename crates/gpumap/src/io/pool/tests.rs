@@ -176,6 +176,20 @@ fn a_cancel_token_stops_the_pool_tasks_of_work_run_under_it() {
     assert_eq!(Cancel::new().run(|| pool.run(vec![1; 3], Ok)).unwrap(), 3);
 }
 
+#[test]
+fn work_sees_whether_the_token_it_runs_under_is_cancelled() {
+    assert!(!Cancel::current_is_cancelled(), "outside any token");
+    let cancel = Cancel::new();
+    let seen = cancel.run(|| {
+        let before = Cancel::current_is_cancelled();
+        cancel.cancel();
+        // An uncancelled stretch inside (a write-back) sees no token at all.
+        (before, Cancel::current_is_cancelled(), uncancelled(Cancel::current_is_cancelled))
+    });
+    assert_eq!(seen, (false, true, false));
+    assert!(!Cancel::current_is_cancelled(), "the token is this thread's no longer");
+}
+
 /// The state a test helper shares: the completer (which another thread may take, to
 /// complete the future itself) and the threads the helper ran on.
 type Shared = (Arc<Mutex<Option<Completer<usize>>>>, Arc<Mutex<Vec<std::thread::ThreadId>>>);
