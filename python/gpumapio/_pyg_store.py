@@ -146,8 +146,14 @@ class MappedFeatureStore(FeatureStore):
         """Writes rows written by :meth:`update_tensor` back to their files."""
         self.tables.flush()
 
+    def sync(self) -> None:
+        """:meth:`flush`, then the files made durable; clears the error of a failed write-back
+        once everything is written (:meth:`FeatureTables.sync`)."""
+        self.tables.sync()
+
     def close(self) -> None:
-        """Unregisters every table, closing the maps the store opened."""
+        """Unregisters every table, closing the maps the store opened (a table whose close
+        fails stays, with its rows: :meth:`sync`, then close again)."""
         self.tables.close()
 
     def __enter__(self) -> MappedFeatureStore:

@@ -4,6 +4,7 @@ docs). NumPy only; torch and CuPy where the caller's arrays are theirs."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
@@ -295,22 +296,37 @@ class FeatureTables:
 
     def remove(self, group_name: Any, attr_name: Any) -> bool:
         """Unregisters a table (its file stays); closes its map if this registry opened it
-        (writing a writable one back). Returns whether it was registered."""
-        table = self._tables.pop(self.key(group_name, attr_name), None)
+        (writing a writable one back). Returns whether it was registered. A close that fails
+        (the write-back's error is raised) leaves the table registered and its map open, so
+        that nothing written is dropped: call it again, or ``close()``, once the cause is gone."""
+        key = self.key(group_name, attr_name)
+        table = self._tables.get(key)
         if table is None:
             return False
         if table.owned:
             table.mapped.close()
+        self._tables.pop(key, None)
         return True
 
     def flush(self) -> None:
-        """Writes the rows written to writable tables back to their files."""
-        for table in self._tables.values():
+        """Writes the rows written to writable tables back to their files. After a failed
+        write-back a table's flush (and close) raises that error until a :meth:`sync`
+        succeeds, as :meth:`MappedFile.flush` does."""
+        for table in list(self._tables.values()):
             if table.mapped.writable:
                 table.mapped.flush()
 
+    def sync(self) -> None:
+        """:meth:`flush`, then each writable table's file made durable (``fdatasync``); it
+        retries what failed write-backs left dirty and, once all is written, clears their
+        error (:meth:`MappedFile.sync`)."""
+        for table in list(self._tables.values()):
+            if table.mapped.writable:
+                table.mapped.sync()
+
     def close(self) -> None:
-        """Unregisters every table, closing the maps this registry opened."""
+        """Unregisters every table, closing the maps this registry opened; a table whose close
+        fails stays registered (see :meth:`remove`), and the first such error is raised."""
         errors = []
         for key in list(self._tables):
             try:
@@ -589,11 +605,20 @@ class FeatureTables:
         for n in range(_SUFFIXES):
             path = os.path.join(self.directory, f"{stem}{'' if n == 0 else f'-{n}'}.bin")
             try:
-                with open(path, "xb") as f:
-                    f.write(data.data)
-                return path
+                f = open(path, "xb")
             except FileExistsError:
                 continue
+            try:
+                with f:
+                    f.write(data.data)
+            except BaseException as e:
+                # A cut table would be found and registered by name later: none is left.
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                if isinstance(e, OSError) and e.errno is not None and e.filename is None:
+                    raise OSError(e.errno, f"{e.strerror} (a new table's file; removed)", path) from e
+                raise
+            return path
         raise FileExistsError(f"no free name for {stem}.bin in {self.directory}")
 
 

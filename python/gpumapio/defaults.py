@@ -139,8 +139,9 @@ def set(key: str, value: Any, /) -> ConfigContextManager: ...
 def set(*config: Any) -> ConfigContextManager:
     """Sets one setting (``set(name, value)``) or several (``set({name: value, ...})``) now, and
     returns a context manager that restores the old values at the end of a ``with`` block.
-    Unknown names raise ``KeyError``; bad values ``ValueError`` or ``TypeError`` (and nothing
-    is changed)."""
+    Unknown names raise ``KeyError``; bad values ``ValueError`` or ``TypeError``, and negative
+    or huge sizes ``OverflowError``, as KvikIO raises them (and nothing is changed). Sizes and
+    counts given as floats are truncated toward zero, as KvikIO takes them."""
     return ConfigContextManager(config_of(config, "gpumapio.defaults.set"))
 
 

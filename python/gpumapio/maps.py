@@ -242,6 +242,8 @@ def _as_dtype(rows: Any, dtype: Any, row_size: int) -> Any:
         import numpy
 
         itemsize = numpy.dtype(dtype).itemsize
+    if itemsize == 0:
+        raise ValueError(f"dtype {dtype!r} has items of no size: rows cannot be seen as it")
     if row_size % itemsize:
         raise ValueError(f"row_size {row_size} is not a whole number of {dtype} items of {itemsize} bytes")
     return rows.view(dtype)

@@ -3,6 +3,8 @@ into CuPy (or any array type) with NumPy's ``like=`` argument."""
 
 from __future__ import annotations
 
+import fcntl
+import io
 import os
 from typing import Any
 
@@ -20,10 +22,21 @@ def _opened(file: Any) -> bool:
     return hasattr(file, "fileno") and hasattr(file, "name") and hasattr(file, "tell")
 
 
-def _path(file: Any) -> str:
-    if _opened(file):
-        return os.fspath(file.name)
-    return os.fspath(file)
+def _path(file: Any, write: bool) -> str:
+    """The path to open for ``file``. An open file object is reached through its descriptor
+    (``/proc/self/fd/N`` opens the very file it has open, even renamed, unlinked or named
+    relative to another working directory, where its ``name`` may by then be another file's),
+    and only for what its mode allows, as NumPy does."""
+    if not _opened(file):
+        return os.fspath(file)
+    fd = file.fileno()
+    access = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    if access not in ((os.O_WRONLY, os.O_RDWR) if write else (os.O_RDONLY, os.O_RDWR)):
+        doing = "tofile" if write else "fromfile"
+        raise io.UnsupportedOperation(
+            f"{doing}: the file object of {file.name!r} is not open for {'writing' if write else 'reading'}"
+        )
+    return f"/proc/self/fd/{fd}"
 
 
 def _bytes_of(array: Any) -> Any:
@@ -38,8 +51,8 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
     """``numpy.fromfile`` for binary files, read in parallel by gpumap into an array of the type
     of ``like`` (a CuPy array for ``like=cupy.empty(())``; NumPy without ``like``). ``count``
     items (-1: all) of ``dtype`` from byte ``offset``, truncated to the file as NumPy does. An
-    open file object is read from its position plus ``offset``, and left after what was read,
-    as NumPy does."""
+    open file object (the file it has open, which must be open for reading) is read from its
+    position plus ``offset``, and left after what was read, as NumPy does."""
     if sep != "":
         raise NotImplementedError(
             "Non-default value of the `sep` argument is not supported (gpumapio reads binary files only)"
@@ -49,7 +62,8 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
         raise ValueError(f"offset {offset} is negative")
     if count < -1:
         raise ValueError(f"count {count}: expected -1 (all) or a number of items")
-    path = _path(file)
+    path = _path(file, write=False)
+    shown = repr(file.name) if _opened(file) else path
     if _opened(file):
         offset += file.tell()
     itemsize = np.dtype(dtype).itemsize
@@ -65,14 +79,15 @@ def fromfile(file: Any, dtype: Any = float, count: int = -1, sep: str = "", offs
         file.seek(offset + got)
     if got != out.nbytes:
         # The file was cut after its size was taken: what it held then is not all there.
-        raise EOFError(f"{path}: read {got} of {out.nbytes} bytes at {offset} (the file shrank while it was read)")
+        raise EOFError(f"{shown}: read {got} of {out.nbytes} bytes at {offset} (the file shrank while it was read)")
     return out
 
 
 def tofile(ary: Any, file: Any) -> None:
     """``ndarray.tofile``: the array's bytes in C order, written in parallel by gpumap. A path
-    is written anew (truncated); an open file object at its position, without truncating it,
-    and left after what was written, as NumPy does."""
+    is written anew (truncated); an open file object (the file it has open, which must be open
+    for writing) at its position, without truncating it, and left after what was written, as
+    NumPy does."""
     dtype = getattr(ary, "dtype", None)
     try:
         holds_objects = dtype is not None and np.dtype(dtype).hasobject
@@ -87,13 +102,14 @@ def tofile(ary: Any, file: Any) -> None:
     if contiguous is None:
         contiguous = np.ascontiguousarray(ary, like=ary) if hasattr(ary, "__array_function__") else ary
     if not _opened(file):
-        with CuFile(_path(file), "w") as f:
+        with CuFile(_path(file, write=True), "w") as f:
             f.write(_bytes_of(contiguous))
         return
+    path = _path(file, write=True)
     # What the file object holds in its buffer goes first, then the array after it.
     file.flush()
     at = file.tell()
-    with CuFile(_path(file), "r+") as f:
+    with CuFile(path, "r+") as f:
         written = f.write(_bytes_of(contiguous), file_offset=at)
     file.seek(at + written)
 

@@ -63,6 +63,7 @@ macro_rules! counts_or_none {
 }
 
 counts! {
+    at: "at",
     offset: "offset",
     length: "length",
     budget: "budget",

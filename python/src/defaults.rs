@@ -163,11 +163,7 @@ fn kvikio_int<'py>(value: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAn
 /// (see the module's documentation); `most` is gpumap's own limit, a `ValueError` naming it.
 /// Compared as Python ints, so a value of any size gets its message.
 fn size_value(name: &str, value: &Bound<'_, PyAny>, least: u64, most: u64) -> PyResult<u64> {
-    // int(nan) and int(inf) fail naming no setting: the same error, named.
-    let taken = kvikio_int(value).map_err(|e| {
-        let py = value.py();
-        PyErr::from_type(e.get_type(py), format!("{name} {value}: {}", e.value(py)))
-    })?;
+    let taken = named_int(name, value)?;
     let Some(value) = taken else {
         return Err(PyTypeError::new_err(format!(
             "{name} has incorrect type (expected int, got {})",
@@ -200,11 +196,19 @@ fn size_value(name: &str, value: &Bound<'_, PyAny>, least: u64, most: u64) -> Py
     value.extract()
 }
 
+/// [`kvikio_int`], its failures naming the setting: `int(nan)` and `int(inf)` name none.
+fn named_int<'py>(name: &str, value: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    kvikio_int(value).map_err(|e| {
+        let py = value.py();
+        PyErr::from_type(e.get_type(py), format!("{name} {value}: {}", e.value(py)))
+    })
+}
+
 /// KvikIO's `http_timeout` is a signed count of seconds: zero and negative values are both a
 /// `ValueError` ("must be a positive integer").
 fn seconds_value(name: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> {
     // Not a number: `size_value`'s TypeError, naming the type given.
-    let Some(n) = kvikio_int(value)? else { return size_value(name, value, 1, u64::MAX) };
+    let Some(n) = named_int(name, value)? else { return size_value(name, value, 1, u64::MAX) };
     if n.le(0)? {
         return Err(PyValueError::new_err(format!("{name} must be a positive integer, got {n}")));
     }

@@ -38,11 +38,11 @@ fn file_arg(file: &Bound<'_, PyAny>) -> PyResult<FileArg> {
         )));
     }
     let fd: RawFd = if file.is_instance_of::<PyInt>() {
-        file.extract()?
+        descriptor(file)?
     } else if let Ok(path) = crate::paths::path(file) {
         return Ok(FileArg::Path(path));
     } else if file.hasattr("fileno")? {
-        file.call_method0("fileno")?.extract()?
+        descriptor(&file.call_method0("fileno")?)?
     } else {
         return Err(PyTypeError::new_err(
             "file must be a path (str or os.PathLike), a file descriptor, or an object with \
@@ -55,6 +55,20 @@ fn file_arg(file: &Bound<'_, PyAny>) -> PyResult<FileArg> {
     // Duplicated while the GIL is held, so no Python code can close it in between; a closed
     // descriptor fails (EBADF).
     Ok(FileArg::Fd(gpumap::io::descriptor::duplicate(fd)?))
+}
+
+/// `number` as a descriptor; past what one can be, a `ValueError` naming it (PyO3's own
+/// conversion raises a bare `OverflowError`).
+fn descriptor(number: &Bound<'_, PyAny>) -> PyResult<RawFd> {
+    number.extract::<RawFd>().or_else(|e| {
+        if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(number.py()) {
+            Err(PyValueError::new_err(format!(
+                "file descriptor {number} is not one a file can have"
+            )))
+        } else {
+            Err(e)
+        }
+    })
 }
 
 fn range(offset: u64, length: Option<u64>) -> ByteRange {

@@ -214,6 +214,51 @@ def test_numpy_fromfile_and_tofile_use_an_open_files_position(tmp_path):
         assert gnp.fromfile(f, dtype="<i4").tolist() == np.fromfile(open(path, "rb"), dtype="<i4", offset=8).tolist()
 
 
+def test_numpy_tofile_and_fromfile_use_the_file_a_file_object_has_open(tmp_path, monkeypatch):
+    """A file object was reopened by its name: a file renamed after it was opened, or named
+    relative to a working directory left since, had another file written in its place (lost
+    bytes there); a file opened for reading was written; a TemporaryFile (its name a number)
+    was refused. Its descriptor is used now, within what its mode allows."""
+    import io
+    import tempfile
+
+    from gpumapio import numpy as gnp
+
+    rows = np.arange(4, dtype="<i4")
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+    # Renamed while open; another file takes its name.
+    with open(here / "log.bin", "wb") as f:
+        os.rename(here / "log.bin", here / "log.1.bin")
+        (here / "log.bin").write_bytes(b"NEW LOG")
+        gnp.tofile(rows, f)
+    assert (here / "log.1.bin").read_bytes() == rows.tobytes()
+    assert (here / "log.bin").read_bytes() == b"NEW LOG"
+    # Named relative to a working directory left since.
+    (there / "mine.bin").write_bytes(b"OTHER FILE, KEEP")
+    monkeypatch.chdir(here)
+    with open("mine.bin", "w+b") as f:
+        monkeypatch.chdir(there)
+        gnp.tofile(rows, f)
+        f.seek(0)
+        assert gnp.fromfile(f, dtype="<i4").tolist() == [0, 1, 2, 3]
+    assert (here / "mine.bin").read_bytes() == rows.tobytes()
+    assert (there / "mine.bin").read_bytes() == b"OTHER FILE, KEEP"
+    # An unnamed file.
+    with tempfile.TemporaryFile(dir=tmp_path) as t:
+        gnp.tofile(rows, t)
+        t.seek(0)
+        assert gnp.fromfile(t, dtype="<i4").tolist() == [0, 1, 2, 3]
+    # Only what the mode allows.
+    (here / "victim.bin").write_bytes(b"ORIGINAL")
+    with open(here / "victim.bin", "rb") as f, pytest.raises(io.UnsupportedOperation, match="not open for writing"):
+        gnp.tofile(rows, f)
+    assert (here / "victim.bin").read_bytes() == b"ORIGINAL"
+    with open(here / "victim.bin", "ab") as f, pytest.raises(io.UnsupportedOperation, match="not open for reading"):
+        gnp.fromfile(f, dtype=np.uint8)
+
+
 def test_numpy_tofile_takes_torch_tensors_and_dates(tmp_path):
     from gpumapio import numpy as gnp
 
@@ -308,3 +353,28 @@ def test_something_other_than_a_regular_file_is_named_in_the_error(tmp_path):
             gpumapio.CuFile(path, "r")
         assert e.value.filename == path and e.value.errno == errno.EINVAL, (e.value.filename, str(e.value))
         assert str(e.value).endswith(f"not a regular file: '{path}'"), str(e.value)
+
+
+def test_the_last_bare_errors_name_their_argument(tmp_path):
+    """Found by a fifth probe: each of these raised PyO3's or Python's bare error (an
+    OverflowError naming nothing, a ZeroDivisionError, "cannot convert float NaN to integer")."""
+    import gpumapio.defaults as defaults
+    import gpumapio.pagecache as pagecache
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(1 << 16))
+    m = gpumapio.map(path, device="host", writable=True, extent_size=4096)
+    view = m.view(0, 100, writable=True)
+    with pytest.raises(ValueError, match="at -1 is negative"):
+        view.write(b"x", at=-1)
+    view.release()
+    with pytest.raises(ValueError, match="file descriptor 1099511627776"):
+        pagecache.residency(2**40)
+    with pytest.raises(ValueError, match="budget -1 is negative"):
+        gpumapio.DeviceCache.default_frame_size(-1)
+    with pytest.raises(ValueError, match="no size"):
+        gpumapio.gather_rows(m, [0], 16, dtype="V0")
+    for value in (float("nan"), float("inf")):
+        with pytest.raises((ValueError, OverflowError), match="http_timeout"):
+            defaults.set("http_timeout", value)
+    m.close()

@@ -995,3 +995,56 @@ def test_samplers_refuse_edges_outside_the_graph_before_torch_geometric_reads_th
         for make in (PlainTorchNeighborSampler, neighbor_sampler):
             with pytest.raises(ValueError, match=match):
                 make(data, [2])
+
+
+def test_a_table_whose_close_fails_stays_registered_with_its_rows(tmp_path):
+    """close() and remove() unregistered a table before its map's close, so a write-back that
+    failed (a full disk) dropped the table: a retry found nothing to do, and the rows were
+    written, or lost, whenever the map was collected. The table now stays until its close
+    succeeds; sync() writes it once the disk has room."""
+    native = gpumapio._native
+    if not hasattr(native, "_arm_write_fault"):
+        pytest.skip("the wheel was built without the fault-injection feature (scripts/test.sh has it)")
+    tables = FeatureTables(str(tmp_path), device="host", writable=True, cache=host_cache())
+    path = tables.put("paper", "x", np.zeros((1000, 16), np.float32)).path
+    tables.write_rows("paper", "x", [0, 1, 2], np.ones((3, 16), np.float32))
+    native._arm_write_fault(os.path.basename(path), 28)
+    try:
+        with pytest.raises(OSError) as raised:
+            tables.close()
+        assert raised.value.errno == 28, raised.value
+        assert tables.keys() == [("paper", "x")]
+        with pytest.raises(OSError):
+            tables.remove("paper", "x")
+        assert tables.keys() == [("paper", "x")]
+    finally:
+        native._disarm_write_fault()
+    tables.sync()
+    tables.close()
+    assert tables.keys() == []
+    on_disk = np.fromfile(path, np.float32).reshape(1000, 16)
+    assert (on_disk[:3] == 1).all() and (on_disk[3:] == 0).all()
+
+
+def test_a_put_that_fails_leaves_no_cut_table_behind(tmp_path):
+    """put() wrote a new table's file with Python's own write; one that failed (past the file
+    size limit here) left a cut file under the key's name, and the next put took another name.
+    It is removed now, and the error names it."""
+    script = f"""
+import errno, os, resource, signal, numpy as np
+from gpumapio.pyg import FeatureTables
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+tables = FeatureTables({str(tmp_path)!r}, device="host")
+try:
+    tables.put(None, "x", np.ones((10000, 64), np.float32))
+    raise SystemExit("the put succeeded")
+except OSError as e:
+    assert e.errno == errno.EFBIG and e.filename == os.path.join({str(tmp_path)!r}, "x.bin"), (e.errno, e.filename, e)
+assert os.listdir({str(tmp_path)!r}) == [], os.listdir({str(tmp_path)!r})
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+assert tables.put(None, "x", np.ones((10, 64), np.float32)).path.endswith("/x.bin")
+print("ok")
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr[-2000:]

@@ -137,7 +137,7 @@ impl DeviceCache {
     /// The frame size a cache of `budget` bytes gets when `frame_size` is not given: a
     /// thirty-second of the budget as a power of two, from 8 MiB to 64 MiB.
     #[staticmethod]
-    fn default_frame_size(budget: u64) -> u64 {
+    fn default_frame_size(#[pyo3(from_py_with = crate::counts::budget)] budget: u64) -> u64 {
         gpumap::mapped::CacheOptions::default_frame_size(budget)
     }
 

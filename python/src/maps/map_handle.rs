@@ -39,8 +39,14 @@ impl Drop for MapHandle {
         Python::attach(|py| {
             let map = self.map.clone();
             let Err(e) = py.detach(move || map.flush()) else { return };
+            // A flush fails while an earlier write-back's error sticks, even when it writes
+            // everything: only bytes still dirty are worth a warning.
+            let left = self.map.stats().dirty_bytes;
+            if left == 0 {
+                return;
+            }
             let message = format!(
-                "{dirty} dirty bytes of {} could not be written back when its last MappedFile and \
+                "{left} dirty bytes of {} could not be written back when its last MappedFile and \
                  views were released: {}; the cache tries once more as it closes the file, and \
                  what that cannot write is lost (flush() or close() raise such errors)",
                 self.map.path().display(),

@@ -162,7 +162,12 @@ impl View {
 
     /// Copies `data` (bytes-like) to `at` in a writable view.
     #[pyo3(signature = (data, at = 0))]
-    fn write(&self, py: Python<'_>, data: Bound<'_, PyAny>, at: u64) -> PyResult<()> {
+    fn write(
+        &self,
+        py: Python<'_>,
+        data: Bound<'_, PyAny>,
+        #[pyo3(from_py_with = crate::counts::at)] at: u64,
+    ) -> PyResult<()> {
         let held = self.held()?;
         if !matches!(&held.pin, Pin::Write(_)) {
             return Err(PyValueError::new_err("a read-only view; make it with writable=True"));
