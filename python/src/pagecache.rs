@@ -60,13 +60,11 @@ fn file_arg(file: &Bound<'_, PyAny>) -> PyResult<FileArg> {
 /// `number` as a descriptor; past what one can be, a `ValueError` naming it (PyO3's own
 /// conversion raises a bare `OverflowError`).
 fn descriptor(number: &Bound<'_, PyAny>) -> PyResult<RawFd> {
-    number.extract::<RawFd>().or_else(|e| {
+    number.extract::<RawFd>().map_err(|e| {
         if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(number.py()) {
-            Err(PyValueError::new_err(format!(
-                "file descriptor {number} is not one a file can have"
-            )))
+            PyValueError::new_err(format!("file descriptor {number} is not one a file can have"))
         } else {
-            Err(e)
+            e
         }
     })
 }
