@@ -121,5 +121,8 @@ __all__ = [
 ]
 
 # A pwrite whose future was never waited for (nor its file closed) runs on the pool's threads,
-# which end with the process: the interpreter's exit waits for it, as KvikIO's pool does.
+# which end with the process: the interpreter's exit waits for it, as KvikIO's pool does. A
+# writable map that is never released (a daemon thread's, or in a cycle) is flushed at exit,
+# as a buffered file is; the exit runs these last registered first.
 atexit.register(_native.wait_for_all_writes)
+atexit.register(_native.flush_writable_maps)

@@ -45,6 +45,7 @@ __all__ = [
     "buf_register",
     "capabilities",
     "gpu_count",
+    "flush_writable_maps",
     "wait_for_all_writes",
     "read_files",
     "start_read_files",
@@ -358,7 +359,11 @@ class Mmap:
     def read(self, buf: _Buffer, size: int | None = None, offset: int = 0) -> int: ...
     def pread(self, buf: _Buffer, size: int | None = None, offset: int = 0, task_size: int | None = None) -> IOFuture: ...
 def wait_for_all_writes() -> None:
-    """Waits for every write a file's futures started in this process (run at exit)."""
+    """Waits for every write a file's futures started in this process before the call (run at
+    exit)."""
+def flush_writable_maps() -> None:
+    """Flushes every writable map still alive in this process (run at exit); a failure is a
+    ``RuntimeWarning``."""
 def read_files(buf: _Buffer, files: Sequence[CuFile], pieces: Sequence[tuple[int, int, int, int, int, int]]) -> list[int]:
     """Reads ``pieces`` — ``(file index, file offset, size, buffer offset, count, stride)``
     each: ``count`` runs of ``size`` bytes, the ``k``-th at ``file offset + k * stride``, back

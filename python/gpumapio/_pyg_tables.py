@@ -339,6 +339,16 @@ class FeatureTables:
     def __enter__(self) -> FeatureTables:
         return self
 
+    def __copy__(self) -> FeatureTables:
+        # A shallow copy would share the registry: closing it would close this one's maps.
+        raise TypeError(
+            "FeatureTables cannot be copied (a copy would share its tables and their maps); "
+            "make another FeatureTables over the same files"
+        )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FeatureTables:
+        return self.__copy__()
+
     def __exit__(self, *exc: object) -> None:
         self.close()
 

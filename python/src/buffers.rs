@@ -17,9 +17,13 @@
 //! addresses to the file. Other formats are a `TypeError` naming the format.
 //!
 //! The Python object (or its buffer export, or its DLPack capsule) is kept alive by the
-//! [`OwnedDst`] / [`OwnedSrc`] made from it, so memory under a running transfer cannot be
-//! freed or resized; what Python code writes to it meanwhile is the caller's business, as with
-//! KvikIO and C.
+//! [`OwnedDst`] / [`OwnedSrc`] made from it, so the memory under a running transfer is not
+//! freed with the object, and a buffer export cannot be resized (`bytearray` raises
+//! `BufferError`). A torch tensor's storage can still be reallocated by `resize_()` under
+//! either of its exports: torch offers an importer no lock on it (its `numpy()` marks the
+//! storage not resizable, for good, which would change the caller's tensor), so that is
+//! documented as the caller's to avoid. What Python code writes to the memory meanwhile is the
+//! caller's business, as with KvikIO and C.
 
 use std::ffi::{c_char, c_int, c_void};
 

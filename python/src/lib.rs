@@ -74,6 +74,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cufile::capabilities, m)?)?;
     m.add_function(wrap_pyfunction!(cufile::gpu_count, m)?)?;
     m.add_function(wrap_pyfunction!(file::wait_for_all_writes, m)?)?;
+    m.add_function(wrap_pyfunction!(maps::flush_writable_maps, m)?)?;
     m.add_function(wrap_pyfunction!(multi_read::read_files, m)?)?;
     m.add_function(wrap_pyfunction!(multi_read::start_read_files, m)?)?;
     m.add_class::<multi_read::FilesRead>()?;

@@ -271,3 +271,34 @@ def test_writes_of_unwaited_futures_are_in_the_file_at_close_and_at_exit(tmp_pat
     assert run.returncode == 0, run.stderr
     for name in ("never-closed.bin", "closed.bin"):
         assert (tmp_path / name).read_bytes() == src, name
+
+
+def test_exit_ends_while_a_daemon_thread_goes_on_writing(tmp_path):
+    """The exit's wait for unwaited writes counted every write in flight, so a daemon thread
+    that kept starting pwrites held the process up for ever. It now waits for the writes
+    started before the exit, which are in the file."""
+    import subprocess
+    import sys
+    import textwrap
+
+    child = textwrap.dedent(
+        """
+        import sys, threading, time, numpy as np, gpumapio
+        f = gpumapio.CuFile(sys.argv[1], "w")
+        f.pwrite(np.full(16 << 20, 7, np.uint8), task_size=65536)  # before the exit: kept
+        def writer():
+            buf = np.ones(16 << 20, np.uint8)
+            i = 0
+            while True:
+                f.pwrite(buf, file_offset=(16 << 20) + ((i % 4) << 24))
+                i += 1
+                time.sleep(0.001)
+        threading.Thread(target=writer, daemon=True).start()
+        time.sleep(0.3)
+        """
+    )
+    path = tmp_path / "written.bin"
+    run = subprocess.run([sys.executable, "-c", child, str(path)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    with open(path, "rb") as f:
+        assert f.read(16 << 20) == bytes([7]) * (16 << 20)

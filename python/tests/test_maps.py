@@ -8,6 +8,7 @@ import gc
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import warnings
 
@@ -645,3 +646,23 @@ def test_no_warning_of_lost_bytes_when_the_last_flush_wrote_them(tmp_path):
         gc.collect()
     assert [str(w.message) for w in caught] == []
     assert path.read_bytes()[:8192] == b"\x07" * 8192
+
+
+def test_a_writable_map_a_daemon_thread_holds_is_flushed_at_exit(tmp_path):
+    """A writable map that is never released (here a daemon thread holds it) was never written
+    back: the writes it had reported were lost at the interpreter's exit, silently. The exit
+    flushes every writable map still alive, as a buffered file is flushed."""
+    path = tmp_path / "held.bin"
+    path.write_bytes(bytes(MIB))
+    child = textwrap.dedent(
+        f"""
+        import threading, time, gpumapio
+        m = gpumapio.map({str(path)!r}, writable=True, device="host")
+        m.write(0, b"X" * 4096)
+        keep = [m]
+        threading.Thread(target=lambda held: time.sleep(100), args=(keep,), daemon=True).start()
+        """
+    )
+    run = subprocess.run([sys.executable, "-W", "error", "-c", child], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert path.read_bytes()[:4096] == b"X" * 4096

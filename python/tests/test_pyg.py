@@ -1048,3 +1048,17 @@ print("ok")
 """
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr[-2000:]
+
+
+def test_feature_tables_are_not_copied_into_a_second_owner_of_their_maps(tmp_path):
+    """copy.copy made a FeatureTables sharing the registry: closing the copy closed the
+    original's maps. Copies are refused, as the native objects refuse them."""
+    import copy
+
+    tables = FeatureTables(str(tmp_path), device="host", cache=host_cache())
+    tables.put("paper", "x", np.zeros((10, 4), np.float32))
+    for make in (copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match="cannot be copied"):
+            make(tables)
+    assert tables.keys() == [("paper", "x")]
+    tables.close()

@@ -323,7 +323,7 @@ struct MapState {
 
 impl MapState {
     fn open(map: DeviceMappedFile) -> Arc<MapState> {
-        let handle = Arc::new(MapHandle::new(map.clone()));
+        let handle = MapHandle::new(map.clone());
         Arc::new(MapState {
             hold: Mutex::new(Some((map, handle))),
             gate: Arc::new(CloseGate::default()),

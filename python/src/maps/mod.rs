@@ -26,4 +26,5 @@ mod view;
 
 pub use cache::{DeviceCache, MappedFile};
 pub use lookups::LookupScope;
+pub use map_handle::flush_writable_maps;
 pub use view::View;

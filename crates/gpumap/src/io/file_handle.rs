@@ -331,8 +331,9 @@ impl FileHandle {
 
     /// Blocks until every write started through this file's futures ([`pwrite`](Self::pwrite),
     /// [`pwrite_device`](Self::pwrite_device), on this handle or another task size's of it)
-    /// has ended, waited for or not. For closing a file whose futures were dropped: their
-    /// writes run on, and would be cut short if the process ended.
+    /// before the call has ended, waited for or not. For closing a file whose futures were
+    /// dropped: their writes run on, and would be cut short if the process ended. Writes
+    /// other threads start during the wait are not waited for.
     pub fn wait_for_writes(&self) {
         self.state.writes.wait();
     }

@@ -3,26 +3,31 @@
 //! them instead of losing them (a future dropped unwaited lets its write run on, and a process
 //! that exits ends the pool's threads wherever they are).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
 use crate::sys::posix::fork_generation;
 
-/// A count of writes in flight, and a way to wait for none.
+/// A count of writes in flight, and a way to wait for those started before the wait.
 #[derive(Default)]
 pub(crate) struct WritesInFlight {
     count: Mutex<Count>,
-    none_left: Condvar,
+    one_ended: Condvar,
 }
 
-/// Writes in flight in one process: a forked child inherits its parent's count, but not the
-/// threads that run those writes, so it must neither wait for them (its exit would hang) nor
-/// count their ends.
+/// Writes in flight in one process, by the epoch they started in: a wait ends the epoch and
+/// waits only for the writes of the epochs up to it, so that writes started meanwhile (a
+/// daemon thread writing on while the process exits) cannot keep it waiting for ever. A forked
+/// child inherits its parent's count, but not the threads that run those writes, so it must
+/// neither wait for them (its exit would hang) nor count their ends.
 #[derive(Default)]
 struct Count {
     generation: u64,
-    writes: usize,
+    epoch: u64,
+    /// Writes in flight per epoch; an epoch with none is not kept.
+    writes: BTreeMap<u64, usize>,
 }
 
 /// Every file's writes together.
@@ -31,8 +36,8 @@ static ALL: WritesInFlight = WritesInFlight::new();
 impl WritesInFlight {
     const fn new() -> Self {
         WritesInFlight {
-            count: Mutex::new(Count { generation: 0, writes: 0 }),
-            none_left: Condvar::new(),
+            count: Mutex::new(Count { generation: 0, epoch: 0, writes: BTreeMap::new() }),
+            one_ended: Condvar::new(),
         }
     }
 
@@ -40,36 +45,50 @@ impl WritesInFlight {
     /// (done, failed, cancelled before it ran).
     pub(crate) fn start(self: &Arc<Self>) -> WriteInFlight {
         let generation = fork_generation();
-        self.add(generation);
-        ALL.add(generation);
-        WriteInFlight { writes: self.clone(), generation }
+        let file_epoch = self.add(generation);
+        let all_epoch = ALL.add(generation);
+        WriteInFlight { writes: self.clone(), generation, file_epoch, all_epoch }
     }
 
-    /// Blocks until no write counted here is in flight in this process.
+    /// Blocks until every write counted here that started before the call has ended in this
+    /// process (writes started during the wait are not waited for).
     pub(crate) fn wait(&self) {
         let generation = fork_generation();
         let mut count = self.count.lock();
-        while count.generation == generation && count.writes > 0 {
-            self.none_left.wait(&mut count);
+        if count.generation != generation {
+            return;
+        }
+        let last = count.epoch;
+        count.epoch += 1;
+        while count.generation == generation
+            && count.writes.first_key_value().is_some_and(|(&epoch, _)| epoch <= last)
+        {
+            self.one_ended.wait(&mut count);
         }
     }
 
-    fn add(&self, generation: u64) {
+    /// Counts a write started in this epoch, and returns the epoch.
+    fn add(&self, generation: u64) -> u64 {
         let mut count = self.count.lock();
         if count.generation != generation {
-            *count = Count { generation, writes: 0 };
+            *count = Count { generation, ..Count::default() };
         }
-        count.writes += 1;
+        let epoch = count.epoch;
+        *count.writes.entry(epoch).or_insert(0) += 1;
+        epoch
     }
 
-    fn done(&self, generation: u64) {
+    fn done(&self, generation: u64, epoch: u64) {
         let mut count = self.count.lock();
         if count.generation != generation {
             return; // a write of the parent's, whose count this process does not keep
         }
-        count.writes -= 1;
-        if count.writes == 0 {
-            self.none_left.notify_all();
+        if let Some(writes) = count.writes.get_mut(&epoch) {
+            *writes -= 1;
+            if *writes == 0 {
+                count.writes.remove(&epoch);
+                self.one_ended.notify_all();
+            }
         }
     }
 }
@@ -78,18 +97,22 @@ impl WritesInFlight {
 pub(crate) struct WriteInFlight {
     writes: Arc<WritesInFlight>,
     generation: u64,
+    file_epoch: u64,
+    all_epoch: u64,
 }
 
 impl Drop for WriteInFlight {
     fn drop(&mut self) {
-        self.writes.done(self.generation);
-        ALL.done(self.generation);
+        self.writes.done(self.generation, self.file_epoch);
+        ALL.done(self.generation, self.all_epoch);
     }
 }
 
 /// Blocks until every write started through a [`FileHandle`](super::FileHandle)'s futures
-/// (`pwrite`, `pwrite_device`) in this process has ended. For the end of a process: its pool's
-/// threads end with it, and a write still running would be cut short, silently.
+/// (`pwrite`, `pwrite_device`) in this process before the call has ended. For the end of a
+/// process: its pool's threads end with it, and a write still running would be cut short,
+/// silently. Writes started during the wait (by threads that go on writing as the process
+/// exits) are not waited for, so that they cannot hold the exit up for ever.
 pub fn wait_for_all_writes() {
     ALL.wait();
 }
@@ -114,6 +137,37 @@ mod tests {
         assert!(!waiter.is_finished(), "three writes are in flight");
         drop(writes);
         waiter.join().unwrap();
-        assert_eq!(file.count.lock().writes, 0);
+        assert!(file.count.lock().writes.is_empty());
+    }
+
+    #[test]
+    fn a_wait_ends_though_writes_keep_starting() {
+        let file = Arc::new(WritesInFlight::default());
+        let before = file.start();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            // A writer that always has a write in flight, each started before the last ends.
+            scope.spawn(|| {
+                let mut current = file.start();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let next = file.start();
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    current = next;
+                }
+                drop(current);
+            });
+            let waiter = scope.spawn(|| file.wait());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!waiter.is_finished(), "a write started before the wait is in flight");
+            drop(before);
+            // Ends while the writer goes on: only its writes started before the wait count.
+            let waited = std::time::Instant::now();
+            while !waiter.is_finished() && waited.elapsed() < std::time::Duration::from_secs(10) {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            let ended = waiter.is_finished();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            assert!(ended, "the wait never ended while writes kept starting");
+        });
     }
 }
