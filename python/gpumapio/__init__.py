@@ -123,6 +123,9 @@ __all__ = [
 # A pwrite whose future was never waited for (nor its file closed) runs on the pool's threads,
 # which end with the process: the interpreter's exit waits for it, as KvikIO's pool does. A
 # writable map that is never released (a daemon thread's, or in a cycle) is flushed at exit,
-# as a buffered file is; the exit runs these last registered first.
+# as a buffered file is; the exit runs these last registered first. Last of all, gpumap's own
+# threads stop asking for the GIL: Python ends a thread that asks for it while the interpreter
+# finalizes, which crashes the process (a write started after the exit began ends after that).
+atexit.register(_native.stop_attaching)
 atexit.register(_native.wait_for_all_writes)
 atexit.register(_native.flush_writable_maps)

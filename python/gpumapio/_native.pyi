@@ -46,6 +46,7 @@ __all__ = [
     "capabilities",
     "gpu_count",
     "flush_writable_maps",
+    "stop_attaching",
     "wait_for_all_writes",
     "read_files",
     "start_read_files",
@@ -361,6 +362,8 @@ class Mmap:
 def wait_for_all_writes() -> None:
     """Waits for every write a file's futures started in this process before the call (run at
     exit)."""
+def stop_attaching() -> None:
+    """From now on gpumap's own threads never ask for the GIL (run last at exit)."""
 def flush_writable_maps() -> None:
     """Flushes every writable map still alive in this process (run at exit); a failure is a
     ``RuntimeWarning``."""

@@ -74,7 +74,7 @@ struct HostExport {
 }
 
 // SAFETY: the export is only a claim on the exporter's memory; it is released under the GIL
-// (`Python::attach` in `Drop`), whichever thread drops it.
+// (`attach_unless_exiting` in `Drop`), whichever thread drops it.
 unsafe impl Send for HostExport {}
 // SAFETY: nothing reads or writes the export through a shared reference; only `Drop` (which
 // has `&mut`) touches it.
@@ -82,11 +82,8 @@ unsafe impl Sync for HostExport {}
 
 impl Drop for HostExport {
     fn drop(&mut self) {
-        // SAFETY: a plain query, valid at any time.
-        if unsafe { ffi::Py_IsInitialized() } == 0 {
-            return; // the interpreter is gone (a transfer outlived it): nothing to release to
-        }
-        Python::attach(|_| {
+        // Past the interpreter's exit (a transfer that outlived it) the export stays held.
+        crate::interpreter::attach_unless_exiting(|_| {
             // SAFETY: `view` was filled in by a successful `PyObject_GetBuffer` and is released
             // exactly once, here, with the GIL held.
             unsafe { PyBuffer_Release(&mut *self.view) }

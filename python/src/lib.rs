@@ -30,6 +30,7 @@ mod dlpack;
 mod errors;
 mod file;
 mod future;
+mod interpreter;
 mod maps;
 mod mmap;
 mod multi_read;
@@ -75,6 +76,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cufile::gpu_count, m)?)?;
     m.add_function(wrap_pyfunction!(file::wait_for_all_writes, m)?)?;
     m.add_function(wrap_pyfunction!(maps::flush_writable_maps, m)?)?;
+    m.add_function(wrap_pyfunction!(interpreter::stop_attaching, m)?)?;
     m.add_function(wrap_pyfunction!(multi_read::read_files, m)?)?;
     m.add_function(wrap_pyfunction!(multi_read::start_read_files, m)?)?;
     m.add_class::<multi_read::FilesRead>()?;

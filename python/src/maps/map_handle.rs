@@ -6,7 +6,6 @@ use std::sync::{Arc, Weak};
 use gpumap::mapped::DeviceMappedFile;
 use parking_lot::Mutex;
 use pyo3::exceptions::PyRuntimeWarning;
-use pyo3::ffi;
 use pyo3::prelude::*;
 
 /// The binding's hold on a map, shared by its `MappedFile` and its views. When the last of
@@ -89,12 +88,13 @@ impl Drop for MapHandle {
         if !self.map.is_writable() || self.map.is_inherited() {
             return;
         }
-        // SAFETY: a plain query, valid at any time.
-        if self.map.stats().dirty_bytes == 0 || unsafe { ffi::Py_IsInitialized() } == 0 {
-            return; // nothing to lose, or no interpreter left to tell (the library still logs)
+        if self.map.stats().dirty_bytes == 0 {
+            return;
         }
-        // The last holder may be a DLPack deleter run by a consumer without the GIL.
-        Python::attach(|py| {
+        // The last holder may be a DLPack deleter run by a consumer without the GIL. Past the
+        // interpreter's exit, which flushed every writable map, the library's own drop flushes
+        // what is left and logs a failure.
+        crate::interpreter::attach_unless_exiting(|py| {
             self.flush_or_warn(py, "when its last MappedFile and views were released")
         });
     }
