@@ -302,3 +302,31 @@ def test_exit_ends_while_a_daemon_thread_goes_on_writing(tmp_path):
     assert run.returncode == 0, run.stderr
     with open(path, "rb") as f:
         assert f.read(16 << 20) == bytes([7]) * (16 << 20)
+
+
+def test_writes_are_refused_once_the_exit_has_waited_for_them(tmp_path):
+    """What the exit runs (wait_for_all_writes) waits for the writes in flight and refuses
+    later ones: a daemon thread writing on would otherwise run writes into the process's
+    teardown (cut short; on the GPU machine the exit crashed or hung)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    child = textwrap.dedent(
+        """
+        import sys, numpy as np, gpumapio
+        from gpumapio import _native
+        f = gpumapio.CuFile(sys.argv[1], "w")
+        assert f.pwrite(np.full(4096, 7, np.uint8)).get() == 4096
+        _native.wait_for_all_writes()
+        try:
+            f.pwrite(np.full(4096, 8, np.uint8), file_offset=4096).get()
+        except RuntimeError as e:
+            assert "exiting" in str(e), e
+            print("refused")
+        """
+    )
+    path = tmp_path / "exiting.bin"
+    run = subprocess.run([sys.executable, "-c", child, str(path)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.strip() == "refused", run.stdout + run.stderr
+    assert path.read_bytes() == bytes([7]) * 4096

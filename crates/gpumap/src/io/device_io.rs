@@ -58,7 +58,14 @@ pub(super) fn pwrite_device<B: OwnedDeviceSource>(
     offset: u64,
 ) -> IoFuture<(B, usize)> {
     let shared = Arc::clone(state);
-    let in_flight = state.writes.start();
+    let in_flight = match state.writes.start() {
+        Ok(in_flight) => in_flight,
+        Err(e) => {
+            let (future, completer) = IoFuture::pending();
+            completer.complete(Err(e));
+            return future;
+        }
+    };
     state.pool.spawn(move || {
         let _in_flight = in_flight;
         let n = write_device(&shared, src.device_view(), offset)?;

@@ -70,7 +70,14 @@ where
     B: AsRef<[u8]> + Send + 'static,
 {
     let shared = Arc::clone(state);
-    let in_flight = state.writes.start();
+    let in_flight = match state.writes.start() {
+        Ok(in_flight) => in_flight,
+        Err(e) => {
+            let (future, completer) = IoFuture::pending();
+            completer.complete(Err(e));
+            return future;
+        }
+    };
     state.pool.spawn(move || {
         let _in_flight = in_flight;
         let n = write(&shared, buf.as_ref(), offset)?;

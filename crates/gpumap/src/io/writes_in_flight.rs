@@ -4,11 +4,13 @@
 //! that exits ends the pool's threads wherever they are).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
 use crate::sys::posix::fork_generation;
+use crate::{Error, Result};
 
 /// A count of writes in flight, and a way to wait for those started before the wait.
 #[derive(Default)]
@@ -33,6 +35,10 @@ struct Count {
 /// Every file's writes together.
 static ALL: WritesInFlight = WritesInFlight::new();
 
+/// The fork generation, plus one, of the process whose exit has begun ([`wait_for_all_writes`]);
+/// 0 while none has (a forked child's own exit has not begun when its parent's has).
+static EXITING_IN: AtomicU64 = AtomicU64::new(0);
+
 impl WritesInFlight {
     const fn new() -> Self {
         WritesInFlight {
@@ -42,12 +48,20 @@ impl WritesInFlight {
     }
 
     /// Counts a write started; the token counts it done when dropped, however the write ends
-    /// (done, failed, cancelled before it ran).
-    pub(crate) fn start(self: &Arc<Self>) -> WriteInFlight {
+    /// (done, failed, cancelled before it ran). Refused once the process's exit has waited for
+    /// its writes ([`wait_for_all_writes`]): a write started then would run on into the
+    /// process's teardown and be cut short.
+    pub(crate) fn start(self: &Arc<Self>) -> Result<WriteInFlight> {
         let generation = fork_generation();
+        if EXITING_IN.load(AtomicOrdering::Acquire) == generation.wrapping_add(1) {
+            return Err(Error::Unavailable {
+                what: "a write",
+                reason: "the process is exiting: a write started now would be cut short".into(),
+            });
+        }
         let file_epoch = self.add(generation);
         let all_epoch = ALL.add(generation);
-        WriteInFlight { writes: self.clone(), generation, file_epoch, all_epoch }
+        Ok(WriteInFlight { writes: self.clone(), generation, file_epoch, all_epoch })
     }
 
     /// Blocks until every write counted here that started before the call has ended in this
@@ -109,11 +123,12 @@ impl Drop for WriteInFlight {
 }
 
 /// Blocks until every write started through a [`FileHandle`](super::FileHandle)'s futures
-/// (`pwrite`, `pwrite_device`) in this process before the call has ended. For the end of a
-/// process: its pool's threads end with it, and a write still running would be cut short,
-/// silently. Writes started during the wait (by threads that go on writing as the process
-/// exits) are not waited for, so that they cannot hold the exit up for ever.
+/// (`pwrite`, `pwrite_device`) in this process has ended, and refuses such writes from then
+/// on ([`Error::Unavailable`]). For the end of a process: its pool's threads end with it, and
+/// a write still running would be cut short, silently; threads that go on writing as the
+/// process exits (daemon threads) get the error instead of holding the exit up.
 pub fn wait_for_all_writes() {
+    EXITING_IN.store(fork_generation().wrapping_add(1), AtomicOrdering::Release);
     ALL.wait();
 }
 
@@ -125,12 +140,12 @@ mod tests {
     fn waits_end_when_the_last_write_does() {
         let file = Arc::new(WritesInFlight::default());
         file.wait(); // none yet: at once
-        let writes: Vec<_> = (0..3).map(|_| file.start()).collect();
+        let writes: Vec<_> = (0..3).map(|_| file.start().unwrap()).collect();
         let waiter = {
             let file = file.clone();
             std::thread::spawn(move || {
                 file.wait();
-                wait_for_all_writes();
+                ALL.wait(); // what wait_for_all_writes waits on (it would refuse later writes)
             })
         };
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -143,14 +158,14 @@ mod tests {
     #[test]
     fn a_wait_ends_though_writes_keep_starting() {
         let file = Arc::new(WritesInFlight::default());
-        let before = file.start();
+        let before = file.start().unwrap();
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
             // A writer that always has a write in flight, each started before the last ends.
             scope.spawn(|| {
-                let mut current = file.start();
+                let mut current = file.start().unwrap();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let next = file.start();
+                    let next = file.start().unwrap();
                     std::thread::sleep(std::time::Duration::from_millis(1));
                     current = next;
                 }
