@@ -27,6 +27,7 @@ use crate::io::gds::{CuFileHandle, RegisteredBuffer};
 use crate::io::handle_state::HandleState;
 use crate::io::host_io;
 use crate::io::pool::{delivered_prefix, IoFuture};
+use crate::io::writes_in_flight::spawn_counted;
 use crate::memory::bounce::{BounceBuffer, BouncePool};
 use crate::memory::cuda::{CopyDirection, CudaDevice, CudaView, InFlight, RawRegion, Stream};
 use crate::memory::{DeviceView, DeviceViewMut, OwnedDeviceSource};
@@ -58,16 +59,7 @@ pub(super) fn pwrite_device<B: OwnedDeviceSource>(
     offset: u64,
 ) -> IoFuture<(B, usize)> {
     let shared = Arc::clone(state);
-    let in_flight = match state.writes.start() {
-        Ok(in_flight) => in_flight,
-        Err(e) => {
-            let (future, completer) = IoFuture::pending();
-            completer.complete(Err(e));
-            return future;
-        }
-    };
-    state.pool.spawn(move || {
-        let _in_flight = in_flight;
+    spawn_counted(&state.writes, &state.pool, move || {
         let n = write_device(&shared, src.device_view(), offset)?;
         Ok((src, n))
     })

@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::io::direct::{self, ReadPlan};
 use crate::io::handle_state::HandleState;
 use crate::io::pool::IoFuture;
+use crate::io::writes_in_flight::spawn_counted;
 use crate::sys::posix;
 
 /// Reads into `buf` from `offset`, in parallel; the count read (short where the file ends).
@@ -70,16 +71,7 @@ where
     B: AsRef<[u8]> + Send + 'static,
 {
     let shared = Arc::clone(state);
-    let in_flight = match state.writes.start() {
-        Ok(in_flight) => in_flight,
-        Err(e) => {
-            let (future, completer) = IoFuture::pending();
-            completer.complete(Err(e));
-            return future;
-        }
-    };
-    state.pool.spawn(move || {
-        let _in_flight = in_flight;
+    spawn_counted(&state.writes, &state.pool, move || {
         let n = write(&shared, buf.as_ref(), offset)?;
         Ok((buf, n))
     })

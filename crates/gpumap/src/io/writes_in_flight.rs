@@ -4,11 +4,11 @@
 //! that exits ends the pool's threads wherever they are).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::io::pool::{IoFuture, IoPool};
 use crate::sys::posix::fork_generation;
 use crate::{Error, Result};
 
@@ -30,19 +30,22 @@ struct Count {
     epoch: u64,
     /// Writes in flight per epoch; an epoch with none is not kept.
     writes: BTreeMap<u64, usize>,
+    /// Whether new writes are refused: the process's exit has begun ([`wait_for_all_writes`]).
+    closed: bool,
 }
 
 /// Every file's writes together.
 static ALL: WritesInFlight = WritesInFlight::new();
 
-/// The fork generation, plus one, of the process whose exit has begun ([`wait_for_all_writes`]);
-/// 0 while none has (a forked child's own exit has not begun when its parent's has).
-static EXITING_IN: AtomicU64 = AtomicU64::new(0);
-
 impl WritesInFlight {
     const fn new() -> Self {
         WritesInFlight {
-            count: Mutex::new(Count { generation: 0, epoch: 0, writes: BTreeMap::new() }),
+            count: Mutex::new(Count {
+                generation: 0,
+                epoch: 0,
+                writes: BTreeMap::new(),
+                closed: false,
+            }),
             one_ended: Condvar::new(),
         }
     }
@@ -53,25 +56,31 @@ impl WritesInFlight {
     /// process's teardown and be cut short.
     pub(crate) fn start(self: &Arc<Self>) -> Result<WriteInFlight> {
         let generation = fork_generation();
-        if EXITING_IN.load(AtomicOrdering::Acquire) == generation.wrapping_add(1) {
-            return Err(Error::Unavailable {
-                what: "a write",
-                reason: "the process is exiting: a write started now would be cut short".into(),
-            });
-        }
-        let file_epoch = self.add(generation);
-        let all_epoch = ALL.add(generation);
+        let all_epoch = ALL.add(generation).ok_or_else(|| Error::Unavailable {
+            what: "a write",
+            reason: "the process is exiting: a write started now would be cut short".into(),
+        })?;
+        let file_epoch = self.add(generation).unwrap_or_default(); // a file's count never closes
         Ok(WriteInFlight { writes: self.clone(), generation, file_epoch, all_epoch })
     }
 
     /// Blocks until every write counted here that started before the call has ended in this
     /// process (writes started during the wait are not waited for).
     pub(crate) fn wait(&self) {
+        self.wait_closing(false);
+    }
+
+    /// [`wait`](Self::wait), refusing new writes from the call on where `close`.
+    fn wait_closing(&self, close: bool) {
         let generation = fork_generation();
         let mut count = self.count.lock();
         if count.generation != generation {
-            return;
+            if !close {
+                return;
+            }
+            *count = Count { generation, ..Count::default() };
         }
+        count.closed |= close;
         let last = count.epoch;
         count.epoch += 1;
         while count.generation == generation
@@ -81,15 +90,18 @@ impl WritesInFlight {
         }
     }
 
-    /// Counts a write started in this epoch, and returns the epoch.
-    fn add(&self, generation: u64) -> u64 {
+    /// Counts a write started in this epoch, and returns the epoch; `None` once closed.
+    fn add(&self, generation: u64) -> Option<u64> {
         let mut count = self.count.lock();
         if count.generation != generation {
             *count = Count { generation, ..Count::default() };
         }
+        if count.closed {
+            return None;
+        }
         let epoch = count.epoch;
         *count.writes.entry(epoch).or_insert(0) += 1;
-        epoch
+        Some(epoch)
     }
 
     fn done(&self, generation: u64, epoch: u64) {
@@ -103,6 +115,30 @@ impl WritesInFlight {
                 count.writes.remove(&epoch);
                 self.one_ended.notify_all();
             }
+        }
+    }
+}
+
+/// Runs `job` on `pool` as a write counted in `writes` ([`WritesInFlight::start`]), holding
+/// its token until the job ends; a refused start is the future's error.
+pub(crate) fn spawn_counted<T, F>(
+    writes: &Arc<WritesInFlight>,
+    pool: &IoPool,
+    job: F,
+) -> IoFuture<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T> + Send + 'static,
+{
+    match writes.start() {
+        Ok(in_flight) => pool.spawn(move || {
+            let _in_flight = in_flight;
+            job()
+        }),
+        Err(e) => {
+            let (future, completer) = IoFuture::pending();
+            completer.complete(Err(e));
+            future
         }
     }
 }
@@ -128,8 +164,7 @@ impl Drop for WriteInFlight {
 /// a write still running would be cut short, silently; threads that go on writing as the
 /// process exits (daemon threads) get the error instead of holding the exit up.
 pub fn wait_for_all_writes() {
-    EXITING_IN.store(fork_generation().wrapping_add(1), AtomicOrdering::Release);
-    ALL.wait();
+    ALL.wait_closing(true);
 }
 
 #[cfg(test)]
