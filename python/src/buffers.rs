@@ -606,20 +606,24 @@ fn contiguous(shape: &[usize], strides: &[isize], itemsize: usize) -> bool {
 /// the legacy / per-thread default stream) in the context of the device that holds `ptr`.
 fn synchronize_stream(py: Python<'_>, ptr: u64, stream: u64) -> PyResult<()> {
     let ordinal = check(py, gpumap::memory::cuda::device_ordinal_of(ptr))?;
-    // The wait may be long (the exporter's queued kernels): other Python threads run meanwhile.
-    let rc = py.detach(move || -> Result<(), String> {
-        let device = CudaDevice::new(ordinal).map_err(|e| e.to_string())?;
-        // SAFETY: `stream` is the exporter's stream handle (or a special default-stream
-        // value), valid while the exporter is, which the caller holds.
-        let stream = unsafe { StreamRef::from_raw(&device, stream) }.map_err(|e| e.to_string())?;
-        stream.synchronize().map_err(|e| e.to_string())
-    });
-    rc.map_err(|e| {
+    let failed = |e: String| {
         crate::errors::cuda_error(
             py,
             format!("cuStreamSynchronize on the exporter's stream {stream:#x} failed: {e}"),
         )
-    })
+    };
+    // SAFETY: `stream` is the exporter's stream handle (or a special default-stream value),
+    // valid while the exporter is, which the caller holds.
+    let stream_ref = |device: &CudaDevice| unsafe { StreamRef::from_raw(device, stream) };
+    // Most often the exporter's work is done: asking costs less than letting go of the GIL.
+    let device = CudaDevice::new(ordinal).map_err(|e| failed(e.to_string()))?;
+    let idle = stream_ref(&device).and_then(|s| s.is_idle());
+    if idle.map_err(|e| failed(e.to_string()))? {
+        return Ok(());
+    }
+    // The wait may be long (the exporter's queued kernels): other Python threads run meanwhile.
+    py.detach(move || stream_ref(&device).and_then(|s| s.synchronize()).map_err(|e| e.to_string()))
+        .map_err(failed)
 }
 
 /// Synchronizes `stream` (a caller's CUDA stream handle; 0 is the legacy default stream) in the

@@ -133,6 +133,7 @@ on_every_server!(
     reads_outside_the_object_are_refused,
     requests_in_flight_are_bounded_and_parallel,
     lanes_keep_their_connections_between_reads_and_close_them_with_the_file,
+    one_request_futures_keep_their_loops_connections_and_close_them_with_the_file,
     a_part_that_fails_stops_the_other_lanes,
     small_futures_in_flight_are_not_capped_by_the_io_pool,
     reads_started_at_once_share_the_files_requests_in_flight,
@@ -366,6 +367,37 @@ fn lanes_keep_their_connections_between_reads_and_close_them_with_the_file(kind:
     assert!(accepted <= 1 + MAX_LANES * 4, "{kind:?}: {accepted} connections for {reads} reads");
     assert!(target.server.open_connections() > 0, "{kind:?}: no connection kept for reuse");
     drop(file);
+    expect_connections_closed(&target, kind);
+}
+
+fn one_request_futures_keep_their_loops_connections_and_close_them_with_the_file(kind: Kind) {
+    // Hundreds of one-request futures at once, in rounds: each request loop serves at most
+    // its share of the eight requests in flight, on connections of its own that it keeps, so
+    // the rounds open about eight connections in all, not one a read.
+    let count = 300;
+    let in_flight = 8;
+    let target = Target::new(kind, count * 4096);
+    let mut options = target.options();
+    options.request_size(4096).unwrap().max_in_flight(Some(in_flight)).unwrap();
+    let file = target.open(&options).unwrap();
+    target.server.delay_gets(Duration::from_millis(1));
+    for _ in 0..3 {
+        let futures = first_blocks_as_futures(&file, count);
+        expect_first_blocks(futures, &target.bytes, kind);
+    }
+    let most = target.server.max_active_gets();
+    assert!((2..=in_flight).contains(&most), "{kind:?}: {most} GETs at once");
+    let accepted = target.server.accepted();
+    // The open's own connection, each request loop's share, and one each to spare.
+    let bound = 1 + 2 * in_flight;
+    assert!(accepted <= bound, "{kind:?}: {accepted} connections for {} reads", 3 * count);
+    assert!(target.server.open_connections() > 0, "{kind:?}: no connection kept for reuse");
+    drop(file);
+    expect_connections_closed(&target, kind);
+}
+
+/// Waits, 10 s at most, for the server to see every connection closed (its file dropped).
+fn expect_connections_closed(target: &Target, kind: Kind) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while target.server.open_connections() > 0 {
         let open = target.server.open_connections();
@@ -414,8 +446,8 @@ fn expect_first_blocks(futures: Vec<IoFuture<(DeviceBuffer, usize)>>, bytes: &[u
 }
 
 fn small_futures_in_flight_are_not_capped_by_the_io_pool(kind: Kind) {
-    // Each small pread is a task of the remote runtime, not a pool thread blocked on the
-    // server: more are in flight at once than the pool has threads.
+    // Each small pread is a task of a request loop, not a pool thread blocked on the server:
+    // more are in flight at once than the pool has threads.
     let threads = gpumap::io::IoPool::global().unwrap().nthreads();
     let count = 2 * threads + 8;
     let target = Target::new(kind, count * 4096);

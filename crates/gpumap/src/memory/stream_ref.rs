@@ -60,6 +60,14 @@ impl<'a> StreamRef<'a> {
         self.handle.synchronize()
     }
 
+    /// Whether all the work queued on the stream so far has finished (`cuStreamQuery`), without
+    /// waiting: a caller that finds it idle need not [`synchronize`](Self::synchronize).
+    #[doc(alias = "cuStreamQuery")]
+    pub fn is_idle(&self) -> Result<bool> {
+        CudaDevice::new(self.ordinal)?.bind_to_thread()?;
+        self.handle.is_idle()
+    }
+
     /// The stream's handle, after checking that it is on the GPU `ordinal`.
     pub(crate) fn on(&self, ordinal: usize) -> Result<StreamHandle> {
         if self.ordinal != ordinal {

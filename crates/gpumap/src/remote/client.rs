@@ -18,8 +18,9 @@ use crate::per_process::{ForkLocal, PerProcess};
 use crate::remote::answers::CheckedConnector;
 use crate::remote::aws_profile::Profile;
 use crate::remote::failure::{self, Failure};
-use crate::remote::lanes::StoreOwner;
+use crate::remote::loops::{self, Queues, StoreSource};
 use crate::remote::options::RemoteOptions;
+use crate::remote::stores::StoreOwner;
 use crate::remote::url::RemoteUrl;
 use crate::remote::webhdfs::WebHdfs;
 
@@ -28,8 +29,9 @@ use crate::remote::webhdfs::WebHdfs;
 pub(crate) struct Client {
     /// The store and permits of the process (see [`Connections`]).
     connections: Arc<ForkLocal<Connections>>,
-    /// A read lane's own store, in place of the shared one (see [`Client::with_store`]).
-    lane_store: Option<Arc<dyn ObjectStore>>,
+    /// A read lane's or request loop's own store, in place of the shared one (see
+    /// [`Client::with_store`]).
+    thread_store: Option<Arc<dyn ObjectStore>>,
     pub(crate) path: StorePath,
     /// How to make another store like the shared one: a read lane makes its own (see
     /// [`lanes`](super::lanes)), whose connections live on the lane's runtime, and a forked
@@ -48,12 +50,32 @@ pub(crate) struct Connections {
     /// a [`RemotePrefix`](super::RemotePrefix) opens): many reads started at once queue here
     /// rather than each open a connection of its own.
     pub(crate) requests: Arc<Semaphore>,
+    /// Where its reads of one request wait for a request loop, each loop with its share of
+    /// the requests in flight.
+    pub(crate) queues: Arc<Queues>,
 }
 
 impl Connections {
     /// Connections made from `recipe` (a store of its own, and its permits).
-    pub(crate) fn made_from(recipe: &StoreRecipe) -> Result<Connections> {
-        Ok(Connections { store: recipe.store()?, requests: request_permits(&recipe.options) })
+    pub(crate) fn made_from(recipe: &Arc<StoreRecipe>) -> Result<Connections> {
+        Ok(Connections::through(recipe.store()?, recipe))
+    }
+
+    /// Connections through `store`, made from `recipe`.
+    pub(crate) fn through(store: Arc<dyn ObjectStore>, recipe: &Arc<StoreRecipe>) -> Connections {
+        let source = {
+            let recipe = Arc::clone(recipe);
+            StoreSource {
+                owner: Arc::clone(&recipe.owner),
+                make: Arc::new(move || recipe.per_thread_store(loops::loop_count())),
+            }
+        };
+        let in_flight = recipe.options.requests_in_flight();
+        Connections {
+            store,
+            requests: request_permits(&recipe.options),
+            queues: Arc::new(Queues::new(in_flight, source)),
+        }
     }
 }
 
@@ -63,15 +85,15 @@ impl Connections {
 pub(crate) struct StoreRecipe {
     url: RemoteUrl,
     pub(crate) options: RemoteOptions,
-    /// The lanes keep the stores they make from this recipe while it lives.
-    pub(crate) owner: StoreOwner,
+    /// The lanes and loops keep the stores they make from this recipe while it lives.
+    pub(crate) owner: Arc<StoreOwner>,
 }
 
 impl StoreRecipe {
     /// The recipe of the stores for `url` opened with `options` (for S3, any key of the
     /// bucket: the store is the bucket's).
     pub(crate) fn new(url: &RemoteUrl, options: &RemoteOptions) -> StoreRecipe {
-        StoreRecipe { url: url.clone(), options: options.clone(), owner: StoreOwner::default() }
+        StoreRecipe { url: url.clone(), options: options.clone(), owner: Arc::default() }
     }
 
     /// A new store: S3 with credentials, region and endpoint from the standard AWS environment
@@ -81,12 +103,12 @@ impl StoreRecipe {
         self.store_keeping(self.options.requests_in_flight())
     }
 
-    /// A store for one read lane: it keeps as many idle connections as a lane has requests
-    /// in flight at most, so that the lanes of one file keep about the file's bound in all
-    /// (each keeping the file's whole bound kept up to sixteen times as many sockets open).
-    pub(crate) fn lane_store(&self) -> Result<Arc<dyn ObjectStore>> {
-        let lanes = crate::remote::lanes::lane_count();
-        self.store_keeping(self.options.requests_in_flight().div_ceil(lanes) + 1)
+    /// A store for one of `threads` read lanes or request loops that share the file's
+    /// requests: it keeps as many idle connections as one of them has requests in flight at
+    /// most, so that together they keep about the file's bound (each keeping the whole bound
+    /// kept up to sixteen times as many sockets open).
+    pub(crate) fn per_thread_store(&self, threads: usize) -> Result<Arc<dyn ObjectStore>> {
+        self.store_keeping(self.options.requests_in_flight().div_ceil(threads.max(1)) + 1)
     }
 
     /// A store whose connection pool keeps at most `idle` connections unused.
@@ -120,7 +142,7 @@ impl StoreRecipe {
 
 /// The permits of a client opened with `options`
 /// ([`requests_in_flight`](RemoteOptions::requests_in_flight)).
-pub(crate) fn request_permits(options: &RemoteOptions) -> Arc<Semaphore> {
+fn request_permits(options: &RemoteOptions) -> Arc<Semaphore> {
     Arc::new(Semaphore::new(options.requests_in_flight()))
 }
 
@@ -133,7 +155,7 @@ impl Client {
             RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => StorePath::default(),
         };
         let connections = Arc::new(ForkLocal::new(Connections::made_from(&recipe)?));
-        Ok(Client { connections, lane_store: None, path, recipe })
+        Ok(Client { connections, thread_store: None, path, recipe })
     }
 
     /// A client of the object at `path` through `connections` (a prefix's, shared by the
@@ -143,17 +165,17 @@ impl Client {
         path: StorePath,
         recipe: Arc<StoreRecipe>,
     ) -> Client {
-        Client { connections, lane_store: None, path, recipe }
+        Client { connections, thread_store: None, path, recipe }
     }
 
     /// This client with `store` in place of its own (a lane's, made from the same recipe).
     pub(crate) fn with_store(&self, store: Arc<dyn ObjectStore>) -> Client {
-        Client { lane_store: Some(store), ..self.clone() }
+        Client { thread_store: Some(store), ..self.clone() }
     }
 
     /// The store its requests go through in this process.
     pub(crate) fn store(&self) -> Result<Arc<dyn ObjectStore>> {
-        match &self.lane_store {
+        match &self.thread_store {
             Some(store) => Ok(store.clone()),
             None => Ok(self.connections()?.store),
         }
@@ -162,6 +184,11 @@ impl Client {
     /// The permits of its requests in this process.
     pub(crate) fn requests(&self) -> Result<Arc<Semaphore>> {
         Ok(self.connections()?.requests)
+    }
+
+    /// Where its reads of one request wait for a request loop, in this process.
+    pub(crate) fn queues(&self) -> Result<Arc<Queues>> {
+        Ok(self.connections()?.queues)
     }
 
     fn connections(&self) -> Result<Connections> {

@@ -278,20 +278,22 @@ pub(crate) async fn read_cuda(
     mark_failure(outcome, failed)
 }
 
-/// Reads `dst.len` bytes (one request at most) at `offset` into GPU memory from a task of the
-/// remote runtime: a permit first, then a pinned bounce buffer to receive the body (else
-/// memory of its own), then one copy up on this worker's stream, waited for here (a copy of
-/// one request takes microseconds, less than a hop to another thread would).
-pub(crate) async fn read_cuda_one(fetch: Fetch<'_>, dst: RawRegion, offset: u64) -> Result<()> {
+/// Receives the `len` bytes (one request at most) at `offset` bound for GPU `ordinal`, from a
+/// task of a request loop: a permit first, then a pinned bounce buffer to receive the body
+/// (else memory of its own). The body comes back with the permit, which the caller holds
+/// until the body is in place, so that the bodies held stay within the file's bound.
+pub(crate) async fn land_one(
+    fetch: Fetch<'_>,
+    len: usize,
+    ordinal: usize,
+    offset: u64,
+) -> Result<(upload::Landing, tokio::sync::OwnedSemaphorePermit)> {
     let permit = fetch.permit().await?;
     let landings = fetch.options.requests_in_flight();
-    let pool = upload::landing_pool(dst.ordinal, landings)?;
-    let mut body = upload::landing(&pool, dst.len)?;
+    let pool = upload::landing_pool(ordinal, landings)?;
+    let mut body = upload::landing(&pool, len)?;
     fetch.range_holding_permit(offset, body.bytes_mut()).await?;
-    drop(permit);
-    let mut uploader = Uploader::with_pool(dst, pool)?;
-    uploader.upload(body, 0)?;
-    uploader.finish()
+    Ok((body, permit))
 }
 
 /// The request size as a `usize` (options cap it far below `usize::MAX`).

@@ -7,16 +7,20 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use futures_util::future::{select, Either};
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::Config;
 use crate::error::Result;
 use crate::io::pool::Help;
 use crate::io::{IoFuture, IoPool};
+use crate::memory::cuda::RawRegion;
 use crate::memory::{DeviceViewMut, OwnedDeviceMemory};
+use crate::remote::batched_upload;
 use crate::remote::client::{self, Client};
 use crate::remote::fetch::{self, Fetch};
 use crate::remote::lanes;
 use crate::remote::options::RemoteOptions;
+use crate::remote::upload::Landing;
 use crate::remote::url::RemoteUrl;
 
 /// A read-only remote object: `s3://bucket/key`, or an `http(s)://` URL (a presigned S3 URL is
@@ -162,7 +166,8 @@ impl RemoteFile {
         let parts = dst.chunks_mut(part)?;
         lanes::run(parts, |part_dst, lane_index, lane| {
             let from = offset + (lane_index * part) as u64;
-            let store = lane.store(&client.recipe.owner, || client.recipe.lane_store())?;
+            let store =
+                lane.store(&client.recipe.owner, || client.recipe.per_thread_store(lanes))?;
             let client = client.with_store(store);
             let fetch = Fetch {
                 client: &client,
@@ -179,10 +184,10 @@ impl RemoteFile {
 
     /// Starts [`read_device`](Self::read_device) into the owned `dst`; the future gives back
     /// `dst` and the count. A read of one request at most (into GPU memory, one that fits a
-    /// bounce buffer) is a task of the remote runtime, holding no thread while it waits its turn
-    /// or the server, so that the file's requests in flight, not the I/O pool's threads, bound
-    /// how many are served at once (into GPU memory, its body lands in a pinned bounce buffer
-    /// and goes up from there); others run on the I/O pool.
+    /// bounce buffer) is a task of a request loop (`remote/loops.rs`), holding no thread while it
+    /// waits its turn or the server, so that the file's requests in flight, not the I/O pool's
+    /// threads, bound how many are served at once (into GPU memory, its body lands in a pinned
+    /// bounce buffer and goes up from there); others run on the I/O pool.
     pub fn pread_device<B: OwnedDeviceMemory>(
         &self,
         mut dst: B,
@@ -217,17 +222,18 @@ impl RemoteFile {
         }
     }
 
-    /// [`pread_device`](Self::pread_device) of one request, on the remote runtime.
+    /// [`pread_device`](Self::pread_device) of one request, on a request loop, through that
+    /// loop's own connections to the object.
     fn pread_one_request<B: OwnedDeviceMemory>(&self, dst: B, offset: u64) -> IoFuture<(B, usize)> {
         let (future, completer) = IoFuture::pending();
-        let runtime = match client::runtime() {
-            Ok(runtime) => runtime,
+        let queues = match self.inner.client.queues() {
+            Ok(queues) => queues,
             Err(e) => {
                 completer.complete(Err(e));
                 return future;
             }
         };
-        // Cancelling the future (Ctrl-C in Python) wakes the task, which drops its request.
+        // Cancelling the future (Ctrl-C in Python) wakes the read, which drops its request.
         let cancelled = Arc::new(tokio::sync::Notify::new());
         let wake = cancelled.clone();
         future.set_helper(Box::new(move |help| match help {
@@ -238,30 +244,63 @@ impl RemoteFile {
             Help::Run | Help::Poll | Help::Finish => false,
         }));
         let file = self.clone();
-        runtime.spawn(async move {
-            let mut dst = dst;
-            let read = file.read_one_request(dst.device_view_mut(), offset);
-            let outcome = match select(pin!(read), pin!(cancelled.notified())).await {
-                Either::Left((done, _)) => done,
-                Either::Right(((), _)) => Err(crate::io::pool::cancelled()),
-            };
-            completer.complete(outcome.map(|n| (dst, n)));
-        });
+        queues.submit(Box::new(move |store| {
+            Box::pin(async move {
+                let mut dst = dst;
+                let view = dst.device_view_mut();
+                let len = view.len();
+                let outcome = match store {
+                    Ok(store) => {
+                        let client = file.inner.client.with_store(store);
+                        let read = file.read_one_request(&client, view, offset);
+                        let done = match select(pin!(read), pin!(cancelled.notified())).await {
+                            Either::Left((done, _)) => done,
+                            Either::Right(((), _)) => Err(crate::io::pool::cancelled()),
+                        };
+                        done
+                    }
+                    Err(e) => Err(e),
+                };
+                match outcome {
+                    Ok(OneRead::Done(n)) => completer.complete(Ok((dst, n))),
+                    // The body goes up from the upload thread, which completes the future;
+                    // `dst` and the permit live until the body is in place.
+                    Ok(OneRead::Landed { body, permit, region }) => {
+                        let then = move |outcome: Result<()>| {
+                            drop(permit);
+                            completer.complete(outcome.map(|()| (dst, len)));
+                        };
+                        batched_upload::upload_then(body, region, Box::new(then));
+                    }
+                    Err(e) => completer.complete(Err(e)),
+                }
+            })
+        }));
         future
     }
 
-    async fn read_one_request(&self, dst: DeviceViewMut<'_>, offset: u64) -> Result<usize> {
+    /// One request's read into `dst`, through `client` (the file's, or a loop's own): into
+    /// host memory, done; bound for GPU memory, its body landed in host memory.
+    async fn read_one_request(
+        &self,
+        client: &Client,
+        dst: DeviceViewMut<'_>,
+        offset: u64,
+    ) -> Result<OneRead> {
         let len = dst.len();
         if !self.has_bytes_at(offset, len)? {
-            return Ok(0);
+            return Ok(OneRead::Done(0));
         }
+        let fetch = self.fetch_through(client);
         match dst {
-            DeviceViewMut::Host(bytes) => self.fetch().range(offset, bytes).await?,
+            DeviceViewMut::Host(bytes) => fetch.range(offset, bytes).await?,
             DeviceViewMut::Cuda(view) => {
-                fetch::read_cuda_one(self.fetch(), view.raw, offset).await?
+                let region = view.raw;
+                let (body, permit) = fetch::land_one(fetch, len, region.ordinal, offset).await?;
+                return Ok(OneRead::Landed { body, permit, region });
             }
         }
-        Ok(len)
+        Ok(OneRead::Done(len))
     }
 
     /// `Err` where `len` bytes at `offset` pass the object's end; else whether there are any
@@ -272,14 +311,27 @@ impl RemoteFile {
     }
 
     fn fetch(&self) -> Fetch<'_> {
+        self.fetch_through(&self.inner.client)
+    }
+
+    /// [`fetch`](Self::fetch) through `client` (a lane's or loop's own, of this file).
+    fn fetch_through<'a>(&'a self, client: &'a Client) -> Fetch<'a> {
         Fetch {
-            client: &self.inner.client,
+            client,
             options: &self.inner.options,
             url: &self.inner.url,
             object_len: Some(self.inner.len),
             etag: self.inner.etag.as_deref(),
         }
     }
+}
+
+/// Where a read of one request stands when its request is done.
+enum OneRead {
+    /// Its bytes are in place: this many.
+    Done(usize),
+    /// Its body landed in host memory, received under `permit`, and goes up to `region`.
+    Landed { body: Landing, permit: OwnedSemaphorePermit, region: RawRegion },
 }
 
 /// How often a read in flight looks at its cancel flag: a Ctrl-C is felt within this.

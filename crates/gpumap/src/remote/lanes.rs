@@ -8,65 +8,45 @@
 //! (docs/decisions/0025-remote-read-lanes.md).
 //!
 //! A connection belongs to the runtime it was opened on, so a store used by a lane is that
-//! lane's own, made from the file's [`StoreRecipe`](super::client::StoreRecipe) and kept while
-//! its owner lives (at most [`MAX_LANE_STORES`] per lane); a lane's runtime runs only while
-//! the lane works, so when an owner goes every lane is asked to drop its stores and let their
+//! lane's own, made from the file's [`StoreRecipe`](super::client::StoreRecipe) and kept on
+//! the lane's [`StoreShelf`] while its owner lives; a lane's runtime runs only while the lane
+//! works, so when an owner goes every lane is asked to drop its stores and let their
 //! connections close.
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use object_store::ObjectStore;
 
 use crate::error::{Error, Result};
 use crate::per_process::PerProcess;
+use crate::remote::stores::{self, StoreOwner, StoreShelf};
 
 /// Threads one read's requests are shared among, at most (and no more than the CPUs).
 pub const MAX_LANES: usize = 16;
-
-/// Stores a lane keeps at once: the files read most recently. An older one is dropped, and
-/// its connections closed, when a newer one needs the room.
-pub(crate) const MAX_LANE_STORES: usize = 4;
 
 /// Scheduler rounds a lane gives its runtime after dropping stores, so that the tasks of
 /// their connections see their clients gone and close their sockets.
 const CLOSING_ROUNDS: usize = 4;
 
-/// The owner of the stores lanes make from one recipe: they are kept while it lives, and
-/// dropped (their connections closed) soon after it goes.
-#[derive(Debug, Default)]
-pub(crate) struct StoreOwner {
-    alive: Arc<()>,
-}
-
-impl StoreOwner {
-    fn key(&self) -> Weak<()> {
-        Arc::downgrade(&self.alive)
-    }
-}
-
-impl Drop for StoreOwner {
-    fn drop(&mut self) {
-        // Let go first, so that the lanes find this owner gone however soon they look.
-        drop(std::mem::take(&mut self.alive));
-        if let Some(pool) = LANES.get() {
-            pool.spawn_broadcast(|_| {
-                let taken = LANE_STATE.with(|cell| cell.borrow_mut().take());
-                if let Some(mut state) = taken {
-                    state.forget_dead();
-                    LANE_STATE.with(|cell| *cell.borrow_mut() = Some(state));
-                }
-            });
-        }
+/// Asks every lane to drop the stores whose owners are gone (a [`StoreOwner`]'s drop).
+fn forget_dead_on_every_lane() {
+    if let Some(pool) = LANES.get() {
+        pool.spawn_broadcast(|_| {
+            let taken = LANE_STATE.with(|cell| cell.borrow_mut().take());
+            if let Some(mut state) = taken {
+                state.forget_dead();
+                LANE_STATE.with(|cell| *cell.borrow_mut() = Some(state));
+            }
+        });
     }
 }
 
 /// What one lane thread keeps between reads.
 struct LaneState {
     runtime: tokio::runtime::Runtime,
-    /// The stores it made, by the owner they were made for; oldest first.
-    stores: Vec<(Weak<()>, Arc<dyn ObjectStore>)>,
+    stores: StoreShelf,
 }
 
 impl LaneState {
@@ -75,14 +55,12 @@ impl LaneState {
             tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| {
                 Error::Unavailable { what: "a remote read lane's runtime", reason: e.to_string() }
             })?;
-        Ok(LaneState { runtime, stores: Vec::new() })
+        Ok(LaneState { runtime, stores: StoreShelf::default() })
     }
 
     /// Drops the stores whose owners are gone, then lets their connections close.
     fn forget_dead(&mut self) {
-        let before = self.stores.len();
-        self.stores.retain(|(owner, _)| owner.strong_count() > 0);
-        if self.stores.len() < before {
+        if self.stores.forget_dead() {
             self.let_connections_close();
         }
     }
@@ -126,6 +104,7 @@ pub(crate) fn lane_count() -> usize {
 
 fn lanes() -> Result<Arc<rayon::ThreadPool>> {
     LANES.get_or_try_make(|| {
+        stores::when_an_owner_goes("lanes", forget_dead_on_every_lane);
         rayon::ThreadPoolBuilder::new()
             .num_threads(lane_count())
             .thread_name(|i| format!("gpumap-lane-{i}"))
@@ -154,17 +133,10 @@ impl Lane<'_> {
         owner: &StoreOwner,
         make: impl FnOnce() -> Result<Arc<dyn ObjectStore>>,
     ) -> Result<Arc<dyn ObjectStore>> {
-        self.state.forget_dead();
-        let key = owner.key();
-        if let Some((_, store)) = self.state.stores.iter().find(|(k, _)| k.ptr_eq(&key)) {
-            return Ok(Arc::clone(store));
-        }
-        let store = make()?;
-        if self.state.stores.len() >= MAX_LANE_STORES {
-            self.state.stores.remove(0);
+        let (store, dropped) = self.state.stores.store(owner, make)?;
+        if dropped {
             self.state.let_connections_close();
         }
-        self.state.stores.push((key, Arc::clone(&store)));
         Ok(store)
     }
 
@@ -256,50 +228,6 @@ mod tests {
         assert_eq!(done.into_inner(), 5);
         // The lanes still work afterwards.
         run(vec![()], |(), _, lane| lane.block_on(async { Ok(()) })).unwrap();
-    }
-
-    #[test]
-    fn a_lane_keeps_one_store_per_live_owner_within_its_bound() {
-        let owners: Vec<StoreOwner> =
-            (0..MAX_LANE_STORES + 2).map(|_| StoreOwner::default()).collect();
-        let made = std::sync::atomic::AtomicUsize::new(0);
-        // One part, so one lane thread does every step in order.
-        run(vec![()], |(), _, lane| {
-            let make = || {
-                made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                memory_store()
-            };
-            let first = lane.store(&owners[0], make)?;
-            let again = lane.store(&owners[0], make)?;
-            assert!(Arc::ptr_eq(&first, &again));
-            for owner in &owners[1..] {
-                lane.store(owner, make)?;
-            }
-            assert_eq!(lane.state.stores.len(), MAX_LANE_STORES);
-            // The oldest were dropped for room: asking for the first again makes a new one.
-            let remade = lane.store(&owners[0], make)?;
-            assert!(!Arc::ptr_eq(&first, &remade));
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(made.into_inner(), MAX_LANE_STORES + 3);
-    }
-
-    #[test]
-    fn a_store_is_kept_while_its_owner_lives_and_dropped_after() {
-        // A lane state of the test's own: the lane threads are shared with the other tests,
-        // whose stores may push this one out for room at any moment.
-        let mut state = LaneState::new().unwrap();
-        let mut lane = Lane { state: &mut state };
-        let owner = StoreOwner::default();
-        let weak = Arc::downgrade(&lane.store(&owner, memory_store).unwrap());
-        assert!(weak.upgrade().is_some(), "the lane keeps the store while its owner lives");
-        let again = lane.store(&owner, || Err(Error::InvalidArgument("made twice".into())));
-        assert!(Arc::ptr_eq(&again.unwrap(), &weak.upgrade().unwrap()));
-        drop(owner);
-        lane.state.forget_dead();
-        assert!(weak.upgrade().is_none(), "the store outlived its owner");
-        assert!(lane.state.stores.is_empty());
     }
 
     #[test]

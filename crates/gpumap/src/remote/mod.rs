@@ -37,15 +37,18 @@
 
 mod answers;
 mod aws_profile;
+mod batched_upload;
 mod client;
 mod failure;
 mod fetch;
 mod file;
 mod lanes;
+mod loops;
 mod options;
 mod parts;
 mod prefix;
 mod retry;
+mod stores;
 mod upload;
 mod url;
 mod webhdfs;

@@ -102,12 +102,9 @@ impl RemotePrefix {
         let store = client::s3_store(&shown, &bucket, options)?;
         let mut options = options.clone();
         options.known_len(None);
-        let connections = Connections {
-            store: Arc::new(store.clone()),
-            requests: client::request_permits(&options),
-        };
-        let connections = Arc::new(ForkLocal::new(connections));
         let recipe = Arc::new(StoreRecipe::new(&shown, &options));
+        let connections = Connections::through(Arc::new(store.clone()), &recipe);
+        let connections = Arc::new(ForkLocal::new(connections));
         let store = ForkLocal::new(store);
         let inner = Inner { bucket, prefix, url: shown, store, options, connections, recipe };
         Ok(RemotePrefix { inner: Arc::new(inner) })

@@ -52,12 +52,7 @@ impl Uploader {
     /// per lane), which the shared pool's bound is raised to, within
     /// [`MAX_LANDING_BUFFERS`].
     pub(crate) fn new(dst: RawRegion, landings: usize) -> Result<Uploader> {
-        Self::with_pool(dst, landing_pool(dst.ordinal, landings)?)
-    }
-
-    /// An uploader into `dst` whose bodies land in `pool` (a [`landing_pool`] of `dst`'s
-    /// device), on the calling thread's stream.
-    pub(crate) fn with_pool(dst: RawRegion, pool: Arc<BouncePool>) -> Result<Uploader> {
+        let pool = landing_pool(dst.ordinal, landings)?;
         let device = CudaDevice::new(dst.ordinal)?;
         device.bind_to_thread()?;
         Ok(Uploader { pool, stream: Stream::for_current_thread(&device)?, dst, in_flight: None })
@@ -104,12 +99,40 @@ impl Uploader {
 /// to `landings` (bodies held at once), within [`MAX_LANDING_BUFFERS`]. Binds the device's
 /// context to the calling thread.
 pub(crate) fn landing_pool(ordinal: usize, landings: usize) -> Result<Arc<BouncePool>> {
+    let bound_asked = landings.min(MAX_LANDING_BUFFERS);
+    // A request loop asks for the same pool at every read: it keeps the last one (and its
+    // device), rather than take the process-wide locks that find them each time.
+    let kept = LAST_POOL.with(|last| {
+        last.borrow()
+            .as_ref()
+            .filter(|k| k.ordinal == ordinal && k.bound_asked == bound_asked)
+            .cloned()
+    });
+    if let Some(kept) = kept {
+        kept.device.bind_to_thread()?;
+        return Ok(kept.pool);
+    }
     let device = CudaDevice::new(ordinal)?;
     device.bind_to_thread()?;
     let buffer_size = usize::try_from(Config::global()?.bounce_buffer_size).unwrap_or(4 << 20);
     let local = 2 * IoPool::global()?.nthreads();
-    let bound = local.max(landings.min(MAX_LANDING_BUFFERS));
-    BouncePool::for_device(&device, buffer_size, bound)
+    let pool = BouncePool::for_device(&device, buffer_size, local.max(bound_asked))?;
+    let kept = KeptPool { ordinal, bound_asked, device, pool: Arc::clone(&pool) };
+    LAST_POOL.with(|last| *last.borrow_mut() = Some(kept));
+    Ok(pool)
+}
+
+/// The pool a thread found last, and what it was asked for.
+#[derive(Clone)]
+struct KeptPool {
+    ordinal: usize,
+    bound_asked: usize,
+    device: CudaDevice,
+    pool: Arc<BouncePool>,
+}
+
+thread_local! {
+    static LAST_POOL: std::cell::RefCell<Option<KeptPool>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Where a body of `len` bytes lands: a free buffer of `pool` that holds it, else memory of

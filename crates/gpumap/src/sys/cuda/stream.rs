@@ -125,6 +125,16 @@ impl StreamHandle {
         check("cuStreamSynchronize", unsafe { (api()?.cuStreamSynchronize)(self.raw()) })
     }
 
+    /// `cuStreamQuery`: whether all the work queued on the stream has finished.
+    pub(crate) fn is_idle(self) -> Result<bool> {
+        // SAFETY: the handle is a live stream (the constructors' contract).
+        match unsafe { (api()?.cuStreamQuery)(self.raw()) } {
+            CUDA_SUCCESS => Ok(true),
+            CUDA_ERROR_NOT_READY => Ok(false),
+            rc => check("cuStreamQuery", rc).map(|()| false),
+        }
+    }
+
     /// `cuEventRecord` of `event` on this stream.
     pub(crate) fn record(self, event: &RawEvent) -> Result<()> {
         // SAFETY: both handles are live.

@@ -1,0 +1,427 @@
+//! The threads small remote reads run on: each drives a single-threaded runtime for its whole
+//! life, with stores (and so connections) of its own, so that a request, the I/O of its
+//! connection and every wake-up between the two stay on one thread.
+//!
+//! On the library's shared multi-threaded runtime a request and its connection are tasks that
+//! any worker may run, and each hand-over between them can wake another thread: a request of
+//! a few hundred bytes then costs more in scheduling than in HTTP
+//! (docs/decisions/0030-small-remote-reads-on-loops.md).
+//!
+//! A store's reads are placed on its loops in turn ([`Queues`]). Each loop has its share of
+//! the store's requests in flight, and runs that many workers for it at most: a worker takes
+//! the store's reads queued on that loop one after another, and ends when there are none. So
+//! a read queued while the loop's workers are busy costs its caller a push, not a wake-up of
+//! another thread, and a loop never needs more connections than its share.
+#![forbid(unsafe_code)]
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use object_store::ObjectStore;
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::per_process::PerProcess;
+use crate::remote::stores::{self, StoreOwner, StoreShelf};
+
+/// The request loops of a process: one thread each ([`loop_count`]).
+pub(crate) struct Loops {
+    handles: Vec<tokio::runtime::Handle>,
+    /// Dropped (so closed) with the loops: each loop's thread ends when its sender goes.
+    _stops: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+thread_local! {
+    /// The stores of the loop this thread runs (loop threads only).
+    static SHELF: RefCell<StoreShelf> = RefCell::new(StoreShelf::default());
+}
+
+/// The loops of this process, made at first use (in a forked child, its own).
+static LOOPS: PerProcess<Arc<Loops>> = PerProcess::new();
+
+/// Request loops a process has at most (and no more than the CPUs).
+pub(crate) const MAX_LOOPS: usize = 8;
+
+/// How many loops a process has.
+pub(crate) fn loop_count() -> usize {
+    MAX_LOOPS.min(crate::tuning_facts::cpus()).max(1)
+}
+
+/// The process's request loops.
+fn loops() -> Result<Arc<Loops>> {
+    LOOPS.get_or_try_make(|| {
+        stores::when_an_owner_goes("loops", forget_dead_on_every_loop);
+        Loops::start(loop_count()).map(Arc::new)
+    })
+}
+
+/// Asks every loop to drop the stores whose owners are gone (a [`StoreOwner`]'s drop); a loop
+/// runs always, so their connections close as soon as it drops them.
+fn forget_dead_on_every_loop() {
+    if let Some(loops) = LOOPS.get() {
+        for handle in &loops.handles {
+            handle.spawn(async {
+                SHELF.with(|shelf| shelf.borrow_mut().forget_dead());
+            });
+        }
+    }
+}
+
+/// A read placed on a loop: given the loop's store of the object (or why there is none), the
+/// work to run there.
+pub(crate) type Job = Box<
+    dyn FnOnce(Result<Arc<dyn ObjectStore>>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send,
+>;
+
+/// How a loop makes its own store of the objects a [`Queues`] serves, and who owns it.
+#[derive(Clone)]
+pub(crate) struct StoreSource {
+    pub(crate) owner: Arc<StoreOwner>,
+    pub(crate) make: Arc<dyn Fn() -> Result<Arc<dyn ObjectStore>> + Send + Sync>,
+}
+
+/// The queues of one store's reads on the loops: one per loop it uses.
+pub(crate) struct Queues {
+    queues: Vec<Arc<LoopQueue>>,
+    /// The queue the next read goes to.
+    next: AtomicUsize,
+    source: StoreSource,
+}
+
+/// One store's reads waiting on one loop, and its workers there.
+struct LoopQueue {
+    /// The loop.
+    at: usize,
+    /// The workers it may have at once: the loop's share of the store's requests in flight.
+    share: usize,
+    waiting: Mutex<Waiting>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    jobs: VecDeque<Job>,
+    workers: usize,
+}
+
+impl Queues {
+    /// Queues for a store with `in_flight` requests at most, shared out among the loops (as
+    /// many as there are, and no more than `in_flight`).
+    pub(crate) fn new(in_flight: usize, source: StoreSource) -> Queues {
+        let used = in_flight.clamp(1, loop_count());
+        let queues = (0..used)
+            .map(|at| {
+                let share = share_of(in_flight, used, at);
+                Arc::new(LoopQueue { at, share, waiting: Mutex::default() })
+            })
+            .collect();
+        Queues { queues, next: AtomicUsize::new(0), source }
+    }
+
+    /// Runs `job` on the next loop in turn, after the reads queued there before it. Where the
+    /// loops cannot be started, it runs at once with that error in place of a store (its
+    /// future must then finish without waiting).
+    pub(crate) fn submit(&self, job: Job) {
+        let queue = &self.queues[self.next.fetch_add(1, Ordering::Relaxed) % self.queues.len()];
+        let start_worker = {
+            let mut waiting = queue.waiting.lock();
+            waiting.jobs.push_back(job);
+            let start = waiting.workers < queue.share;
+            waiting.workers += usize::from(start);
+            start
+        };
+        if !start_worker {
+            return;
+        }
+        match loops() {
+            Ok(loops) => {
+                loops.handles[queue.at].spawn(work(Arc::clone(queue), self.source.clone()));
+            }
+            Err(e) => {
+                let jobs = {
+                    let mut waiting = queue.waiting.lock();
+                    waiting.workers -= 1;
+                    std::mem::take(&mut waiting.jobs)
+                };
+                for job in jobs {
+                    let why = Error::Unavailable {
+                        what: "the remote request loops",
+                        reason: e.to_string(),
+                    };
+                    if job(Err(why)).now_or_never().is_none() {
+                        tracing::warn!(
+                            "a remote read failed without a loop did not finish at once"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A worker: runs the queue's reads one after another, and ends when there are none left.
+async fn work(queue: Arc<LoopQueue>, source: StoreSource) {
+    let mut slot = WorkerSlot { queue: Some(queue), source: source.clone() };
+    loop {
+        let job = {
+            let Some(queue) = slot.queue.as_ref() else { return };
+            let mut waiting = queue.waiting.lock();
+            match waiting.jobs.pop_front() {
+                Some(job) => job,
+                None => {
+                    waiting.workers -= 1;
+                    drop(waiting);
+                    slot.queue = None;
+                    return;
+                }
+            }
+        };
+        let store = SHELF.with(|shelf| {
+            shelf.borrow_mut().store(&source.owner, || (source.make)()).map(|(store, _)| store)
+        });
+        job(store).await;
+    }
+}
+
+/// A worker's place in its queue: given back if the worker ends without emptying the queue
+/// (a read panicked, or the loop went), and another started where reads still wait.
+struct WorkerSlot {
+    queue: Option<Arc<LoopQueue>>,
+    source: StoreSource,
+}
+
+impl Drop for WorkerSlot {
+    fn drop(&mut self) {
+        let Some(queue) = self.queue.take() else { return };
+        let mut waiting = queue.waiting.lock();
+        if waiting.jobs.is_empty() {
+            waiting.workers -= 1;
+            return;
+        }
+        drop(waiting);
+        // The slot passes to a new worker on the same loop (this runs on it).
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(work(queue, self.source.clone()));
+        } else {
+            queue.waiting.lock().workers -= 1;
+        }
+    }
+}
+
+impl std::fmt::Debug for Queues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shares: Vec<usize> = self.queues.iter().map(|q| q.share).collect();
+        f.debug_struct("Queues").field("shares", &shares).finish_non_exhaustive()
+    }
+}
+
+/// Loop `at`'s share of `in_flight` requests shared among `used` loops: together exactly
+/// `in_flight`, each within one of the others.
+fn share_of(in_flight: usize, used: usize, at: usize) -> usize {
+    let used = used.max(1);
+    in_flight / used + usize::from(at < in_flight % used)
+}
+
+impl Loops {
+    /// Starts `count` loops, each on a thread of its own.
+    fn start(count: usize) -> Result<Loops> {
+        let unavailable =
+            |reason: String| Error::Unavailable { what: "the remote request loops", reason };
+        let mut handles = Vec::with_capacity(count);
+        let mut stops = Vec::with_capacity(count);
+        for index in 0..count {
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let (started, handle) = std::sync::mpsc::sync_channel(1);
+            std::thread::Builder::new()
+                .name(format!("gpumap-loop-{index}"))
+                .spawn(move || {
+                    let runtime =
+                        tokio::runtime::Builder::new_current_thread().enable_all().build();
+                    let runtime = match runtime {
+                        Ok(runtime) => runtime,
+                        Err(e) => {
+                            let _ = started.send(Err(e.to_string()));
+                            return;
+                        }
+                    };
+                    let _ = started.send(Ok(runtime.handle().clone()));
+                    // Runs what is placed on it until its `Loops` goes (a duplicate made by a
+                    // racing first use, the only one ever dropped).
+                    runtime.block_on(async {
+                        let _ = stopped.await;
+                    });
+                    SHELF.with(|shelf| shelf.borrow_mut().clear());
+                })
+                .map_err(|e| unavailable(e.to_string()))?;
+            let handle = handle
+                .recv()
+                .map_err(|_| unavailable("a loop thread ended before it started".to_owned()))?
+                .map_err(unavailable)?;
+            handles.push(handle);
+            stops.push(stop);
+        }
+        Ok(Loops { handles, _stops: stops })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    fn memory_source() -> StoreSource {
+        StoreSource {
+            owner: Arc::new(StoreOwner::default()),
+            make: Arc::new(|| Ok(Arc::new(InMemory::new()) as Arc<dyn ObjectStore>)),
+        }
+    }
+
+    fn job<F>(work: impl FnOnce(Result<Arc<dyn ObjectStore>>) -> F + Send + 'static) -> Job
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        Box::new(move |store| Box::pin(work(store)))
+    }
+
+    #[test]
+    fn shares_add_up_to_the_bound_and_differ_by_one_at_most() {
+        for in_flight in 1..70 {
+            for used in 1..=in_flight.min(16) {
+                let shares: Vec<usize> =
+                    (0..used).map(|at| share_of(in_flight, used, at)).collect();
+                assert_eq!(shares.iter().sum::<usize>(), in_flight);
+                assert!(shares.iter().all(|&s| s >= 1));
+                assert!(shares.iter().max().unwrap() - shares.iter().min().unwrap() <= 1);
+            }
+        }
+    }
+
+    #[test]
+    fn reads_go_to_every_loop_in_turn_and_each_loop_keeps_its_own_store() {
+        let count = loop_count();
+        let queues = Queues::new(2 * count, memory_source());
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 0..4 * count {
+            let tx = tx.clone();
+            queues.submit(job(move |store| async move {
+                let name = std::thread::current().name().map(str::to_owned);
+                let _ = tx.send((name, store.map(|s| Arc::as_ptr(&s) as *const () as usize)));
+            }));
+        }
+        drop(tx);
+        let seen: Vec<_> = rx.iter().collect();
+        assert_eq!(seen.len(), 4 * count);
+        let mut by_thread = std::collections::HashMap::new();
+        for (name, store) in seen {
+            let name = name.expect("a loop thread has a name");
+            assert!(name.starts_with("gpumap-loop-"), "{name}");
+            // A loop's later reads of the store find the store its first one made.
+            let store = store.unwrap();
+            assert_eq!(*by_thread.entry(name).or_insert(store), store);
+        }
+        assert_eq!(by_thread.len(), count);
+    }
+
+    #[test]
+    fn a_loop_runs_no_more_reads_of_a_store_at_once_than_its_share() {
+        let count = loop_count();
+        let in_flight = count + 1; // the first loop's share is 2, the others' 1
+        let queues = Queues::new(in_flight, memory_source());
+        let running: Arc<Vec<AtomicUsize>> =
+            Arc::new((0..count).map(|_| AtomicUsize::new(0)).collect());
+        let most: Arc<Vec<AtomicUsize>> =
+            Arc::new((0..count).map(|_| AtomicUsize::new(0)).collect());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reads = 8 * count;
+        for _ in 0..reads {
+            let (running, most, tx) = (running.clone(), most.clone(), tx.clone());
+            queues.submit(job(move |_| async move {
+                let name = std::thread::current().name().unwrap_or_default().to_owned();
+                let at: usize = name.trim_start_matches("gpumap-loop-").parse().unwrap();
+                let now = running[at].fetch_add(1, Ordering::SeqCst) + 1;
+                most[at].fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                running[at].fetch_sub(1, Ordering::SeqCst);
+                let _ = tx.send(());
+            }));
+        }
+        drop(tx);
+        assert_eq!(rx.iter().count(), reads);
+        for at in 0..count {
+            let share = share_of(in_flight, count, at);
+            let seen = most[at].load(Ordering::SeqCst);
+            assert!(seen >= 1 && seen <= share, "loop {at}: {seen} at once, share {share}");
+        }
+        assert_eq!(most[0].load(Ordering::SeqCst), 2, "the first loop used its share of two");
+    }
+
+    #[test]
+    fn a_read_that_panics_leaves_the_reads_after_it_to_run() {
+        let queues = Queues::new(1, memory_source()); // one loop, one worker
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ran_on = Arc::new(AtomicBool::new(false));
+        queues.submit(job(|_| async { panic!("loop test panic") }));
+        for _ in 0..3 {
+            let (tx, ran_on) = (tx.clone(), ran_on.clone());
+            queues.submit(job(move |_| async move {
+                ran_on.store(true, Ordering::SeqCst);
+                let _ = tx.send(());
+            }));
+        }
+        drop(tx);
+        for _ in 0..3 {
+            rx.recv_timeout(Duration::from_secs(10)).expect("a read after the panic never ran");
+        }
+        assert!(ran_on.load(Ordering::SeqCst));
+        // The slot was given back: a later read runs too.
+        let (tx, rx) = std::sync::mpsc::channel();
+        queues.submit(job(move |_| async move {
+            let _ = tx.send(());
+        }));
+        rx.recv_timeout(Duration::from_secs(10)).expect("the queue lost its worker");
+    }
+
+    #[test]
+    fn an_owners_drop_asks_every_loop_to_forget_its_stores() {
+        let count = loop_count();
+        let source = memory_source();
+        let queues = Queues::new(count, source.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 0..count {
+            let tx = tx.clone();
+            queues.submit(job(move |store| async move {
+                let _ = tx.send(store.map(|s| Arc::downgrade(&s)));
+            }));
+        }
+        drop(tx);
+        let stores: Vec<_> = rx.iter().map(Result::unwrap).collect();
+        assert_eq!(stores.len(), count);
+        drop((queues, source));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while stores.iter().any(|weak| weak.upgrade().is_some()) {
+            assert!(std::time::Instant::now() < deadline, "a store outlived its owner");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_store_that_cannot_be_made_reaches_the_read_as_its_error() {
+        let source = StoreSource {
+            owner: Arc::new(StoreOwner::default()),
+            make: Arc::new(|| Err(Error::InvalidArgument("no store".into()))),
+        };
+        let queues = Queues::new(1, source);
+        let (tx, rx) = std::sync::mpsc::channel();
+        queues.submit(job(move |store| async move {
+            let _ = tx.send(store.err().map(|e| e.to_string()));
+        }));
+        let got = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(got.is_some_and(|e| e.contains("no store")));
+    }
+}
