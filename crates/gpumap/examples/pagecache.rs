@@ -61,12 +61,20 @@ fn run() -> Result<()> {
     pagecache::warm(&path, ByteRange::from_offset(half), WarmMode::Read)?;
     show("second half warmed", &path)?;
 
-    // Warm all of it (WarmMode::Advise would only queue readahead and return at once).
-    pagecache::warm(&path, ByteRange::ALL, WarmMode::Read)?;
-    if let Some(cached) = show("all warmed", &path)? {
-        if cached != first.total_pages {
+    // Warm all of it (WarmMode::Advise would only queue readahead and return at once). The
+    // kernel may reclaim a few pages just after the warm read them (seen on a CI machine: 5 of
+    // 8192, with memory to spare; pages the first eviction caught under write-back are a
+    // likely cause): warm up to three times.
+    for attempt in 1..=3 {
+        pagecache::warm(&path, ByteRange::ALL, WarmMode::Read)?;
+        let Some(cached) = show("all warmed", &path)? else { break };
+        if cached == first.total_pages {
+            break;
+        }
+        if attempt == 3 {
             return Err(format!("{cached} of {} pages cached after warm", first.total_pages).into());
         }
+        println!("note: {cached} of {} pages cached; warming again", first.total_pages);
     }
 
     pagecache::evict(&path, ByteRange::ALL)?;
