@@ -8,6 +8,10 @@ calling Python thread. With ``--stalled`` the last is also measured with the ser
 while the futures are issued, so that nothing else competes for the CPU.
 
     python3 python/bench/remote_preads.py [--rows 100000] [--rounds 3] [--size 1GiB] [--stalled]
+                                          [--build LABEL=DIR ...]
+
+``--build LABEL=DIR`` adds another gpumapio (a ``pip install --target DIR`` of another wheel) as
+a client of its own, named LABEL, interleaved with the others: two builds compared in one run.
 
 JSON lines on stdout (``$OUT/remote_preads.jsonl`` too, where ``OUT`` is set), then a summary
 with each round's ratio to KvikIO. The rows are checked against the file.
@@ -73,7 +77,7 @@ def child(a):
         rows = dst.get() if xp is not np else dst
         if not np.array_equal(rows, expected):
             sys.exit(f"{a.impl} ({memory}): rows differ from the file")
-        record = dict(impl=a.impl, memory=memory, rows=a.rows, rows_per_s=round(a.rows / (t2 - t0)),
+        record = dict(impl=a.label or a.impl, memory=memory, rows=a.rows, rows_per_s=round(a.rows / (t2 - t0)),
                       cpu_us_per_row=round(1e6 * (c1 - c0) / a.rows, 1),
                       issue_us_per_row=round(1e6 * (t1 - t0) / a.rows, 2), round=a.round)
         if a.stalled:
@@ -115,8 +119,11 @@ def main():
     p.add_argument("--dir", default=os.environ.get("GPUMAP_BENCH_DIR", "/tmp/gpumap-bench"))
     p.add_argument("--stalled", action="store_true")
     p.add_argument("--seed", type=int, default=25)
+    p.add_argument("--build", action="append", default=[], metavar="LABEL=DIR",
+                   help="also run the gpumapio installed in DIR, as the client LABEL")
     # The child's own arguments.
     p.add_argument("--impl", help=argparse.SUPPRESS)
+    p.add_argument("--label", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     p.add_argument("--file", help=argparse.SUPPRESS)
     p.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
@@ -143,16 +150,22 @@ def main():
         port = int(server.stdout.readline())
         url = f"http://127.0.0.1:{port}/obj"
         pids = subprocess.run(["pgrep", "-g", str(server.pid)], capture_output=True, text=True).stdout.split()
+        builds = dict(b.split("=", 1) for b in a.build)
         for rnd in range(1, a.rounds + 1):
-            for impl in ("gpumap", "kvikio"):
-                cmd = [sys.executable, os.path.abspath(__file__), "--impl", impl, "--url", url, "--file", path,
+            for label in ("gpumap", *builds, "kvikio"):
+                impl = "kvikio" if label == "kvikio" else "gpumap"
+                env = dict(os.environ)
+                if label in builds:
+                    env["PYTHONPATH"] = os.pathsep.join(filter(None, [builds[label], env.get("PYTHONPATH")]))
+                cmd = [sys.executable, os.path.abspath(__file__), "--impl", impl, "--label", label, "--url", url,
+                       "--file", path,
                        "--rows", str(a.rows), "--in-flight", str(a.in_flight), "--round", str(rnd),
                        "--seed", str(a.seed + rnd), "--server-pids", ",".join(pids)]
                 if a.stalled:
                     cmd.append("--stalled")
-                run = subprocess.run(cmd, capture_output=True, text=True)
+                run = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if run.returncode != 0:
-                    print(f"== {impl} round {rnd} failed: {run.stderr.strip()[-400:]}", flush=True)
+                    print(f"== {label} round {rnd} failed: {run.stderr.strip()[-400:]}", flush=True)
                     continue
                 for line in run.stdout.splitlines():
                     print(line, flush=True)

@@ -102,8 +102,67 @@ enum Keep {
 }
 
 enum Kind {
-    Host { ptr: *mut u8 },
-    Device { ptr: u64 },
+    Host {
+        ptr: *mut u8,
+    },
+    /// Device memory at `ptr`; `placed` once the driver has been asked about the whole range,
+    /// so that the views made from it later need not ask again.
+    Device {
+        ptr: u64,
+        placed: Option<Placed>,
+    },
+}
+
+/// Device memory the driver has placed (`cuPointerGetAttributes`): the whole range inside one
+/// allocation, on a known GPU. Writable when the memory was found for reading into.
+enum Placed {
+    Read(CudaView<'static>),
+    Write(CudaViewMut<'static>),
+}
+
+impl Placed {
+    fn ordinal(&self) -> usize {
+        match self {
+            Placed::Read(view) => view.device_ordinal(),
+            Placed::Write(view) => view.device_ordinal(),
+        }
+    }
+}
+
+/// `len` bytes from `offset` of the device memory at `ptr`, to write into: a slice of the
+/// range the driver placed, or placed now. `offset + len` is within the memory.
+fn device_dst(
+    py: Python<'_>,
+    ptr: u64,
+    placed: Option<Placed>,
+    offset: usize,
+    len: usize,
+) -> PyResult<CudaViewMut<'static>> {
+    match placed {
+        Some(Placed::Write(view)) => check(py, view.into_slice(offset..offset + len)),
+        // SAFETY: the range lies in the exporter's writable memory (the caller checked it
+        // against the memory's length), kept alive by the `Keep` that every caller stores
+        // beside the view and that outlives every use of it; `from_raw` checks with the driver
+        // that the range is device memory inside one allocation. Python code that touches the memory during the transfer races with it,
+        // as in KvikIO.
+        _ => check(py, unsafe { CudaViewMut::from_raw(ptr + offset as u64, len) }),
+    }
+}
+
+/// `len` bytes from `offset` of the device memory at `ptr`, to read from (see [`device_dst`]).
+fn device_src(
+    py: Python<'_>,
+    ptr: u64,
+    placed: Option<Placed>,
+    offset: usize,
+    len: usize,
+) -> PyResult<CudaView<'static>> {
+    match placed {
+        Some(Placed::Write(view)) => check(py, CudaView::from(view).slice(offset..offset + len)),
+        Some(Placed::Read(view)) => check(py, view.slice(offset..offset + len)),
+        // SAFETY: as in `device_dst`, for reading.
+        None => check(py, unsafe { CudaView::from_raw(ptr + offset as u64, len) }),
+    }
 }
 
 /// Memory found in a Python object: where, how long, whether writable, and its keeper.
@@ -111,6 +170,8 @@ pub struct Memory {
     kind: Kind,
     len: usize,
     readonly: bool,
+    /// Whether the memory was found for reading into (the views it makes are then writable).
+    for_writing: bool,
     keep: Keep,
     /// `Some(4 | 8)` when the items are signed integers of that many bytes in the machine's
     /// byte order (what row indices must be).
@@ -179,8 +240,26 @@ impl Memory {
     pub fn address(&self) -> u64 {
         match self.kind {
             Kind::Host { ptr } => ptr as u64,
-            Kind::Device { ptr } => ptr,
+            Kind::Device { ptr, .. } => ptr,
         }
+    }
+
+    /// The GPU that holds the memory, or `None` for host or empty memory. The first call asks
+    /// the driver about the whole range (one `cuPointerGetAttributes`), and every view made
+    /// later is cut from that answer.
+    fn place_on_device(&mut self, py: Python<'_>) -> PyResult<Option<usize>> {
+        let Kind::Device { ptr, placed } = &mut self.kind else { return Ok(None) };
+        if self.len == 0 {
+            return Ok(None);
+        }
+        if placed.is_none() {
+            *placed = Some(if self.for_writing {
+                Placed::Write(device_dst(py, *ptr, None, 0, self.len)?)
+            } else {
+                Placed::Read(device_src(py, *ptr, None, 0, self.len)?)
+            });
+        }
+        Ok(placed.as_ref().map(Placed::ordinal))
     }
 
     fn check_range(&self, offset: usize, len: usize) -> PyResult<()> {
@@ -210,19 +289,18 @@ impl Memory {
                 Kind::Host { ptr } => DeviceViewMut::Host(unsafe {
                     std::slice::from_raw_parts_mut(ptr.add(offset), len)
                 }),
-                // SAFETY: as above; `from_raw` also checks with the driver that the range is
-                // device memory inside one allocation.
-                Kind::Device { ptr } => DeviceViewMut::Cuda(check(py, unsafe {
-                    CudaViewMut::from_raw(ptr + offset as u64, len)
-                })?),
+                Kind::Device { ptr, placed } => {
+                    DeviceViewMut::Cuda(device_dst(py, ptr, placed, offset, len)?)
+                }
             }
         };
         Ok(OwnedDst { view, _keep: self.keep })
     }
 
-    fn device_ptr(&self) -> PyResult<u64> {
+    /// The device address and what the driver said of it; host memory is a `TypeError`.
+    fn into_device(self) -> PyResult<(u64, Option<Placed>, Keep)> {
         match self.kind {
-            Kind::Device { ptr } => Ok(ptr),
+            Kind::Device { ptr, placed } => Ok((ptr, placed, self.keep)),
             Kind::Host { .. } => Err(PyTypeError::new_err(
                 "cuFile moves data to and from device memory; this buffer is host memory",
             )),
@@ -238,14 +316,15 @@ impl Memory {
         len: usize,
     ) -> PyResult<(CudaViewMut<'static>, Keeper)> {
         self.check_range(offset, len)?;
-        let ptr = self.device_ptr()?;
-        if self.readonly {
+        let readonly = self.readonly;
+        let (ptr, placed, keep) = self.into_device()?;
+        if readonly {
             return Err(PyTypeError::new_err("cannot read into a read-only buffer"));
         }
-        // SAFETY: as in `into_dst`; the caller keeps the `Keeper` for as long as it uses the
-        // view (the pyclasses that hold both declare the view's user first, so it drops first).
-        let view = check(py, unsafe { CudaViewMut::from_raw(ptr + offset as u64, len) })?;
-        Ok((view, Keeper(self.keep)))
+        // The caller keeps the `Keeper` for as long as it uses the view (the pyclasses that
+        // hold both declare the view's user first, so it drops first).
+        let view = device_dst(py, ptr, placed, offset, len)?;
+        Ok((view, Keeper(keep)))
     }
 
     /// `len` bytes of device memory from `offset`, to read from, and their keeper.
@@ -256,10 +335,9 @@ impl Memory {
         len: usize,
     ) -> PyResult<(CudaView<'static>, Keeper)> {
         self.check_range(offset, len)?;
-        let ptr = self.device_ptr()?;
-        // SAFETY: as in `into_cuda_dst`, for reading.
-        let view = check(py, unsafe { CudaView::from_raw(ptr + offset as u64, len) })?;
-        Ok((view, Keeper(self.keep)))
+        let (ptr, placed, keep) = self.into_device()?;
+        let view = device_src(py, ptr, placed, offset, len)?;
+        Ok((view, Keeper(keep)))
     }
 
     /// `len` bytes from `offset`, to read from.
@@ -273,10 +351,9 @@ impl Memory {
                 Kind::Host { ptr } => DeviceView::Host(unsafe {
                     std::slice::from_raw_parts(ptr.add(offset) as *const u8, len)
                 }),
-                // SAFETY: as in `into_dst`, for reading.
-                Kind::Device { ptr } => DeviceView::Cuda(check(py, unsafe {
-                    CudaView::from_raw(ptr + offset as u64, len)
-                })?),
+                Kind::Device { ptr, placed } => {
+                    DeviceView::Cuda(device_src(py, ptr, placed, offset, len)?)
+                }
             }
         };
         Ok(OwnedSrc { view, _keep: self.keep })
@@ -374,7 +451,14 @@ fn buffer_protocol(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
             )));
         }
     }
-    Ok(Memory { kind: Kind::Host { ptr }, len, readonly, keep: Keep::Export(export), signed_int })
+    Ok(Memory {
+        kind: Kind::Host { ptr },
+        len,
+        readonly,
+        for_writing: writable,
+        keep: Keep::Export(export),
+        signed_int,
+    })
 }
 
 /// `Some(4 | 8)` for a buffer-protocol format of one signed integer of 4 or 8 bytes
@@ -550,24 +634,23 @@ fn cuda_array_interface(
         Some(s) if !s.is_none() => Some(s.extract()?),
         _ => None,
     };
-    if len > 0 {
-        match stream {
-            Some(0) => {
-                return Err(PyValueError::new_err(
-                    "__cuda_array_interface__ stream 0 is ambiguous (the interface disallows it)",
-                ))
-            }
-            Some(stream) => synchronize_stream(py, ptr, stream)?,
-            None => {}
-        }
+    if len > 0 && stream == Some(0) {
+        return Err(PyValueError::new_err(
+            "__cuda_array_interface__ stream 0 is ambiguous (the interface disallows it)",
+        ));
     }
-    Ok(Memory {
-        kind: Kind::Device { ptr },
+    let mut mem = Memory {
+        kind: Kind::Device { ptr, placed: None },
         len,
         readonly,
+        for_writing: writable,
         keep: Keep::Object(obj.clone().unbind()),
         signed_int: typestr_signed_int(&typestr),
-    })
+    };
+    if let Some(stream) = stream {
+        synchronize_foreign(py, &mut mem, stream)?;
+    }
+    Ok(mem)
 }
 
 /// The value of `key` in a `__cuda_array_interface__`, which must have it.
@@ -603,9 +686,8 @@ fn contiguous(shape: &[usize], strides: &[isize], itemsize: usize) -> bool {
 }
 
 /// Waits for the work queued on `stream` (a CUDA stream handle of the exporter, or 1 / 2 for
-/// the legacy / per-thread default stream) in the context of the device that holds `ptr`.
-fn synchronize_stream(py: Python<'_>, ptr: u64, stream: u64) -> PyResult<()> {
-    let ordinal = check(py, gpumap::memory::cuda::device_ordinal_of(ptr))?;
+/// the legacy / per-thread default stream) in the context of the GPU `ordinal`.
+fn synchronize_stream(py: Python<'_>, ordinal: usize, stream: u64) -> PyResult<()> {
     let failed = |e: String| {
         crate::errors::cuda_error(
             py,
@@ -629,10 +711,10 @@ fn synchronize_stream(py: Python<'_>, ptr: u64, stream: u64) -> PyResult<()> {
 /// Synchronizes `stream` (a caller's CUDA stream handle; 0 is the legacy default stream) in the
 /// context of the device `mem` lives on, before a stream-ordered call runs. Nothing to do for
 /// empty or host memory.
-pub fn synchronize_foreign(py: Python<'_>, mem: &Memory, stream: u64) -> PyResult<()> {
-    match mem.kind {
-        Kind::Device { ptr } if mem.len > 0 => synchronize_stream(py, ptr, stream),
-        _ => Ok(()),
+pub fn synchronize_foreign(py: Python<'_>, mem: &mut Memory, stream: u64) -> PyResult<()> {
+    match mem.place_on_device(py)? {
+        Some(ordinal) => synchronize_stream(py, ordinal, stream),
+        None => Ok(()),
     }
 }
 
@@ -678,12 +760,8 @@ fn dlpack(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
         .try_fold(itemsize, |n, &d| n.checked_mul(d))
         .ok_or_else(|| PyValueError::new_err("DLPack shape overflows"))?;
     let address = tensor.address;
-    let _ = writable; // DLPack 0.x has no read-only flag.
     let kind = if on_gpu {
-        if len > 0 {
-            synchronize_stream(py, address, 1)?;
-        }
-        Kind::Device { ptr: address }
+        Kind::Device { ptr: address, placed: None }
     } else {
         Kind::Host { ptr: address as usize as *mut u8 }
     };
@@ -691,7 +769,18 @@ fn dlpack(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Memory> {
     let signed_int = (dtype.code == DL_INT && dtype.lanes == 1)
         .then_some(u32::from(dtype.bits) / 8)
         .filter(|&n| n == 4 || n == 8);
-    Ok(Memory { kind, len, readonly: false, keep: Keep::Object(capsule.unbind()), signed_int })
+    // DLPack 0.x has no read-only flag.
+    let mut mem = Memory {
+        kind,
+        len,
+        readonly: false,
+        for_writing: writable,
+        keep: Keep::Object(capsule.unbind()),
+        signed_int,
+    };
+    // The legacy default stream, which the producer was asked to make wait for its work.
+    synchronize_foreign(py, &mut mem, 1)?;
+    Ok(mem)
 }
 
 /// `size` (default: the whole buffer, after `offset`) checked against the buffer.

@@ -365,7 +365,7 @@ impl CuFile {
         #[pyo3(from_py_with = crate::counts::kvikio::dev_offset)] dev_offset: usize,
     ) -> PyResult<IOFutureStream> {
         let handle = self.handle()?;
-        let mem = memory(buf, true)?;
+        let mut mem = memory(buf, true)?;
         if let Some(refused) = refused_by_mode(&handle, &self.flags, true) {
             return Ok(IOFutureStream::ready(Err(refused)));
         }
@@ -378,7 +378,7 @@ impl CuFile {
             return Ok(IOFutureStream::pending(Box::new(StreamPending { transfer, keep })));
         }
         let raw_stream = crate::counts::kvikio_count("raw_stream", raw_stream)?;
-        crate::buffers::synchronize_foreign(py, &mem, raw_stream)?;
+        crate::buffers::synchronize_foreign(py, &mut mem, raw_stream)?;
         let len = span(&mem, size, dev_offset)?;
         let dst = mem.into_dst(py, dev_offset, len)?;
         Ok(IOFutureStream::ready(Ok(read_blocking(py, &handle, dst, file_offset)?)))
@@ -396,7 +396,7 @@ impl CuFile {
         #[pyo3(from_py_with = crate::counts::kvikio::dev_offset)] dev_offset: usize,
     ) -> PyResult<IOFutureStream> {
         let handle = self.handle()?;
-        let mem = memory(buf, false)?;
+        let mut mem = memory(buf, false)?;
         if let Some(refused) = refused_by_mode(&handle, &self.flags, false) {
             return Ok(IOFutureStream::ready(Err(refused)));
         }
@@ -409,7 +409,7 @@ impl CuFile {
             return Ok(IOFutureStream::pending(Box::new(StreamPending { transfer, keep })));
         }
         let raw_stream = crate::counts::kvikio_count("raw_stream", raw_stream)?;
-        crate::buffers::synchronize_foreign(py, &mem, raw_stream)?;
+        crate::buffers::synchronize_foreign(py, &mut mem, raw_stream)?;
         let len = span(&mem, size, dev_offset)?;
         let src = mem.into_src(py, dev_offset, len)?;
         Ok(IOFutureStream::ready(Ok(write_blocking(py, &handle, src, file_offset)?)))

@@ -22,6 +22,10 @@
 //! - [`maps`]: files in GPU memory through gpumap's `DeviceCache` (`DeviceCache`,
 //!   `MappedFile`, `View` exported through `__cuda_array_interface__` and `__dlpack__`).
 
+/// See the `mimalloc` dependency in Cargo.toml.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod buffers;
 mod counts;
 mod cufile;

@@ -3,6 +3,8 @@
 //! machine) and on the GPU (where there is one): views, gathers and row gathers checked byte
 //! for byte against the object; only missing extents fetched, adjacent ones in one ranged GET;
 //! a hot set served with no request at all; eviction under a budget smaller than the object;
+//! rows read past a full cache fetched at once, within the object's bound on requests, and
+//! adjacent ones in one GET;
 //! server failures typed and not sticky; writable and zero-copy maps refused.
 #![cfg(feature = "remote")]
 
@@ -31,6 +33,7 @@ on_host_and_gpu!(
     row_gathers_match_the_object_and_a_hot_set_costs_no_request,
     a_budget_smaller_than_the_object_evicts_and_reads_again,
     server_failures_are_typed_and_do_not_stick,
+    rows_read_past_a_full_cache_are_fetched_at_once_adjacent_ones_together,
 );
 
 fn aws_environment() {
@@ -199,6 +202,53 @@ fn server_failures_are_typed_and_do_not_stick(memory: Device) {
     // The server recovers: the same ranges read whole and right.
     assert!(read(&m, 10_000, 5000) == bytes[10_000..15_000], "{memory:?}");
     assert!(read(&m, 300_000, 5000) == bytes[300_000..305_000], "{memory:?}");
+}
+
+fn rows_read_past_a_full_cache_are_fetched_at_once_adjacent_ones_together(memory: Device) {
+    let server = Server::http();
+    let bytes = random_bytes((8 * MIB) as usize, 8);
+    server.put("/table.bin", bytes.clone());
+    let mut options = RemoteOptions::default();
+    options.backoff(Duration::from_millis(2), Duration::from_millis(10));
+    options.max_attempts(3).unwrap();
+    options.max_in_flight(Some(6)).unwrap();
+    let file =
+        RemoteFile::open_with(&format!("{}/table.bin", server.endpoint()), &options).unwrap();
+    // One frame of budget, filled: the rows after it are read past the cache.
+    let c = cache(&memory, 2 * MIB);
+    let m = map(&c, file);
+    let _ = read(&m, 0, (2 * MIB) as usize);
+    let row = 512usize;
+    let gather = |indices: &[i64]| {
+        let mut dst = DeviceBuffer::zeroed(&memory, indices.len() * row).unwrap();
+        m.gather_rows(indices, row as u64, dst.view_mut()).unwrap();
+        dst.to_vec().unwrap()
+    };
+    let expected = |indices: &[i64]| -> Vec<u8> {
+        indices.iter().flat_map(|&i| &bytes[i as usize * row..][..row]).copied().collect()
+    };
+    // A failing server: a typed error, then the same rows whole once it recovers (first, while
+    // no rows read through are being offered to the cache in the background).
+    server.inject([Fault::Status(503), Fault::Status(503), Fault::Status(503)]);
+    let mut dst = DeviceBuffer::zeroed(&memory, row).unwrap();
+    let e = m.gather_rows(&[9000i64][..], row as u64, dst.view_mut()).unwrap_err();
+    assert!(matches!(e, Error::Remote { status: Some(503), .. }), "{memory:?}: {e:?}");
+    assert!(gather(&[9000, 9001]) == expected(&[9000, 9001]), "{memory:?}");
+    // Rows far apart, each GET slowed: they are in flight together, never past the bound.
+    server.delay_gets(Duration::from_millis(30));
+    server.restart_max_active_gets();
+    let far: Vec<i64> = (0..48).map(|i| 4096 + i * 251).collect();
+    assert!(gather(&far) == expected(&far), "{memory:?}");
+    let most = server.max_active_gets();
+    // (One at a time, with the offers to the cache in the background, made 2.)
+    assert!((4..=6).contains(&most), "{memory:?}: {most} GETs at once, the bound is 6");
+    server.delay_gets(Duration::ZERO);
+    // Sixteen adjacent rows, given in any order: one request.
+    let adjacent: Vec<i64> = (0..16).map(|i| 12_000 + (i * 5) % 16).collect();
+    let before = server.gets();
+    assert!(gather(&adjacent) == expected(&adjacent), "{memory:?}");
+    let gets = server.gets() - before;
+    assert_eq!(gets, 1, "{memory:?}: {gets} GETs for 16 adjacent rows read through");
 }
 
 #[test]

@@ -39,6 +39,7 @@ mod answers;
 mod aws_profile;
 mod batched_upload;
 mod client;
+mod coalesce;
 mod failure;
 mod fetch;
 mod file;

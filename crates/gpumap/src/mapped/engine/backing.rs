@@ -68,6 +68,32 @@ impl Backing {
         }
     }
 
+    /// Reads each `(buf, offset)` of `pieces` as [`read_at`](Self::read_at) does, and gives
+    /// each one's count: a local file's one after another, a remote object's all in flight at
+    /// once (within its bound on requests), so that a gather's misses do not wait on each
+    /// other's round trips.
+    pub(crate) fn read_pieces_at(&self, pieces: &mut [(&mut [u8], u64)]) -> Result<Vec<usize>> {
+        match self {
+            Backing::Local(file) => {
+                pieces.iter_mut().map(|(buf, offset)| file.read_at(buf, *offset)).collect()
+            }
+            #[cfg(feature = "remote")]
+            Backing::Remote { file, .. } => {
+                let counts: Vec<usize> = pieces
+                    .iter()
+                    .map(|(buf, offset)| present(file.len(), *offset, buf.len()))
+                    .collect();
+                let mut present: Vec<(&mut [u8], u64)> = pieces
+                    .iter_mut()
+                    .zip(&counts)
+                    .map(|((buf, offset), &n)| (&mut buf[..n], *offset))
+                    .collect();
+                file.read_pieces(&mut present)?;
+                Ok(counts)
+            }
+        }
+    }
+
     /// Reads up to `dst.len` bytes at `offset` into GPU memory the crate keeps live for the
     /// call (a large load of a cache frame); short only where the bytes end.
     pub(crate) fn read_cuda_raw_in_tasks(

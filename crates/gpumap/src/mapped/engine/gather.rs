@@ -15,6 +15,7 @@ use std::time::Instant;
 use parking_lot::MutexGuard;
 
 use super::books::{FileCounters, FileId, Location, SlotId, Unit, Want};
+use super::geometry::Geometry;
 use super::plan::{plan_rows, RowPlan};
 use super::room::{self, Room};
 use super::state::{Engine, FileEntry, Shard, State};
@@ -489,16 +490,11 @@ fn run_round_on_device(
             CudaDevice::bind_to_thread(&device)?;
             let mut buffer = bounce.acquire()?;
             let base = buffer.as_ptr() as u64;
+            read_misses(ranges, group, g, &mut buffer[..group.len() * extent])?;
             // (offset in the buffer, destination, length): each miss whole into its home,
             // and its segments into `dst`.
             let mut pieces = Vec::with_capacity(group.len() * 2);
             for (k, miss) in group.iter().enumerate() {
-                let entry = ranges[miss.range].entry;
-                let (offset, len) = g.bytes_of(miss.e..miss.e + 1, entry.len);
-                let piece = &mut buffer[k * extent..(k + 1) * extent];
-                let got = entry.file.read_at(&mut piece[..len as usize], offset)?;
-                entry.file.expect_len(offset, len, got as u64)?;
-                piece[got..].fill(0);
                 let at = k * extent;
                 if !matches!(miss.place, Place::Through) {
                     let whole =
@@ -536,6 +532,37 @@ fn run_round_on_device(
             })
             .collect::<Result<Vec<_>>>()?;
         copier.copy(&copies)?;
+    }
+    Ok(())
+}
+
+/// Reads the whole extent of each of `group`'s misses into its slot of `slots` (an extent
+/// each, in order; past a file's end, zeros), a file's misses together in one
+/// [`Backing::read_pieces_at`].
+fn read_misses(
+    ranges: &[GatherRange<'_>],
+    group: &[Miss],
+    g: Geometry,
+    slots: &mut [u8],
+) -> Result<()> {
+    let extent = g.extent as usize;
+    let mut slots = slots.chunks_mut(extent);
+    // Runs of misses of one file: most gathers are over one.
+    for run in group.chunk_by(|a, b| std::ptr::eq(ranges[a.range].entry, ranges[b.range].entry)) {
+        let entry = ranges[run[0].range].entry;
+        let mut wanted = Vec::with_capacity(run.len());
+        let mut pieces = Vec::with_capacity(run.len());
+        for (miss, slot) in run.iter().zip(slots.by_ref()) {
+            let (offset, len) = g.bytes_of(miss.e..miss.e + 1, entry.len);
+            let (piece, past_the_end) = slot.split_at_mut(len as usize);
+            past_the_end.fill(0);
+            wanted.push((offset, len));
+            pieces.push((piece, offset));
+        }
+        let counts = entry.file.read_pieces_at(&mut pieces)?;
+        for ((offset, len), got) in wanted.into_iter().zip(counts) {
+            entry.file.expect_len(offset, len, got as u64)?;
+        }
     }
     Ok(())
 }

@@ -94,9 +94,9 @@ pub(crate) fn read_rows_through(
             pool.run(groups, |group| {
                 CudaDevice::bind_to_thread(&device)?;
                 let mut buffer = bounce.acquire()?;
+                read_rows(entry, group, &mut buffer[..group.len() * row])?;
                 let mut pieces = Vec::with_capacity(group.len());
-                for (k, &(position, index)) in group.iter().enumerate() {
-                    read_row(entry, index, &mut buffer[k * row..(k + 1) * row])?;
+                for (k, &(position, _)) in group.iter().enumerate() {
                     pieces.push((k * row, base + position * row_size, row as u32));
                 }
                 let staged = buffer.as_ptr() as u64;
@@ -110,10 +110,7 @@ pub(crate) fn read_rows_through(
             let read: Vec<Mutex<Vec<u8>>> =
                 groups.iter().map(|g| Mutex::new(vec![0u8; g.len() * row])).collect();
             pool.run(groups.iter().zip(&read).collect(), |(group, bytes)| {
-                let mut bytes = bytes.lock();
-                for (k, &(_, index)) in group.iter().enumerate() {
-                    read_row(entry, index, &mut bytes[k * row..(k + 1) * row])?;
-                }
+                read_rows(entry, group, &mut bytes.lock())?;
                 Ok(group.len())
             })?;
             for (group, bytes) in groups.iter().zip(read) {
@@ -132,11 +129,21 @@ pub(crate) fn read_rows_through(
     Ok(())
 }
 
-/// Reads row `index` into `row` (its length): a short read is the file cut under the map.
-fn read_row(entry: &FileEntry, index: u64, row: &mut [u8]) -> Result<()> {
-    let (offset, len) = (index * row.len() as u64, row.len() as u64);
-    let got = entry.file.read_at(row, offset)?;
-    entry.file.expect_len(offset, len, got as u64)
+/// Reads the rows of `group` ((position, row index) each) into `rows`, a row's length each in
+/// order, all in one [`read_pieces_at`](super::backing::Backing::read_pieces_at): a short read
+/// is the file cut under the map.
+fn read_rows(entry: &FileEntry, group: &[(u64, u64)], rows: &mut [u8]) -> Result<()> {
+    let row = rows.len() / group.len().max(1);
+    let mut pieces: Vec<(&mut [u8], u64)> = rows
+        .chunks_mut(row.max(1))
+        .zip(group)
+        .map(|(bytes, &(_, index))| (bytes, index * row as u64))
+        .collect();
+    let counts = entry.file.read_pieces_at(&mut pieces)?;
+    for (&(_, index), got) in group.iter().zip(counts) {
+        entry.file.expect_len(index * row as u64, row as u64, got as u64)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

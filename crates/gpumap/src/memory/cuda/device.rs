@@ -11,6 +11,14 @@ use parking_lot::Mutex;
 use crate::error::Result;
 use crate::sys::cuda as sys;
 
+/// How many ordinals [`CudaDevice::new`] finds without taking its lock; devices past them (a
+/// machine with more GPUs than this) are found under it.
+const LOCK_FREE_ORDINALS: usize = 64;
+
+/// The devices made so far, by ordinal, for [`CudaDevice::new`]'s lock-free lookups.
+static KNOWN: [OnceLock<CudaDevice>; LOCK_FREE_ORDINALS] =
+    [const { OnceLock::new() }; LOCK_FREE_ORDINALS];
+
 /// One CUDA device with its retained primary context. Cheap to clone; one instance per ordinal
 /// is kept for the life of the process, so the context (and every allocation in it) is never
 /// torn down under a user.
@@ -43,6 +51,11 @@ impl CudaDevice {
     /// bound to the calling thread. `Unavailable` when there is no driver or no such device.
     #[doc(alias = "cuDevicePrimaryCtxRetain")]
     pub fn new(ordinal: usize) -> Result<Self> {
+        // Every transfer looks its device up, often from many threads at once: the devices of
+        // the first ordinals are read without a lock once made.
+        if let Some(device) = KNOWN.get(ordinal).and_then(OnceLock::get) {
+            return Ok(device.clone());
+        }
         static DEVICES: OnceLock<Mutex<HashMap<usize, CudaDevice>>> = OnceLock::new();
         let devices = DEVICES.get_or_init(|| Mutex::new(HashMap::new()));
         let mut devices = devices.lock();
@@ -62,6 +75,10 @@ impl CudaDevice {
             }),
         };
         devices.insert(ordinal, device.clone());
+        if let Some(slot) = KNOWN.get(ordinal) {
+            // Under the lock, so the slot is set once, with the device the map holds.
+            let _ = slot.set(device.clone());
+        }
         Ok(device)
     }
 
