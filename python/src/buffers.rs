@@ -143,8 +143,8 @@ fn device_dst(
         // SAFETY: the range lies in the exporter's writable memory (the caller checked it
         // against the memory's length), kept alive by the `Keep` that every caller stores
         // beside the view and that outlives every use of it; `from_raw` checks with the driver
-        // that the range is device memory inside one allocation. Python code that touches the memory during the transfer races with it,
-        // as in KvikIO.
+        // that the range is device memory inside one allocation. Python code that touches the
+        // memory during the transfer races with it, as in KvikIO.
         _ => check(py, unsafe { CudaViewMut::from_raw(ptr + offset as u64, len) }),
     }
 }
