@@ -10,7 +10,7 @@ use futures_util::future::{select, Either};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::io::pool::Help;
 use crate::io::{IoFuture, IoPool};
 use crate::memory::cuda::RawRegion;
@@ -281,8 +281,9 @@ impl RemoteFile {
 
     /// Reads each `(buf, offset)` of `pieces` whole into host memory, all of them at once:
     /// pieces that follow one another in the object joined into requests
-    /// ([`coalesce`](super::coalesce::coalesce)), each request as a read of the request loops
-    /// into a buffer of its own, then copied into place here; a piece longer than a request as
+    /// ([`coalesce`](super::coalesce::coalesce)), each request a
+    /// [`pread_one_request`](Self::pread_one_request) into a buffer of its own (as many bytes
+    /// again as the pieces), copied into place here; a piece longer than a request as
     /// [`read`](Self::read) on this thread. For a gather's many small misses, which one
     /// blocking read after another would serve a request at a time; the file's bound on
     /// requests in flight holds across them all.
@@ -294,40 +295,19 @@ impl RemoteFile {
         let request = fetch::request_size(&self.inner.options);
         let ranges: Vec<(u64, usize)> = pieces.iter().map(|(buf, o)| (*o, buf.len())).collect();
         let runs = super::coalesce::coalesce(&ranges, request);
-        let queues = self.inner.client.queues()?;
-        let (answer, answers) = std::sync::mpsc::channel::<(usize, Result<Vec<u8>>)>();
-        let mut asked = 0;
-        for (index, run) in runs.iter().enumerate().filter(|(_, run)| run.len <= request) {
-            let (file, answer, offset, len) = (self.clone(), answer.clone(), run.offset, run.len);
-            queues.submit(Box::new(move |store| {
-                Box::pin(async move {
-                    let read = async {
-                        let client = file.inner.client.with_store(store?);
-                        let mut bytes = vec![0u8; len];
-                        file.read_one_request(&client, DeviceViewMut::Host(&mut bytes), offset)
-                            .await?;
-                        Ok(bytes)
-                    };
-                    // Nobody to tell when the caller gave up after another request failed.
-                    let _ = answer.send((index, read.await));
-                })
-            }));
-            asked += 1;
-        }
-        drop(answer);
+        let reads: Vec<_> = runs
+            .iter()
+            .filter(|run| run.len <= request)
+            .map(|run| (run, self.pread_one_request(vec![0u8; run.len], run.offset)))
+            .collect();
         for run in runs.iter().filter(|run| run.len > request) {
             let (buf, offset) = &mut pieces[run.members[0]];
             self.read(buf, *offset)?;
         }
-        for _ in 0..asked {
-            // Every job answers or drops its sender (a panic, a loop gone): no wait forever.
-            let (index, bytes) = answers.recv().map_err(|_| Error::Unavailable {
-                what: "the remote request loops",
-                reason: "a read ended without an answer".to_owned(),
-            })?;
-            let bytes = bytes?;
+        for (run, read) in reads {
+            let (bytes, _) = read.wait()?;
             let mut from = 0;
-            for &member in &runs[index].members {
+            for &member in &run.members {
                 let buf = &mut pieces[member].0;
                 buf.copy_from_slice(&bytes[from..from + buf.len()]);
                 from += buf.len();
