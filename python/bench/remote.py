@@ -4,7 +4,8 @@ a plain parallel client (``http.client``), all measured in one run on the same o
 
     python3 python/bench/remote.py --jsonl OUT.jsonl [--size 4GiB] [--dir DIR] [--repeats 3]
         [--threads 32] [--client-procs N] [--server-procs N] [--request-size 4MiB]
-        [--ops-4k 4096] [--ops-1m 512] [--rows 100000] [--only plain,gpumap,kvikio,rows]
+        [--ops-4k 4096] [--ops-1m 2048] [--rows 100000] [--only plain,gpumap,kvikio,rows]
+        [--rows-memory device|host]
 
 The server runs in its own processes (``--server-procs``, one listening socket each on a
 shared port through SO_REUSEPORT, a thread per connection, bodies sent with ``os.sendfile``
@@ -21,7 +22,8 @@ it starts with ``gpumap``; ``memory`` says where the bytes land):
   ``gpumapio.map(url)`` (the GPU page cache over the object; cold: a fresh map each run, every
   row's 4 KiB extent fetched; hot: the same rows again, resident) beside one ``pread`` future
   per row of ``gpumapio.RemoteFile`` and ``kvikio.RemoteFile`` (what a reader without a cache
-  does, every time).
+  does, every time). In GPU memory where CuPy is; ``--rows-memory host`` puts the cache and the
+  rows in host memory.
 
 Each case runs once untimed and verified (sampled blocks compared with the file; a mismatch
 fails the run), then ``--repeats`` timed runs; ``seconds`` is their median, ``best_seconds``
@@ -287,6 +289,8 @@ def rows_cases(a, mm, cp, out):
     indices = rng.integers(0, a.size // row, a.rows)
     table = np.frombuffer(mm, dtype=np.uint8, count=(a.size // row) * row).reshape(-1, row)
     expected = table[indices[:: max(len(indices) // 64, 1)]]
+    if a.rows_memory == "host":
+        cp = None  # the cache and the rows in host memory, as on a machine without a GPU
     xp = cp if cp is not None else np
     memory = "device" if cp is not None else "host"
     on_device = xp.asarray(indices)
@@ -378,10 +382,12 @@ def main() -> None:
     p.add_argument("--server-procs", type=int, default=max(2, cores // 2))
     p.add_argument("--request-size", type=parse_size, default=4 << 20)
     p.add_argument("--ops-4k", type=int, default=4096)
-    p.add_argument("--ops-1m", type=int, default=512)
+    p.add_argument("--ops-1m", type=int, default=2048)
     p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=25)
     p.add_argument("--only", default="plain,gpumap,kvikio,rows")
+    p.add_argument("--rows-memory", choices=("device", "host"), default="device",
+                   help="where the rows cases' cache and rows are (device: where CuPy is)")
     p.add_argument("--serve", metavar="FILE", help=argparse.SUPPRESS)  # the server's own process
     a = p.parse_args()
     if a.serve:

@@ -3,8 +3,8 @@
 //! machine) and on the GPU (where there is one): views, gathers and row gathers checked byte
 //! for byte against the object; only missing extents fetched, adjacent ones in one ranged GET;
 //! a hot set served with no request at all; eviction under a budget smaller than the object;
-//! rows read past a full cache fetched at once, within the object's bound on requests, and
-//! adjacent ones in one GET;
+//! missing rows, and rows read past a full cache, fetched at once, within the object's bound
+//! on requests, and adjacent ones in one GET;
 //! server failures typed and not sticky; writable and zero-copy maps refused.
 #![cfg(feature = "remote")]
 
@@ -34,6 +34,7 @@ on_host_and_gpu!(
     a_budget_smaller_than_the_object_evicts_and_reads_again,
     server_failures_are_typed_and_do_not_stick,
     rows_read_past_a_full_cache_are_fetched_at_once_adjacent_ones_together,
+    missing_rows_are_fetched_into_the_cache_at_once_adjacent_ones_together,
 );
 
 fn aws_environment() {
@@ -249,6 +250,48 @@ fn rows_read_past_a_full_cache_are_fetched_at_once_adjacent_ones_together(memory
     assert!(gather(&adjacent) == expected(&adjacent), "{memory:?}");
     let gets = server.gets() - before;
     assert_eq!(gets, 1, "{memory:?}: {gets} GETs for 16 adjacent rows read through");
+}
+
+fn missing_rows_are_fetched_into_the_cache_at_once_adjacent_ones_together(memory: Device) {
+    let server = Server::http();
+    let bytes = random_bytes((8 * MIB) as usize, 9);
+    server.put("/table.bin", bytes.clone());
+    let mut options = RemoteOptions::default();
+    options.max_in_flight(Some(6)).unwrap();
+    let file =
+        RemoteFile::open_with(&format!("{}/table.bin", server.endpoint()), &options).unwrap();
+    // Room for the whole object: every miss is read into the cache.
+    let c = cache(&memory, 16 * MIB);
+    let m = map(&c, file);
+    let row = 512usize;
+    let gather = |indices: &[i64]| {
+        let mut dst = DeviceBuffer::zeroed(&memory, indices.len() * row).unwrap();
+        m.gather_rows(indices, row as u64, dst.view_mut()).unwrap();
+        dst.to_vec().unwrap()
+    };
+    let expected = |indices: &[i64]| -> Vec<u8> {
+        indices.iter().flat_map(|&i| &bytes[i as usize * row..][..row]).copied().collect()
+    };
+    // Rows of extents far apart, each GET slowed: in flight together, never past the bound.
+    server.delay_gets(Duration::from_millis(30));
+    server.restart_max_active_gets();
+    let far: Vec<i64> = (0..48).map(|i| 64 + i * 251).collect();
+    assert!(gather(&far) == expected(&far), "{memory:?}");
+    let most = server.max_active_gets();
+    assert!((4..=6).contains(&most), "{memory:?}: {most} GETs at once, the bound is 6");
+    server.delay_gets(Duration::ZERO);
+    // A row in each of sixteen adjacent extents, given in any order: one request.
+    let per_extent = (EXTENT as usize / row) as i64;
+    let adjacent: Vec<i64> = (0..16).map(|i| (1500 + (i * 5) % 16) * per_extent + 3).collect();
+    let before = server.gets();
+    assert!(gather(&adjacent) == expected(&adjacent), "{memory:?}");
+    let gets = server.gets() - before;
+    assert_eq!(gets, 1, "{memory:?}: {gets} GETs for 16 adjacent missing extents");
+    // They are in the cache now, whole: their other rows cost no request.
+    let neighbours: Vec<i64> = adjacent.iter().map(|i| i + 1).collect();
+    let before = server.gets();
+    assert!(gather(&neighbours) == expected(&neighbours), "{memory:?}");
+    assert_eq!(server.gets(), before, "{memory:?}: resident extents were fetched again");
 }
 
 #[test]

@@ -18,7 +18,7 @@ use crate::per_process::{ForkLocal, PerProcess};
 use crate::remote::answers::CheckedConnector;
 use crate::remote::aws_profile::Profile;
 use crate::remote::failure::{self, Failure};
-use crate::remote::loops::{self, Queues, StoreSource};
+use crate::remote::loops::{LoopSet, Queues, StoreSource};
 use crate::remote::options::RemoteOptions;
 use crate::remote::stores::StoreOwner;
 use crate::remote::url::RemoteUrl;
@@ -51,8 +51,9 @@ pub(crate) struct Connections {
     /// rather than each open a connection of its own.
     pub(crate) requests: Arc<Semaphore>,
     /// Where its reads of one request wait for a request loop, each loop with its share of
-    /// the requests in flight.
-    pub(crate) queues: Arc<Queues>,
+    /// the requests in flight: a small read's queues, and a large one's
+    /// ([`LoopSet`], in that order). The permits bound both together.
+    pub(crate) queues: [Arc<Queues>; 2],
 }
 
 impl Connections {
@@ -63,18 +64,19 @@ impl Connections {
 
     /// Connections through `store`, made from `recipe`.
     pub(crate) fn through(store: Arc<dyn ObjectStore>, recipe: &Arc<StoreRecipe>) -> Connections {
-        let source = {
-            let recipe = Arc::clone(recipe);
-            StoreSource {
-                owner: Arc::clone(&recipe.owner),
-                make: Arc::new(move || recipe.per_thread_store(loops::loop_count())),
-            }
-        };
         let in_flight = recipe.options.requests_in_flight();
+        let queues = |set: LoopSet| {
+            let recipe = Arc::clone(recipe);
+            let source = StoreSource {
+                owner: Arc::clone(&recipe.owner),
+                make: Arc::new(move || recipe.per_thread_store(set.count())),
+            };
+            Arc::new(Queues::new(set, in_flight, source))
+        };
         Connections {
             store,
             requests: request_permits(&recipe.options),
-            queues: Arc::new(Queues::new(in_flight, source)),
+            queues: [queues(LoopSet::Small), queues(LoopSet::Large)],
         }
     }
 }
@@ -186,9 +188,13 @@ impl Client {
         Ok(self.connections()?.requests)
     }
 
-    /// Where its reads of one request wait for a request loop, in this process.
-    pub(crate) fn queues(&self) -> Result<Arc<Queues>> {
-        Ok(self.connections()?.queues)
+    /// Where its reads of one request of `len` bytes wait for a request loop, in this process.
+    pub(crate) fn queues(&self, len: usize) -> Result<Arc<Queues>> {
+        let [small, large] = self.connections()?.queues;
+        Ok(match LoopSet::for_len(len) {
+            LoopSet::Small => small,
+            LoopSet::Large => large,
+        })
     }
 
     fn connections(&self) -> Result<Connections> {

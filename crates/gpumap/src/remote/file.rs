@@ -224,9 +224,14 @@ impl RemoteFile {
 
     /// [`pread_device`](Self::pread_device) of one request, on a request loop, through that
     /// loop's own connections to the object.
-    fn pread_one_request<B: OwnedDeviceMemory>(&self, dst: B, offset: u64) -> IoFuture<(B, usize)> {
+    fn pread_one_request<B: OwnedDeviceMemory>(
+        &self,
+        mut dst: B,
+        offset: u64,
+    ) -> IoFuture<(B, usize)> {
         let (future, completer) = IoFuture::pending();
-        let queues = match self.inner.client.queues() {
+        let len = dst.device_view_mut().len();
+        let queues = match self.inner.client.queues(len) {
             Ok(queues) => queues,
             Err(e) => {
                 completer.complete(Err(e));

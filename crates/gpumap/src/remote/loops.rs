@@ -7,6 +7,11 @@
 //! a few hundred bytes then costs more in scheduling than in HTTP
 //! (docs/decisions/0030-small-remote-reads-on-loops.md).
 //!
+//! Reads of a request of hundreds of KiB or more go to loops of their own ([`LoopSet::Large`]),
+//! more of them than the small reads get: receiving such a body keeps a loop's thread busy,
+//! and the small reads' round trips gain nothing from more threads than they have
+//! (docs/decisions/0033-large-remote-reads-on-loops-of-their-own.md).
+//!
 //! A store's reads are placed on its loops in turn ([`Queues`]). Each loop has its share of
 //! the store's requests in flight, and runs that many workers for it at most: a worker takes
 //! the store's reads queued on that loop one after another, and ends when there are none. So
@@ -29,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::per_process::PerProcess;
 use crate::remote::stores::{self, StoreOwner, StoreShelf};
 
-/// The request loops of a process: one thread each ([`loop_count`]).
+/// The request loops of a process in one [`LoopSet`]: one thread each ([`LoopSet::count`]).
 pub(crate) struct Loops {
     handles: Vec<tokio::runtime::Handle>,
     /// Dropped (so closed) with the loops: each loop's thread ends when its sender goes.
@@ -41,29 +46,68 @@ thread_local! {
     static SHELF: RefCell<StoreShelf> = RefCell::new(StoreShelf::default());
 }
 
-/// The loops of this process, made at first use (in a forked child, its own).
-static LOOPS: PerProcess<Arc<Loops>> = PerProcess::new();
+/// The loops of this process, made at first use (in a forked child, its own): the small
+/// reads' and the large ones'.
+static LOOPS: [PerProcess<Arc<Loops>>; 2] = [PerProcess::new(), PerProcess::new()];
 
-/// Request loops a process has at most (and no more than the CPUs).
-pub(crate) const MAX_LOOPS: usize = 8;
+/// Request loops a process has for small reads at most (and no more than the CPUs).
+const MAX_SMALL_LOOPS: usize = 8;
 
-/// How many loops a process has.
-pub(crate) fn loop_count() -> usize {
-    MAX_LOOPS.min(crate::tuning_facts::cpus()).max(1)
+/// Request loops a process has for large reads at most (and no more than the CPUs).
+const MAX_LARGE_LOOPS: usize = 16;
+
+/// The least a read is to go to the large reads' loops.
+pub(crate) const LARGE_READ: usize = 256 << 10;
+
+/// Which of a process's request loops a read goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LoopSet {
+    /// Reads of less than [`LARGE_READ`]: rows, extents, small ranges.
+    Small,
+    /// Reads of [`LARGE_READ`] or more, whose bodies keep a thread busy.
+    Large,
 }
 
-/// The process's request loops.
-fn loops() -> Result<Arc<Loops>> {
-    LOOPS.get_or_try_make(|| {
-        stores::when_an_owner_goes("loops", forget_dead_on_every_loop);
-        Loops::start(loop_count()).map(Arc::new)
-    })
+impl LoopSet {
+    /// The set a read of `len` bytes goes to.
+    pub(crate) fn for_len(len: usize) -> LoopSet {
+        if len >= LARGE_READ {
+            LoopSet::Large
+        } else {
+            LoopSet::Small
+        }
+    }
+
+    /// How many loops the set has.
+    pub(crate) fn count(self) -> usize {
+        let most = match self {
+            LoopSet::Small => MAX_SMALL_LOOPS,
+            LoopSet::Large => MAX_LARGE_LOOPS,
+        };
+        most.min(crate::tuning_facts::cpus()).max(1)
+    }
+
+    /// What its threads are called, before the loop's index.
+    fn thread_name(self) -> &'static str {
+        match self {
+            LoopSet::Small => "gpumap-loop-",
+            LoopSet::Large => "gpumap-large-loop-",
+        }
+    }
+
+    /// The set's loops in this process.
+    fn loops(self) -> Result<Arc<Loops>> {
+        LOOPS[self as usize].get_or_try_make(|| {
+            stores::when_an_owner_goes("loops", forget_dead_on_every_loop);
+            Loops::start(self).map(Arc::new)
+        })
+    }
 }
 
 /// Asks every loop to drop the stores whose owners are gone (a [`StoreOwner`]'s drop); a loop
 /// runs always, so their connections close as soon as it drops them.
 fn forget_dead_on_every_loop() {
-    if let Some(loops) = LOOPS.get() {
+    for loops in LOOPS.iter().filter_map(PerProcess::get) {
         for handle in &loops.handles {
             handle.spawn(async {
                 SHELF.with(|shelf| shelf.borrow_mut().forget_dead());
@@ -85,8 +129,9 @@ pub(crate) struct StoreSource {
     pub(crate) make: Arc<dyn Fn() -> Result<Arc<dyn ObjectStore>> + Send + Sync>,
 }
 
-/// The queues of one store's reads on the loops: one per loop it uses.
+/// The queues of one store's reads on the loops of one set: one per loop it uses.
 pub(crate) struct Queues {
+    set: LoopSet,
     queues: Vec<Arc<LoopQueue>>,
     /// The queue the next read goes to.
     next: AtomicUsize,
@@ -109,17 +154,17 @@ struct Waiting {
 }
 
 impl Queues {
-    /// Queues for a store with `in_flight` requests at most, shared out among the loops (as
-    /// many as there are, and no more than `in_flight`).
-    pub(crate) fn new(in_flight: usize, source: StoreSource) -> Queues {
-        let used = in_flight.clamp(1, loop_count());
+    /// Queues on the loops of `set` for a store with `in_flight` requests at most, shared out
+    /// among the loops (as many as there are, and no more than `in_flight`).
+    pub(crate) fn new(set: LoopSet, in_flight: usize, source: StoreSource) -> Queues {
+        let used = in_flight.clamp(1, set.count());
         let queues = (0..used)
             .map(|at| {
                 let share = share_of(in_flight, used, at);
                 Arc::new(LoopQueue { at, share, waiting: Mutex::default() })
             })
             .collect();
-        Queues { queues, next: AtomicUsize::new(0), source }
+        Queues { set, queues, next: AtomicUsize::new(0), source }
     }
 
     /// Runs `job` on the next loop in turn, after the reads queued there before it. Where the
@@ -137,7 +182,7 @@ impl Queues {
         if !start_worker {
             return;
         }
-        match loops() {
+        match self.set.loops() {
             Ok(loops) => {
                 loops.handles[queue.at].spawn(work(Arc::clone(queue), self.source.clone()));
             }
@@ -215,7 +260,10 @@ impl Drop for WorkerSlot {
 impl std::fmt::Debug for Queues {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let shares: Vec<usize> = self.queues.iter().map(|q| q.share).collect();
-        f.debug_struct("Queues").field("shares", &shares).finish_non_exhaustive()
+        f.debug_struct("Queues")
+            .field("set", &self.set)
+            .field("shares", &shares)
+            .finish_non_exhaustive()
     }
 }
 
@@ -227,8 +275,9 @@ fn share_of(in_flight: usize, used: usize, at: usize) -> usize {
 }
 
 impl Loops {
-    /// Starts `count` loops, each on a thread of its own.
-    fn start(count: usize) -> Result<Loops> {
+    /// Starts the loops of `set`, each on a thread of its own.
+    fn start(set: LoopSet) -> Result<Loops> {
+        let count = set.count();
         let unavailable =
             |reason: String| Error::Unavailable { what: "the remote request loops", reason };
         let mut handles = Vec::with_capacity(count);
@@ -237,7 +286,7 @@ impl Loops {
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let (started, handle) = std::sync::mpsc::sync_channel(1);
             std::thread::Builder::new()
-                .name(format!("gpumap-loop-{index}"))
+                .name(format!("{}{index}", set.thread_name()))
                 .spawn(move || {
                     let runtime =
                         tokio::runtime::Builder::new_current_thread().enable_all().build();
@@ -304,8 +353,8 @@ mod tests {
 
     #[test]
     fn reads_go_to_every_loop_in_turn_and_each_loop_keeps_its_own_store() {
-        let count = loop_count();
-        let queues = Queues::new(2 * count, memory_source());
+        let count = LoopSet::Small.count();
+        let queues = Queues::new(LoopSet::Small, 2 * count, memory_source());
         let (tx, rx) = std::sync::mpsc::channel();
         for _ in 0..4 * count {
             let tx = tx.clone();
@@ -329,10 +378,31 @@ mod tests {
     }
 
     #[test]
+    fn large_reads_run_on_loops_of_their_own() {
+        assert_eq!(LoopSet::for_len(LARGE_READ - 1), LoopSet::Small);
+        assert_eq!(LoopSet::for_len(LARGE_READ), LoopSet::Large);
+        assert!(LoopSet::Large.count() >= LoopSet::Small.count());
+        let count = LoopSet::Large.count();
+        let queues = Queues::new(LoopSet::Large, count, memory_source());
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 0..2 * count {
+            let tx = tx.clone();
+            queues.submit(job(move |_| async move {
+                let _ = tx.send(std::thread::current().name().map(str::to_owned));
+            }));
+        }
+        drop(tx);
+        let names: std::collections::HashSet<String> =
+            rx.iter().map(|name| name.expect("a loop thread has a name")).collect();
+        assert_eq!(names.len(), count, "{names:?}");
+        assert!(names.iter().all(|n| n.starts_with("gpumap-large-loop-")), "{names:?}");
+    }
+
+    #[test]
     fn a_loop_runs_no_more_reads_of_a_store_at_once_than_its_share() {
-        let count = loop_count();
+        let count = LoopSet::Small.count();
         let in_flight = count + 1; // the first loop's share is 2, the others' 1
-        let queues = Queues::new(in_flight, memory_source());
+        let queues = Queues::new(LoopSet::Small, in_flight, memory_source());
         let running: Arc<Vec<AtomicUsize>> =
             Arc::new((0..count).map(|_| AtomicUsize::new(0)).collect());
         let most: Arc<Vec<AtomicUsize>> =
@@ -363,7 +433,7 @@ mod tests {
 
     #[test]
     fn a_read_that_panics_leaves_the_reads_after_it_to_run() {
-        let queues = Queues::new(1, memory_source()); // one loop, one worker
+        let queues = Queues::new(LoopSet::Small, 1, memory_source()); // one loop, one worker
         let (tx, rx) = std::sync::mpsc::channel();
         let ran_on = Arc::new(AtomicBool::new(false));
         queues.submit(job(|_| async { panic!("loop test panic") }));
@@ -389,9 +459,9 @@ mod tests {
 
     #[test]
     fn an_owners_drop_asks_every_loop_to_forget_its_stores() {
-        let count = loop_count();
+        let count = LoopSet::Small.count();
         let source = memory_source();
-        let queues = Queues::new(count, source.clone());
+        let queues = Queues::new(LoopSet::Small, count, source.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         for _ in 0..count {
             let tx = tx.clone();
@@ -416,7 +486,7 @@ mod tests {
             owner: Arc::new(StoreOwner::default()),
             make: Arc::new(|| Err(Error::InvalidArgument("no store".into()))),
         };
-        let queues = Queues::new(1, source);
+        let queues = Queues::new(LoopSet::Small, 1, source);
         let (tx, rx) = std::sync::mpsc::channel();
         queues.submit(job(move |store| async move {
             let _ = tx.send(store.err().map(|e| e.to_string()));

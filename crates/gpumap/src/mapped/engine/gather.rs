@@ -569,7 +569,9 @@ fn read_misses(
 
 /// The host path (a host-memory cache, or a host buffer to gather into): misses read into
 /// their homes in parallel (those read through into buffers of their own), then every
-/// segment copied out.
+/// segment copied out. A remote object's misses are read a group at a time, each group's
+/// together ([`read_misses`]), and copied home from there: read one a task, they would wait
+/// on each other's round trips, and adjacent ones would each be a request.
 fn run_round_through_host(
     engine: &Engine,
     ranges: &[GatherRange<'_>],
@@ -588,7 +590,25 @@ fn run_round_through_host(
             parking_lot::Mutex::new(vec![0u8; len])
         })
         .collect();
-    if let Some(first) = round.misses.first() {
+    let remote = round.misses.iter().any(|m| ranges[m.range].entry.file.is_remote());
+    if let (Some(first), true) = (round.misses.first(), remote) {
+        let pool = ranges[first.range].entry.file.pool();
+        let per_group = (GATHER_GROUP / extent).max(1);
+        let groups = round.misses.chunks(per_group).zip(through.chunks(per_group)).collect();
+        pool.run(groups, |(group, through)| {
+            let mut read = vec![0u8; group.len() * extent];
+            read_misses(ranges, group, g, &mut read)?;
+            for ((miss, bytes), whole_extent) in group.iter().zip(through).zip(read.chunks(extent))
+            {
+                let whole = Segment { range: miss.range, e: miss.e, at: 0, len: 0, dst: 0 };
+                match home(engine, ranges, &whole, miss.place) {
+                    Some(home) => engine.store.copy_in(home, whole_extent)?,
+                    None => bytes.lock().copy_from_slice(whole_extent),
+                }
+            }
+            Ok(group.len())
+        })?;
+    } else if let Some(first) = round.misses.first() {
         let pool = ranges[first.range].entry.file.pool();
         pool.run(round.misses.iter().zip(&through).collect(), |(miss, bytes)| {
             let entry = ranges[miss.range].entry;
