@@ -137,6 +137,7 @@ on_every_server!(
     a_part_that_fails_stops_the_other_lanes,
     small_futures_in_flight_are_not_capped_by_the_io_pool,
     reads_started_at_once_share_the_files_requests_in_flight,
+    small_and_large_futures_share_the_files_requests_in_flight,
     concurrent_readers_each_get_their_bytes,
     futures_read_into_owned_buffers,
 );
@@ -491,6 +492,38 @@ fn reads_started_at_once_share_the_files_requests_in_flight(kind: Kind) {
     });
     expect_first_blocks(futures, &target.bytes, kind);
     assert!(tail.join().unwrap().unwrap() == target.bytes[count * 4096..], "{kind:?}: the read");
+    let most = target.server.max_active_gets();
+    assert!((2..=3).contains(&most), "{kind:?}: {most} GETs at once, wanted 2 to 3");
+}
+
+fn small_and_large_futures_share_the_files_requests_in_flight(kind: Kind) {
+    // 4 KiB futures run on the small reads' loops and 512 KiB ones on the large reads' own
+    // (each one request): started together, never more GETs at once than `max_in_flight`
+    // across both, and every byte where it belongs.
+    let (small, large, big) = (24, 8, 512 << 10);
+    let target = Target::new(kind, large * big);
+    let mut options = target.options();
+    options.max_in_flight(Some(3)).unwrap();
+    let file = target.open(&options).unwrap();
+    target.server.delay_gets(Duration::from_millis(20));
+    let mut futures = Vec::new();
+    for i in 0..small.max(large) {
+        if i < large {
+            let offset = i * big;
+            let dst = DeviceBuffer::alloc(&Device::Host, big).unwrap();
+            futures.push((offset, file.pread_device(dst, offset as u64)));
+        }
+        if i < small {
+            let offset = 1000 + i * 9000;
+            let dst = DeviceBuffer::alloc(&Device::Host, 4096).unwrap();
+            futures.push((offset, file.pread_device(dst, offset as u64)));
+        }
+    }
+    for (offset, future) in futures {
+        let (buf, n) = future.wait().unwrap();
+        let want = &target.bytes[offset..offset + n];
+        assert!(buf.to_vec().unwrap() == want, "{kind:?}: the {n} bytes at {offset}");
+    }
     let most = target.server.max_active_gets();
     assert!((2..=3).contains(&most), "{kind:?}: {most} GETs at once, wanted 2 to 3");
 }

@@ -458,21 +458,27 @@ mod tests {
     }
 
     #[test]
-    fn an_owners_drop_asks_every_loop_to_forget_its_stores() {
-        let count = LoopSet::Small.count();
+    fn an_owners_drop_asks_every_loop_of_both_sets_to_forget_its_stores() {
         let source = memory_source();
-        let queues = Queues::new(LoopSet::Small, count, source.clone());
-        let (tx, rx) = std::sync::mpsc::channel();
-        for _ in 0..count {
-            let tx = tx.clone();
-            queues.submit(job(move |store| async move {
-                let _ = tx.send(store.map(|s| Arc::downgrade(&s)));
-            }));
+        let mut stores = Vec::new();
+        let mut all_queues = Vec::new();
+        for set in [LoopSet::Small, LoopSet::Large] {
+            let count = set.count();
+            let queues = Queues::new(set, count, source.clone());
+            let (tx, rx) = std::sync::mpsc::channel();
+            for _ in 0..count {
+                let tx = tx.clone();
+                queues.submit(job(move |store| async move {
+                    let _ = tx.send(store.map(|s| Arc::downgrade(&s)));
+                }));
+            }
+            drop(tx);
+            let made: Vec<_> = rx.iter().map(Result::unwrap).collect();
+            assert_eq!(made.len(), count, "{set:?}");
+            stores.extend(made);
+            all_queues.push(queues);
         }
-        drop(tx);
-        let stores: Vec<_> = rx.iter().map(Result::unwrap).collect();
-        assert_eq!(stores.len(), count);
-        drop((queues, source));
+        drop((all_queues, source));
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while stores.iter().any(|weak| weak.upgrade().is_some()) {
             assert!(std::time::Instant::now() < deadline, "a store outlived its owner");
