@@ -5,7 +5,7 @@ a plain parallel client (``http.client``), all measured in one run on the same o
     python3 python/bench/remote.py --jsonl OUT.jsonl [--size 4GiB] [--dir DIR] [--repeats 3]
         [--threads 32] [--client-procs N] [--server-procs N] [--request-size 4MiB]
         [--ops-4k 4096] [--ops-1m 2048] [--rows 100000] [--only plain,gpumap,kvikio,rows]
-        [--rows-memory device|host]
+        [--rows-memory device|host] [--gpumap-request-size SIZE]
 
 The server runs in its own processes (``--server-procs``, one listening socket each on a
 shared port through SO_REUSEPORT, a thread per connection, bodies sent with ``os.sendfile``
@@ -386,6 +386,8 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=25)
     p.add_argument("--only", default="plain,gpumap,kvikio,rows")
+    p.add_argument("--gpumap-request-size", type=parse_size, default=None,
+                   help="gpumapio.RemoteFile's request_size (its default where not given)")
     p.add_argument("--rows-memory", choices=("device", "host"), default="device",
                    help="where the rows cases' cache and rows are (device: where CuPy is)")
     p.add_argument("--serve", metavar="FILE", help=argparse.SUPPRESS)  # the server's own process
@@ -440,8 +442,9 @@ def main() -> None:
             import gpumapio
             for memory in memories:
                 impl = "gpumap-remote" + ("-host" if memory == "host" else "")
-                opener = functools.partial(gpumapio.RemoteFile.open_http, max_in_flight=a.threads)
-                run_client(a, mm, cp, impl, opener, memory, workloads, out, max_in_flight=a.threads)
+                sized = {} if a.gpumap_request_size is None else {"request_size": a.gpumap_request_size}
+                opener = functools.partial(gpumapio.RemoteFile.open_http, max_in_flight=a.threads, **sized)
+                run_client(a, mm, cp, impl, opener, memory, workloads, out, max_in_flight=a.threads, **sized)
         if "kvikio" in only:
             try:
                 import kvikio

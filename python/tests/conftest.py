@@ -117,6 +117,8 @@ def refused_not_waited_on(fifo, call, what):
 # inject per GET (an int status, a float delay in seconds, or "truncate").
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # A head and a body written apart would wait for the client's delayed ACK (40 ms) each.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass

@@ -45,6 +45,21 @@ def test_http_reads_are_byte_exact_at_odd_offsets(served):
         assert bytes(out[50_000:]) == data[70_000:120_000]
 
 
+def test_thousands_of_preads_of_several_requests_each_complete(served):
+    # Each pread is four requests, run on the I/O pool and shared among the read lanes. A
+    # pool thread waiting for its lanes once ran the pool's other queued preads meanwhile,
+    # each waiting in turn, until its stack overflowed (a segfault at about 2,000 preads).
+    _, url, data = served
+    count, size = 3000, 16 << 10
+    out = np.zeros((count, size), dtype="u1")
+    offsets = [(i * 7919) % (len(data) - size) for i in range(count)]
+    with RemoteFile.open_http(url, request_size=4096, max_in_flight=8) as f:
+        futures = [f.pread(out[i], size, offset) for i, offset in enumerate(offsets)]
+        assert [fut.get() for fut in futures] == [size] * count
+    for i in range(0, count, 97):
+        assert out[i].tobytes() == data[offsets[i] : offsets[i] + size]
+
+
 def test_kvikio_constructors_agree(served):
     _, url, data = served
     for f in [RemoteFile.open(url), RemoteFile.open_s3_presigned_url(url), RemoteFile.open_http(url, nbytes=len(data))]:

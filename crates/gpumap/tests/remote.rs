@@ -528,6 +528,32 @@ fn small_and_large_futures_share_the_files_requests_in_flight(kind: Kind) {
     assert!((2..=3).contains(&most), "{kind:?}: {most} GETs at once, wanted 2 to 3");
 }
 
+#[test]
+fn thousands_of_futures_of_several_requests_each_complete() {
+    // Each future reads four requests, on the I/O pool and shared among the lanes. Waiting
+    // for its lanes, a pool thread once ran the pool's other queued reads, each of which then
+    // waited for lanes in turn: the stack grew with every queued read until it overflowed.
+    let (count, len) = (4000, 16 << 10);
+    let target = Target::new(Kind::Http, 64 * len);
+    let mut options = target.options();
+    options.request_size(4096).unwrap().max_in_flight(Some(8)).unwrap();
+    let file = target.open(&options).unwrap();
+    let futures: Vec<_> = (0..count)
+        .map(|i| {
+            let offset = (i % 63) * len + i % 4096;
+            (
+                offset,
+                file.pread_device(DeviceBuffer::alloc(&Device::Host, len).unwrap(), offset as u64),
+            )
+        })
+        .collect();
+    for (offset, future) in futures {
+        let (buf, n) = future.wait().unwrap();
+        assert_eq!(n, len);
+        assert!(buf.to_vec().unwrap() == target.bytes[offset..offset + len], "at {offset}");
+    }
+}
+
 fn concurrent_readers_each_get_their_bytes(kind: Kind) {
     let len = 1 << 20;
     let target = Target::new(kind, len);

@@ -158,14 +158,42 @@ impl Lane<'_> {
 /// Runs `work(part, index, lane)` for every part, each on a lane thread, and returns once
 /// every part is done (so nothing still writes into what the parts borrow): the first error
 /// in part order, else `Ok`. Parts beyond the lanes free at the moment wait their turn.
+///
+/// Called from a worker of another rayon pool (the I/O pool, running a `pread`), it waits on a
+/// thread of its own: a rayon worker waiting for another pool runs its own pool's queued jobs
+/// meanwhile, and each queued read waiting here in turn would nest on its stack, thousands
+/// deep when thousands of reads are queued.
 pub(crate) fn run<T, F>(parts: Vec<T>, work: F) -> Result<()>
 where
     T: Send,
     F: Fn(T, usize, &mut Lane<'_>) -> Result<()> + Sync,
 {
     let pool = lanes()?;
+    if rayon::current_thread_index().is_none() {
+        return run_on(&pool, parts, &work);
+    }
+    std::thread::scope(|scope| {
+        let waiter = std::thread::Builder::new()
+            .name("gpumap-lane-wait".to_owned())
+            .spawn_scoped(scope, || run_on(&pool, parts, &work))
+            .map_err(|e| Error::Unavailable {
+                what: "a thread to wait for the remote read lanes",
+                reason: e.to_string(),
+            })?;
+        waiter.join().unwrap_or_else(|_| {
+            Err(Error::TaskPanicked("the thread waiting for the read lanes panicked".into()))
+        })
+    })
+}
+
+/// [`run`] from a thread that is no rayon worker: `pool.scope` blocks it until every part is
+/// done, running nothing else meanwhile.
+fn run_on<T, F>(pool: &rayon::ThreadPool, parts: Vec<T>, work: &F) -> Result<()>
+where
+    T: Send,
+    F: Fn(T, usize, &mut Lane<'_>) -> Result<()> + Sync,
+{
     let mut outcomes: Vec<Option<Result<()>>> = parts.iter().map(|_| None).collect();
-    let work = &work;
     pool.scope(|scope| {
         for (index, (part, outcome)) in parts.into_iter().zip(outcomes.iter_mut()).enumerate() {
             scope.spawn(move |_| {

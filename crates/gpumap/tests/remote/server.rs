@@ -132,6 +132,9 @@ impl Server {
         thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
+                // An answer is written as its head, then its body: with Nagle's algorithm the
+                // body would wait for the client's delayed ACK of the head, 40 ms an answer.
+                let _ = stream.set_nodelay(true);
                 let state = Arc::clone(&shared);
                 state.accepted.fetch_add(1, Ordering::SeqCst);
                 state.open_connections.fetch_add(1, Ordering::SeqCst);
@@ -211,6 +214,8 @@ impl Server {
         paths
     }
 
+    /// The most GETs seen at once, each counted from its arrival until its answer starts (the
+    /// delay of [`delay_gets`](Self::delay_gets) included).
     pub fn max_active_gets(&self) -> usize {
         self.state.max_active_gets.load(Ordering::SeqCst)
     }
@@ -445,13 +450,15 @@ fn plain_get(out: &mut TcpStream, state: &State, request: &Request) -> bool {
     state.max_active_gets.fetch_max(now, Ordering::SeqCst);
     let delay = *state.get_delay.lock().unwrap();
     thread::sleep(delay);
+    // No longer counted once the answer starts: the client may have all of it, and its next
+    // request under way, before this thread would get to count it done, and the count would
+    // then pass the client's bound on requests in flight that it is there to check.
+    state.active_gets.fetch_sub(1, Ordering::SeqCst);
     let fault = state.faults.lock().unwrap().pop_front();
-    let keep = match fault {
+    match fault {
         None => answer(out, state, request, false),
         Some(fault) => misbehave(out, state, request, fault),
-    };
-    state.active_gets.fetch_sub(1, Ordering::SeqCst);
-    keep
+    }
 }
 
 /// Counts one request in progress while it lives, and keeps the most seen at once.
