@@ -74,6 +74,18 @@ fn map(cache: &DeviceCache, file: RemoteFile) -> DeviceMappedFile {
     cache.open_remote(file, &MapOptions::new()).unwrap()
 }
 
+/// Rows `indices` of `row` bytes gathered from `map` into new memory on `memory`, brought back.
+fn gather_rows(map: &DeviceMappedFile, memory: &Device, indices: &[i64], row: usize) -> Vec<u8> {
+    let mut dst = DeviceBuffer::zeroed(memory, indices.len() * row).unwrap();
+    map.gather_rows(indices, row as u64, dst.view_mut()).unwrap();
+    dst.to_vec().unwrap()
+}
+
+/// Rows `indices` of `bytes` taken as a table of `row`-byte rows.
+fn rows_of(bytes: &[u8], indices: &[i64], row: usize) -> Vec<u8> {
+    indices.iter().flat_map(|&i| &bytes[i as usize * row..][..row]).copied().collect()
+}
+
 fn read(map: &DeviceMappedFile, offset: u64, len: usize) -> Vec<u8> {
     let mut out = vec![0u8; len];
     map.read(offset, &mut out).unwrap();
@@ -149,13 +161,8 @@ fn row_gathers_match_the_object_and_a_hot_set_costs_no_request(memory: Device) {
     let row = 512usize;
     let rows = bytes.len() / row;
     let indices: Vec<i64> = (0..3000).map(|i| ((i * 7919) % rows) as i64).collect();
-    let gather = |indices: &[i64]| {
-        let mut dst = DeviceBuffer::zeroed(&memory, indices.len() * row).unwrap();
-        m.gather_rows(indices, row as u64, dst.view_mut()).unwrap();
-        dst.to_vec().unwrap()
-    };
-    let expected: Vec<u8> =
-        indices.iter().flat_map(|&i| &bytes[i as usize * row..][..row]).copied().collect();
+    let gather = |indices: &[i64]| gather_rows(&m, &memory, indices, row);
+    let expected = rows_of(&bytes, &indices, row);
     assert!(gather(&indices) == expected, "{memory:?}");
     let before = server.gets();
     assert!(gather(&indices) == expected, "{memory:?}");
@@ -220,14 +227,8 @@ fn rows_read_past_a_full_cache_are_fetched_at_once_adjacent_ones_together(memory
     let m = map(&c, file);
     let _ = read(&m, 0, (2 * MIB) as usize);
     let row = 512usize;
-    let gather = |indices: &[i64]| {
-        let mut dst = DeviceBuffer::zeroed(&memory, indices.len() * row).unwrap();
-        m.gather_rows(indices, row as u64, dst.view_mut()).unwrap();
-        dst.to_vec().unwrap()
-    };
-    let expected = |indices: &[i64]| -> Vec<u8> {
-        indices.iter().flat_map(|&i| &bytes[i as usize * row..][..row]).copied().collect()
-    };
+    let gather = |indices: &[i64]| gather_rows(&m, &memory, indices, row);
+    let expected = |indices: &[i64]| rows_of(&bytes, indices, row);
     // A failing server: a typed error, then the same rows whole once it recovers (first, while
     // no rows read through are being offered to the cache in the background).
     server.inject([Fault::Status(503), Fault::Status(503), Fault::Status(503)]);
@@ -264,14 +265,8 @@ fn missing_rows_are_fetched_into_the_cache_at_once_adjacent_ones_together(memory
     let c = cache(&memory, 16 * MIB);
     let m = map(&c, file);
     let row = 512usize;
-    let gather = |indices: &[i64]| {
-        let mut dst = DeviceBuffer::zeroed(&memory, indices.len() * row).unwrap();
-        m.gather_rows(indices, row as u64, dst.view_mut()).unwrap();
-        dst.to_vec().unwrap()
-    };
-    let expected = |indices: &[i64]| -> Vec<u8> {
-        indices.iter().flat_map(|&i| &bytes[i as usize * row..][..row]).copied().collect()
-    };
+    let gather = |indices: &[i64]| gather_rows(&m, &memory, indices, row);
+    let expected = |indices: &[i64]| rows_of(&bytes, indices, row);
     // Rows of extents far apart, each GET slowed: in flight together, never past the bound.
     server.delay_gets(Duration::from_millis(30));
     server.restart_max_active_gets();
