@@ -270,7 +270,9 @@ impl IoPool {
             items.into_iter().map(guarded).collect()
         } else {
             let pool = self.threads()?;
-            pool.install(|| items.into_par_iter().with_max_len(1).map(guarded).collect())
+            wait_apart(&pool, || {
+                Ok(pool.install(|| items.into_par_iter().with_max_len(1).map(guarded).collect()))
+            })?
         };
         let mut counts = Vec::with_capacity(results.len());
         let mut skipped = false;
@@ -367,6 +369,32 @@ pub(crate) fn prefix_of(reads: impl IntoIterator<Item = (u64, usize)>) -> usize 
         }
     }
     delivered
+}
+
+/// Runs `work`, which waits for `pool`'s workers, so that the wait runs nothing else: on this
+/// thread, or, where this thread is a worker of another rayon pool, on a scoped thread of its
+/// own that this one joins. A rayon worker waiting for another pool runs its own pool's queued
+/// jobs meanwhile; where those wait for `pool` in turn (thousands of queued reads), each nests
+/// on the same stack until it overflows.
+pub(crate) fn wait_apart<R: Send>(
+    pool: &rayon::ThreadPool,
+    work: impl FnOnce() -> Result<R> + Send,
+) -> Result<R> {
+    if rayon::current_thread_index().is_none() || pool.current_thread_index().is_some() {
+        return work();
+    }
+    std::thread::scope(|scope| {
+        let waiter = std::thread::Builder::new()
+            .name("gpumap-wait".to_owned())
+            .spawn_scoped(scope, work)
+            .map_err(|e| Error::Unavailable {
+                what: "a thread to wait for another pool's work",
+                reason: e.to_string(),
+            })?;
+        waiter.join().unwrap_or_else(|_| {
+            Err(Error::TaskPanicked("a thread waiting for another pool's work panicked".into()))
+        })
+    })
 }
 
 fn build(nthreads: usize) -> Result<rayon::ThreadPool> {

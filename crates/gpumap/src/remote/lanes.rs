@@ -20,6 +20,7 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 
 use crate::error::{Error, Result};
+use crate::io::pool::wait_apart;
 use crate::per_process::PerProcess;
 use crate::remote::stores::{self, StoreOwner, StoreShelf};
 
@@ -160,34 +161,17 @@ impl Lane<'_> {
 /// in part order, else `Ok`. Parts beyond the lanes free at the moment wait their turn.
 ///
 /// Called from a worker of another rayon pool (the I/O pool, running a `pread`), it waits on a
-/// thread of its own: a rayon worker waiting for another pool runs its own pool's queued jobs
-/// meanwhile, and each queued read waiting here in turn would nest on its stack, thousands
-/// deep when thousands of reads are queued.
+/// thread of its own ([`wait_apart`]).
 pub(crate) fn run<T, F>(parts: Vec<T>, work: F) -> Result<()>
 where
     T: Send,
     F: Fn(T, usize, &mut Lane<'_>) -> Result<()> + Sync,
 {
     let pool = lanes()?;
-    if rayon::current_thread_index().is_none() {
-        return run_on(&pool, parts, &work);
-    }
-    std::thread::scope(|scope| {
-        let waiter = std::thread::Builder::new()
-            .name("gpumap-lane-wait".to_owned())
-            .spawn_scoped(scope, || run_on(&pool, parts, &work))
-            .map_err(|e| Error::Unavailable {
-                what: "a thread to wait for the remote read lanes",
-                reason: e.to_string(),
-            })?;
-        waiter.join().unwrap_or_else(|_| {
-            Err(Error::TaskPanicked("the thread waiting for the read lanes panicked".into()))
-        })
-    })
+    wait_apart(&pool, || run_on(&pool, parts, &work))
 }
 
-/// [`run`] from a thread that is no rayon worker: `pool.scope` blocks it until every part is
-/// done, running nothing else meanwhile.
+/// [`run`]'s parts in one `pool.scope`, which returns once every part is done.
 fn run_on<T, F>(pool: &rayon::ThreadPool, parts: Vec<T>, work: &F) -> Result<()>
 where
     T: Send,

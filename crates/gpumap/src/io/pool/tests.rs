@@ -407,3 +407,25 @@ fn futures_complete_and_resize_keeps_working() {
     let f = pool.spawn(|| -> Result<()> { panic!("inside") });
     assert!(matches!(f.wait(), Err(Error::TaskPanicked(_))));
 }
+
+#[test]
+fn jobs_of_one_pool_running_another_pools_tasks_do_not_nest() {
+    // A file opened with a pool of its own, read from another pool's job: that job's worker
+    // once ran its own pool's queued jobs while it waited, each waiting in turn, until its
+    // stack overflowed (as the remote read lanes did).
+    let (a, b) = (IoPool::new(2).unwrap(), Arc::new(IoPool::new(2).unwrap()));
+    let futures: Vec<_> = (0..6000)
+        .map(|_| {
+            let b = Arc::clone(&b);
+            a.spawn(move || {
+                b.run(vec![1usize, 2], |n| {
+                    std::thread::sleep(Duration::from_micros(50));
+                    Ok(n)
+                })
+            })
+        })
+        .collect();
+    for future in futures {
+        assert_eq!(future.wait().unwrap(), 3);
+    }
+}
