@@ -693,6 +693,34 @@ fn reads_land_in_gpu_memory_through_bounce_buffers() {
 
 #[test]
 #[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
+fn bodies_cut_short_are_retried_whole_into_gpu_memory() {
+    let Some(device) = common::gpu() else { return };
+    for kind in [Kind::Http, Kind::S3] {
+        let len = (12 << 20) + 12_345;
+        let target = Target::new(kind, len);
+        let mut options = target.options();
+        // A cut body sends half its 4 MiB, then the connection closes.
+        options.request_size(4 << 20).unwrap().max_attempts(3).unwrap();
+        let file = target.open(&options).unwrap();
+        let gpu = Device::Cuda(device.clone());
+        let mut dst = DeviceBuffer::zeroed(&gpu, len - 7).unwrap();
+        target.server.inject([Fault::Truncate, Fault::Truncate]);
+        let before = target.server.gets();
+        assert_eq!(file.read_device(dst.view_mut(), 7).unwrap(), len - 7);
+        assert!(dst.to_vec().unwrap() == target.bytes[7..], "{kind:?}");
+        assert_eq!(target.server.gets() - before, 4 + 2, "{kind:?}: four requests, two retried");
+        // With no attempt left, a cut body fails the read: nothing is reported as read.
+        let mut options = target.options();
+        options.request_size(4 << 20).unwrap().max_attempts(1).unwrap();
+        let file = target.open(&options).unwrap();
+        target.server.inject([Fault::Truncate]);
+        let e = file.read_device(dst.view_mut(), 0).unwrap_err();
+        assert!(matches!(e, Error::Remote { kind: RemoteErrorKind::Connection, .. }), "{e:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
 fn small_futures_into_gpu_memory_take_turns_within_the_files_bound() {
     let Some(device) = common::gpu() else { return };
     let gpu = Device::Cuda(device.clone());

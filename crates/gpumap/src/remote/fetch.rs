@@ -203,26 +203,22 @@ impl<'a> Fetch<'a> {
     }
 }
 
-/// Reads `dst.len()` bytes at `offset` into host memory, up to `in_flight` ranges at once.
+/// Reads the requests `next` hands out (each an object offset and where its bytes go) into host
+/// memory, up to `in_flight` at once, taking the next as one finishes.
 ///
-/// `failed` is shared by the parts of one read: a part that fails sets it, and a part that
-/// finds it set starts no more requests and returns `Ok` unfilled, which is sound only
-/// because the part that set it returns its error (so the read as a whole fails).
-pub(crate) async fn read_host(
+/// `failed` is shared by the lanes of one read: a lane that fails sets it, and a lane that
+/// finds it set starts no more requests and returns `Ok` with its requests unread, which is
+/// sound only because the lane that set it returns its error (so the read as a whole fails).
+pub(crate) async fn read_host<'d>(
     fetch: Fetch<'_>,
-    dst: &mut [u8],
-    offset: u64,
+    next: impl FnMut() -> Option<(u64, &'d mut [u8])>,
     in_flight: usize,
     failed: &AtomicBool,
 ) -> Result<()> {
-    let size = request_size(fetch.options);
-    let chunks = dst.len().div_ceil(size);
-    tracing::debug!(url = %fetch.url, offset, len = dst.len(), chunks, in_flight, "remote read into host memory");
-    let requests = dst
-        .chunks_mut(size)
-        .enumerate()
+    tracing::debug!(url = %fetch.url, in_flight, "remote read into host memory");
+    let requests = std::iter::from_fn(next)
         .take_while(|_| !failed.load(Ordering::Relaxed))
-        .map(|(i, piece)| fetch.range(offset + (i * size) as u64, piece));
+        .map(|(offset, piece)| fetch.range(offset, piece));
     let outcome =
         futures_util::stream::iter(requests).buffer_unordered(in_flight).try_collect::<()>().await;
     mark_failure(outcome, failed)
@@ -236,41 +232,38 @@ fn mark_failure(outcome: Result<()>, failed: &AtomicBool) -> Result<()> {
     outcome
 }
 
-/// Reads `dst.len` bytes at `offset` into GPU memory, up to `in_flight` ranges at once: each
-/// range's body lands in a pinned bounce buffer where one is free (else in memory of its own),
-/// then goes to the device, one copy in flight while the next body is received. `landings` is
-/// how many bodies the whole read (all its lanes) may hold at once. Host memory held is
-/// bounded by the requests in flight (the caller keeps them within
+/// Reads the requests `next` hands out (each an object offset and the region of GPU `ordinal`
+/// its bytes go to), up to `in_flight` at once: each body lands in a pinned bounce buffer where
+/// one is free (else in memory of its own), then goes up, one copy in flight while the next
+/// body is received. `landings` is how many bodies the whole read (all its lanes) may hold at
+/// once. Host memory held is bounded by the requests in flight (the caller keeps them within
 /// [`MAX_STAGED_BYTES`](crate::remote::MAX_STAGED_BYTES)). `failed` as for [`read_host`].
 pub(crate) async fn read_cuda(
     fetch: Fetch<'_>,
-    dst: RawRegion,
-    offset: u64,
+    ordinal: usize,
+    next: impl FnMut() -> Option<Result<(u64, RawRegion)>>,
     in_flight: usize,
     landings: usize,
     failed: &AtomicBool,
 ) -> Result<()> {
     let outcome: Result<()> = async {
-        let size = request_size(fetch.options);
-        let chunks = dst.len.div_ceil(size);
-        tracing::debug!(
-            url = %fetch.url, offset, len = dst.len, chunks, in_flight,
-            "remote read into GPU memory"
-        );
-        let mut uploader = Uploader::new(dst, landings)?;
+        tracing::debug!(url = %fetch.url, ordinal, in_flight, "remote read into GPU memory");
+        let mut uploader = Uploader::new(ordinal, landings)?;
         let pool = uploader.pool();
-        let requests = (0..chunks).take_while(|_| !failed.load(Ordering::Relaxed)).map(|i| {
-            let pool = Arc::clone(&pool);
-            async move {
-                let at = i * size;
-                let mut body = upload::landing(&pool, size.min(dst.len - at))?;
-                fetch.range(offset + at as u64, body.bytes_mut()).await.map(|()| (at, body))
-            }
-        });
+        let requests = std::iter::from_fn(next)
+            .take_while(|_| !failed.load(Ordering::Relaxed))
+            .map(|request| {
+                let pool = Arc::clone(&pool);
+                async move {
+                    let (offset, region) = request?;
+                    let mut body = upload::landing(&pool, region.len)?;
+                    fetch.range(offset, body.bytes_mut()).await.map(|()| (region, body))
+                }
+            });
         let mut done = futures_util::stream::iter(requests).buffer_unordered(in_flight);
         while let Some(landed) = done.next().await {
-            let (at, body) = landed?;
-            uploader.upload(body, at)?;
+            let (region, body) = landed?;
+            uploader.upload(body, region)?;
         }
         uploader.finish()
     }

@@ -20,6 +20,7 @@ use crate::remote::client::{self, Client};
 use crate::remote::fetch::{self, Fetch};
 use crate::remote::lanes;
 use crate::remote::options::RemoteOptions;
+use crate::remote::requests::Requests;
 use crate::remote::upload::Landing;
 use crate::remote::url::RemoteUrl;
 
@@ -124,10 +125,11 @@ impl RemoteFile {
     /// Reads `dst.len()` bytes at `offset` into GPU memory (each body received into a pinned
     /// bounce buffer and copied up from there) or host memory, as [`read`](Self::read) does.
     ///
-    /// The requests are shared among up to [`MAX_LANES`](super::MAX_LANES) (one per core) threads, each driving its own part
-    /// of `dst` on a runtime and connections of its own: one task polling every body would
-    /// copy (and stage to the GPU) on one core, far below what a parallel client reaches, and
-    /// bodies received on one thread and copied on another cross cores cold.
+    /// The requests are shared among up to [`MAX_LANES`](super::MAX_LANES) threads (one per
+    /// core), each on a runtime and connections of its own and taking the next request as one
+    /// of its own finishes: one task polling every body would copy (and stage to the GPU) on
+    /// one core, far below what a parallel client reaches, and bodies received on one thread
+    /// and copied on another cross cores cold.
     pub fn read_device(&self, dst: DeviceViewMut<'_>, offset: u64) -> Result<usize> {
         let len = dst.len();
         if !self.has_bytes_at(offset, len)? {
@@ -144,8 +146,6 @@ impl RemoteFile {
             DeviceViewMut::Cuda(_) => options.staged_in_flight_for(chunks),
         };
         let lanes = in_flight.min(lanes::lane_count()).max(1);
-        // Each lane takes whole requests: a contiguous part of `dst`.
-        let part = chunks.div_ceil(lanes) * size;
         // The requests in flight shared out exactly, so that together they stay within the bound.
         let per_lane = |lane: usize| in_flight / lanes + usize::from(lane < in_flight % lanes);
         let landings = in_flight + lanes;
@@ -154,29 +154,23 @@ impl RemoteFile {
         // The pool future's cancel flag, where this read is one's work (a `pread`, or Python's
         // `read` interrupted by Ctrl-C): its requests are dropped once it is set.
         let cancel = crate::io::pool::current_cancel();
+        let requests = Requests::new(dst, offset, size);
         if lanes == 1 {
             // One lane (a read of one request, most often): the calling thread drives it on the
             // shared runtime, with the file's own connections; a hop to a lane thread would
             // cost a small read more than it saves.
-            let read = read_part(self.fetch(), dst, offset, in_flight, landings, &failed);
+            let read = read_requests(self.fetch(), &requests, in_flight, landings, &failed);
             client::block_on(unless_cancelled(read, cancel.as_deref()))?;
             return Ok(len);
         }
         let client = &self.inner.client;
-        let parts = dst.chunks_mut(part)?;
-        lanes::run(parts, |part_dst, lane_index, lane| {
-            let from = offset + (lane_index * part) as u64;
+        // Every lane takes the next request as one of its own finishes (`remote/requests.rs`).
+        lanes::run((0..lanes).collect(), |lane_index, _, lane| {
             let store =
                 lane.store(&client.recipe.owner, || client.recipe.per_thread_store(lanes))?;
             let client = client.with_store(store);
-            let fetch = Fetch {
-                client: &client,
-                options,
-                url: &self.inner.url,
-                object_len: Some(self.inner.len),
-                etag: self.inner.etag.as_deref(),
-            };
-            let read = read_part(fetch, part_dst, from, per_lane(lane_index), landings, &failed);
+            let fetch = self.fetch_through(&client);
+            let read = read_requests(fetch, &requests, per_lane(lane_index), landings, &failed);
             lane.block_on(unless_cancelled(read, cancel.as_deref()))
         })?;
         Ok(len)
@@ -398,23 +392,23 @@ async fn unless_cancelled(
     }
 }
 
-/// One part of a read, `in_flight` requests at once, into host or GPU memory (`landings`: the
-/// bodies the whole read may hold; `failed`: shared by the read's parts, see
-/// [`fetch::read_host`]).
-async fn read_part(
+/// A lane's share of a read: `in_flight` of its requests at once, each taken from `requests`
+/// as one finishes (`landings`: the bodies the whole read may hold; `failed`: shared by the
+/// read's lanes, see [`fetch::read_host`]).
+async fn read_requests(
     fetch: Fetch<'_>,
-    dst: DeviceViewMut<'_>,
-    offset: u64,
+    requests: &Requests<'_>,
     in_flight: usize,
     landings: usize,
     failed: &AtomicBool,
 ) -> Result<()> {
-    match dst {
-        DeviceViewMut::Host(bytes) => {
-            fetch::read_host(fetch, bytes, offset, in_flight, failed).await
+    match requests {
+        Requests::Host(queue) => {
+            fetch::read_host(fetch, || queue.lock().take(), in_flight, failed).await
         }
-        DeviceViewMut::Cuda(view) => {
-            fetch::read_cuda(fetch, view.raw, offset, in_flight, landings, failed).await
+        Requests::Cuda(queue) => {
+            let next = || queue.take();
+            fetch::read_cuda(fetch, queue.ordinal(), next, in_flight, landings, failed).await
         }
     }
 }

@@ -48,6 +48,7 @@ mod loops;
 mod options;
 mod parts;
 mod prefix;
+mod requests;
 mod retry;
 mod stores;
 mod upload;

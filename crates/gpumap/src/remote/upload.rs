@@ -38,24 +38,22 @@ impl Landing {
     }
 }
 
-/// Sends landed bodies to one destination region, in any order.
+/// Sends landed bodies to their regions of one GPU, in any order.
 pub(crate) struct Uploader {
     pool: Arc<BouncePool>,
     stream: Rc<Stream>,
-    dst: RawRegion,
     in_flight: Option<InFlight<'static, BounceBuffer>>,
 }
 
 impl Uploader {
-    /// An uploader into `dst`, on the calling thread's stream for `dst`'s device; `landings`
-    /// is how many bodies the whole read may hold at once (its requests in flight, and a copy
-    /// per lane), which the shared pool's bound is raised to, within
-    /// [`MAX_LANDING_BUFFERS`].
-    pub(crate) fn new(dst: RawRegion, landings: usize) -> Result<Uploader> {
-        let pool = landing_pool(dst.ordinal, landings)?;
-        let device = CudaDevice::new(dst.ordinal)?;
+    /// An uploader to GPU `ordinal`, on the calling thread's stream for it; `landings` is how
+    /// many bodies the whole read may hold at once (its requests in flight, and a copy per
+    /// lane), which the shared pool's bound is raised to, within [`MAX_LANDING_BUFFERS`].
+    pub(crate) fn new(ordinal: usize, landings: usize) -> Result<Uploader> {
+        let pool = landing_pool(ordinal, landings)?;
+        let device = CudaDevice::new(ordinal)?;
         device.bind_to_thread()?;
-        Ok(Uploader { pool, stream: Stream::for_current_thread(&device)?, dst, in_flight: None })
+        Ok(Uploader { pool, stream: Stream::for_current_thread(&device)?, in_flight: None })
     }
 
     /// The pool bodies land in (for the requests, which run apart from the uploader).
@@ -63,25 +61,19 @@ impl Uploader {
         Arc::clone(&self.pool)
     }
 
-    /// Sends `landing` to `dst` at `at`: a pinned body by an asynchronous copy (the one before
-    /// it waited for), a body of its own memory by a synchronous one.
-    pub(crate) fn upload(&mut self, landing: Landing, at: usize) -> Result<()> {
+    /// Sends `landing` to `dst` (as long as the body): a pinned body by an asynchronous copy
+    /// (the one before it waited for), a body of its own memory by a synchronous one.
+    pub(crate) fn upload(&mut self, landing: Landing, dst: RawRegion) -> Result<()> {
         match landing {
             Landing::Pinned { buffer, len } => {
-                let copy = self.stream.start_raw(
-                    buffer,
-                    0,
-                    len,
-                    self.dst,
-                    at,
-                    CopyDirection::HostToDevice,
-                )?;
+                let copy =
+                    self.stream.start_raw(buffer, 0, len, dst, 0, CopyDirection::HostToDevice)?;
                 if let Some(previous) = self.in_flight.replace(copy) {
                     previous.wait()?;
                 }
                 Ok(())
             }
-            Landing::Heap(bytes) => self.dst.copy_from_host(at, &bytes),
+            Landing::Heap(bytes) => dst.copy_from_host(0, &bytes),
         }
     }
 
