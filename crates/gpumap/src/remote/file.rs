@@ -149,7 +149,7 @@ impl RemoteFile {
         // The requests in flight shared out exactly, so that together they stay within the bound.
         let per_lane = |lane: usize| in_flight / lanes + usize::from(lane < in_flight % lanes);
         let landings = in_flight + lanes;
-        // Set by the first part that fails: the others start no more requests.
+        // Set by the first lane that fails: the others start no more requests.
         let failed = AtomicBool::new(false);
         // The pool future's cancel flag, where this read is one's work (a `pread`, or Python's
         // `read` interrupted by Ctrl-C): its requests are dropped once it is set.
