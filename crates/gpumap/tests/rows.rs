@@ -39,6 +39,7 @@ on_host_and_gpu!(
     gathers_past_a_full_cache_race_admissions_and_evictions,
     misses_read_in_place_are_then_admitted,
     gathers_with_misses_in_place_race_admissions_and_evictions,
+    gathers_of_thousands_of_rows_match_the_file_cold_hot_and_read_through,
 );
 
 fn scratch() -> tempfile::TempDir {
@@ -741,4 +742,26 @@ fn misses_read_in_place_are_then_admitted(memory: Device) {
         map.gather_rows(&[4000i64], ROW as u64, dst.view_mut()),
         Err(Error::UnexpectedEof { .. })
     ));
+}
+
+/// Thousands of rows in one gather: on host memory their copy-out is shared among the pool's
+/// threads, each task owning its rows' bytes of the destination. Cold, hot, and past a budget
+/// that holds a fraction of them (read through), rows within and across extents.
+fn gathers_of_thousands_of_rows_match_the_file_cold_hot_and_read_through(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("table");
+    let data = random_bytes((6 * MIB + 5) as usize, 31);
+    fs::write(&path, &data).unwrap();
+    for (budget, row) in [(16 * MIB, 512usize), (16 * MIB, 1500), (2 * MIB, 512), (2 * MIB, 6000)] {
+        let map = cache(memory.clone(), budget, 4096).open(&path).unwrap();
+        let rows = data.len() as u64 / row as u64;
+        let indices = some_indices(rows, 12_000, row as u64 + budget);
+        for pass in ["cold", "hot"] {
+            let got = gather(&map, &memory, &indices, row);
+            assert!(
+                got == expected(&data, &indices, row),
+                "{memory:?}: {pass} rows of {row} bytes under a budget of {budget}"
+            );
+        }
+    }
 }
