@@ -744,9 +744,9 @@ fn misses_read_in_place_are_then_admitted(memory: Device) {
     ));
 }
 
-/// Thousands of rows in one gather: on host memory their copy-out is shared among the pool's
-/// threads, each task owning its rows' bytes of the destination. Cold, hot, and past a budget
-/// that holds a fraction of them (read through), rows within and across extents.
+/// Thousands of rows in one gather (more than one task's worth, were they ever shared among
+/// threads: decision 0035): cold, hot, and past a budget that holds a fraction of them (read
+/// through), rows within and across extents.
 fn gathers_of_thousands_of_rows_match_the_file_cold_hot_and_read_through(memory: Device) {
     let dir = scratch();
     let path = dir.path().join("table");
