@@ -166,6 +166,18 @@ fn bad_indices_are_named_and_never_read(memory: Device) {
         e.to_string(),
         "row index -2147483648 at position 1 is outside the file's 1000 rows"
     );
+    // Bad indices far apart in a gather of thousands (several tasks where it is shared among
+    // threads): the lowest position is named, whichever task meets its index first.
+    let mut many: Vec<i64> = (0..12_000).map(|i| i % 1000).collect();
+    many[9_000] = -3;
+    many[5_000] = 1000;
+    many[11_999] = 5000;
+    let mut dst = DeviceBuffer::zeroed(&memory, many.len() * 100).unwrap();
+    let e = map.gather_rows(&many, 100, dst.view_mut());
+    assert!(
+        matches!(e, Err(Error::RowIndex { position: 5_000, index: 1000, rows: 1000 })),
+        "{memory:?}: {e:?}"
+    );
     // Rows of the file's whole length or more: not one row fits.
     let e = map.gather_rows(
         &[0i64],
@@ -311,14 +323,17 @@ fn gathers_race_a_writer_and_evictions_under_a_small_budget(memory: Device) {
                 s.spawn(move || {
                     let mut gathers = 0;
                     while !stop.load(Ordering::Acquire) || gathers < 20 {
-                        let indices = some_indices(u64::from(ROWS), 256, t * 1000 + gathers);
+                        // Every fourth gather takes thousands of rows: on host memory, shared
+                        // among the pool's threads.
+                        let count = if gathers % 4 == 3 { 9_000 } else { 256 };
+                        let indices = some_indices(u64::from(ROWS), count, t * 1000 + gathers);
                         // The version each row had before the gather: it must read that one or
                         // a later one, never an earlier one, never another row's.
                         let before: Vec<u32> = indices
                             .iter()
                             .map(|&i| versions[i as usize].load(Ordering::Acquire))
                             .collect();
-                        let mut dst = DeviceBuffer::zeroed(memory, 256 * ROW).unwrap();
+                        let mut dst = DeviceBuffer::zeroed(memory, count * ROW).unwrap();
                         map.gather_rows(&indices, ROW as u64, dst.view_mut()).unwrap();
                         let got = dst.to_vec().unwrap();
                         for (k, &i) in indices.iter().enumerate() {
@@ -744,9 +759,10 @@ fn misses_read_in_place_are_then_admitted(memory: Device) {
     ));
 }
 
-/// Thousands of rows in one gather (more than one task's worth, were they ever shared among
-/// threads: decision 0035): cold, hot, and past a budget that holds a fraction of them (read
-/// through), rows within and across extents.
+/// Thousands of rows in one gather (several tasks' worth where a host gather is shared among the
+/// pool's threads: decision 0036): a third of them first, then all of them (resident rows and
+/// misses mixed in every task), then all again (hot); and past a budget that holds a fraction of
+/// them (read through); rows within and across extents.
 fn gathers_of_thousands_of_rows_match_the_file_cold_hot_and_read_through(memory: Device) {
     let dir = scratch();
     let path = dir.path().join("table");
@@ -755,11 +771,12 @@ fn gathers_of_thousands_of_rows_match_the_file_cold_hot_and_read_through(memory:
     for (budget, row) in [(16 * MIB, 512usize), (16 * MIB, 1500), (2 * MIB, 512), (2 * MIB, 6000)] {
         let map = cache(memory.clone(), budget, 4096).open(&path).unwrap();
         let rows = data.len() as u64 / row as u64;
-        let indices = some_indices(rows, 12_000, row as u64 + budget);
-        for pass in ["cold", "hot"] {
-            let got = gather(&map, &memory, &indices, row);
+        let all = some_indices(rows, 12_000, row as u64 + budget);
+        let third: Vec<i64> = all.iter().copied().step_by(3).collect();
+        for (pass, indices) in [("a third", &third), ("mixed", &all), ("hot", &all)] {
+            let got = gather(&map, &memory, indices, row);
             assert!(
-                got == expected(&data, &indices, row),
+                got == expected(&data, indices, row),
                 "{memory:?}: {pass} rows of {row} bytes under a budget of {budget}"
             );
         }

@@ -385,7 +385,12 @@ impl Directory {
                 if (slot as usize) < self.slots
                     && t.owners[slot as usize].load(Ordering::Acquire) == key
                 {
-                    t.used[slot as usize].store(1, Ordering::Relaxed);
+                    // Written only when unmarked: threads gathering at once would otherwise
+                    // pass the marks' cache lines between their cores a row at a time.
+                    let used = &t.used[slot as usize];
+                    if used.load(Ordering::Relaxed) == 0 {
+                        used.store(1, Ordering::Relaxed);
+                    }
                     return SlotId::try_from(slot).ok();
                 }
             }

@@ -28,7 +28,7 @@ use super::directory::Directory;
 use super::gather::{gather_to, GatherRange};
 use super::read_through::{read_rows_through, reads_through};
 use super::state::{Engine, FileEntry};
-use super::store::Home;
+use super::store::{SlotBytes, SlotReader};
 use crate::error::{Error, Result};
 use crate::memory::cuda::{
     validate_device_range, CudaBuffer, CudaDevice, CudaViewMut, PinnedBuffer, Stream,
@@ -311,6 +311,11 @@ fn check_row(
 /// The host's stand-in for the kernel: each row's extents looked up in the directory, the
 /// resident rows copied from their slots, the others listed. `first`: the pass's first
 /// position among all the gather's.
+///
+/// Every index is checked first, so that an error names the lowest bad position. A pass of many
+/// rows of a cache in host memory, into host memory, is shared among the pool's threads, each
+/// placing and copying its own run of rows into its own part of `dst`
+/// (docs/decisions/0036-host-row-gathers-shared-among-the-pool.md).
 fn on_host(
     engine: &Engine,
     entry: &FileEntry,
@@ -320,47 +325,123 @@ fn on_host(
     row_size: u64,
     dst: &mut DeviceViewMut<'_>,
 ) -> Result<Found> {
-    let g = engine.geometry;
     let mapped = entry.len / row_size;
+    let indices = host_indices(indices)?;
+    for (position, &index) in indices.iter().enumerate() {
+        check_row(entry, first + position as u64, index, rows, mapped, row_size)?;
+    }
+    let hold = engine.directory.begin()?;
+    let out = (first * row_size) as usize;
     let mut misses = Vec::new();
-    // A piece is at most an extent: what a GPU destination's pieces go through.
-    let mut piece_buffer = Vec::new();
-    let _lookups = engine.directory.begin()?;
-    for (position, index) in host_indices(indices)?.into_iter().enumerate() {
-        let position = position as u64;
-        check_row(entry, first + position, index, rows, mapped, row_size)?;
-        let i = index as u64;
-        let start = i * row_size;
-        let extents = g.extents_covering(start, row_size);
-        let slots: Option<Vec<u32>> = extents
-            .clone()
-            .map(|e| key(entry.id, e).and_then(|k| engine.directory.lookup(k)))
-            .collect();
-        let Some(slots) = slots else {
-            misses.push((position, i));
-            continue;
-        };
-        let out = (first + position) * row_size;
-        let mut at = start;
-        for (e, slot) in extents.zip(slots) {
-            let end = ((e + 1) * g.extent).min(start + row_size);
-            let (from, len) = (at - e * g.extent, (end - at) as usize);
-            let to = (out + at - start) as usize;
-            match dst {
-                DeviceViewMut::Host(bytes) => {
-                    engine.store.copy_out(Home::Slot(slot, from), &mut bytes[to..to + len])?
-                }
-                DeviceViewMut::Cuda(view) => {
-                    piece_buffer.resize(len, 0);
-                    engine.store.copy_out(Home::Slot(slot, from), &mut piece_buffer)?;
-                    view.copy_from_host(to, &piece_buffer)?;
-                }
+    match dst {
+        DeviceViewMut::Host(bytes) => {
+            let end = out + indices.len() * row_size as usize;
+            let available = bytes.len() as u64;
+            let dst = bytes
+                .get_mut(out..end)
+                .ok_or(Error::BufferTooSmall { needed: end as u64, available })?;
+            let pool = entry.file.pool();
+            let tasks = indices.len().div_ceil(ROWS_PER_TASK);
+            // Host memory only: a GPU cache's slots are copied out by the driver, on the
+            // thread whose context is current.
+            let on_host_memory = matches!(engine.store.device(), Device::Host);
+            if tasks > 1 && pool.nthreads() > 1 && on_host_memory {
+                let mut found: Vec<Vec<(u64, u64)>> = vec![Vec::new(); tasks];
+                let items: Vec<_> = indices
+                    .chunks(ROWS_PER_TASK)
+                    .zip(dst.chunks_mut(ROWS_PER_TASK * row_size as usize))
+                    .zip(found.iter_mut())
+                    .enumerate()
+                    .map(|(t, ((indices, dst), found))| (t * ROWS_PER_TASK, indices, dst, found))
+                    .collect();
+                pool.run(items, |(at, indices, dst, found)| {
+                    let mut reader = engine.store.slot_reader(&hold);
+                    let pieces = place_rows(engine, entry, &mut reader, indices, row_size, found)?;
+                    copy_pieces(&reader, &pieces, dst)?;
+                    found.iter_mut().for_each(|(position, _)| *position += at as u64);
+                    Ok(0)
+                })?;
+                misses = found.concat();
+            } else {
+                let mut reader = engine.store.slot_reader(&hold);
+                let pieces =
+                    place_rows(engine, entry, &mut reader, &indices, row_size, &mut misses)?;
+                copy_pieces(&reader, &pieces, dst)?;
             }
-            at = end;
+        }
+        DeviceViewMut::Cuda(view) => {
+            let mut reader = engine.store.slot_reader(&hold);
+            let pieces = place_rows(engine, entry, &mut reader, &indices, row_size, &mut misses)?;
+            // A piece is at most an extent: what the pieces go through on their way up.
+            let mut piece_buffer = Vec::new();
+            for &(bytes, to) in &pieces {
+                piece_buffer.resize(bytes.len(), 0);
+                reader.copy_out(bytes, &mut piece_buffer)?;
+                view.copy_from_host(out + to, &piece_buffer)?;
+            }
         }
     }
     Ok(Found::to_fill(misses))
 }
+
+/// Rows a task of a host gather shared among the pool's threads takes.
+const ROWS_PER_TASK: usize = 4096;
+
+/// Looks up the extents of rows `indices` (checked), and places the pieces of those resident,
+/// each with where it goes counting from the first row's place (a piece lies within one
+/// extent). Pushes the others to `misses`: (position among `indices`, index).
+fn place_rows(
+    engine: &Engine,
+    entry: &FileEntry,
+    reader: &mut SlotReader<'_>,
+    indices: &[i64],
+    row_size: u64,
+    misses: &mut Vec<(u64, u64)>,
+) -> Result<Vec<(SlotBytes, usize)>> {
+    let g = engine.geometry;
+    let mut pieces = Vec::with_capacity(indices.len());
+    for (position, &index) in indices.iter().enumerate() {
+        let (position, start) = (position as u64, index as u64 * row_size);
+        let row_pieces = pieces.len();
+        let mut at = start;
+        for e in g.extents_covering(start, row_size) {
+            let Some(slot) = key(entry.id, e).and_then(|k| engine.directory.lookup(k)) else {
+                pieces.truncate(row_pieces);
+                misses.push((position, index as u64));
+                break;
+            };
+            let end = ((e + 1) * g.extent).min(start + row_size);
+            let bytes = reader.place(slot, at - e * g.extent, (end - at) as usize)?;
+            pieces.push((bytes, (position * row_size + at - start) as usize));
+            at = end;
+        }
+    }
+    Ok(pieces)
+}
+
+/// Copies `pieces` into `dst`, each copy first prefetching the piece a few places on, so that
+/// the memory latencies of the rows ahead pass while this one is copied under its extent's lock.
+fn copy_pieces(
+    reader: &SlotReader<'_>,
+    pieces: &[(SlotBytes, usize)],
+    dst: &mut [u8],
+) -> Result<()> {
+    let available = dst.len() as u64;
+    for (n, &(bytes, to)) in pieces.iter().enumerate() {
+        if let Some(&(ahead, _)) = pieces.get(n + PREFETCH_AHEAD) {
+            reader.prefetch(ahead);
+        }
+        let needed = (to + bytes.len()) as u64;
+        let piece =
+            dst.get_mut(to..to + bytes.len()).ok_or(Error::BufferTooSmall { needed, available })?;
+        reader.copy_out(bytes, piece)?;
+    }
+    Ok(())
+}
+
+/// How many pieces ahead of its copy a host gather prefetches: enough rows in flight to cover
+/// a memory latency at the rate one thread copies, few enough to stay in the CPU's caches.
+const PREFETCH_AHEAD: usize = 8;
 
 /// A thread's buffers for row kernels on one GPU, grown as asked (up to a pass) and kept.
 struct Scratch {

@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 
 use super::backing::Backing;
 use super::books::SlotId;
+use super::directory::Lookups;
 use super::geometry::Geometry;
 use crate::error::{Error, Result};
 use crate::io::FileHandle;
@@ -424,6 +425,11 @@ impl Store {
         }
     }
 
+    /// A reader of slots for as long as `hold` lives.
+    pub(crate) fn slot_reader<'h>(&'h self, hold: &'h Lookups<'h>) -> SlotReader<'h> {
+        SlotReader { store: self, chunks: Vec::new(), _hold: hold }
+    }
+
     /// `"GPU 0 (NVIDIA H100 PCIe)"` or `"host memory"`.
     pub(crate) fn describe(&self) -> String {
         self.device().describe()
@@ -499,6 +505,98 @@ impl HostStore {
                 self.geometry.frame as usize,
                 self.geometry.extent as usize,
             )?)),
+        }
+    }
+}
+
+/// Reads of slots by one row gather, under its hold on the directory. In host memory each slot
+/// frame's memory is looked up once, on first use, rather than once a row under the store's
+/// lock (which every gathering thread would take, and whose `Arc` counts they would share); on
+/// a GPU each read is a copy from the slot arena, as `Store::copy_out` makes it.
+///
+/// Sound because of the hold: a slot that a lookup under it found keeps its frame mapped until
+/// the hold ends (`room` unmaps a slot frame only once its retiring slots are reusable, which
+/// waits for every hold that could see them), so the memory kept for the frame stays the
+/// frame's.
+pub(crate) struct SlotReader<'h> {
+    store: &'h Store,
+    /// Host memory: by slot frame position, filled as slots are placed.
+    chunks: Vec<Option<Arc<LockedChunk>>>,
+    _hold: &'h Lookups<'h>,
+}
+
+/// `len` bytes at offset `at` of a slot, as a [`SlotReader`] placed them.
+#[derive(Clone, Copy)]
+pub(crate) struct SlotBytes {
+    slot: SlotId,
+    at: u64,
+    len: usize,
+    /// Host memory: the slot frame's position, and the bytes' offset in its memory.
+    position: usize,
+    offset: usize,
+}
+
+impl SlotBytes {
+    /// How many bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl SlotReader<'_> {
+    /// Places `len` bytes at offset `at` of `slot`, a slot a lookup under the hold found.
+    pub(crate) fn place(&mut self, slot: SlotId, at: u64, len: usize) -> Result<SlotBytes> {
+        let (g, host) = match self.store {
+            Store::Host(s) => (s.geometry, Some(s)),
+            Store::Cuda(s) => (s.geometry, None),
+        };
+        if at.checked_add(len as u64).is_none_or(|end| end > g.extent) {
+            return Err(Error::InvalidArgument(format!(
+                "{len} bytes at {at} of a slot of {} bytes",
+                g.extent
+            )));
+        }
+        let per = g.per_frame() as usize;
+        let (position, i) = (slot as usize / per, slot as usize % per);
+        let offset = i * g.extent as usize + at as usize;
+        let placed = SlotBytes { slot, at, len, position, offset };
+        let Some(host) = host else { return Ok(placed) };
+        if self.chunks.len() <= position {
+            self.chunks.resize(position + 1, None);
+        }
+        if self.chunks[position].is_none() {
+            let frames = host.slot_frames.lock();
+            let chunk = frames.get(position).and_then(Option::as_ref).ok_or_else(|| {
+                Error::InvalidArgument("cache memory that is not mapped".to_owned())
+            })?;
+            self.chunks[position] = Some(Arc::clone(chunk));
+        }
+        Ok(placed)
+    }
+
+    /// Starts loading `bytes` into the CPU's caches (host memory; see
+    /// [`LockedChunk::prefetch`]).
+    pub(crate) fn prefetch(&self, bytes: SlotBytes) {
+        if let Some(Some(chunk)) = self.chunks.get(bytes.position) {
+            chunk.prefetch(bytes.offset, bytes.len);
+        }
+    }
+
+    /// Copies `bytes` into `dst` (of their length).
+    pub(crate) fn copy_out(&self, bytes: SlotBytes, dst: &mut [u8]) -> Result<()> {
+        if dst.len() != bytes.len {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes of a slot copied into {} bytes",
+                bytes.len,
+                dst.len()
+            )));
+        }
+        match (self.store, self.chunks.get(bytes.position)) {
+            (Store::Cuda(_), _) => self.store.copy_out(Home::Slot(bytes.slot, bytes.at), dst),
+            (Store::Host(_), Some(Some(chunk))) => chunk.read_into(bytes.offset, dst),
+            (Store::Host(_), _) => {
+                Err(Error::InvalidArgument("slot bytes this reader did not place".to_owned()))
+            }
         }
     }
 }
