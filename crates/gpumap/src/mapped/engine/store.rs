@@ -388,8 +388,7 @@ impl Store {
             }
             Store::Host(_) => {
                 let (chunk, at) = self.chunk(home)?;
-                dst.copy_from_slice(&chunk.lock(at, dst.len())?);
-                Ok(())
+                chunk.read_into(at, dst)
             }
         }
     }
