@@ -139,7 +139,10 @@ fn sixteen_threads_three_files(memory: Device, frames: u64, shards: usize) {
                                 .unwrap();
                         }
                         2 => {
-                            let rows: Vec<(u64, u64)> = (0..64)
+                            // Now and then thousands of rows: on host memory, their copies
+                            // are shared among the pool's threads.
+                            let count = if rng.below(16) == 0 { 3_000 } else { 64 };
+                            let rows: Vec<(u64, u64)> = (0..count)
                                 .map(|_| (rng.below(len - 4096), 1 + rng.below(4096)))
                                 .collect();
                             let total: u64 = rows.iter().map(|r| r.1).sum();

@@ -47,6 +47,7 @@ on_host_and_gpu!(
     shards_split_the_budget_and_views_cross_them,
     bad_requests_are_typed_errors,
     a_terabyte_sparse_file_under_a_small_budget,
+    gathers_of_thousands_of_ranges_match_the_model_wherever_their_extents_are,
 );
 
 fn scratch() -> tempfile::TempDir {
@@ -1123,4 +1124,59 @@ fn a_terabyte_sparse_file_under_a_small_budget(memory: Device) {
         let stats = c.stats();
         assert!(stats.used_bytes <= stats.budget, "{stats:?}");
     }
+}
+
+/// Gathers of thousands of ranges (more than one task's worth where a host gather's copies are
+/// shared among the pool's threads: decision 0036), of any length and across extents, whose
+/// extents are in frames (a wide view made them resident), in slots (an earlier gather), not
+/// yet resident, or, past a full budget of a read-only map, read through: each byte where the
+/// model says, also after writes.
+fn gathers_of_thousands_of_ranges_match_the_model_wherever_their_extents_are(memory: Device) {
+    let dir = scratch();
+    let path = dir.path().join("table");
+    let mut model = random_bytes((12 * MIB + 77) as usize, 36);
+    fs::write(&path, &model).unwrap();
+    let noise = random_bytes(6_000 * 16, 37);
+    let ranges: Vec<(u64, u64)> = noise
+        .chunks_exact(16)
+        .map(|c| {
+            let (a, b) = c.split_at(8);
+            let len = 1 + u64::from_le_bytes(b.try_into().unwrap()) % 6_000;
+            let offset = u64::from_le_bytes(a.try_into().unwrap()) % (model.len() as u64 - len);
+            (offset, len)
+        })
+        .collect();
+    let check = |m: &DeviceMappedFile, model: &[u8], ranges: &[(u64, u64)], what: &str| {
+        let total: u64 = ranges.iter().map(|r| r.1).sum();
+        let mut dst = DeviceBuffer::zeroed(&memory, total as usize).unwrap();
+        m.gather(ranges, dst.view_mut()).unwrap();
+        let got = dst.to_vec().unwrap();
+        let mut at = 0usize;
+        for &(o, n) in ranges {
+            let want = &model[o as usize..(o + n) as usize];
+            assert!(got[at..at + n as usize] == *want, "{memory:?}, {what}: {o}+{n} differs");
+            at += n as usize;
+        }
+    };
+    // Room for the whole file, and rounds of up to a quarter of the budget's 32,768 extents:
+    // frames, slots and misses mixed in one gather, then after writes.
+    let c = cache(memory.clone(), 128 * MIB, 4096);
+    let m = c.open_with(&path, &writable()).unwrap();
+    drop(m.view(3 * MIB, 2 * MIB + 5).unwrap());
+    check(&m, &model, &ranges[..1_500], "a first quarter");
+    check(&m, &model, &ranges, "mixed");
+    for k in 0..50u64 {
+        let (offset, len) = ranges[(k * 97) as usize];
+        let bytes = random_bytes(len as usize, 100 + k);
+        m.write(offset, &bytes).unwrap();
+        model[offset as usize..(offset + len) as usize].copy_from_slice(&bytes);
+    }
+    check(&m, &model, &ranges, "after writes");
+    m.sync().unwrap();
+    drop(m);
+    // A read-only map under a budget of a sixth of the file: rounds, and extents read through.
+    let c = cache(memory.clone(), 2 * MIB, 4096);
+    let m = c.open(&path).unwrap();
+    check(&m, &model, &ranges, "read through, cold");
+    check(&m, &model, &ranges, "read through, again");
 }

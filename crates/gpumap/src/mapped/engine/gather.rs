@@ -19,11 +19,11 @@ use super::geometry::Geometry;
 use super::plan::{plan_rows, RowPlan};
 use super::room::{self, Room};
 use super::state::{Engine, FileEntry, Shard, State};
-use super::store::Home;
+use super::store::{Home, HomeReader};
 use crate::error::{Error, Result};
 use crate::memory::bounce::BouncePool;
 use crate::memory::cuda::{CudaDevice, DeviceCopy, RawRegion};
-use crate::memory::DeviceViewMut;
+use crate::memory::{Device, DeviceViewMut};
 
 /// Staging buffer of a gather group: misses are read into one pinned buffer this large, one
 /// pool task, one upload and one launch per group (docs/decisions/0008-gather-groups-4mib.md).
@@ -171,6 +171,9 @@ pub(crate) fn gather_to(
             offset = next;
         }
     }
+    // Whether the segments go to places in `dst` in their order, none overlapping: then a
+    // round's copies into host memory can be cut into runs, each with its own part of `dst`.
+    let in_order = segments.windows(2).all(|w| w[0].dst + w[0].len <= w[1].dst);
     // Extents of read-only files for which the budget has no room are read straight into
     // `dst` rather than waited for: nothing can make them differ from the file, and under
     // a budget full of others' pins waiting only adds rounds.
@@ -216,7 +219,7 @@ pub(crate) fn gather_to(
             });
         }
         let progress = !round.hits.is_empty() || !round.misses.is_empty() || round.made_room;
-        let result = run_round(engine, ranges, &segments, &round, dst.as_mut());
+        let result = run_round(engine, ranges, &segments, in_order, &round, dst.as_mut());
         for part in &round.parts {
             // Reads and bytes per file, summed before the lock is taken.
             let mut faulted = Tally::default();
@@ -440,6 +443,7 @@ fn run_round(
     engine: &Engine,
     ranges: &[GatherRange<'_>],
     segments: &[Segment],
+    in_order: bool,
     round: &Round,
     dst: Option<&mut DeviceViewMut<'_>>,
 ) -> Result<()> {
@@ -451,7 +455,7 @@ fn run_round(
     let t = Instant::now();
     let result = match (engine.store.copier(), device_dst) {
         (Some(_), Some(target)) => run_round_on_device(engine, ranges, segments, round, target),
-        _ => run_round_through_host(engine, ranges, segments, round, dst),
+        _ => run_round_through_host(engine, ranges, segments, in_order, round, dst),
     };
     engine.add_fault_time(t);
     result
@@ -569,13 +573,15 @@ fn read_misses(
 
 /// The host path (a host-memory cache, or a host buffer to gather into): misses read into
 /// their homes in parallel (those read through into buffers of their own), then every
-/// segment copied out. A remote object's misses are read a group at a time, each group's
+/// segment copied out: on the pool's threads, a run of segments a task, when there are many
+/// going from host memory to host memory (decision 0036). A remote object's misses are read a group at a time, each group's
 /// together ([`read_misses`]), and copied home from there: read one a task, they would wait
 /// on each other's round trips, and adjacent ones would each be a request.
 fn run_round_through_host(
     engine: &Engine,
     ranges: &[GatherRange<'_>],
     segments: &[Segment],
+    in_order: bool,
     round: &Round,
     dst: Option<&mut DeviceViewMut<'_>>,
 ) -> Result<()> {
@@ -625,33 +631,132 @@ fn run_round_through_host(
         })?;
     }
     let Some(dst) = dst else { return Ok(()) };
-    let mut bytes = Vec::new();
     let hits = round.hits.iter().map(|&(s, place)| (s, place, None));
     let misses = round
         .misses
         .iter()
         .zip(&through)
         .flat_map(|(m, read)| m.segments().map(move |s| (s, m.place, Some(read))));
-    for (s, place, read) in hits.chain(misses) {
-        let seg = &segments[s];
-        let out = match dst {
-            DeviceViewMut::Host(out) => &mut out[seg.dst..seg.dst + seg.len],
-            DeviceViewMut::Cuda(_) => {
-                bytes.resize(seg.len, 0);
-                &mut bytes[..]
-            }
-        };
-        match (home(engine, ranges, seg, place), read) {
-            (Some(home), _) => engine.store.copy_out(home, out)?,
-            (None, Some(read)) => {
-                let at = seg.at as usize;
-                out.copy_from_slice(&read.lock()[at..at + seg.len]);
-            }
-            (None, None) => return Err(Error::InvalidArgument("a hit with no home".into())),
+    let copies: Vec<SegmentCopy<'_>> = hits.chain(misses).collect();
+    match dst {
+        DeviceViewMut::Host(out) if in_order && copies_shared(engine, ranges, copies.len()) => {
+            copy_out_shared(engine, ranges, segments, copies, out)
         }
-        if let DeviceViewMut::Cuda(view) = dst {
-            view.copy_from_host(seg.dst, &bytes)?;
+        DeviceViewMut::Host(out) => {
+            let mut reader = engine.store.pinned_reader();
+            copy_out(&mut reader, engine, ranges, segments, &copies, out, 0)
+        }
+        DeviceViewMut::Cuda(view) => {
+            let mut reader = engine.store.pinned_reader();
+            let mut bytes = Vec::new();
+            for &(s, place, read) in &copies {
+                let seg = &segments[s];
+                bytes.resize(seg.len, 0);
+                copy_one(&mut reader, engine, ranges, seg, place, read, &mut bytes)?;
+                view.copy_from_host(seg.dst, &bytes)?;
+            }
+            Ok(())
         }
     }
+}
+
+/// A segment a round copies out: its index, where its extent is, and the buffer it was read
+/// into when it was read through.
+type SegmentCopy<'a> = (usize, Place, Option<&'a parking_lot::Mutex<Vec<u8>>>);
+
+/// Segments a task of a copy-out shared among the pool's threads takes.
+const SEGMENTS_PER_TASK: usize = 2048;
+
+/// Whether a round's `copies` into host memory (of a gather whose segments are in the order of
+/// their places) are shared among the pool's threads: many of them, from a cache in host memory
+/// (a GPU cache's are copied by the driver, on the thread whose context is current).
+fn copies_shared(engine: &Engine, ranges: &[GatherRange<'_>], copies: usize) -> bool {
+    copies > SEGMENTS_PER_TASK
+        && matches!(engine.store.device(), Device::Host)
+        && ranges.first().is_some_and(|r| r.entry.file.pool().nthreads() > 1)
+}
+
+/// Copies `copies` out on the pool's threads: the segments cut into runs of
+/// [`SEGMENTS_PER_TASK`], each run's copies by one task into its own part of `out`, each task
+/// with a reader of its own.
+fn copy_out_shared(
+    engine: &Engine,
+    ranges: &[GatherRange<'_>],
+    segments: &[Segment],
+    copies: Vec<SegmentCopy<'_>>,
+    out: &mut [u8],
+) -> Result<()> {
+    let runs = segments.len().div_ceil(SEGMENTS_PER_TASK);
+    let mut by_run: Vec<Vec<SegmentCopy<'_>>> = vec![Vec::new(); runs];
+    for copy in copies {
+        by_run[copy.0 / SEGMENTS_PER_TASK].push(copy);
+    }
+    // Run k's part of `out` starts where its first segment goes; the segments are in order.
+    let mut parts = Vec::with_capacity(runs);
+    let mut rest = out;
+    let mut at = 0;
+    for (k, copies) in by_run.into_iter().enumerate() {
+        let end = segments.get((k + 1) * SEGMENTS_PER_TASK).map_or(at + rest.len(), |s| s.dst);
+        let (part, tail) = rest.split_at_mut(end.saturating_sub(at).min(rest.len()));
+        if !copies.is_empty() {
+            parts.push((copies, part, at));
+        }
+        (rest, at) = (tail, end);
+    }
+    let pool = ranges
+        .first()
+        .map(|r| r.entry.file.pool())
+        .ok_or_else(|| Error::InvalidArgument("a gather's copies with no range".to_owned()))?;
+    pool.run(parts, |(copies, part, at)| {
+        let mut reader = engine.store.pinned_reader();
+        copy_out(&mut reader, engine, ranges, segments, &copies, part, at)?;
+        Ok(0)
+    })?;
     Ok(())
+}
+
+/// Copies `copies` into `out`, which is the destination from byte `at` on.
+fn copy_out(
+    reader: &mut HomeReader<'_>,
+    engine: &Engine,
+    ranges: &[GatherRange<'_>],
+    segments: &[Segment],
+    copies: &[SegmentCopy<'_>],
+    out: &mut [u8],
+    at: usize,
+) -> Result<()> {
+    let available = (at + out.len()) as u64;
+    for &(s, place, read) in copies {
+        let seg = &segments[s];
+        let needed = (seg.dst + seg.len) as u64;
+        let to = seg.dst.checked_sub(at).and_then(|from| out.get_mut(from..from + seg.len));
+        let to = to.ok_or(Error::BufferTooSmall { needed, available })?;
+        copy_one(reader, engine, ranges, seg, place, read, to)?;
+    }
+    Ok(())
+}
+
+/// Copies segment `seg` from its home, or from the buffer it was read through into, to `out`.
+fn copy_one(
+    reader: &mut HomeReader<'_>,
+    engine: &Engine,
+    ranges: &[GatherRange<'_>],
+    seg: &Segment,
+    place: Place,
+    read: Option<&parking_lot::Mutex<Vec<u8>>>,
+    out: &mut [u8],
+) -> Result<()> {
+    match (home(engine, ranges, seg, place), read) {
+        (Some(home), _) => reader.copy_out(home, out),
+        (None, Some(read)) => {
+            let at = seg.at as usize;
+            let read = read.lock();
+            let bytes = read.get(at..at + seg.len).ok_or_else(|| {
+                Error::InvalidArgument("a segment past the extent read through".to_owned())
+            })?;
+            out.copy_from_slice(bytes);
+            Ok(())
+        }
+        (None, None) => Err(Error::InvalidArgument("a hit with no home".into())),
+    }
 }

@@ -28,7 +28,7 @@ use super::directory::Directory;
 use super::gather::{gather_to, GatherRange};
 use super::read_through::{read_rows_through, reads_through};
 use super::state::{Engine, FileEntry};
-use super::store::{SlotBytes, SlotReader};
+use super::store::{HomeReader, SlotBytes};
 use crate::error::{Error, Result};
 use crate::memory::cuda::{
     validate_device_range, CudaBuffer, CudaDevice, CudaViewMut, PinnedBuffer, Stream,
@@ -376,7 +376,7 @@ fn on_host(
             let mut piece_buffer = Vec::new();
             for &(bytes, to) in &pieces {
                 piece_buffer.resize(bytes.len(), 0);
-                reader.copy_out(bytes, &mut piece_buffer)?;
+                reader.copy_slot(bytes, &mut piece_buffer)?;
                 view.copy_from_host(out + to, &piece_buffer)?;
             }
         }
@@ -393,7 +393,7 @@ const ROWS_PER_TASK: usize = 4096;
 fn place_rows(
     engine: &Engine,
     entry: &FileEntry,
-    reader: &mut SlotReader<'_>,
+    reader: &mut HomeReader<'_>,
     indices: &[i64],
     row_size: u64,
     misses: &mut Vec<(u64, u64)>,
@@ -422,7 +422,7 @@ fn place_rows(
 /// Copies `pieces` into `dst`, each copy first prefetching the piece a few places on, so that
 /// the memory latencies of the rows ahead pass while this one is copied under its extent's lock.
 fn copy_pieces(
-    reader: &SlotReader<'_>,
+    reader: &HomeReader<'_>,
     pieces: &[(SlotBytes, usize)],
     dst: &mut [u8],
 ) -> Result<()> {
@@ -434,7 +434,7 @@ fn copy_pieces(
         let needed = (to + bytes.len()) as u64;
         let piece =
             dst.get_mut(to..to + bytes.len()).ok_or(Error::BufferTooSmall { needed, available })?;
-        reader.copy_out(bytes, piece)?;
+        reader.copy_slot(bytes, piece)?;
     }
     Ok(())
 }

@@ -320,7 +320,7 @@ impl Store {
             }
             Home::Frame(FileMemory::Cuda { .. }, _) => return Err(mismatch()),
         };
-        found.ok_or_else(|| Error::InvalidArgument("cache memory that is not mapped".to_owned()))
+        found.ok_or_else(not_mapped)
     }
 
     /// Reads `len` bytes of `file` at `offset` into `home`, then zeroes what the file did not
@@ -424,9 +424,15 @@ impl Store {
         }
     }
 
-    /// A reader of slots for as long as `hold` lives.
-    pub(crate) fn slot_reader<'h>(&'h self, hold: &'h Lookups<'h>) -> SlotReader<'h> {
-        SlotReader { store: self, chunks: Vec::new(), _hold: hold }
+    /// A reader of the slots that lookups under `hold` find, for as long as the hold lives.
+    pub(crate) fn slot_reader<'h>(&'h self, _hold: &'h Lookups<'h>) -> HomeReader<'h> {
+        HomeReader { store: self, slot_chunks: Vec::new(), frame_chunks: HashMap::new() }
+    }
+
+    /// A reader of homes the caller has pinned in the books (a round of a gather), which it
+    /// must not read past its pins.
+    pub(crate) fn pinned_reader(&self) -> HomeReader<'_> {
+        HomeReader { store: self, slot_chunks: Vec::new(), frame_chunks: HashMap::new() }
     }
 
     /// `"GPU 0 (NVIDIA H100 PCIe)"` or `"host memory"`.
@@ -508,23 +514,25 @@ impl HostStore {
     }
 }
 
-/// Reads of slots by one row gather, under its hold on the directory. In host memory each slot
-/// frame's memory is looked up once, on first use, rather than once a row under the store's
-/// lock (which every gathering thread would take, and whose `Arc` counts they would share); on
-/// a GPU each read is a copy from the slot arena, as `Store::copy_out` makes it.
+/// Reads of homes that stay put while it lives: slots a row gather's lookups found under its
+/// hold on the directory, or homes a gather's round pinned. In host memory each frame's memory
+/// is looked up once, on first use, rather than once a piece under the store's lock (which
+/// every copying thread would take, and whose `Arc` counts they would share); on a GPU each
+/// read is a copy by the driver, as `Store::copy_out` makes it.
 ///
-/// Sound because of the hold: a slot that a lookup under it found keeps its frame mapped until
-/// the hold ends (`room` unmaps a slot frame only once its retiring slots are reusable, which
-/// waits for every hold that could see them), so the memory kept for the frame stays the
-/// frame's.
-pub(crate) struct SlotReader<'h> {
-    store: &'h Store,
-    /// Host memory: by slot frame position, filled as slots are placed.
-    chunks: Vec<Option<Arc<LockedChunk>>>,
-    _hold: &'h Lookups<'h>,
+/// Sound because what it reads stays put: a slot that a lookup under a hold found keeps its
+/// frame mapped until the hold ends (`room` unmaps a slot frame only once its retiring slots
+/// are reusable, which waits for every hold that could see them), and a pinned home is neither
+/// evicted nor unmapped. So the memory kept for a frame stays that frame's.
+pub(crate) struct HomeReader<'a> {
+    store: &'a Store,
+    /// Host memory: slot frames by position, filled as they are first read.
+    slot_chunks: Vec<Option<Arc<LockedChunk>>>,
+    /// Host memory: file frames by (the file's memory's address, frame index).
+    frame_chunks: HashMap<(usize, u64), Arc<LockedChunk>>,
 }
 
-/// `len` bytes at offset `at` of a slot, as a [`SlotReader`] placed them.
+/// `len` bytes at offset `at` of a slot, as a [`HomeReader`] placed them.
 #[derive(Clone, Copy)]
 pub(crate) struct SlotBytes {
     slot: SlotId,
@@ -542,8 +550,8 @@ impl SlotBytes {
     }
 }
 
-impl SlotReader<'_> {
-    /// Places `len` bytes at offset `at` of `slot`, a slot a lookup under the hold found.
+impl HomeReader<'_> {
+    /// Places `len` bytes at offset `at` of `slot`, a slot the reader may read.
     pub(crate) fn place(&mut self, slot: SlotId, at: u64, len: usize) -> Result<SlotBytes> {
         let (g, host) = match self.store {
             Store::Host(s) => (s.geometry, Some(s)),
@@ -560,15 +568,13 @@ impl SlotReader<'_> {
         let offset = i * g.extent as usize + at as usize;
         let placed = SlotBytes { slot, at, len, position, offset };
         let Some(host) = host else { return Ok(placed) };
-        if self.chunks.len() <= position {
-            self.chunks.resize(position + 1, None);
+        if self.slot_chunks.len() <= position {
+            self.slot_chunks.resize(position + 1, None);
         }
-        if self.chunks[position].is_none() {
+        if self.slot_chunks[position].is_none() {
             let frames = host.slot_frames.lock();
-            let chunk = frames.get(position).and_then(Option::as_ref).ok_or_else(|| {
-                Error::InvalidArgument("cache memory that is not mapped".to_owned())
-            })?;
-            self.chunks[position] = Some(Arc::clone(chunk));
+            let chunk = frames.get(position).and_then(Option::as_ref).ok_or_else(not_mapped)?;
+            self.slot_chunks[position] = Some(Arc::clone(chunk));
         }
         Ok(placed)
     }
@@ -576,13 +582,13 @@ impl SlotReader<'_> {
     /// Starts loading `bytes` into the CPU's caches (host memory; see
     /// [`LockedChunk::prefetch`]).
     pub(crate) fn prefetch(&self, bytes: SlotBytes) {
-        if let Some(Some(chunk)) = self.chunks.get(bytes.position) {
+        if let Some(Some(chunk)) = self.slot_chunks.get(bytes.position) {
             chunk.prefetch(bytes.offset, bytes.len);
         }
     }
 
     /// Copies `bytes` into `dst` (of their length).
-    pub(crate) fn copy_out(&self, bytes: SlotBytes, dst: &mut [u8]) -> Result<()> {
+    pub(crate) fn copy_slot(&self, bytes: SlotBytes, dst: &mut [u8]) -> Result<()> {
         if dst.len() != bytes.len {
             return Err(Error::InvalidArgument(format!(
                 "{} bytes of a slot copied into {} bytes",
@@ -590,7 +596,7 @@ impl SlotReader<'_> {
                 dst.len()
             )));
         }
-        match (self.store, self.chunks.get(bytes.position)) {
+        match (self.store, self.slot_chunks.get(bytes.position)) {
             (Store::Cuda(_), _) => self.store.copy_out(Home::Slot(bytes.slot, bytes.at), dst),
             (Store::Host(_), Some(Some(chunk))) => chunk.read_into(bytes.offset, dst),
             (Store::Host(_), _) => {
@@ -598,6 +604,34 @@ impl SlotReader<'_> {
             }
         }
     }
+
+    /// Copies `dst.len()` bytes at `home` into `dst`.
+    pub(crate) fn copy_out(&mut self, home: Home<'_>, dst: &mut [u8]) -> Result<()> {
+        let Store::Host(host) = self.store else { return self.store.copy_out(home, dst) };
+        match home {
+            Home::Slot(slot, at) => {
+                let bytes = self.place(slot, at, dst.len())?;
+                self.copy_slot(bytes, dst)
+            }
+            Home::Frame(memory @ FileMemory::Host { frames }, offset) => {
+                let frame = host.geometry.frame;
+                let key = (std::ptr::from_ref(memory) as usize, offset / frame);
+                let chunk = match self.frame_chunks.get(&key) {
+                    Some(chunk) => chunk,
+                    None => {
+                        let found = frames.lock().get(&key.1).cloned().ok_or_else(not_mapped)?;
+                        self.frame_chunks.entry(key).or_insert(found)
+                    }
+                };
+                chunk.read_into((offset % frame) as usize, dst)
+            }
+            Home::Frame(FileMemory::Cuda { .. }, _) => Err(mismatch()),
+        }
+    }
+}
+
+fn not_mapped() -> Error {
+    Error::InvalidArgument("cache memory that is not mapped".to_owned())
 }
 
 impl Drop for Store {
