@@ -13,11 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::random_bytes;
+use common::{random_bytes, retry};
 use gpumap::io::{FileHandle, IoPool};
 use gpumap::mapped::{CacheOptions, DeviceCache, MapOptions};
 use gpumap::memory::{Device, DeviceBuffer};
-use gpumap::Error;
 use parking_lot::Mutex;
 
 const MIB: u64 = 1 << 20;
@@ -54,18 +53,6 @@ impl Rng {
 
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
-    }
-}
-
-/// Memory pinned by other threads' views may leave no room: a view or gather then fails with
-/// `OutOfBudget`, which is the documented answer, and the caller tries again.
-fn retry<T>(mut f: impl FnMut() -> gpumap::Result<T>) -> T {
-    loop {
-        match f() {
-            Ok(t) => return t,
-            Err(Error::OutOfBudget { .. }) => std::thread::sleep(Duration::from_micros(200)),
-            Err(e) => panic!("{e}"),
-        }
     }
 }
 

@@ -12,7 +12,7 @@ use std::fs;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use common::random_bytes;
+use common::{random_bytes, retry};
 use gpumap::mapped::{
     CacheOptions, DeviceCache, DeviceMappedFile, MapOptions, RowIndices, ZeroCopy,
 };
@@ -283,6 +283,15 @@ fn row_bytes(r: u32, v: u32, row_size: usize) -> Vec<u8> {
     std::iter::repeat_n(((r << 8) | v).to_le_bytes(), row_size / 4).flatten().collect()
 }
 
+/// Sets its flag when dropped, also while a panic unwinds.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 fn gathers_race_a_writer_and_evictions_under_a_small_budget(memory: Device) {
     const ROW: usize = 1024;
     const ROWS: u32 = 8192; // 8 MiB, four times the budget
@@ -296,16 +305,19 @@ fn gathers_race_a_writer_and_evictions_under_a_small_budget(memory: Device) {
     let stop = Arc::new(AtomicBool::new(false));
     std::thread::scope(|s| {
         let writer = s.spawn(|| {
+            // The others stop when the writer does, also when it fails: a failure, not a hang.
+            let _stop_when_done = StopOnDrop(&stop);
             for round in 0..150u64 {
                 let r = (round.wrapping_mul(2_654_435_761) % u64::from(ROWS)) as u32;
                 let v = versions[r as usize].load(Ordering::Relaxed) + 1;
-                map.write(u64::from(r) * ROW as u64, &row_bytes(r, v & 0xff, ROW)).unwrap();
+                // A write needs the budget's one frame for a moment, which four gatherers may
+                // hold past the pin wait: it tries again.
+                retry(|| map.write(u64::from(r) * ROW as u64, &row_bytes(r, v & 0xff, ROW)));
                 versions[r as usize].store(v, Ordering::Release);
                 if round % 50 == 49 {
-                    map.flush().unwrap();
+                    retry(|| map.flush());
                 }
             }
-            stop.store(true, Ordering::Release);
         });
         // Evictions of everything no one pins, racing the gathers' kernels and the writer:
         // slots are reused under gathers that may still be reading (their readers hold them).
@@ -334,7 +346,7 @@ fn gathers_race_a_writer_and_evictions_under_a_small_budget(memory: Device) {
                             .map(|&i| versions[i as usize].load(Ordering::Acquire))
                             .collect();
                         let mut dst = DeviceBuffer::zeroed(memory, count * ROW).unwrap();
-                        map.gather_rows(&indices, ROW as u64, dst.view_mut()).unwrap();
+                        retry(|| map.gather_rows(&indices, ROW as u64, dst.view_mut()));
                         let got = dst.to_vec().unwrap();
                         for (k, &i) in indices.iter().enumerate() {
                             for word in got[k * ROW..][..ROW].chunks_exact(4) {

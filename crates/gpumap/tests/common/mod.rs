@@ -63,3 +63,18 @@ pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// `f()`, again while the cache answers `OutOfBudget`: where threads share a budget of a frame
+/// or two, one of them may wait past the cache's pin wait for the others' pins, which is an
+/// answer, not a fault. Any other error fails the test.
+pub fn retry<T>(mut f: impl FnMut() -> gpumap::Result<T>) -> T {
+    loop {
+        match f() {
+            Ok(t) => return t,
+            Err(gpumap::Error::OutOfBudget { .. }) => {
+                std::thread::sleep(std::time::Duration::from_micros(200))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}

@@ -332,6 +332,8 @@ fn on_host(
     }
     let hold = engine.directory.begin()?;
     let out = (first * row_size) as usize;
+    // Saturating: only a run's place is cut from it, and a destination holds every row.
+    let task_bytes = (row_size as usize).saturating_mul(ROWS_PER_TASK);
     let mut misses = Vec::new();
     match dst {
         DeviceViewMut::Host(bytes) => {
@@ -349,7 +351,7 @@ fn on_host(
                 let mut found: Vec<Vec<(u64, u64)>> = vec![Vec::new(); tasks];
                 let items: Vec<_> = indices
                     .chunks(ROWS_PER_TASK)
-                    .zip(dst.chunks_mut(ROWS_PER_TASK * row_size as usize))
+                    .zip(dst.chunks_mut(task_bytes))
                     .zip(found.iter_mut())
                     .enumerate()
                     .map(|(t, ((indices, dst), found))| (t * ROWS_PER_TASK, indices, dst, found))
@@ -363,28 +365,43 @@ fn on_host(
                 })?;
                 misses = found.concat();
             } else {
+                // A task's rows at a time, so that the placed pieces stay few.
                 let mut reader = engine.store.slot_reader(&hold);
-                let pieces =
-                    place_rows(engine, entry, &mut reader, &indices, row_size, &mut misses)?;
-                copy_pieces(&reader, &pieces, dst)?;
+                let runs = indices.chunks(ROWS_PER_TASK).zip(dst.chunks_mut(task_bytes));
+                for (t, (indices, dst)) in runs.enumerate() {
+                    let mut found = Vec::new();
+                    let pieces =
+                        place_rows(engine, entry, &mut reader, indices, row_size, &mut found)?;
+                    copy_pieces(&reader, &pieces, dst)?;
+                    let at = (t * ROWS_PER_TASK) as u64;
+                    misses
+                        .extend(found.into_iter().map(|(position, index)| (position + at, index)));
+                }
             }
         }
         DeviceViewMut::Cuda(view) => {
             let mut reader = engine.store.slot_reader(&hold);
-            let pieces = place_rows(engine, entry, &mut reader, &indices, row_size, &mut misses)?;
             // A piece is at most an extent: what the pieces go through on their way up.
             let mut piece_buffer = Vec::new();
-            for &(bytes, to) in &pieces {
-                piece_buffer.resize(bytes.len(), 0);
-                reader.copy_slot(bytes, &mut piece_buffer)?;
-                view.copy_from_host(out + to, &piece_buffer)?;
+            for (t, indices) in indices.chunks(ROWS_PER_TASK).enumerate() {
+                let mut found = Vec::new();
+                let pieces = place_rows(engine, entry, &mut reader, indices, row_size, &mut found)?;
+                let start = out + t * task_bytes;
+                for &(bytes, to) in &pieces {
+                    piece_buffer.resize(bytes.len(), 0);
+                    reader.copy_slot(bytes, &mut piece_buffer)?;
+                    view.copy_from_host(start + to, &piece_buffer)?;
+                }
+                let at = (t * ROWS_PER_TASK) as u64;
+                misses.extend(found.into_iter().map(|(position, index)| (position + at, index)));
             }
         }
     }
     Ok(Found::to_fill(misses))
 }
 
-/// Rows a task of a host gather shared among the pool's threads takes.
+/// Rows a task of a host gather shared among the pool's threads takes; on the calling thread,
+/// rows are placed and copied this many at a time, so that the pieces placed stay few.
 const ROWS_PER_TASK: usize = 4096;
 
 /// Looks up the extents of rows `indices` (checked), and places the pieces of those resident,
