@@ -342,76 +342,69 @@ fn on_host(
             let dst = bytes
                 .get_mut(out..end)
                 .ok_or(Error::BufferTooSmall { needed: end as u64, available })?;
-            let pool = entry.file.pool();
+            // Runs of a task's rows, each placed and copied into its own part of `dst`, so
+            // that the pieces placed stay few.
             let tasks = indices.len().div_ceil(ROWS_PER_TASK);
-            // Host memory only: a GPU cache's slots are copied out by the driver, on the
-            // thread whose context is current.
-            let on_host_memory = matches!(engine.store.device(), Device::Host);
-            if tasks > 1 && pool.nthreads() > 1 && on_host_memory {
-                let mut found: Vec<Vec<(u64, u64)>> = vec![Vec::new(); tasks];
-                let items: Vec<_> = indices
-                    .chunks(ROWS_PER_TASK)
-                    .zip(dst.chunks_mut(task_bytes))
-                    .zip(found.iter_mut())
-                    .enumerate()
-                    .map(|(t, ((indices, dst), found))| (t * ROWS_PER_TASK, indices, dst, found))
-                    .collect();
-                pool.run(items, |(at, indices, dst, found)| {
-                    let mut reader = engine.store.slot_reader(&hold);
-                    let pieces = place_rows(engine, entry, &mut reader, indices, row_size, found)?;
-                    copy_pieces(&reader, &pieces, dst)?;
-                    found.iter_mut().for_each(|(position, _)| *position += at as u64);
-                    Ok(0)
-                })?;
-                misses = found.concat();
-            } else {
-                // A task's rows at a time, so that the placed pieces stay few.
+            let mut found: Vec<Vec<(u64, u64)>> = vec![Vec::new(); tasks];
+            let runs: Vec<_> = indices
+                .chunks(ROWS_PER_TASK)
+                .zip(dst.chunks_mut(task_bytes))
+                .zip(found.iter_mut())
+                .enumerate()
+                .map(|(t, ((indices, dst), found))| {
+                    ((t * ROWS_PER_TASK) as u64, indices, dst, found)
+                })
+                .collect();
+            let run = |(at, indices, dst, found): (u64, &[i64], &mut [u8], &mut Vec<_>)| {
                 let mut reader = engine.store.slot_reader(&hold);
-                let runs = indices.chunks(ROWS_PER_TASK).zip(dst.chunks_mut(task_bytes));
-                for (t, (indices, dst)) in runs.enumerate() {
-                    let mut found = Vec::new();
-                    let pieces =
-                        place_rows(engine, entry, &mut reader, indices, row_size, &mut found)?;
-                    copy_pieces(&reader, &pieces, dst)?;
-                    let at = (t * ROWS_PER_TASK) as u64;
-                    misses
-                        .extend(found.into_iter().map(|(position, index)| (position + at, index)));
-                }
+                let pieces = place_rows(engine, entry, &mut reader, indices, at, row_size, found)?;
+                copy_pieces(&reader, &pieces, dst)?;
+                Ok(0)
+            };
+            // Shared among the pool's threads from host memory only: a GPU cache's slots are
+            // copied out by the driver, on the thread whose context is current.
+            let pool = entry.file.pool();
+            if tasks > 1 && pool.nthreads() > 1 && matches!(engine.store.device(), Device::Host) {
+                pool.run(runs, run)?;
+            } else {
+                runs.into_iter().try_for_each(|r| run(r).map(|_| ()))?;
             }
+            misses = found.concat();
         }
         DeviceViewMut::Cuda(view) => {
             let mut reader = engine.store.slot_reader(&hold);
             // A piece is at most an extent: what the pieces go through on their way up.
             let mut piece_buffer = Vec::new();
             for (t, indices) in indices.chunks(ROWS_PER_TASK).enumerate() {
-                let mut found = Vec::new();
-                let pieces = place_rows(engine, entry, &mut reader, indices, row_size, &mut found)?;
-                let start = out + t * task_bytes;
+                let at = (t * ROWS_PER_TASK) as u64;
+                let pieces =
+                    place_rows(engine, entry, &mut reader, indices, at, row_size, &mut misses)?;
                 for &(bytes, to) in &pieces {
                     piece_buffer.resize(bytes.len(), 0);
                     reader.copy_slot(bytes, &mut piece_buffer)?;
-                    view.copy_from_host(start + to, &piece_buffer)?;
+                    view.copy_from_host(out + t * task_bytes + to, &piece_buffer)?;
                 }
-                let at = (t * ROWS_PER_TASK) as u64;
-                misses.extend(found.into_iter().map(|(position, index)| (position + at, index)));
             }
         }
     }
     Ok(Found::to_fill(misses))
 }
 
-/// Rows a task of a host gather shared among the pool's threads takes; on the calling thread,
-/// rows are placed and copied this many at a time, so that the pieces placed stay few.
+/// Rows a host gather places and copies at a time: a task's, where the gather is shared among
+/// the pool's threads.
 const ROWS_PER_TASK: usize = 4096;
 
 /// Looks up the extents of rows `indices` (checked), and places the pieces of those resident,
 /// each with where it goes counting from the first row's place (a piece lies within one
-/// extent). Pushes the others to `misses`: (position among `indices`, index).
+/// extent). Pushes the others to `misses`: (position in the pass, index), the first row being
+/// at position `first`.
+#[allow(clippy::too_many_arguments)]
 fn place_rows(
     engine: &Engine,
     entry: &FileEntry,
     reader: &mut HomeReader<'_>,
     indices: &[i64],
+    first: u64,
     row_size: u64,
     misses: &mut Vec<(u64, u64)>,
 ) -> Result<Vec<(SlotBytes, usize)>> {
@@ -424,7 +417,7 @@ fn place_rows(
         for e in g.extents_covering(start, row_size) {
             let Some(slot) = key(entry.id, e).and_then(|k| engine.directory.lookup(k)) else {
                 pieces.truncate(row_pieces);
-                misses.push((position, index as u64));
+                misses.push((first + position, index as u64));
                 break;
             };
             let end = ((e + 1) * g.extent).min(start + row_size);
