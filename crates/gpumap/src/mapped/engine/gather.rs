@@ -23,7 +23,7 @@ use super::store::{Home, HomeReader};
 use crate::error::{Error, Result};
 use crate::memory::bounce::BouncePool;
 use crate::memory::cuda::{CudaDevice, DeviceCopy, RawRegion};
-use crate::memory::{Device, DeviceViewMut};
+use crate::memory::DeviceViewMut;
 
 /// Staging buffer of a gather group: misses are read into one pinned buffer this large, one
 /// pool task, one upload and one launch per group (docs/decisions/0008-gather-groups-4mib.md).
@@ -574,9 +574,10 @@ fn read_misses(
 /// The host path (a host-memory cache, or a host buffer to gather into): misses read into
 /// their homes in parallel (those read through into buffers of their own), then every
 /// segment copied out: on the pool's threads, a run of segments a task, when there are many
-/// going from host memory to host memory (decision 0036). A remote object's misses are read a group at a time, each group's
-/// together ([`read_misses`]), and copied home from there: read one a task, they would wait
-/// on each other's round trips, and adjacent ones would each be a request.
+/// going from host memory to host memory (decision 0036). A remote object's misses are read a
+/// group at a time, each group's together ([`read_misses`]), and copied home from there: read
+/// one a task, they would wait on each other's round trips, and adjacent ones would each be a
+/// request.
 fn run_round_through_host(
     engine: &Engine,
     ranges: &[GatherRange<'_>],
@@ -672,7 +673,7 @@ const SEGMENTS_PER_TASK: usize = 2048;
 /// (a GPU cache's are copied by the driver, on the thread whose context is current).
 fn copies_shared(engine: &Engine, ranges: &[GatherRange<'_>], copies: usize) -> bool {
     copies > SEGMENTS_PER_TASK
-        && matches!(engine.store.device(), Device::Host)
+        && engine.store.in_host_memory()
         && ranges.first().is_some_and(|r| r.entry.file.pool().nthreads() > 1)
 }
 

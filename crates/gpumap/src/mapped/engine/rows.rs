@@ -364,7 +364,7 @@ fn on_host(
             // Shared among the pool's threads from host memory only: a GPU cache's slots are
             // copied out by the driver, on the thread whose context is current.
             let pool = entry.file.pool();
-            if tasks > 1 && pool.nthreads() > 1 && matches!(engine.store.device(), Device::Host) {
+            if tasks > 1 && pool.nthreads() > 1 && engine.store.in_host_memory() {
                 pool.run(runs, run)?;
             } else {
                 runs.into_iter().try_for_each(|r| run(r).map(|_| ()))?;

@@ -130,6 +130,12 @@ impl Store {
         }
     }
 
+    /// Whether the cache is in host memory: its copies are plain memory copies that any thread
+    /// may make, where a GPU cache's are the driver's.
+    pub(crate) fn in_host_memory(&self) -> bool {
+        matches!(self, Store::Host(_))
+    }
+
     /// Whether frames are separate allocations (host) rather than adjacent in one address
     /// range (GPU), so that a transfer must not cross a frame border.
     pub(crate) fn frames_apart(&self) -> bool {
