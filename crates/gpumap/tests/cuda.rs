@@ -270,6 +270,84 @@ fn gpu_pinned_buffer_is_page_aligned() {
 
 #[test]
 #[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
+fn gpu_pinned_buffers_made_together_are_disjoint_and_each_copies() {
+    let Some(dev) = common::gpu() else { return };
+    assert!(PinnedBuffer::new_many(&dev, 4096, 0).expect("none").is_empty());
+    let empties = PinnedBuffer::new_many(&dev, 0, 3).expect("empty ones");
+    assert!(empties.len() == 3 && empties.iter().all(PinnedBuffer::is_empty));
+    // An odd length, so that the buffers do not tile the registration exactly.
+    let len = (1 << 20) + 4097;
+    let mut buffers = PinnedBuffer::new_many(&dev, len, 5).expect("pinned together");
+    assert_eq!(buffers.len(), 5);
+    let mut starts: Vec<usize> = buffers.iter().map(|b| b.as_slice().as_ptr() as usize).collect();
+    for (b, start) in buffers.iter().zip(&starts) {
+        assert_eq!(b.len(), len);
+        assert_eq!(start % 4096, 0, "every buffer starts on a page");
+        assert!(b.as_slice().iter().all(|&x| x == 0), "a new buffer is zeroed");
+    }
+    starts.sort_unstable();
+    assert!(starts.windows(2).all(|w| w[1] - w[0] >= len), "the buffers overlap: {starts:?}");
+    for (k, b) in buffers.iter_mut().enumerate() {
+        b.as_mut_slice().copy_from_slice(&pattern(len, k as u8));
+    }
+    // Each one is pinned memory the copy engine reads and writes: up, and down into another.
+    let stream = Stream::new(&dev).expect("stream");
+    let mut dst = CudaBuffer::alloc(&dev, len).expect("alloc");
+    let mut last = buffers.pop().expect("five");
+    for (k, b) in buffers.into_iter().enumerate() {
+        stream.upload(b, 0, len, dst.view_mut(), 0).expect("upload").wait().expect("up");
+        last =
+            stream.download(dst.view(), 0, last, 0, len).expect("download").wait().expect("down");
+        assert!(last.as_slice() == pattern(len, k as u8), "buffer {k} came back changed");
+    }
+    // The first buffers dropped above; the last keeps the shared registration alive.
+    assert!(last.as_slice() == pattern(len, 3));
+}
+
+#[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
+fn gpu_bounce_pool_grows_in_groups_under_many_threads() {
+    let Some(dev) = common::gpu() else { return };
+    let pool = BouncePool::new(&dev, (1 << 20) + 512, 32).expect("pool");
+    let first = pool.acquire().expect("first");
+    assert_eq!(pool.allocated(), 2, "a pool pins two buffers first");
+    drop(first);
+    // Sixteen threads take two buffers each at once, as a transfer's workers do: the pool
+    // reaches its bound, and every buffer held at the same time is a different one.
+    let barrier = std::sync::Barrier::new(16);
+    let held: Vec<Vec<usize>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..16u8)
+            .map(|t| {
+                let (pool, barrier) = (&pool, &barrier);
+                scope.spawn(move || {
+                    barrier.wait();
+                    let mut pair = [pool.acquire().expect("a"), pool.acquire().expect("b")];
+                    for (k, b) in pair.iter_mut().enumerate() {
+                        b.fill(t.wrapping_mul(2).wrapping_add(k as u8));
+                    }
+                    barrier.wait();
+                    for (k, b) in pair.iter().enumerate() {
+                        let want = t.wrapping_mul(2).wrapping_add(k as u8);
+                        assert!(b.iter().all(|&x| x == want), "another thread wrote here");
+                    }
+                    let starts = pair.iter().map(|b| b.as_ptr() as usize).collect();
+                    barrier.wait();
+                    starts
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("worker")).collect()
+    });
+    let mut starts: Vec<usize> = held.into_iter().flatten().collect();
+    starts.sort_unstable();
+    starts.dedup();
+    assert_eq!(starts.len(), 32, "32 buffers held at once, each its own");
+    assert_eq!(pool.allocated(), 32);
+    assert!(pool.try_acquire().expect("try").is_some(), "every buffer came back");
+}
+
+#[test]
+#[ignore = "needs a GPU: --include-ignored runs it (GPUMAP_REQUIRE_GPU=1: a missing GPU fails)"]
 fn gpu_stream_double_buffered_round_trip() {
     let Some(dev) = common::gpu() else { return };
     let chunk = 1 << 20;

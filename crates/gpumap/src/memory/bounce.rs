@@ -2,7 +2,10 @@
 //!
 //! Pinning memory costs far more than moving the same bytes over PCIe
 //! (docs/decisions/0005-bounce-buffers-4mib.md), so buffers are allocated lazily, once, and
-//! recycled: a [`BounceBuffer`] goes back to its pool when dropped. The pool never holds more
+//! recycled: a [`BounceBuffer`] goes back to its pool when dropped. They are pinned in groups
+//! that double the pool (2, 2, 4, 8, ...), one registration each, because the driver takes its
+//! registrations one at a time and each costs about as much as a group's
+//! (docs/decisions/0037-pinned-buffers-registered-together.md). The pool never holds more
 //! than `max_buffers` (threads × 2 by default: one being filled and one being copied per
 //! worker), and [`BouncePool::acquire`] blocks when all are out.
 #![forbid(unsafe_code)]
@@ -128,29 +131,46 @@ impl BouncePool {
 
     fn acquire_inner(self: &Arc<Self>, block: bool) -> Result<Option<BounceBuffer>> {
         let mut state = self.state.lock();
-        loop {
+        let count = loop {
             if let Some(buffer) = state.free.pop() {
                 return Ok(Some(self.wrap(buffer)));
             }
             if state.allocated < state.max_buffers {
-                state.allocated += 1;
-                break;
+                let count = group_size(state.allocated, state.max_buffers);
+                state.allocated += count;
+                break count;
             }
             if !block {
                 return Ok(None);
             }
             self.returned.wait(&mut state);
-        }
+        };
         // Pinning takes milliseconds: do it without the lock so other threads can recycle.
         drop(state);
-        match PinnedBuffer::new(&self.device, self.buffer_size) {
-            Ok(buffer) => Ok(Some(self.wrap(buffer))),
+        let made = PinnedBuffer::new_many(&self.device, self.buffer_size, count);
+        let mut state = self.state.lock();
+        let mut made = match made {
+            Ok(made) => made,
             Err(e) => {
-                self.state.lock().allocated -= 1;
-                self.returned.notify_one();
-                Err(e)
+                state.allocated -= count;
+                drop(state);
+                self.returned.notify_all();
+                return Err(e);
             }
-        }
+        };
+        state.allocated -= count - made.len();
+        let Some(mine) = made.pop() else {
+            drop(state);
+            self.returned.notify_all();
+            return Err(Error::Unavailable {
+                what: "pinned memory",
+                reason: format!("no buffer of {} bytes was made", self.buffer_size),
+            });
+        };
+        state.free.append(&mut made);
+        drop(state);
+        self.returned.notify_all();
+        Ok(Some(self.wrap(mine)))
     }
 
     fn wrap(self: &Arc<Self>, buffer: PinnedBuffer) -> BounceBuffer {
@@ -161,6 +181,12 @@ impl BouncePool {
         self.state.lock().free.push(buffer);
         self.returned.notify_one();
     }
+}
+
+/// How many buffers a pool of `allocated` buffers, bounded by `max_buffers`, pins next: as
+/// many as it has (two at first), so that it doubles, never past its bound.
+fn group_size(allocated: usize, max_buffers: usize) -> usize {
+    allocated.max(2).min(max_buffers.saturating_sub(allocated))
 }
 
 /// A pinned buffer on loan from a [`BouncePool`]; returns to the pool when dropped. Derefs to
@@ -212,5 +238,52 @@ impl Drop for BounceBuffer {
         // Swap in an empty placeholder (no allocation) and hand the real buffer back.
         let buffer = std::mem::replace(&mut self.buffer, PinnedBuffer::empty());
         self.pool.give_back(buffer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::group_size;
+
+    #[test]
+    fn groups_double_the_pool_up_to_its_bound() {
+        for (max, groups) in [
+            (1, vec![1]),
+            (2, vec![2]),
+            (3, vec![2, 1]),
+            (5, vec![2, 2, 1]),
+            (32, vec![2, 2, 4, 8, 16]),
+            (40, vec![2, 2, 4, 8, 16, 8]),
+        ] {
+            let mut allocated = 0;
+            let mut seen = Vec::new();
+            while allocated < max {
+                let count = group_size(allocated, max);
+                seen.push(count);
+                allocated += count;
+            }
+            assert_eq!(seen, groups, "max {max}");
+        }
+        assert_eq!(group_size(7, 7), 0);
+        assert_eq!(group_size(9, 7), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn groups_reach_the_bound_in_few_steps(max in 1usize..100_000, start in 0usize..100_000) {
+            let mut allocated = start.min(max);
+            let mut steps = 0u32;
+            while allocated < max {
+                let count = group_size(allocated, max);
+                prop_assert!(count >= 1);
+                prop_assert!(count <= allocated.max(2));
+                allocated += count;
+                prop_assert!(allocated <= max);
+                steps += 1;
+            }
+            prop_assert!(steps <= usize::BITS - max.leading_zeros() + 1, "{steps} steps to {max}");
+        }
     }
 }

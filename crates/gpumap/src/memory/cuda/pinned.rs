@@ -35,6 +35,15 @@ impl PinnedBuffer {
         Ok(Self { host: sys::PinnedHost::new(len)? })
     }
 
+    /// `count` buffers of `len` bytes, pinned together (one registration where huge pages are
+    /// offered, which costs the driver about what one buffer's does). `device`'s context is
+    /// bound to the calling thread.
+    #[doc(alias = "cuMemHostRegister")]
+    pub fn new_many(device: &CudaDevice, len: usize, count: usize) -> Result<Vec<Self>> {
+        device.bind_to_thread()?;
+        Ok(sys::PinnedHost::new_many(len, count)?.into_iter().map(|host| Self { host }).collect())
+    }
+
     /// A zero-length buffer (no allocation, no driver call), used as a placeholder.
     pub(crate) fn empty() -> Self {
         Self { host: sys::PinnedHost::empty() }

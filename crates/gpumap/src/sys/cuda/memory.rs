@@ -4,6 +4,7 @@
 
 use std::ffi::{c_uint, c_void};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use cudarc::driver::sys as cu;
 
@@ -122,6 +123,9 @@ pub(crate) fn memset_d8(dst: u64, value: u8, len: usize) -> Result<()> {
 /// Pinning 2 MiB pages costs the driver far less than pinning 4 KiB ones, and threads can fault
 /// in their own buffers' pages side by side; `cuMemHostAlloc` made a process's first transfer
 /// wait tens of milliseconds for its bounce buffers (docs/decisions/0029-pinned-huge-pages.md).
+/// Buffers wanted together are carved out of one registration, because each registration
+/// costs the driver about as much as pinning megabytes, one registration at a time
+/// (docs/decisions/0037-pinned-buffers-registered-together.md).
 pub(crate) struct PinnedHost {
     /// Page-aligned start of the `len` usable bytes.
     pub(super) ptr: NonNull<u8>,
@@ -135,12 +139,19 @@ enum Backing {
     None,
     /// `cuMemHostAlloc`'s, freed with `cuMemFreeHost(base)`.
     Driver { base: NonNull<u8> },
-    /// An anonymous mapping registered at `ptr` with `cuMemHostRegister`: unregistered, then
-    /// unmapped (the fields drop in that order).
-    Registered { _registration: HostRegistration, _map: memmap2::MmapMut },
+    /// A part of a registered anonymous mapping, which ends with the last of its parts.
+    Registered { _mapping: Arc<RegisteredMapping> },
 }
 
-// SAFETY: owns its allocation exclusively (like a Box<[u8]>).
+/// An anonymous mapping registered with `cuMemHostRegister`: unregistered, then unmapped (the
+/// fields drop in that order).
+struct RegisteredMapping {
+    _registration: HostRegistration,
+    _map: memmap2::MmapMut,
+}
+
+// SAFETY: owns its allocation exclusively (like a Box<[u8]>); a registered mapping's other
+// parts are disjoint from this one's bytes.
 unsafe impl Send for PinnedHost {}
 // SAFETY: shared access only hands out `&[u8]`.
 unsafe impl Sync for PinnedHost {}
@@ -148,31 +159,52 @@ unsafe impl Sync for PinnedHost {}
 /// A transparent huge page on x86-64 and most arm64 kernels; a registered buffer starts on one.
 const HUGE_PAGE: usize = 2 << 20;
 
+/// Bytes of a new mapping one thread faults in: a larger mapping is faulted in a part per
+/// thread, since the kernel zeroes every page it hands out at a few GB/s per thread.
+const POPULATE_PART: usize = 8 << 20;
+
 impl PinnedHost {
     /// `len` bytes of pinned memory; needs a current context (the caller binds one).
     pub(crate) fn new(len: usize) -> Result<Self> {
         if len == 0 {
             return Ok(Self::empty());
         }
+        Self::new_many(len, 1)?.pop().ok_or_else(|| Error::Unavailable {
+            what: "pinned memory",
+            reason: format!("no buffer of {len} bytes was made"),
+        })
+    }
+
+    /// `count` buffers of `len` bytes each, page-aligned and disjoint, pinned together: one
+    /// mapping and one registration where the kernel offers huge pages, else one
+    /// `cuMemHostAlloc` each. Needs a current context (the caller binds one).
+    pub(crate) fn new_many(len: usize, count: usize) -> Result<Vec<Self>> {
+        if len == 0 || count == 0 {
+            return Ok((0..count).map(|_| Self::empty()).collect());
+        }
         if huge_pages_on_request() {
-            match Self::registered(len) {
+            match Self::registered(len, count) {
                 Ok(pinned) => return Ok(pinned),
                 Err(e) => tracing::debug!(
-                    "gpumap: pinning {len} bytes of huge pages failed ({e}); cuMemHostAlloc instead"
+                    "gpumap: pinning {count} x {len} bytes of huge pages failed ({e}); \
+                     cuMemHostAlloc instead"
                 ),
             }
         }
-        Self::from_driver(len)
+        (0..count).map(|_| Self::from_driver(len)).collect()
     }
 
-    /// An anonymous mapping advised onto huge pages (its usable part starting on one), then
-    /// registered (`cuMemHostRegister`, portable), which faults in and locks its pages. The
-    /// kernel hands out anonymous pages zeroed, so every byte is initialised.
-    fn registered(len: usize) -> Result<Self> {
-        let too_large =
-            || Error::InvalidArgument(format!("a pinned buffer of {len} bytes is too large"));
-        let usable =
+    /// An anonymous mapping advised onto huge pages (its usable part starting on one), faulted
+    /// in, then registered (`cuMemHostRegister`, portable) and cut into `count` buffers of
+    /// `len` bytes, each starting on a page. The kernel hands out anonymous pages zeroed, so
+    /// every byte is initialised.
+    fn registered(len: usize, count: usize) -> Result<Vec<Self>> {
+        let too_large = || {
+            Error::InvalidArgument(format!("{count} pinned buffers of {len} bytes are too large"))
+        };
+        let stride =
             len.checked_next_multiple_of(crate::align::PAGE_SIZE as usize).ok_or_else(too_large)?;
+        let usable = stride.checked_mul(count).ok_or_else(too_large)?;
         let map_len = usable.checked_add(HUGE_PAGE).ok_or_else(too_large)?;
         let map = memmap2::MmapMut::map_anon(map_len).map_err(|e| Error::io_nopath("mmap", e))?;
         let skew = (HUGE_PAGE - map.as_ptr() as usize % HUGE_PAGE) % HUGE_PAGE;
@@ -186,10 +218,11 @@ impl PinnedHost {
         if let Err(e) = map.advise(memmap2::Advice::DontFork) {
             tracing::debug!("gpumap: madvise(MADV_DONTFORK) refused: {e}");
         }
+        populate(&map, skew, usable);
         // SAFETY: `skew < HUGE_PAGE` and `skew + usable <= map_len`: inside the mapping.
         let ptr = unsafe { NonNull::new_unchecked(map.as_ptr().cast_mut().add(skew)) };
         // SAFETY: `ptr..ptr + usable` is mapped read-write and stays mapped while registered:
-        // the registration is dropped before the mapping (`Backing::Registered`).
+        // the registration is dropped before the mapping (`RegisteredMapping`).
         let registration = unsafe { HostRegistration::writable(ptr, usable) }?;
         // The copy kernel reads staging memory at its host address, as it does
         // `cuMemHostAlloc`'s under unified addressing; a device that maps registered memory
@@ -200,8 +233,15 @@ impl PinnedHost {
                 reason: "the device maps it at another address".to_owned(),
             });
         }
-        let backing = Backing::Registered { _registration: registration, _map: map };
-        Ok(Self { ptr, len, backing })
+        let shared = Arc::new(RegisteredMapping { _registration: registration, _map: map });
+        Ok((0..count)
+            .map(|k| Self {
+                // SAFETY: `k * stride + len <= usable`: inside the registered range.
+                ptr: unsafe { ptr.add(k * stride) },
+                len,
+                backing: Backing::Registered { _mapping: Arc::clone(&shared) },
+            })
+            .collect())
     }
 
     /// `cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE)`, zeroed.
@@ -263,7 +303,8 @@ impl PinnedHost {
 
 impl Drop for PinnedHost {
     fn drop(&mut self) {
-        // A registered mapping's fields unregister it, then unmap it; nothing else to give back.
+        // A registered mapping's last part unregisters it, then unmaps it; nothing else to give
+        // back.
         let Backing::Driver { base } = &self.backing else { return };
         match api() {
             Ok(api) => {
@@ -277,6 +318,39 @@ impl Drop for PinnedHost {
         }
     }
 }
+
+/// Faults in `len` bytes of `map` from `offset` (`MADV_POPULATE_WRITE`), a part of
+/// [`POPULATE_PART`] bytes or more per thread, so that the kernel zeroes the pages side by side
+/// rather than inside the registration that follows, which pins them one registration at a
+/// time. Where the kernel cannot (before Linux 5.14), the registration faults them in instead.
+fn populate(map: &memmap2::MmapMut, offset: usize, len: usize) {
+    let fault_in = |from: usize, bytes: usize| {
+        if let Err(e) = map.advise_range(memmap2::Advice::PopulateWrite, from, bytes) {
+            tracing::debug!("gpumap: madvise(MADV_POPULATE_WRITE) refused: {e}");
+        }
+    };
+    let parts = len.div_ceil(POPULATE_PART).min(MAX_POPULATE_THREADS);
+    if parts <= 1 {
+        fault_in(offset, len);
+        return;
+    }
+    let part = len.div_ceil(parts).next_multiple_of(HUGE_PAGE);
+    std::thread::scope(|scope| {
+        for first in (part..len).step_by(part) {
+            let bytes = part.min(len - first);
+            let spawned = std::thread::Builder::new()
+                .name("gpumap-pin".to_owned())
+                .spawn_scoped(scope, move || fault_in(offset + first, bytes));
+            if spawned.is_err() {
+                fault_in(offset + first, bytes);
+            }
+        }
+        fault_in(offset, part.min(len));
+    });
+}
+
+/// Threads that fault in one new mapping at most.
+const MAX_POPULATE_THREADS: usize = 16;
 
 /// Whether the kernel gives transparent huge pages to memory that asks for them; read once.
 fn huge_pages_on_request() -> bool {
