@@ -242,6 +242,25 @@ def check(mm, dst, ranges, what):
             sys.exit(f"{what}: bytes differ at file offset {f}")
 
 
+def machine_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of every CPU so far, from /proc/stat's first line ((0, 0) where
+    there is none)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+def machine_busy(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """Cores kept busy on average between two :func:`machine_cpu` readings."""
+    busy, total = after[0] - before[0], after[1] - before[1]
+    return busy / total * (os.cpu_count() or 1) if total > 0 else 0.0
+
+
 def run_client(a, mm, cp, impl, opener, memory, workloads, out, **extra):
     xp = cp if memory == "device" else np
     f = opener(f"http://127.0.0.1:{a.port}/obj")
@@ -263,17 +282,23 @@ def run_client(a, mm, cp, impl, opener, memory, workloads, out, **extra):
                 if sum(fu.get() for fu in futs) != len(offsets) * block:
                     sys.exit(f"{impl}: short pread")
             sample = [(i * block, offsets[i], block) for i in range(0, len(offsets), max(len(offsets) // 8, 1))]
-        times = []
+        times, cpu, busy = [], [], []
         for r in range(a.repeats + 1):
             sync()
-            t = time.perf_counter()
+            machine, c, t = machine_cpu(), time.process_time(), time.perf_counter()
             once()
             sync()
             times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+            busy.append(machine_busy(machine, machine_cpu()))
             if r in (0, a.repeats):
                 check(mm, dst, sample, impl)
         ops = None if block is None else len(offsets)
-        out.emit(impl, name, a.threads, dst.nbytes, times[1:], ops=ops, memory=memory, size=a.size, **extra)
+        # The client's CPU seconds a run (all its threads), and the cores the whole machine kept
+        # busy meanwhile: the server shares the machine, so a client's CPU is the server's loss.
+        out.emit(impl, name, a.threads, dst.nbytes, times[1:], ops=ops, memory=memory, size=a.size,
+                 cpu_seconds=round(statistics.median(cpu[1:]), 4),
+                 machine_busy_cores=round(statistics.median(busy[1:]), 2), **extra)
         del dst
     f.close()
 
