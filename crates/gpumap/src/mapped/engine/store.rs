@@ -432,12 +432,18 @@ impl Store {
 
     /// A reader of the slots that lookups under `hold` find, for as long as the hold lives.
     pub(crate) fn slot_reader<'h>(&'h self, _hold: &'h Lookups<'h>) -> HomeReader<'h> {
-        HomeReader { store: self, slot_chunks: Vec::new(), frame_chunks: HashMap::new() }
+        self.home_reader()
     }
 
     /// A reader of homes the caller has pinned in the books (a round of a gather), which it
     /// must not read past its pins.
     pub(crate) fn pinned_reader(&self) -> HomeReader<'_> {
+        self.home_reader()
+    }
+
+    /// A reader with nothing looked up yet; what keeps its homes in place is the caller's to
+    /// hold ([`slot_reader`](Self::slot_reader), [`pinned_reader`](Self::pinned_reader)).
+    fn home_reader(&self) -> HomeReader<'_> {
         HomeReader { store: self, slot_chunks: Vec::new(), frame_chunks: HashMap::new() }
     }
 
