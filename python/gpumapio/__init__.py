@@ -13,8 +13,9 @@ KvikIO's API (code written for ``kvikio`` runs with ``import gpumapio as kvikio`
   :mod:`gpumapio.cufile_driver`, :mod:`gpumapio.buffer`, :mod:`gpumapio.zarr` (``GDSStore``),
   and the ``KVIKIO_*`` environment variables (``GPUMAP_*`` win where both are set).
 
-- :class:`RemoteFile` and :class:`RemoteEndpointType` (``open_http``, ``open_s3``, ``open_s3_url``, ``open_s3_presigned_url``,
-  ``open``; ``read``, ``pread``, ``nbytes``): S3 and HTTP objects read with parallel ranged
+- :class:`RemoteFile` and :class:`RemoteEndpointType` (``open_http``, ``open_s3``, ``open_s3_url``, ``open_s3_public``,
+  ``open_s3_presigned_url``, ``open_webhdfs``, ``open``; ``read``, ``pread``, ``nbytes``,
+  ``remote_endpoint_type``): S3, HTTP and WebHDFS objects read with parallel ranged
   GETs into host or device memory (docs/remote.md); :class:`RemoteWriter` (``write``,
   ``finish``, ``abort``, context manager): S3 objects written from host or device memory as
   multipart uploads, whole or not at all; :class:`RemotePrefix` (``list``, ``list_dir``,

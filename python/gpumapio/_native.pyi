@@ -7,6 +7,8 @@ from typing import IO, Any, Literal, Union, final
 
 from typing_extensions import Self
 
+from gpumapio.remote_file import RemoteEndpointType
+
 _Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 _File = Union[_Path, int, IO[bytes]]
 #: CuPy / PyTorch / Numba arrays (``__cuda_array_interface__``), DLPack producers, or host
@@ -26,6 +28,7 @@ __all__ = [
     "RemoteObjects",
     "RemotePrefix",
     "RemoteWriter",
+    "infer_endpoint_kind",
     "defaults_get",
     "defaults_set",
     "defaults_saved",
@@ -130,9 +133,13 @@ class RemoteFile:
         bucket_name: str,
         object_name: str,
         nbytes: int | None = None,
+        aws_region_name: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_endpoint_url: str | None = None,
+        aws_session_token: str | None = None,
         *,
         aws_region: str | None = None,
-        aws_endpoint_url: str | None = None,
         http_max_attempts: int | None = None,
         http_status_codes: Sequence[int] | None = None,
         http_timeout: float | None = None,
@@ -143,6 +150,23 @@ class RemoteFile:
     def open_s3_url(
         url: str,
         nbytes: int | None = None,
+        aws_region_name: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_endpoint_url: str | None = None,
+        aws_session_token: str | None = None,
+        *,
+        aws_region: str | None = None,
+        http_max_attempts: int | None = None,
+        http_status_codes: Sequence[int] | None = None,
+        http_timeout: float | None = None,
+        max_in_flight: int | None = None,
+        request_size: int | None = None,
+    ) -> RemoteFile: ...
+    @staticmethod
+    def open_s3_public(
+        url: str,
+        nbytes: int | None = None,
         *,
         aws_region: str | None = None,
         aws_endpoint_url: str | None = None,
@@ -151,7 +175,8 @@ class RemoteFile:
         http_timeout: float | None = None,
         max_in_flight: int | None = None,
         request_size: int | None = None,
-    ) -> RemoteFile: ...
+    ) -> RemoteFile:
+        """An S3 object anyone may read (``s3://`` or an ``http(s)://`` S3 URL), unsigned."""
     @staticmethod
     def open_s3_presigned_url(
         presigned_url: str,
@@ -192,6 +217,8 @@ class RemoteFile:
     ) -> RemoteFile: ...
     def nbytes(self) -> int:
         """The object's size in bytes."""
+    def remote_endpoint_type(self) -> RemoteEndpointType:
+        """How the file is read (``S3``, ``S3_PUBLIC``, ``S3_PRESIGNED_URL``, ``WEBHDFS``, ``HTTP``)."""
     @property
     def url(self) -> str:
         """The URL, without credentials or query string."""
@@ -413,6 +440,8 @@ def plain_headers(
     name it uses to its shard's number, numbered as ``headers``): ``(metadata,)`` where it maps
     every header's names to that header's shard and no other name, else None."""
 
+def infer_endpoint_kind(url: str, allow_list: Sequence[object] | None = None) -> str:
+    """The ``RemoteEndpointType`` name ``RemoteFile.open`` takes ``url`` as; ``ValueError`` if none."""
 def defaults_get(name: str) -> Any: ...
 def defaults_set(name: str, value: Any) -> None: ...
 def defaults_saved(name: str) -> tuple[Any, str, str | None]: ...

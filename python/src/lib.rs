@@ -60,6 +60,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<remote_prefix::RemotePrefix>()?;
     m.add_class::<remote_prefix::RemoteObjects>()?;
     m.add_class::<remote_writer::RemoteWriter>()?;
+    m.add_function(wrap_pyfunction!(remote::infer_endpoint_kind, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::defaults_get, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::defaults_set, m)?)?;
     m.add_function(wrap_pyfunction!(defaults::defaults_saved, m)?)?;

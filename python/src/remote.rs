@@ -1,9 +1,9 @@
-//! `RemoteFile`: KvikIO's remote file (S3, HTTP, presigned S3 URLs), over
+//! `RemoteFile`: KvikIO's remote file (S3 signed or public, HTTP, presigned S3 URLs, WebHDFS), over
 //! [`gpumap::remote::RemoteFile`].
 
 use std::time::Duration;
 
-use gpumap::remote::{RemoteFile as Remote, RemoteOptions, RemoteUrl};
+use gpumap::remote::{EndpointKind, RemoteFile as Remote, RemoteOptions, RemoteUrl, S3Credentials};
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -26,6 +26,7 @@ pub(crate) struct RemoteSettings {
     pub(crate) request_size: Option<u64>,
     pub(crate) s3_endpoint: Option<String>,
     pub(crate) s3_region: Option<String>,
+    pub(crate) s3_credentials: Option<S3Credentials>,
 }
 
 impl RemoteSettings {
@@ -33,7 +34,7 @@ impl RemoteSettings {
     pub(crate) fn options(&self) -> gpumap::Result<RemoteOptions> {
         let mut o = RemoteOptions::from_config(&crate::defaults::current()?)?;
         o.known_len(self.nbytes).s3_endpoint(self.s3_endpoint.clone());
-        o.s3_region(self.s3_region.clone());
+        o.s3_region(self.s3_region.clone()).s3_credentials(self.s3_credentials.clone());
         if let Some(n) = self.http_max_attempts {
             o.max_attempts(n)?;
         }
@@ -56,6 +57,14 @@ impl RemoteSettings {
     fn open(&self, py: Python<'_>, url: RemoteUrl) -> PyResult<RemoteFile> {
         let options = check(py, self.options())?;
         let file = nogil(py, move || Remote::open_url(url, &options))?;
+        Ok(RemoteFile { file: Mutex::new(Some(file)) })
+    }
+
+    /// Opens `url` as an endpoint of `kind` ([`Remote::open_as`]).
+    fn open_as(&self, py: Python<'_>, url: &str, kind: EndpointKind) -> PyResult<RemoteFile> {
+        let options = check(py, self.options())?;
+        let text = url.to_owned();
+        let file = nogil(py, move || Remote::open_as(&text, kind, &options))?;
         Ok(RemoteFile { file: Mutex::new(Some(file)) })
     }
 }
@@ -133,6 +142,7 @@ macro_rules! settings {
             request_size: $r,
             s3_endpoint: $e,
             s3_region: $g,
+            s3_credentials: None,
         }
     };
 }
@@ -205,18 +215,22 @@ impl RemoteFile {
     }
 
     /// Opens the S3 object `object_name` of `bucket_name`, with credentials, region and
-    /// endpoint from the AWS environment variables (`aws_endpoint_url` and `aws_region`
-    /// override the last two).
+    /// endpoint from the arguments, else the AWS environment variables and files (KvikIO's
+    /// arguments, in its order; `aws_region` is gpumapio's own name for `aws_region_name`).
     #[staticmethod]
-    #[pyo3(signature = (bucket_name, object_name, nbytes = None, *, aws_region = None, aws_endpoint_url = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
+    #[pyo3(signature = (bucket_name, object_name, nbytes = None, aws_region_name = None, aws_access_key_id = None, aws_secret_access_key = None, aws_endpoint_url = None, aws_session_token = None, *, aws_region = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
     #[allow(clippy::too_many_arguments)]
     fn open_s3(
         py: Python<'_>,
         bucket_name: &str,
         object_name: &str,
         nbytes: Option<u64>,
-        aws_region: Option<String>,
+        aws_region_name: Option<String>,
+        aws_access_key_id: Option<String>,
+        aws_secret_access_key: Option<String>,
         aws_endpoint_url: Option<String>,
+        aws_session_token: Option<String>,
+        aws_region: Option<String>,
         http_max_attempts: Option<u32>,
         http_status_codes: Option<StatusCodes>,
         http_timeout: Option<f64>,
@@ -224,7 +238,7 @@ impl RemoteFile {
         request_size: Option<u64>,
     ) -> PyResult<RemoteFile> {
         let url = check(py, RemoteUrl::s3(bucket_name, object_name))?;
-        settings!(
+        let mut settings = settings!(
             nbytes,
             http_max_attempts,
             http_status_codes,
@@ -232,16 +246,58 @@ impl RemoteFile {
             max_in_flight,
             request_size,
             aws_endpoint_url,
-            aws_region
-        )
-        .open(py, url)
+            one_region(aws_region_name, aws_region)?
+        );
+        settings.s3_credentials =
+            credentials(aws_access_key_id, aws_secret_access_key, aws_session_token)?;
+        settings.open(py, url)
     }
 
-    /// Opens an `s3://bucket/key` URL, as `open_s3` does.
+    /// Opens an S3 object by its URL: `s3://bucket/key` (its endpoint as `open_s3`'s), or an
+    /// `http(s)://` URL, on an AWS host in one of S3's forms
+    /// (`https://bucket.s3.us-east-2.amazonaws.com/key`, `https://s3.us-east-2.amazonaws.com/bucket/key`,
+    /// and the legacy ones) or on any other host path style (`http://127.0.0.1:9000/bucket/key`,
+    /// MinIO, moto), requests going to that host, signed as KvikIO's `open_s3_url` signs them.
+    #[staticmethod]
+    #[pyo3(signature = (url, nbytes = None, aws_region_name = None, aws_access_key_id = None, aws_secret_access_key = None, aws_endpoint_url = None, aws_session_token = None, *, aws_region = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open_s3_url(
+        py: Python<'_>,
+        url: &str,
+        nbytes: Option<u64>,
+        aws_region_name: Option<String>,
+        aws_access_key_id: Option<String>,
+        aws_secret_access_key: Option<String>,
+        aws_endpoint_url: Option<String>,
+        aws_session_token: Option<String>,
+        aws_region: Option<String>,
+        http_max_attempts: Option<u32>,
+        http_status_codes: Option<StatusCodes>,
+        http_timeout: Option<f64>,
+        max_in_flight: Option<usize>,
+        request_size: Option<u64>,
+    ) -> PyResult<RemoteFile> {
+        let mut settings = settings!(
+            nbytes,
+            http_max_attempts,
+            http_status_codes,
+            http_timeout,
+            max_in_flight,
+            request_size,
+            aws_endpoint_url,
+            one_region(aws_region_name, aws_region)?
+        );
+        settings.s3_credentials =
+            credentials(aws_access_key_id, aws_secret_access_key, aws_session_token)?;
+        settings.open_as(py, url, EndpointKind::S3)
+    }
+
+    /// Opens an S3 object anyone may read (KvikIO's `open_s3_public`): `url` as `open_s3_url`
+    /// takes it, requests sent unsigned, no credentials looked for.
     #[staticmethod]
     #[pyo3(signature = (url, nbytes = None, *, aws_region = None, aws_endpoint_url = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
     #[allow(clippy::too_many_arguments)]
-    fn open_s3_url(
+    fn open_s3_public(
         py: Python<'_>,
         url: &str,
         nbytes: Option<u64>,
@@ -253,13 +309,6 @@ impl RemoteFile {
         max_in_flight: Option<usize>,
         request_size: Option<u64>,
     ) -> PyResult<RemoteFile> {
-        let parsed = parse(py, url)?;
-        if !matches!(parsed, RemoteUrl::S3 { .. }) {
-            return Err(PyValueError::new_err(format!(
-                "{parsed} is not an s3:// URL (https S3 URLs: use open_s3(bucket, key) or \
-                 open_http for a presigned one)"
-            )));
-        }
         settings!(
             nbytes,
             http_max_attempts,
@@ -270,7 +319,7 @@ impl RemoteFile {
             aws_endpoint_url,
             aws_region
         )
-        .open(py, parsed)
+        .open_as(py, url, EndpointKind::S3Public)
     }
 
     /// Opens a presigned S3 URL: plain HTTPS whose query string carries the signature (never
@@ -300,10 +349,13 @@ impl RemoteFile {
         )
     }
 
-    /// Opens `url`, its kind inferred from the scheme: `s3://` (signed with the environment's
-    /// credentials) or `http(s)://` (a presigned URL among them). `remote_endpoint_type` (a
-    /// `RemoteEndpointType` or its name; `None` or `AUTO`: inferred) must agree with the URL,
-    /// and the kind must be in `allow_list` where one is given.
+    /// Opens `url` as KvikIO's `open` does. With `remote_endpoint_type` `AUTO` (or `None`),
+    /// the kinds of `allow_list` (default: `S3`, `S3_PUBLIC`, `S3_PRESIGNED_URL`, `WEBHDFS`,
+    /// `HTTP`) are tried in its order and the first whose form the URL has is taken; an S3
+    /// object is then read signed or unsigned, the other way tried after a refusal, where
+    /// `S3_PUBLIC` is allowed ([`Remote::open_auto`], `docs/remote.md`). A kind named must be
+    /// in `allow_list` where one is given, and the URL must have its form. Kinds are
+    /// `RemoteEndpointType` members or their names.
     #[staticmethod]
     #[pyo3(signature = (url, remote_endpoint_type = None, allow_list = None, nbytes = None, *, aws_region = None, aws_endpoint_url = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
     #[allow(clippy::too_many_arguments)]
@@ -321,37 +373,19 @@ impl RemoteFile {
         max_in_flight: Option<usize>,
         request_size: Option<u64>,
     ) -> PyResult<RemoteFile> {
-        let parsed = parse(py, url)?;
-        let inferred = match &parsed {
-            RemoteUrl::S3 { .. } => "S3",
-            RemoteUrl::WebHdfs(_) => "WEBHDFS",
-            RemoteUrl::Http(u) if u.query().is_some_and(|q| q.contains("X-Amz-Signature")) => {
-                "S3_PRESIGNED_URL"
-            }
-            _ => "HTTP",
+        let asked = remote_endpoint_type.map(endpoint_kind).transpose()?.flatten();
+        let allowed = match allow_list {
+            Some(list) => list
+                .iter()
+                .map(|item| {
+                    endpoint_kind(item)?.ok_or_else(|| {
+                        PyValueError::new_err("AUTO is not an endpoint type an allow list holds")
+                    })
+                })
+                .collect::<PyResult<Vec<_>>>()?,
+            None => EndpointKind::ALL.to_vec(),
         };
-        let asked = match remote_endpoint_type {
-            Some(kind) => endpoint_name(kind)?,
-            None => "AUTO".to_owned(),
-        };
-        // A presigned URL is also a plain HTTP URL: either name accepts it.
-        let agrees =
-            |name: &str| name == inferred || (inferred == "S3_PRESIGNED_URL" && name == "HTTP");
-        if asked != "AUTO" && !agrees(&asked) {
-            return Err(PyValueError::new_err(format!(
-                "{parsed} is not a {asked} endpoint (gpumapio reads S3, S3_PRESIGNED_URL, \
-                 WEBHDFS and HTTP endpoints)"
-            )));
-        }
-        if let Some(allowed) = allow_list {
-            let names = allowed.iter().map(endpoint_name).collect::<PyResult<Vec<_>>>()?;
-            if !names.iter().any(|n| agrees(n)) {
-                return Err(PyValueError::new_err(format!(
-                    "{parsed} is a {inferred} endpoint, not in the allow list {names:?}"
-                )));
-            }
-        }
-        settings!(
+        let settings = settings!(
             nbytes,
             http_max_attempts,
             http_status_codes,
@@ -360,8 +394,37 @@ impl RemoteFile {
             request_size,
             aws_endpoint_url,
             aws_region
-        )
-        .open(py, parsed)
+        );
+        let Some(kind) = asked else {
+            if EndpointKind::infer(url, &allowed).is_none() {
+                let shown = parse(py, url)?.redacted();
+                let names: Vec<&str> = allowed.iter().map(|k| k.name()).collect();
+                return Err(PyValueError::new_err(format!(
+                    "{shown} is not a URL of any endpoint type in the allow list {names:?}"
+                )));
+            }
+            let options = check(py, settings.options())?;
+            let text = url.to_owned();
+            let file = nogil(py, move || Remote::open_auto(&text, &allowed, &options))?;
+            return Ok(RemoteFile::wrap(file));
+        };
+        if !allowed.contains(&kind) {
+            let names: Vec<&str> = allowed.iter().map(|k| k.name()).collect();
+            return Err(PyValueError::new_err(format!(
+                "the endpoint type {kind} is not in the allow list {names:?}"
+            )));
+        }
+        if !kind.accepts(url) {
+            let shown = parse(py, url)?.redacted();
+            return Err(PyValueError::new_err(format!("{shown} is not a {kind} endpoint")));
+        }
+        settings.open_as(py, url, kind)
+    }
+
+    /// How the file is read, as a `RemoteEndpointType` (KvikIO's `remote_endpoint_type()`).
+    fn remote_endpoint_type<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let kind = self.file()?.endpoint_kind();
+        py.import("gpumapio.remote_file")?.getattr("RemoteEndpointType")?.get_item(kind.name())
     }
 
     /// The object's size in bytes.
@@ -438,11 +501,80 @@ impl RemoteFile {
     }
 }
 
-/// The name of a `RemoteEndpointType` member (its `.name`), or the name given as a string.
-fn endpoint_name(kind: &Bound<'_, PyAny>) -> PyResult<String> {
+/// The kind a `RemoteEndpointType` member (its `.name`) or a name given as a string names
+/// (`None`: `AUTO`).
+fn endpoint_kind(kind: &Bound<'_, PyAny>) -> PyResult<Option<EndpointKind>> {
     let name: String = match kind.getattr("name") {
         Ok(name) => name.extract()?,
         Err(_) => kind.extract()?,
     };
-    Ok(name.to_ascii_uppercase())
+    let name = name.to_ascii_uppercase();
+    if name == "AUTO" {
+        return Ok(None);
+    }
+    EndpointKind::from_name(&name).map(Some).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "{name:?} is not an endpoint type (AUTO, S3, S3_PUBLIC, S3_PRESIGNED_URL, WEBHDFS, \
+             HTTP)"
+        ))
+    })
+}
+
+/// The kind KvikIO's `open` would take `url` as with `AUTO` (KvikIO's
+/// `infer_remote_endpoint_type`), by its form alone; `ValueError` naming the URL (as it may
+/// be shown) where no kind of `allow_list` (default: all) fits.
+#[pyfunction]
+#[pyo3(signature = (url, allow_list = None))]
+pub(crate) fn infer_endpoint_kind(
+    py: Python<'_>,
+    url: &str,
+    allow_list: Option<Vec<Bound<'_, PyAny>>>,
+) -> PyResult<&'static str> {
+    let allowed = match allow_list {
+        Some(list) => list
+            .iter()
+            .filter_map(|k| endpoint_kind(k).transpose())
+            .collect::<PyResult<Vec<_>>>()?,
+        None => EndpointKind::ALL.to_vec(),
+    };
+    match EndpointKind::infer(url, &allowed) {
+        Some(kind) => Ok(kind.name()),
+        None => Err(PyValueError::new_err(format!(
+            "{} is not a URL of any remote endpoint type",
+            parse(py, url)?.redacted()
+        ))),
+    }
+}
+
+/// The region given under KvikIO's name (`aws_region_name`) or gpumapio's (`aws_region`).
+fn one_region(kvikio: Option<String>, ours: Option<String>) -> PyResult<Option<String>> {
+    match (kvikio, ours) {
+        (Some(a), Some(b)) if a != b => Err(PyValueError::new_err(format!(
+            "aws_region_name {a:?} and aws_region {b:?} disagree; give one"
+        ))),
+        (a, b) => Ok(a.or(b)),
+    }
+}
+
+/// The credentials KvikIO's arguments give, where any is given: the missing one of the key
+/// pair from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`. None given: the environment's and
+/// the AWS files', looked up when the file opens.
+fn credentials(
+    access_key_id: Option<String>,
+    secret_access_key: Option<String>,
+    session_token: Option<String>,
+) -> PyResult<Option<S3Credentials>> {
+    if access_key_id.is_none() && secret_access_key.is_none() && session_token.is_none() {
+        return Ok(None);
+    }
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let key_id = access_key_id.or_else(|| env("AWS_ACCESS_KEY_ID")).ok_or_else(|| {
+        PyValueError::new_err("aws_access_key_id is needed (or AWS_ACCESS_KEY_ID)")
+    })?;
+    let secret = secret_access_key.or_else(|| env("AWS_SECRET_ACCESS_KEY")).ok_or_else(|| {
+        PyValueError::new_err("aws_secret_access_key is needed (or AWS_SECRET_ACCESS_KEY)")
+    })?;
+    S3Credentials::new(key_id, secret, session_token)
+        .map(Some)
+        .map_err(|e| PyValueError::new_err(e.to_string()))
 }

@@ -3,7 +3,7 @@ of the transfer not yet started are skipped, the tasks already running are waite
 writes into the buffer after the call returns), ``KeyboardInterrupt`` is raised well before the
 transfer would have ended, and the file object stays usable.
 
-The transfer is made slow on purpose: a 1 GiB sparse file read in 4 KiB tasks on one thread.
+The transfer is made slow on purpose: a sparse file of 1 or 2 GiB read in 4 KiB tasks on one thread.
 It runs in a child process, so that a KeyboardInterrupt arriving late cannot stop pytest.
 """
 
@@ -91,26 +91,40 @@ CHILD = PRELUDE + textwrap.dedent(
 )
 
 
-@pytest.fixture
-def sparse_file(tmp_path):
-    """1 GiB of holes and a 4 KiB mark. On tmpfs where there is one: reading holes there
-    allocates nothing, where a disk file system fills the page cache with zeros first."""
+def _sparse(tmp_path, size):
+    """``size`` bytes of holes and a 4 KiB mark half way. On tmpfs where there is one: reading
+    holes there allocates nothing, where a disk file system fills the page cache with zeros
+    first."""
     shm = "/dev/shm"
     where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else str(tmp_path)
     fd, path = tempfile.mkstemp(prefix="gpumapio-interrupt-", dir=where)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.truncate(1 << 30)
-            f.seek(1 << 29)
-            f.write(bytes(range(1, 255)) * 17)  # a mark to read back, no 0xFF in it
-        yield path
-    finally:
-        os.unlink(path)
+    with os.fdopen(fd, "wb") as f:
+        f.truncate(size)
+        f.seek(size // 2)
+        f.write(bytes(range(1, 255)) * 17)  # a mark to read back, no 0xFF in it
+    return path
 
 
-def test_ctrl_c_stops_a_long_read_and_the_file_stays_usable(sparse_file):
+@pytest.fixture
+def sparse_file(tmp_path):
+    """1 GiB of holes and a 4 KiB mark (see ``_sparse``)."""
+    path = _sparse(tmp_path, 1 << 30)
+    yield path
+    os.unlink(path)
+
+
+@pytest.fixture
+def long_sparse_file(tmp_path):
+    """2 GiB of holes and a mark: one thread's 4 KiB reads of 1 GiB of holes took 0.19 s on a
+    fast machine, too little to interrupt in the middle."""
+    path = _sparse(tmp_path, 2 << 30)
+    yield path
+    os.unlink(path)
+
+
+def test_ctrl_c_stops_a_long_read_and_the_file_stays_usable(long_sparse_file):
     run = subprocess.run(
-        [sys.executable, "-c", CHILD, sparse_file], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", CHILD, long_sparse_file], capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0, f"status {run.returncode}\n{run.stdout}\n{run.stderr[-3000:]}"
     results = json.loads(run.stdout.splitlines()[-1])

@@ -164,8 +164,9 @@ def test_missing_objects_bad_urls_and_closed_files(served):
     for bad in ["ftp://h/x", "s3://bucket", "https://u:pw@h/x", "http://h/a\r\nX: y"]:
         with pytest.raises(ValueError):
             RemoteFile.open(bad)
-    with pytest.raises(ValueError):
-        RemoteFile.open_s3_url(url)
+    # An http(s) URL is an S3 object's to open_s3_url, path style: one without a key is not.
+    with pytest.raises(ValueError, match="names a bucket but no key"):
+        RemoteFile.open_s3_url(f"{server.url}/bucket-only")
     with pytest.raises(ValueError):
         RemoteFile.open_http("s3://bucket/key")
     f = RemoteFile.open(url)

@@ -19,7 +19,7 @@ use crate::remote::answers::CheckedConnector;
 use crate::remote::aws_profile::Profile;
 use crate::remote::failure::{self, Failure};
 use crate::remote::loops::{LoopSet, Queues, StoreSource};
-use crate::remote::options::RemoteOptions;
+use crate::remote::options::{RemoteOptions, S3Credentials};
 use crate::remote::stores::StoreOwner;
 use crate::remote::url::RemoteUrl;
 use crate::remote::webhdfs::WebHdfs;
@@ -225,15 +225,48 @@ fn s3_store_with(
         .with_client_options(client_options)
         .with_http_connector(CheckedConnector)
         .with_retry(no_retries());
-    builder = with_shared_profile(builder)?;
+    // Unsigned requests need no credentials, so none are looked for (the AWS files' profile
+    // may name a way of getting them that gpumap refuses).
+    if !options.s3_unsigned {
+        builder = with_shared_profile(builder)?;
+    }
     if let Some(endpoint) = &options.s3_endpoint {
-        builder = builder.with_endpoint(endpoint);
+        // An endpoint given with the object (its URL's host) decides the style, whatever
+        // AWS_VIRTUAL_HOSTED_STYLE_REQUEST says.
+        builder = builder
+            .with_endpoint(endpoint)
+            .with_virtual_hosted_style_request(options.s3_virtual_hosted);
     }
     if let Some(region) = &options.s3_region {
         builder = builder.with_region(region);
     }
+    if options.s3_unsigned {
+        builder = builder.with_skip_signature(true);
+    } else if let Some(given) = &options.s3_credentials {
+        builder = builder.with_credentials(Arc::new(object_store::StaticCredentialProvider::new(
+            aws_credential(given),
+        )));
+    }
     check_s3_settings(&builder)?;
     builder.build().map_err(|e| invalid(url, &e))
+}
+
+/// The credential object_store signs with, from the caller's: a temporary key (`ASIA...`)
+/// given without its token takes `AWS_SESSION_TOKEN`'s, as KvikIO does; a permanent key is
+/// sent without one, whatever the environment holds.
+fn aws_credential(given: &S3Credentials) -> object_store::aws::AwsCredential {
+    let token = given.session_token.clone().or_else(|| {
+        given
+            .access_key_id
+            .starts_with("ASIA")
+            .then(|| std::env::var("AWS_SESSION_TOKEN").ok().filter(|t| !t.is_empty()))
+            .flatten()
+    });
+    object_store::aws::AwsCredential {
+        key_id: given.access_key_id.clone(),
+        secret_key: given.secret_access_key.clone(),
+        token,
+    }
 }
 
 /// Refuses a region or an endpoint, from the options, the environment or the AWS files,
@@ -294,6 +327,28 @@ fn no_retries() -> RetryConfig {
 fn invalid(url: &RemoteUrl, e: &object_store::Error) -> Error {
     let reason = failure::scrub(&e.to_string(), url);
     Failure::new(RemoteErrorKind::InvalidUrl, None, reason).into_error(url, "open", 0)
+}
+
+/// Whether signed S3 requests find credentials other than the instance metadata service's:
+/// in the environment (keys, web identity, container credentials) or in the AWS files'
+/// profile. A profile that cannot be read counts as configured: its error is the signed
+/// open's to report.
+pub(crate) fn s3_credentials_configured() -> bool {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let from_env = [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ];
+    from_env.iter().any(|name| env(name).is_some())
+        || match Profile::load(env) {
+            Ok(Some(profile)) => {
+                profile.access_key_id.is_some() || profile.unsupported_source.is_some()
+            }
+            Ok(None) => false,
+            Err(_) => true,
+        }
 }
 
 /// `builder` with what the AWS shared files' profile sets and the environment does not, in the

@@ -17,12 +17,13 @@ use crate::memory::cuda::RawRegion;
 use crate::memory::{DeviceViewMut, OwnedDeviceMemory};
 use crate::remote::batched_upload;
 use crate::remote::client::{self, Client};
+use crate::remote::endpoint::{self, EndpointKind, S3Address};
 use crate::remote::fetch::{self, Fetch};
 use crate::remote::lanes;
 use crate::remote::options::RemoteOptions;
 use crate::remote::requests::Requests;
 use crate::remote::upload::Landing;
-use crate::remote::url::RemoteUrl;
+use crate::remote::url::{self, RemoteUrl};
 
 /// A read-only remote object: `s3://bucket/key`, or an `http(s)://` URL (a presigned S3 URL is
 /// one). Reads are ranged GETs, many in flight; see the [module docs](crate::remote).
@@ -51,9 +52,12 @@ impl RemoteFile {
     }
 
     /// Opens `url` with `options`: the object's size comes from the options' known length, or
-    /// from a HEAD request.
+    /// from a HEAD request. The URL's kind is inferred as KvikIO's `open` infers it
+    /// ([`open_auto`](Self::open_auto) with every kind allowed): an S3 object, `s3://` or on an
+    /// AWS host, is read signed or, where the server refuses that, unsigned (a public object
+    /// needs no credentials).
     pub fn open_with(url: &str, options: &RemoteOptions) -> Result<RemoteFile> {
-        Self::open_url(RemoteUrl::parse(url)?, options)
+        Self::open_auto(url, &EndpointKind::ALL, options)
     }
 
     /// Opens a WebHDFS file (`http(s)://namenode:port/webhdfs/v1/<path>`, or `webhdfs://` /
@@ -66,6 +70,101 @@ impl RemoteFile {
     /// Opens the S3 object `key` of `bucket`.
     pub fn open_s3(bucket: &str, key: &str, options: &RemoteOptions) -> Result<RemoteFile> {
         Self::open_url(RemoteUrl::s3(bucket, key)?, options)
+    }
+
+    /// Opens `text` as an endpoint of `kind` (KvikIO's `open` with an endpoint type named).
+    /// The S3 kinds take `s3://bucket/key` or an `http(s)://` URL of an S3 object, read as
+    /// [`S3Address::of_http`] reads it (an AWS host in one of S3's forms, else path style
+    /// `http://host:port/bucket/key`, as KvikIO's `open_s3_url` does), whose host, style and
+    /// region then replace the options' (a region set in the options stays);
+    /// [`EndpointKind::S3Public`] sends them unsigned. A presigned URL, WebHDFS and HTTP open
+    /// as [`open_url`](Self::open_url) opens them, HTTP reading even a `/webhdfs/v1/` path as
+    /// plain GETs. A URL that cannot be of `kind` is refused as
+    /// [`RemoteErrorKind::InvalidUrl`](crate::remote::RemoteErrorKind::InvalidUrl), naming it.
+    pub fn open_as(text: &str, kind: EndpointKind, options: &RemoteOptions) -> Result<RemoteFile> {
+        let not_of_kind = |url: &RemoteUrl, what: &str| {
+            url::invalid(&url.redacted(), format!("not {what} ({kind} endpoint)"))
+        };
+        match kind {
+            EndpointKind::S3 | EndpointKind::S3Public => {
+                let mut options = options.clone();
+                options.s3_unsigned(kind == EndpointKind::S3Public);
+                let url = match RemoteUrl::parse(text)? {
+                    s3 @ RemoteUrl::S3 { .. } => s3,
+                    RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => {
+                        let address = S3Address::of_http(text)?;
+                        if options.s3_region.is_none() {
+                            options.s3_region(address.region);
+                        }
+                        options
+                            .s3_endpoint(Some(address.endpoint))
+                            .s3_virtual_hosted(address.virtual_hosted);
+                        address.url
+                    }
+                };
+                Self::open_url(url, &options)
+            }
+            EndpointKind::S3PresignedUrl => match RemoteUrl::parse(text)? {
+                RemoteUrl::Http(u) if endpoint::is_presigned(&u) => {
+                    Self::open_url(RemoteUrl::Http(u), options)
+                }
+                other => Err(not_of_kind(&other, "an http(s) URL with an S3 signature")),
+            },
+            EndpointKind::WebHdfs => Self::open_url(RemoteUrl::webhdfs(text)?, options),
+            EndpointKind::Http => match RemoteUrl::parse(text)? {
+                RemoteUrl::Http(u) | RemoteUrl::WebHdfs(u) if EndpointKind::Http.accepts(text) => {
+                    Self::open_url(RemoteUrl::Http(u), options)
+                }
+                other => Err(not_of_kind(&other, "an http(s):// URL with a path")),
+            },
+        }
+    }
+
+    /// Opens `text` as the first of `allowed` whose form it has ([`EndpointKind::infer`]),
+    /// as KvikIO's `open` does with `AUTO`. An S3 object, where [`EndpointKind::S3Public`] is
+    /// allowed too and the options give no credentials, is opened both ways if need be: signed
+    /// first where credentials are configured (in the environment or the AWS files), unsigned
+    /// first where none are, as KvikIO (which reads no instance metadata) goes straight to
+    /// unsigned requests then; the other way is tried when the server refuses the first (401,
+    /// 403). If both fail, the first's error is returned. Such an open asks for the object's
+    /// size (a HEAD) even where the options know it.
+    pub fn open_auto(
+        text: &str,
+        allowed: &[EndpointKind],
+        options: &RemoteOptions,
+    ) -> Result<RemoteFile> {
+        let Some(kind) = EndpointKind::infer(text, allowed) else {
+            let names: Vec<&str> = allowed.iter().map(|k| k.name()).collect();
+            let shown = RemoteUrl::parse(text)?.redacted();
+            return Err(url::invalid(
+                &shown,
+                format!(
+                    "not a URL of any endpoint kind of {names:?} (s3://bucket/key, or an \
+                     http(s):// URL with a path)"
+                ),
+            ));
+        };
+        let either_way = kind == EndpointKind::S3
+            && allowed.contains(&EndpointKind::S3Public)
+            && options.s3_credentials.is_none();
+        if !either_way {
+            return Self::open_as(text, kind, options);
+        }
+        let (first, then) = match client::s3_credentials_configured() {
+            true => (EndpointKind::S3, EndpointKind::S3Public),
+            false => (EndpointKind::S3Public, EndpointKind::S3),
+        };
+        // The size is asked for even where it is known, as KvikIO's open asks for it: a
+        // refusal must show here, while the other way can still be tried, not at a read.
+        let mut asking = options.clone();
+        asking.known_len(None);
+        match Self::open_as(text, first, &asking) {
+            Err(e) if refused(&e) => {
+                tracing::debug!(error = %e, "{first} open refused; trying {then}");
+                Self::open_as(text, then, &asking).map_err(|_| e)
+            }
+            other => other,
+        }
     }
 
     /// Opens a parsed URL.
@@ -98,6 +197,18 @@ impl RemoteFile {
     /// The URL, without credentials.
     pub fn url(&self) -> &RemoteUrl {
         &self.inner.url
+    }
+
+    /// How it is read (KvikIO's `remote_endpoint_type`): S3 signed or not, a presigned URL,
+    /// WebHDFS or plain HTTP.
+    pub fn endpoint_kind(&self) -> EndpointKind {
+        match &self.inner.url {
+            RemoteUrl::S3 { .. } if self.inner.options.s3_unsigned => EndpointKind::S3Public,
+            RemoteUrl::S3 { .. } => EndpointKind::S3,
+            RemoteUrl::Http(u) if endpoint::is_presigned(u) => EndpointKind::S3PresignedUrl,
+            RemoteUrl::Http(_) => EndpointKind::Http,
+            RemoteUrl::WebHdfs(_) => EndpointKind::WebHdfs,
+        }
     }
 
     /// The object's size in bytes, as known at open (KvikIO's `nbytes`).
@@ -411,4 +522,9 @@ async fn read_requests(
             fetch::read_cuda(fetch, queue.ordinal(), next, in_flight, landings, failed).await
         }
     }
+}
+
+/// Whether `error` is the server refusing the request (401, 403).
+fn refused(error: &crate::Error) -> bool {
+    matches!(error, crate::Error::Remote { kind: crate::remote::RemoteErrorKind::AccessDenied, .. })
 }

@@ -40,6 +40,7 @@ mod aws_profile;
 mod batched_upload;
 mod client;
 mod coalesce;
+mod endpoint;
 mod failure;
 mod fetch;
 mod file;
@@ -57,11 +58,12 @@ mod webhdfs;
 mod writer;
 
 pub use crate::error::RemoteErrorKind;
+pub use endpoint::{EndpointKind, S3Address};
 pub use file::RemoteFile;
 pub use lanes::MAX_LANES;
 pub use options::{
-    RemoteOptions, AUTO_IN_FLIGHT, DEFAULT_PART_SIZE, MAX_IN_FLIGHT, MAX_REQUEST_SIZE,
-    MAX_STAGED_BYTES,
+    RemoteOptions, S3Credentials, AUTO_IN_FLIGHT, DEFAULT_PART_SIZE, MAX_IN_FLIGHT,
+    MAX_REQUEST_SIZE, MAX_STAGED_BYTES,
 };
 pub use parts::{MAX_PARTS, MAX_PART_SIZE, MIN_PART_SIZE};
 pub use prefix::{RemoteEntry, RemoteListing, RemoteObjects, RemotePrefix};

@@ -53,6 +53,62 @@ pub struct RemoteOptions {
     pub(crate) known_len: Option<u64>,
     pub(crate) s3_endpoint: Option<String>,
     pub(crate) s3_region: Option<String>,
+    pub(crate) s3_virtual_hosted: bool,
+    pub(crate) s3_unsigned: bool,
+    pub(crate) s3_credentials: Option<S3Credentials>,
+}
+
+/// S3 credentials given by the caller (KvikIO's `aws_access_key_id`, `aws_secret_access_key`
+/// and `aws_session_token` arguments), used instead of the environment's and the AWS files'.
+/// Shown without the secret or the token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct S3Credentials {
+    pub(crate) access_key_id: String,
+    pub(crate) secret_access_key: String,
+    pub(crate) session_token: Option<String>,
+}
+
+impl S3Credentials {
+    /// A key pair, and the session token temporary credentials need. Where no token is given
+    /// and the key is a temporary one (`ASIA...`), `AWS_SESSION_TOKEN` supplies it, as KvikIO
+    /// reads it; a permanent key is sent without one.
+    pub fn new(
+        access_key_id: impl Into<String>,
+        secret_access_key: impl Into<String>,
+        session_token: Option<String>,
+    ) -> Result<S3Credentials> {
+        let (access_key_id, secret_access_key) = (access_key_id.into(), secret_access_key.into());
+        let plain = |s: &str| !s.is_empty() && s.len() <= 4096 && !s.chars().any(char::is_control);
+        if !plain(&access_key_id) || !plain(&secret_access_key) {
+            return Err(Error::InvalidArgument(
+                "S3 credentials: the access key id and the secret are non-empty, printable and \
+                 at most 4096 bytes"
+                    .to_owned(),
+            ));
+        }
+        let session_token = session_token.filter(|t| !t.is_empty());
+        if session_token.as_deref().is_some_and(|t| !plain(t)) {
+            return Err(Error::InvalidArgument(
+                "S3 credentials: the session token is printable and at most 4096 bytes".to_owned(),
+            ));
+        }
+        Ok(S3Credentials { access_key_id, secret_access_key, session_token })
+    }
+
+    /// The access key id (not secret: it is in every signed request).
+    pub fn access_key_id(&self) -> &str {
+        &self.access_key_id
+    }
+}
+
+impl std::fmt::Debug for S3Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"…")
+            .field("session_token", &self.session_token.as_ref().map(|_| "…"))
+            .finish()
+    }
 }
 
 impl Default for RemoteOptions {
@@ -72,6 +128,9 @@ impl Default for RemoteOptions {
             known_len: None,
             s3_endpoint: None,
             s3_region: None,
+            s3_virtual_hosted: false,
+            s3_unsigned: false,
+            s3_credentials: None,
         }
     }
 }
@@ -193,6 +252,27 @@ impl RemoteOptions {
     /// The S3 region, instead of `AWS_DEFAULT_REGION` / `AWS_REGION`.
     pub fn s3_region(&mut self, region: Option<String>) -> &mut Self {
         self.s3_region = region;
+        self
+    }
+
+    /// Whether the [`s3_endpoint`](Self::s3_endpoint) is the bucket's own host
+    /// (`https://bucket.s3.us-east-2.amazonaws.com`, virtual-hosted style) rather than the
+    /// service's, the bucket first in the path (the default).
+    pub fn s3_virtual_hosted(&mut self, virtual_hosted: bool) -> &mut Self {
+        self.s3_virtual_hosted = virtual_hosted;
+        self
+    }
+
+    /// Whether S3 requests go unsigned, for objects anyone may read (KvikIO's `S3_PUBLIC`): no
+    /// credentials are looked for, and none are sent.
+    pub fn s3_unsigned(&mut self, unsigned: bool) -> &mut Self {
+        self.s3_unsigned = unsigned;
+        self
+    }
+
+    /// Credentials to sign S3 requests with, instead of the environment's and the AWS files'.
+    pub fn s3_credentials(&mut self, credentials: Option<S3Credentials>) -> &mut Self {
+        self.s3_credentials = credentials;
         self
     }
 

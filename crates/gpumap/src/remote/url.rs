@@ -19,7 +19,8 @@ pub const MAX_URL_LEN: usize = 8192;
 /// Where a remote object lives, and how it is reached.
 #[derive(Clone, PartialEq, Eq)]
 pub enum RemoteUrl {
-    /// An S3 object, signed with credentials from the environment.
+    /// An S3 object, read with requests signed with credentials from the environment (or
+    /// given in the options), or unsigned where the options say so.
     S3 {
         /// The bucket.
         bucket: String,
@@ -207,7 +208,7 @@ fn parse_s3(text: &str, rest: &str) -> Result<RemoteUrl> {
 
 /// `text`'s `%XX` escapes decoded (as a URL's path is read), refused where one is malformed or
 /// the bytes are not UTF-8 (`url` is the whole URL, for the message).
-fn percent_decoded(url: &str, text: &str) -> Result<String> {
+pub(crate) fn percent_decoded(url: &str, text: &str) -> Result<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut at = 0;
@@ -341,7 +342,7 @@ fn parse_http(text: &str) -> Result<RemoteUrl> {
     Ok(RemoteUrl::Http(url))
 }
 
-fn redact_url(url: &url::Url) -> String {
+pub(crate) fn redact_url(url: &url::Url) -> String {
     let mut shown = url.clone();
     // Neither can fail on an http(s) URL with a host, the only kind that gets here.
     let _ = shown.set_username("");
@@ -379,7 +380,7 @@ fn redact_text(text: &str) -> String {
     }
 }
 
-fn invalid(shown: &str, reason: impl Into<String>) -> Error {
+pub(crate) fn invalid(shown: &str, reason: impl Into<String>) -> Error {
     Error::Remote {
         url: shown.to_owned(),
         op: "open".to_owned(),

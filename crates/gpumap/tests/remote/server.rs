@@ -6,7 +6,7 @@
 //! S3 mode also takes writes: plain PUTs and multipart uploads (create, parts, complete with
 //! AWS's rules on part order, ETags and the 5 MiB minimum, abort), with their own fault queue.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -96,6 +96,12 @@ struct State {
     /// Connections accepted, and those still open.
     accepted: AtomicUsize,
     open_connections: AtomicUsize,
+    /// S3 mode: objects anyone may read, unsigned requests served (a signed request with
+    /// another key is still refused, as S3 refuses it).
+    public: Mutex<HashSet<String>>,
+    /// S3 mode: requests that came with no `Authorization` header, and with one.
+    unsigned: AtomicUsize,
+    signed: AtomicUsize,
 }
 
 /// A running server; it stops accepting when dropped (connections in progress finish).
@@ -166,6 +172,19 @@ impl Server {
     /// Serves `bytes` at `path` (`/dir/file`, or `/bucket/key` in S3 mode).
     pub fn put(&self, path: &str, bytes: Vec<u8>) {
         self.state.objects.lock().unwrap().insert(path.to_owned(), Arc::new(bytes));
+    }
+
+    /// S3 mode: lets requests without a signature read the object at `path`.
+    #[allow(dead_code)] // Not every test binary has public objects.
+    pub fn make_public(&self, path: &str) {
+        self.state.public.lock().unwrap().insert(path.to_owned());
+    }
+
+    /// S3 mode: requests that came without a signature, and with one (faults injected
+    /// answer before either is counted).
+    #[allow(dead_code)]
+    pub fn unsigned_and_signed_requests(&self) -> (usize, usize) {
+        (self.state.unsigned.load(Ordering::SeqCst), self.state.signed.load(Ordering::SeqCst))
     }
 
     /// Queues faults for the next GETs, one each.
@@ -512,11 +531,16 @@ fn reason(status: u16) -> &'static str {
 /// response is already sent: `Err(keep_open)`.
 fn authorize(out: &mut TcpStream, state: &State, request: &Request) -> Result<(), bool> {
     let Some(key_id) = &state.s3_key_id else { return Ok(()) };
-    let signed = request
-        .headers
-        .get("authorization")
-        .is_some_and(|a| a.contains(&format!("Credential={key_id}/")));
-    if signed {
+    let Some(authorization) = request.headers.get("authorization") else {
+        state.unsigned.fetch_add(1, Ordering::SeqCst);
+        let read = matches!(request.method.as_str(), "GET" | "HEAD");
+        if read && state.public.lock().unwrap().contains(&request.path) {
+            return Ok(());
+        }
+        return Err(s3_reply(out, 403, "AccessDenied", "Access Denied"));
+    };
+    state.signed.fetch_add(1, Ordering::SeqCst);
+    if authorization.contains(&format!("Credential={key_id}/")) {
         return Ok(());
     }
     Err(s3_reply(out, 403, "InvalidAccessKeyId", "The AWS Access Key Id does not exist"))
