@@ -125,6 +125,12 @@ def test_auto_without_credentials_reads_public_objects_unsigned(bucket, no_crede
     with pytest.raises(PermissionError) as info:
         RemoteFile.open("s3://gpumap-bucket/" + PRIVATE, http_max_attempts=1, http_timeout=5)
     assert info.value.status == 403
+    # A size given does not keep the unsigned open from asking: a refusal shows at open.
+    f = RemoteFile.open("s3://gpumap-bucket/" + PUBLIC, nbytes=len(data))
+    assert f.remote_endpoint_type() is Kind.S3_PUBLIC
+    reads_exactly(f, data)
+    with pytest.raises(PermissionError):
+        RemoteFile.open("s3://gpumap-bucket/" + PRIVATE, nbytes=len(data), http_max_attempts=1, http_timeout=5)
     # Without S3_PUBLIC allowed, AUTO opens signed only.
     with pytest.raises(ValueError, match="allow list"):
         RemoteFile.open("s3://gpumap-bucket/" + PUBLIC, allow_list=[Kind.HTTP])

@@ -344,6 +344,55 @@ mod tests {
         assert!(!EndpointKind::Http.accepts("webhdfs://nn:9870/data/x.bin"));
     }
 
+    proptest::proptest! {
+        /// Every form of URL gives back the bucket, the key (percent-encoded any way) and the
+        /// region it was written with, and the kinds agree with the form.
+        #[test]
+        fn bucket_key_and_region_come_back_from_every_form(
+            bucket in "[a-z0-9][a-z0-9.-]{1,20}[a-z0-9]",
+            segments in proptest::collection::vec("[a-zA-Z0-9 ~!*'()+,;=:@$&_.-]{1,12}", 1..4),
+            region in proptest::option::of("[a-z]{2}-[a-z]{4,9}-[1-9]"),
+            form in 0usize..4,
+            port in 1u16..65535,
+        ) {
+            let key = segments.join("/");
+            proptest::prop_assume!(key.split('/').all(|s| s != "." && s != ".."));
+            let encoded: String = key
+                .bytes()
+                .map(|b| match b {
+                    b' ' | b'%' => format!("%{b:02X}"),
+                    b'$' | b'&' => format!("%{b:02x}"),
+                    _ => (b as char).to_string(),
+                })
+                .collect();
+            let s3 = |r: &Option<String>| r.as_ref().map(|r| format!("s3.{r}")).unwrap_or("s3".into());
+            let (text, aws) = match form {
+                0 => (format!("https://{bucket}.{}.amazonaws.com/{encoded}", s3(&region)), true),
+                1 => (format!("https://{}.amazonaws.com/{bucket}/{encoded}", s3(&region)), true),
+                2 => (format!("http://{bucket}.s3-{}.amazonaws.com/{encoded}", region.clone().unwrap_or("us-east-1".into())), true),
+                _ => (format!("http://127.0.0.1:{port}/{bucket}/{encoded}"), false),
+            };
+            let got = S3Address::of_http(&text).unwrap();
+            proptest::prop_assert_eq!(got.url, RemoteUrl::S3 { bucket: bucket.clone(), key: key.clone() });
+            let want_region = match form {
+                2 => Some(region.clone().unwrap_or("us-east-1".into())),
+                3 => None,
+                _ => region.clone(),
+            };
+            proptest::prop_assert_eq!(got.region, want_region);
+            proptest::prop_assert_eq!(got.virtual_hosted, form == 0 || form == 2);
+            proptest::prop_assert_eq!(EndpointKind::S3.accepts(&text), aws);
+            proptest::prop_assert!(EndpointKind::Http.accepts(&text));
+        }
+
+        /// Nothing a caller types makes the parsing or the inference panic.
+        #[test]
+        fn any_text_is_parsed_or_refused(text in "(s3|https?|webhdfs|ftp)://[ -~]{0,60}") {
+            let _ = S3Address::of_http(&text);
+            let _ = EndpointKind::infer(&text, &EndpointKind::ALL);
+        }
+    }
+
     #[test]
     fn names_are_kvikios_and_read_back() {
         for kind in EndpointKind::ALL {

@@ -126,8 +126,10 @@ impl RemoteFile {
     /// first where credentials are configured (in the environment or the AWS files), unsigned
     /// first where none are, as KvikIO (which reads no instance metadata) goes straight to
     /// unsigned requests then; the other way is tried when the server refuses the first (401,
-    /// 403). If both fail, the first's error is returned. Such an open asks for the object's
-    /// size (a HEAD) even where the options know it.
+    /// 403). If both fail, the first's error is returned. With no credentials configured, such
+    /// an open asks for the object's size (a HEAD) even where the options know it; with
+    /// credentials and a known size it makes no request, so a refusal of signed requests
+    /// shows at the first read, with no fall-back.
     pub fn open_auto(
         text: &str,
         allowed: &[EndpointKind],
@@ -150,14 +152,19 @@ impl RemoteFile {
         if !either_way {
             return Self::open_as(text, kind, options);
         }
-        let (first, then) = match client::s3_credentials_configured() {
+        let configured = client::s3_credentials_configured();
+        let (first, then) = match configured {
             true => (EndpointKind::S3, EndpointKind::S3Public),
             false => (EndpointKind::S3Public, EndpointKind::S3),
         };
-        // The size is asked for even where it is known, as KvikIO's open asks for it: a
-        // refusal must show here, while the other way can still be tried, not at a read.
+        // With no credentials configured the size is asked for even where it is known: the
+        // unsigned open must find out here whether it is refused, while signed requests (an
+        // instance's role) can still be tried. Signed first with a known size, the open asks
+        // nothing, as a checkpoint's shards open, and a refusal shows at the first read.
         let mut asking = options.clone();
-        asking.known_len(None);
+        if !configured {
+            asking.known_len(None);
+        }
         match Self::open_as(text, first, &asking) {
             Err(e) if refused(&e) => {
                 tracing::debug!(error = %e, "{first} open refused; trying {then}");
