@@ -329,19 +329,22 @@ fn invalid(url: &RemoteUrl, e: &object_store::Error) -> Error {
     Failure::new(RemoteErrorKind::InvalidUrl, None, reason).into_error(url, "open", 0)
 }
 
+/// The environment variables any of which gives object_store its credentials (keys, web
+/// identity, container credentials), before the AWS files are looked at.
+const ENV_CREDENTIALS: [&str; 4] = [
+    "AWS_ACCESS_KEY_ID",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+];
+
 /// Whether signed S3 requests find credentials other than the instance metadata service's:
 /// in the environment (keys, web identity, container credentials) or in the AWS files'
 /// profile. A profile that cannot be read counts as configured: its error is the signed
 /// open's to report.
 pub(crate) fn s3_credentials_configured() -> bool {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    let from_env = [
-        "AWS_ACCESS_KEY_ID",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    ];
-    from_env.iter().any(|name| env(name).is_some())
+    ENV_CREDENTIALS.iter().any(|name| env(name).is_some())
         || match Profile::load(env) {
             Ok(Some(profile)) => {
                 profile.access_key_id.is_some() || profile.unsupported_source.is_some()
@@ -359,12 +362,7 @@ fn with_shared_profile(
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let Some(profile) = Profile::load(env)? else { return Ok(builder) };
     let env_sets = |names: &[&str]| names.iter().any(|n| env(n).is_some());
-    let env_credentials = env_sets(&[
-        "AWS_ACCESS_KEY_ID",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    ]);
+    let env_credentials = env_sets(&ENV_CREDENTIALS);
     if !env_credentials {
         match (&profile.access_key_id, &profile.secret_access_key, &profile.unsupported_source) {
             (Some(id), Some(secret), _) => {
