@@ -7,30 +7,13 @@ mod common;
 #[path = "remote/server.rs"]
 mod server;
 
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use gpumap::error::{Error, RemoteErrorKind};
 use gpumap::io::IoFuture;
 use gpumap::memory::{Device, DeviceBuffer};
 use gpumap::remote::{RemoteFile, RemoteOptions, MAX_LANES};
-use server::{Fault, Server};
-
-const KEY_ID: &str = "GPUMAPTESTKEYID";
-const SECRET: &str = "gpumap-test-secret-never-shown";
-
-/// The standard AWS variables, set once before any test opens an S3 object (every test calls
-/// this first, so no test reads the environment while it changes).
-fn aws_environment() {
-    static SET: Once = Once::new();
-    SET.call_once(|| {
-        std::env::set_var("AWS_ACCESS_KEY_ID", KEY_ID);
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", SECRET);
-        std::env::set_var("AWS_DEFAULT_REGION", "us-east-1");
-        std::env::remove_var("AWS_ENDPOINT_URL");
-        std::env::remove_var("AWS_SESSION_TOKEN");
-    });
-}
+use server::{aws_environment, Fault, Server, KEY_ID, SECRET};
 
 /// Which server a case runs against.
 #[derive(Debug, Clone, Copy)]

@@ -10,28 +10,11 @@ mod common;
 #[path = "remote/server.rs"]
 mod server;
 
-use std::sync::Once;
 use std::time::Duration;
 
 use gpumap::error::{Error, RemoteErrorKind};
 use gpumap::remote::{EndpointKind, RemoteFile, RemoteOptions, S3Credentials};
-use server::{Fault, Server};
-
-const KEY_ID: &str = "GPUMAPTESTKEYID";
-const SECRET: &str = "gpumap-test-secret-never-shown";
-
-/// The standard AWS variables, set once before any test opens an S3 object: the process has
-/// credentials configured, so signed requests are tried first.
-fn aws_environment() {
-    static SET: Once = Once::new();
-    SET.call_once(|| {
-        std::env::set_var("AWS_ACCESS_KEY_ID", KEY_ID);
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", SECRET);
-        std::env::set_var("AWS_DEFAULT_REGION", "us-east-1");
-        std::env::remove_var("AWS_ENDPOINT_URL");
-        std::env::remove_var("AWS_SESSION_TOKEN");
-    });
-}
+use server::{aws_environment, Fault, Server, KEY_ID, SECRET};
 
 /// An S3 responder that wants `key_id`, holding a public and a private object.
 fn bucket(key_id: &str) -> (Server, Vec<u8>, RemoteOptions) {

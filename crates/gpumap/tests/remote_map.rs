@@ -14,7 +14,6 @@ mod common;
 #[path = "remote/server.rs"]
 mod server;
 
-use std::sync::Once;
 use std::time::Duration;
 
 use common::random_bytes;
@@ -22,7 +21,7 @@ use gpumap::error::{Error, RemoteErrorKind};
 use gpumap::mapped::{CacheOptions, DeviceCache, DeviceMappedFile, MapOptions, ZeroCopy};
 use gpumap::memory::{Device, DeviceBuffer};
 use gpumap::remote::{RemoteFile, RemoteOptions};
-use server::{Fault, Server};
+use server::{aws_environment, Fault, Server};
 
 const MIB: u64 = 1 << 20;
 const EXTENT: u64 = 4096;
@@ -36,16 +35,6 @@ on_host_and_gpu!(
     rows_read_past_a_full_cache_are_fetched_at_once_adjacent_ones_together,
     missing_rows_are_fetched_into_the_cache_at_once_adjacent_ones_together,
 );
-
-fn aws_environment() {
-    static SET: Once = Once::new();
-    SET.call_once(|| {
-        std::env::set_var("AWS_ACCESS_KEY_ID", "GPUMAPTESTKEYID");
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", "gpumap-test-secret-never-shown");
-        std::env::set_var("AWS_DEFAULT_REGION", "us-east-1");
-        std::env::remove_var("AWS_ENDPOINT_URL");
-    });
-}
 
 /// An HTTP server holding `len` random bytes at `/table.bin`, and the object opened.
 fn served(len: usize, seed: u64) -> (Server, Vec<u8>, RemoteFile) {

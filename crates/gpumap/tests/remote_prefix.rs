@@ -9,25 +9,11 @@ mod common;
 #[path = "remote/server.rs"]
 mod server;
 
-use std::sync::Once;
 use std::time::Duration;
 
 use gpumap::error::{Error, RemoteErrorKind};
 use gpumap::remote::{RemoteEntry, RemoteOptions, RemotePrefix};
-use server::{Fault, Server};
-
-const KEY_ID: &str = "GPUMAPTESTKEYID";
-
-fn aws_environment() {
-    static SET: Once = Once::new();
-    SET.call_once(|| {
-        std::env::set_var("AWS_ACCESS_KEY_ID", KEY_ID);
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", "gpumap-test-secret-never-shown");
-        std::env::set_var("AWS_DEFAULT_REGION", "us-east-1");
-        std::env::remove_var("AWS_ENDPOINT_URL");
-        std::env::remove_var("AWS_SESSION_TOKEN");
-    });
-}
+use server::{aws_environment, Fault, Server, KEY_ID};
 
 /// Objects `(path under the bucket, size)` every test starts from: a prefix `data/` with
 /// levels, and neighbours it must not list (`datax/` shares its first letters).

@@ -17,10 +17,8 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{BackoffConfig, ObjectStoreExt, PutPayload, RetryConfig};
-use server::{Server, WriteFault};
+use server::{Server, WriteFault, KEY_ID, SECRET};
 
-const KEY_ID: &str = "GPUMAPTESTKEYID";
-const SECRET: &str = "gpumap-test-secret-never-shown";
 const BUCKET: &str = "test-bucket";
 const MIB: usize = 1024 * 1024;
 

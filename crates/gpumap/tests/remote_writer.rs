@@ -10,7 +10,6 @@ mod common;
 #[path = "remote/server.rs"]
 mod server;
 
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use gpumap::error::{Error, RemoteErrorKind};
@@ -18,24 +17,9 @@ use gpumap::memory::{Device, DeviceBuffer};
 use gpumap::remote::{
     RemoteFile, RemoteOptions, RemoteWriter, MAX_PARTS, MAX_PART_SIZE, MIN_PART_SIZE,
 };
-use server::{Server, WriteFault};
+use server::{aws_environment, Server, WriteFault, KEY_ID, SECRET};
 
-const KEY_ID: &str = "GPUMAPTESTKEYID";
-const SECRET: &str = "gpumap-test-secret-never-shown";
 const PART: usize = MIN_PART_SIZE as usize;
-
-/// The standard AWS variables, set once before any test writes (every test calls this first,
-/// so no test reads the environment while it changes).
-fn aws_environment() {
-    static SET: Once = Once::new();
-    SET.call_once(|| {
-        std::env::set_var("AWS_ACCESS_KEY_ID", KEY_ID);
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", SECRET);
-        std::env::set_var("AWS_DEFAULT_REGION", "us-east-1");
-        std::env::remove_var("AWS_ENDPOINT_URL");
-        std::env::remove_var("AWS_SESSION_TOKEN");
-    });
-}
 
 /// A server, the key written to, and the source bytes.
 struct Target {

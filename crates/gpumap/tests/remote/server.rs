@@ -14,6 +14,28 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+/// The access key id the tests' process signs with ([`aws_environment`]), which
+/// [`Server::s3`] is usually told to want, and its secret, which no message may show.
+#[allow(dead_code)] // Not every test binary signs.
+pub const KEY_ID: &str = "GPUMAPTESTKEYID";
+#[allow(dead_code)]
+pub const SECRET: &str = "gpumap-test-secret-never-shown";
+
+/// The standard AWS variables, set once before any test opens an S3 object (every test calls
+/// this first, so no test reads the environment while it changes): [`KEY_ID`] and [`SECRET`]
+/// in us-east-1, with no endpoint or session token from elsewhere.
+#[allow(dead_code)]
+pub fn aws_environment() {
+    static SET: std::sync::Once = std::sync::Once::new();
+    SET.call_once(|| {
+        std::env::set_var("AWS_ACCESS_KEY_ID", KEY_ID);
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", SECRET);
+        std::env::set_var("AWS_DEFAULT_REGION", "us-east-1");
+        std::env::remove_var("AWS_ENDPOINT_URL");
+        std::env::remove_var("AWS_SESSION_TOKEN");
+    });
+}
+
 /// What the server does to one GET instead of answering it well.
 #[derive(Debug, Clone)]
 pub enum Fault {
