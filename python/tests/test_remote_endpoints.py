@@ -6,6 +6,8 @@ refuses private ones), ``AUTO``'s fall-back between signed and unsigned requests
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -176,3 +178,22 @@ def test_endpoint_types_are_told_from_the_url(served):
         RemoteFile.open(url, "S3_PRIVATE")
     with pytest.raises(ValueError, match="AUTO is not an endpoint type an allow list holds"):
         RemoteFile.open(url, allow_list=[Kind.AUTO])
+
+
+def test_a_public_checkpoint_loads_by_its_index_url_without_credentials(bucket, no_credentials, monkeypatch, tmp_path, rng):
+    pytest.importorskip("safetensors.numpy")
+    boto3 = pytest.importorskip("boto3")
+    from test_checkpoint import _model, _same, _save_sharded
+
+    endpoint, _ = bucket
+    tensors = _model(rng)
+    directory = _save_sharded(tensors, str(tmp_path / "ckpt"))
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    for name in os.listdir(directory):
+        client.upload_file(os.path.join(directory, name), "gpumap-bucket", f"ckpt/{name}", ExtraArgs={"ACL": "public-read"})
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    got = gpumapio.load_checkpoint("s3://gpumap-bucket/ckpt/model.safetensors.index.json", "cpu", framework="numpy")
+    assert set(got) == set(tensors)
+    for name, array in got.items():
+        _same(array, tensors[name])
