@@ -985,23 +985,37 @@ fn sequential_walks_read_ahead(memory: Device) {
     let path = dir.path().join("walk");
     let data = random_bytes((16 * MIB) as usize, 15);
     fs::write(&path, &data).unwrap();
-    let m = map(&path, memory.clone(), 8 * MIB, 65536, false);
-    m.advise(0, 16 * MIB, Advice::Sequential).unwrap();
     let window = 2 * MIB;
-    let mut got = vec![0u8; window as usize];
-    for offset in (0..16 * MIB).step_by(window as usize) {
-        let view = m.view(offset, window).unwrap();
-        view.copy_to_host(0, &mut got).unwrap();
-        assert!(got[..] == data[offset as usize..][..window as usize], "{memory:?} at {offset}");
-    }
-    let stats = m.stats();
+    let walk = || {
+        let m = map(&path, memory.clone(), 8 * MIB, 65536, false);
+        m.advise(0, 16 * MIB, Advice::Sequential).unwrap();
+        let mut got = vec![0u8; window as usize];
+        for offset in (0..16 * MIB).step_by(window as usize) {
+            let view = m.view(offset, window).unwrap();
+            view.copy_to_host(0, &mut got).unwrap();
+            assert!(
+                got[..] == data[offset as usize..][..window as usize],
+                "{memory:?} at {offset}"
+            );
+        }
+        m
+    };
     // Each byte is read once — but a read-ahead that the scheduler holds back until the walk
-    // has passed its window (two busy cores, tests running beside this one) can read that one
-    // window again: measured once in 120 runs with both cores otherwise busy, never when idle.
-    assert!(
-        (16 * MIB..=16 * MIB + window).contains(&stats.bytes_faulted),
-        "{memory:?}: each byte read once: {stats:?}"
-    );
+    // has passed its window (two busy cores, tests running beside this one) can read that
+    // window again: measured once in 120 runs with both cores otherwise busy, never when idle,
+    // and once two windows in a CI run. So a walk gets three tries, each on a fresh map, and
+    // one of them must read each byte once (or one window again).
+    let mut tries = Vec::new();
+    let m = loop {
+        let m = walk();
+        let stats = m.stats();
+        if (16 * MIB..=16 * MIB + window).contains(&stats.bytes_faulted) {
+            break m;
+        }
+        tries.push(stats);
+        assert!(tries.len() < 3, "{memory:?}: each byte read once, in none of 3 walks: {tries:?}");
+    };
+    let stats = m.stats();
     assert!(stats.hits > 0, "{memory:?}: read-ahead had nothing ready: {stats:?}");
     // A second pass reads ahead too: its first view starts reading the windows after it,
     // which the first pass evicted (the budget holds half the file).
