@@ -197,3 +197,18 @@ def test_a_public_checkpoint_loads_by_its_index_url_without_credentials(bucket, 
     assert set(got) == set(tensors)
     for name, array in got.items():
         _same(array, tensors[name])
+
+
+def test_credentials_no_request_can_carry_are_refused_not_panicked_on(bucket, monkeypatch):
+    endpoint, _ = bucket
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "tok\x01en")
+    with pytest.raises(ValueError, match="AWS_SESSION_TOKEN") as info:
+        RemoteFile.open("s3://gpumap-bucket/" + PRIVATE)
+    assert "tok" not in str(info.value).replace("AWS_SESSION_TOKEN", "")
+    # A temporary key given without its token takes the environment's, checked the same way.
+    with pytest.raises(ValueError, match="AWS_SESSION_TOKEN"):
+        RemoteFile.open_s3("gpumap-bucket", PRIVATE, None, None, "ASIAEXAMPLE", "secret", endpoint)
+    monkeypatch.delenv("AWS_SESSION_TOKEN")
+    with pytest.raises(ValueError, match="S3 credentials"):
+        RemoteFile.open_s3("gpumap-bucket", PRIVATE, None, None, "ASIAEXAMPLE", "secret", endpoint, "tok\x7f")

@@ -19,7 +19,7 @@ use crate::remote::answers::CheckedConnector;
 use crate::remote::aws_profile::Profile;
 use crate::remote::failure::{self, Failure};
 use crate::remote::loops::{LoopSet, Queues, StoreSource};
-use crate::remote::options::{RemoteOptions, S3Credentials};
+use crate::remote::options::{is_sendable_credential, RemoteOptions, S3Credentials};
 use crate::remote::stores::StoreOwner;
 use crate::remote::url::RemoteUrl;
 use crate::remote::webhdfs::WebHdfs;
@@ -244,8 +244,10 @@ fn s3_store_with(
         builder = builder.with_skip_signature(true);
     } else if let Some(given) = &options.s3_credentials {
         builder = builder.with_credentials(Arc::new(object_store::StaticCredentialProvider::new(
-            aws_credential(given),
+            aws_credential(given)?,
         )));
+    } else {
+        check_found_credentials(&builder)?;
     }
     check_s3_settings(&builder)?;
     builder.build().map_err(|e| invalid(url, &e))
@@ -254,7 +256,7 @@ fn s3_store_with(
 /// The credential object_store signs with, from the caller's: a temporary key (`ASIA...`)
 /// given without its token takes `AWS_SESSION_TOKEN`'s, as KvikIO does; a permanent key is
 /// sent without one, whatever the environment holds.
-fn aws_credential(given: &S3Credentials) -> object_store::aws::AwsCredential {
+fn aws_credential(given: &S3Credentials) -> Result<object_store::aws::AwsCredential> {
     let token = given.session_token.clone().or_else(|| {
         given
             .access_key_id
@@ -262,10 +264,40 @@ fn aws_credential(given: &S3Credentials) -> object_store::aws::AwsCredential {
             .then(|| std::env::var("AWS_SESSION_TOKEN").ok().filter(|t| !t.is_empty()))
             .flatten()
     });
-    object_store::aws::AwsCredential {
+    if token.as_deref().is_some_and(|t| !is_sendable_credential(t)) {
+        return Err(unprintable("AWS_SESSION_TOKEN"));
+    }
+    Ok(object_store::aws::AwsCredential {
         key_id: given.access_key_id.clone(),
         secret_key: given.secret_access_key.clone(),
         token,
+    })
+}
+
+/// Refuses credentials the builder found (in the environment or the AWS files) that the
+/// request signer would panic on: a control character, which no header can hold.
+fn check_found_credentials(builder: &object_store::aws::AmazonS3Builder) -> Result<()> {
+    use object_store::aws::AmazonS3ConfigKey as Key;
+    for (key, var) in [
+        (Key::AccessKeyId, "AWS_ACCESS_KEY_ID"),
+        (Key::SecretAccessKey, "AWS_SECRET_ACCESS_KEY"),
+        (Key::Token, "AWS_SESSION_TOKEN"),
+    ] {
+        if builder.get_config_value(&key).is_some_and(|v| !is_sendable_credential(&v)) {
+            return Err(unprintable(var));
+        }
+    }
+    Ok(())
+}
+
+/// A credential (named by its variable, its value never shown) that cannot be sent.
+fn unprintable(var: &str) -> Error {
+    Error::InvalidConfig {
+        var: var.to_owned(),
+        value: "…".to_owned(),
+        reason: "an S3 credential (from the environment or the AWS files) holds a control \
+                 character, which no request can carry"
+            .to_owned(),
     }
 }
 
@@ -434,4 +466,33 @@ pub(crate) fn blocking_allowed() -> Result<()> {
 pub(crate) fn block_on<T>(work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
     blocking_allowed()?;
     runtime()?.block_on(work)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::aws::AmazonS3Builder;
+
+    #[test]
+    fn found_credentials_no_header_can_hold_are_refused_naming_the_variable_not_the_value() {
+        let fine = AmazonS3Builder::new()
+            .with_access_key_id("AKIAEXAMPLE")
+            .with_secret_access_key("s3cr3t/+=")
+            .with_token("");
+        assert!(check_found_credentials(&fine).is_ok());
+        assert!(check_found_credentials(&AmazonS3Builder::new()).is_ok());
+        for (builder, var) in [
+            (AmazonS3Builder::new().with_access_key_id("AKIA\nX"), "AWS_ACCESS_KEY_ID"),
+            (AmazonS3Builder::new().with_secret_access_key("se\u{1}cret"), "AWS_SECRET_ACCESS_KEY"),
+            (AmazonS3Builder::new().with_token("tok\u{7f}en"), "AWS_SESSION_TOKEN"),
+        ] {
+            match check_found_credentials(&builder) {
+                Err(Error::InvalidConfig { var: named, value, reason }) => {
+                    assert_eq!((named.as_str(), value.as_str()), (var, "…"));
+                    assert!(!reason.contains("cret") && !reason.contains("tok"), "{reason}");
+                }
+                other => panic!("{var} was not refused: {other:?}"),
+            }
+        }
+    }
 }

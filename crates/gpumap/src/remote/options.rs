@@ -78,18 +78,18 @@ impl S3Credentials {
         session_token: Option<String>,
     ) -> Result<S3Credentials> {
         let (access_key_id, secret_access_key) = (access_key_id.into(), secret_access_key.into());
-        let plain = |s: &str| !s.is_empty() && s.len() <= 4096 && !s.chars().any(char::is_control);
+        let plain = is_plain_credential;
         if !plain(&access_key_id) || !plain(&secret_access_key) {
             return Err(Error::InvalidArgument(
                 "S3 credentials: the access key id and the secret are non-empty, printable and \
-                 at most 4096 bytes"
+                 at most 16 KiB"
                     .to_owned(),
             ));
         }
         let session_token = session_token.filter(|t| !t.is_empty());
         if session_token.as_deref().is_some_and(|t| !plain(t)) {
             return Err(Error::InvalidArgument(
-                "S3 credentials: the session token is printable and at most 4096 bytes".to_owned(),
+                "S3 credentials: the session token is printable and at most 16 KiB".to_owned(),
             ));
         }
         Ok(S3Credentials { access_key_id, secret_access_key, session_token })
@@ -99,6 +99,19 @@ impl S3Credentials {
     pub fn access_key_id(&self) -> &str {
         &self.access_key_id
     }
+}
+
+/// Whether `text` can be a credential given by the caller: non-empty, at most 16 KiB, and
+/// sendable ([`is_sendable_credential`]).
+pub(crate) fn is_plain_credential(text: &str) -> bool {
+    !text.is_empty() && text.len() <= 16 << 10 && is_sendable_credential(text)
+}
+
+/// Whether a credential can go into a request: no control character. The request signer puts
+/// credentials in headers and panics on a character a header cannot hold, so no other one
+/// reaches it.
+pub(crate) fn is_sendable_credential(text: &str) -> bool {
+    !text.chars().any(char::is_control)
 }
 
 impl std::fmt::Debug for S3Credentials {
