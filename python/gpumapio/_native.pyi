@@ -233,12 +233,14 @@ class RemoteFile:
 @final
 class RemotePrefix:
     """The objects under ``s3://bucket/prefix/`` as a directory: listed, sized, opened,
-    written and deleted through one client (docs/remote.md)."""
+    written and deleted through one client (docs/remote.md). ``unsigned`` left out: signed
+    where credentials are configured, else unsigned where the bucket lists to anyone."""
 
     def __new__(
         cls,
         url: str,
         *,
+        unsigned: bool | None = None,
         aws_region: str | None = None,
         aws_endpoint_url: str | None = None,
         http_max_attempts: int | None = None,
@@ -250,6 +252,9 @@ class RemotePrefix:
     @property
     def url(self) -> str:
         """``s3://bucket/prefix/``."""
+    @property
+    def unsigned(self) -> bool:
+        """Whether its requests go unsigned."""
     def url_of(self, name: str) -> str:
         """The URL of the object ``name``."""
     def open(self, name: str, nbytes: int | None = None) -> RemoteFile:

@@ -386,9 +386,10 @@ class RemoteStore(zarr.abc.store.Store):
         z = zarr.open_array(store, mode="r")
 
     ``settings`` go to :class:`gpumapio.RemotePrefix` (``aws_endpoint_url``, ``aws_region``,
-    ``http_max_attempts``, ...); credentials come from the AWS environment. The store pickles
-    as its URL and settings, and each process that unpickles it (a Dask worker) opens its own
-    connections. Keys follow :class:`GpumapStore`'s rules.
+    ``http_max_attempts``, ..., and ``unsigned=True`` for a public bucket); credentials come
+    from the AWS environment, and where there are none a bucket that lists to anyone is read
+    unsigned. The store pickles as its URL and settings, and each process that unpickles it (a
+    Dask worker) opens its own connections. Keys follow :class:`GpumapStore`'s rules.
     """
 
     supports_writes = True

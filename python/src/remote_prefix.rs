@@ -10,9 +10,12 @@ use crate::remote::{RemoteFile, RemoteSettings, StatusCodes};
 use crate::remote_writer::RemoteWriter;
 
 /// The objects under `s3://bucket/prefix/` (credentials, region and endpoint from the AWS
-/// environment; `aws_endpoint_url` and `aws_region` override the last two). Names are keys
-/// relative to the prefix; one that could leave it (`..`, an empty segment) is a `ValueError`
-/// before any request. Every method releases the GIL while it waits for the server.
+/// environment; `aws_endpoint_url` and `aws_region` override the last two). `unsigned=True`
+/// sends requests unsigned (a public bucket), `False` signs them; left out, the prefix is
+/// signed where credentials are configured, and otherwise unsigned if the bucket lists it to
+/// an unsigned request, signed (an instance's role) if not. Names are keys relative to the
+/// prefix; one that could leave it (`..`, an empty segment) is a `ValueError` before any
+/// request. Every method releases the GIL while it waits for the server.
 #[pyclass(module = "gpumapio", name = "RemotePrefix", frozen)]
 pub struct RemotePrefix {
     prefix: Prefix,
@@ -21,11 +24,12 @@ pub struct RemotePrefix {
 #[pymethods]
 impl RemotePrefix {
     #[new]
-    #[pyo3(signature = (url, *, aws_region = None, aws_endpoint_url = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
+    #[pyo3(signature = (url, *, unsigned = None, aws_region = None, aws_endpoint_url = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         url: &str,
+        unsigned: Option<bool>,
         aws_region: Option<String>,
         aws_endpoint_url: Option<String>,
         http_max_attempts: Option<u32>,
@@ -44,10 +48,22 @@ impl RemotePrefix {
             s3_region: aws_region,
             ..RemoteSettings::default()
         };
-        let options = check(py, settings.options())?;
+        let mut options = check(py, settings.options())?;
         let url = url.to_owned();
-        let prefix = nogil(py, move || Prefix::open_with(&url, &options))?;
+        let prefix = match unsigned {
+            None => nogil(py, move || Prefix::open_auto(&url, &options))?,
+            Some(unsigned) => {
+                options.s3_unsigned(unsigned);
+                nogil(py, move || Prefix::open_with(&url, &options))?
+            }
+        };
         Ok(RemotePrefix { prefix })
+    }
+
+    /// Whether its requests go unsigned.
+    #[getter]
+    fn unsigned(&self) -> bool {
+        self.prefix.is_unsigned()
     }
 
     /// `s3://bucket/prefix/`.

@@ -2,11 +2,13 @@
 arguments in its order, ``open_s3_url`` with ``http(s)://`` URLs, ``open_s3_public`` and the
 ``S3_PUBLIC`` endpoint type (unsigned requests: moto serves public-read objects to them and
 refuses private ones), ``AUTO``'s fall-back between signed and unsigned requests,
-``remote_endpoint_type()`` and ``infer_remote_endpoint_type``; byte for byte."""
+``remote_endpoint_type()`` and ``infer_remote_endpoint_type``; prefixes (checkpoints, the Zarr
+store) of a public bucket read with no credentials; byte for byte."""
 
 from __future__ import annotations
 
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -40,6 +42,10 @@ def bucket(moto_s3):
 @pytest.fixture
 def no_credentials(monkeypatch, tmp_path):
     """No AWS credentials anywhere: neither in the environment nor in the AWS files."""
+    _drop_credentials(monkeypatch, tmp_path)
+
+
+def _drop_credentials(monkeypatch, tmp_path):
     for name in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
                  "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
                  "AWS_CONTAINER_CREDENTIALS_FULL_URI"]:
@@ -196,10 +202,47 @@ def test_a_public_checkpoint_loads_by_its_index_url_without_credentials(bucket, 
         client.upload_file(os.path.join(directory, name), "gpumap-bucket", f"public-ckpt/{name}",
                            ExtraArgs={"ACL": "public-read"})
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    got = gpumapio.load_checkpoint("s3://gpumap-bucket/public-ckpt/model.safetensors.index.json", "cpu", framework="numpy")
-    assert set(got) == set(tensors)
-    for name, array in got.items():
-        _same(array, tensors[name])
+    # By its index's URL, and by its prefix: moto lists the bucket to unsigned requests, so
+    # the prefix opens unsigned.
+    for where in ["s3://gpumap-bucket/public-ckpt/model.safetensors.index.json", "s3://gpumap-bucket/public-ckpt/"]:
+        got = gpumapio.load_checkpoint(where, "cpu", framework="numpy")
+        assert set(got) == set(tensors)
+        for name, array in got.items():
+            _same(array, tensors[name])
+    assert gpumapio.RemotePrefix("s3://gpumap-bucket/public-ckpt/").unsigned
+
+
+def test_a_public_bucket_is_read_through_the_zarr_store_without_credentials(moto_s3, monkeypatch, tmp_path):
+    zarr = pytest.importorskip("zarr")
+    boto3 = pytest.importorskip("boto3")
+    from gpumapio.zarr import RemoteStore
+
+    endpoint, _, _ = moto_s3
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket="gpumap-public", ACL="public-read")
+    expected = np.arange(60_000, dtype="<f4").reshape(300, 200)
+    # Written signed (with the environment's credentials), then read by a process that has none.
+    written = RemoteStore("s3://gpumap-public/array.zarr/")
+    assert not written._prefix.unsigned
+    zarr.create_array(written, shape=expected.shape, chunks=(64, 64), dtype="<f4")[...] = expected
+    _drop_credentials(monkeypatch, tmp_path)
+    store = RemoteStore("s3://gpumap-public/array.zarr/", read_only=True)
+    assert store._prefix.unsigned
+    np.testing.assert_array_equal(zarr.open_array(store, mode="r")[...], expected)
+    said = RemoteStore("s3://gpumap-public/array.zarr/", read_only=True, unsigned=True)
+    np.testing.assert_array_equal(zarr.open_array(said, mode="r")[50:250, 10:190], expected[50:250, 10:190])
+    assert "unsigned" in pickle.loads(pickle.dumps(said))._settings
+
+
+def test_a_prefix_signs_or_not_as_told(bucket):
+    endpoint, _ = bucket
+    signed = gpumapio.RemotePrefix("s3://gpumap-bucket/", aws_endpoint_url=endpoint)
+    assert not signed.unsigned
+    unsigned = gpumapio.RemotePrefix("s3://gpumap-bucket/pub/", aws_endpoint_url=endpoint, unsigned=True)
+    assert unsigned.unsigned
+    assert unsigned.list_dir("")[0] == [("object.bin", 1_048_909)]
+    assert unsigned.open("object.bin").remote_endpoint_type() is Kind.S3_PUBLIC
 
 
 def test_credentials_no_request_can_carry_are_refused_not_panicked_on(bucket, monkeypatch):

@@ -532,6 +532,6 @@ async fn read_requests(
 }
 
 /// Whether `error` is the server refusing the request (401, 403).
-fn refused(error: &crate::Error) -> bool {
+pub(crate) fn refused(error: &crate::Error) -> bool {
     matches!(error, crate::Error::Remote { kind: crate::remote::RemoteErrorKind::AccessDenied, .. })
 }

@@ -26,7 +26,7 @@ use crate::error::Result;
 use crate::per_process::ForkLocal;
 use crate::remote::client::{self, Client, Connections, StoreRecipe};
 use crate::remote::failure::Failure;
-use crate::remote::file::RemoteFile;
+use crate::remote::file::{self, RemoteFile};
 use crate::remote::options::RemoteOptions;
 use crate::remote::retry::Attempts;
 use crate::remote::url::{self, RemoteUrl};
@@ -87,12 +87,13 @@ impl Inner {
 impl RemotePrefix {
     /// Opens `url` (`s3://bucket/`, `s3://bucket/prefix/`; the trailing `/` may be left out)
     /// with the options the settings give ([`RemoteOptions::from_config`] of
-    /// [`Config::global`]). Nothing is requested until it is used.
+    /// [`Config::global`]), signed or unsigned as [`open_auto`](Self::open_auto) decides.
     pub fn open(url: &str) -> Result<RemotePrefix> {
-        Self::open_with(url, &RemoteOptions::from_config(Config::global()?)?)
+        Self::open_auto(url, &RemoteOptions::from_config(Config::global()?)?)
     }
 
-    /// Opens `url` with `options` (endpoint, region, retries; a known length is ignored).
+    /// Opens `url` with `options` (endpoint, region, retries, credentials or unsigned requests;
+    /// a known length is ignored). Requests are signed unless the options say otherwise.
     pub fn open_with(url: &str, options: &RemoteOptions) -> Result<RemotePrefix> {
         let (bucket, prefix) = url::parse_s3_prefix(url)?;
         let shown = RemoteUrl::S3 {
@@ -108,6 +109,37 @@ impl RemotePrefix {
         let store = ForkLocal::new(store);
         let inner = Inner { bucket, prefix, url: shown, store, options, connections, recipe };
         Ok(RemotePrefix { inner: Arc::new(inner) })
+    }
+
+    /// Opens `url` signed or unsigned, whichever the bucket takes, as
+    /// [`RemoteFile::open_auto`] opens an object. Where `options` give credentials or ask for
+    /// unsigned requests, it opens as they say; where credentials are configured (in the
+    /// environment or the AWS files), signed, with no request. Where none are, it asks for one
+    /// listing page unsigned: if the server gives it, the prefix stays unsigned (a public
+    /// bucket needs no credentials); if it refuses (401, 403), the prefix is signed, with the
+    /// credentials object_store finds then (an instance's role). A bucket whose objects are
+    /// public but whose listing is not must be opened with [`RemoteOptions::s3_unsigned`].
+    pub fn open_auto(url: &str, options: &RemoteOptions) -> Result<RemotePrefix> {
+        let decided = options.s3_unsigned || options.s3_credentials.is_some();
+        if decided || client::s3_credentials_configured() {
+            return Self::open_with(url, options);
+        }
+        let mut unsigned = options.clone();
+        unsigned.s3_unsigned(true);
+        let prefix = Self::open_with(url, &unsigned)?;
+        match prefix.ask_one_page() {
+            Ok(()) => Ok(prefix),
+            Err(e) if file::refused(&e) => {
+                tracing::debug!(error = %e, "unsigned listing refused; the prefix signs");
+                Self::open_with(url, options)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether its requests go unsigned (KvikIO's `S3_PUBLIC`).
+    pub fn is_unsigned(&self) -> bool {
+        self.inner.options.s3_unsigned
     }
 
     /// `s3://bucket/prefix/`.
@@ -225,6 +257,21 @@ impl RemotePrefix {
             client::block_on(async { asked.await.map_err(|g| g.into_error(&inner.url)) })?;
         }
         Ok(())
+    }
+
+    /// Asks for the first listing page of the prefix (retried as any request), and drops it:
+    /// whether the server lists it for this prefix's store at all.
+    fn ask_one_page(&self) -> Result<()> {
+        let path = self.path_under("")?;
+        let inner = &self.inner;
+        let store = inner.store()?;
+        let asked = Attempts::new(&inner.options, &inner.url).run("LIST", || async {
+            match store.list(Some(&path)).next().await {
+                Some(Err(e)) => Err(Failure::from_store(&e, &inner.url)),
+                None | Some(Ok(_)) => Ok(()),
+            }
+        });
+        client::block_on(async { asked.await.map_err(|g| g.into_error(&inner.url)) })
     }
 
     /// The URL of `name` (checked as keys are) and its path in the store.
