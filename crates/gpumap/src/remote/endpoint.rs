@@ -195,15 +195,13 @@ impl S3Address {
             }
             None => None,
         };
-        let (bucket, encoded_key, virtual_hosted, region) = match form {
-            Some(AwsForm { bucket: Some(bucket), region }) => (bucket, path, true, region),
-            Some(AwsForm { bucket: None, region }) => {
-                let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
-                (bucket.to_owned(), key, false, region)
-            }
+        let (host_bucket, region) = form.map_or((None, None), |f| (f.bucket, f.region));
+        let (bucket, encoded_key, virtual_hosted) = match host_bucket {
+            Some(bucket) => (bucket, path, true),
             None => {
+                // Path style: the first segment is the bucket.
                 let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
-                (bucket.to_owned(), key, false, None)
+                (bucket.to_owned(), key, false)
             }
         };
         // Refusals name the URL as given (without its query), not the s3:// form made of it.
