@@ -5,7 +5,7 @@ a plain parallel client (``http.client``), all measured in one run on the same o
     python3 python/bench/remote.py --jsonl OUT.jsonl [--size 4GiB] [--dir DIR] [--repeats 3]
         [--threads 32] [--client-procs N] [--server-procs N] [--request-size 4MiB]
         [--ops-4k 4096] [--ops-1m 2048] [--rows 100000] [--only plain,gpumap,kvikio,rows]
-        [--rows-memory device|host] [--gpumap-request-size SIZE]
+        [--rows-memory device|host] [--gpumap-request-size SIZE] [--interleave]
 
 The server runs in its own processes (``--server-procs``, one listening socket each on a
 shared port through SO_REUSEPORT, a thread per connection, bodies sent with ``os.sendfile``
@@ -27,7 +27,9 @@ it starts with ``gpumap``; ``memory`` says where the bytes land):
 
 Each case runs once untimed and verified (sampled blocks compared with the file; a mismatch
 fails the run), then ``--repeats`` timed runs; ``seconds`` is their median, ``best_seconds``
-their minimum. Every client gets the same parallelism, ``--threads``: the plain client's
+their minimum. With ``--interleave``, gpumap's and KvikIO's runs of a workload alternate repeat
+by repeat (the order reversed each time), so that both see the same machine; their records add
+``paired_ratios``, each repeat's KvikIO time over gpumap's (above 1: gpumap faster). Every client gets the same parallelism, ``--threads``: the plain client's
 connections, gpumap's ``max_in_flight``, KvikIO's ``num_threads``.
 """
 
@@ -261,46 +263,106 @@ def machine_busy(before: tuple[int, int], after: tuple[int, int]) -> float:
     return busy / total * (os.cpu_count() or 1) if total > 0 else 0.0
 
 
-def run_client(a, mm, cp, impl, opener, memory, workloads, out, **extra):
-    xp = cp if memory == "device" else np
+def make_case(f, xp, a, impl, offsets, block):
+    """One workload on an open file: its destination, ``once()`` (a run) and the sampled ranges
+    that :func:`check` compares."""
+    dst = xp.zeros(a.size if block is None else len(offsets) * block, dtype=xp.uint8)
+    if block is None:
+        def once():
+            if f.read(dst) != a.size:
+                sys.exit(f"{impl}: short read")
+        sample = [(o, o, SAMPLE) for o in np.linspace(0, a.size - SAMPLE, 64, dtype=np.int64).tolist()]
+    else:
+        views = [dst[i * block:(i + 1) * block] for i in range(len(offsets))]
+
+        def once():
+            futs = [f.pread(v, block, o) for v, o in zip(views, offsets)]
+            if sum(fu.get() for fu in futs) != len(offsets) * block:
+                sys.exit(f"{impl}: short pread")
+        sample = [(i * block, offsets[i], block) for i in range(0, len(offsets), max(len(offsets) // 8, 1))]
+    return dst, once, sample
+
+
+class Timings:
+    """A case's timed runs: wall seconds, the client's CPU seconds, the machine's busy cores."""
+
+    def __init__(self):
+        self.times, self.cpu, self.busy = [], [], []
+
+    def run(self, once, sync):
+        sync()
+        machine, c, t = machine_cpu(), time.process_time(), time.perf_counter()
+        once()
+        sync()
+        self.times.append(time.perf_counter() - t)
+        self.cpu.append(time.process_time() - c)
+        self.busy.append(machine_busy(machine, machine_cpu()))
+
+    def emit(self, out, a, impl, name, dst, offsets, block, memory, **extra):
+        # The client's CPU seconds a run (all its threads), and the cores the whole machine kept
+        # busy meanwhile: the server shares the machine, so a client's CPU is the server's loss.
+        ops = None if block is None else len(offsets)
+        out.emit(impl, name, a.threads, dst.nbytes, self.times, ops=ops, memory=memory, size=a.size,
+                 cpu_seconds=round(statistics.median(self.cpu), 4),
+                 machine_busy_cores=round(statistics.median(self.busy), 2), **extra)
+
+
+def opened(a, impl, opener):
     f = opener(f"http://127.0.0.1:{a.port}/obj")
     if f.nbytes() != a.size:
         sys.exit(f"{impl}: nbytes() {f.nbytes()} != {a.size}")
-    sync = cp.cuda.runtime.deviceSynchronize if xp is cp else (lambda: None)
-    for name, offsets, block in workloads:
-        dst = xp.zeros(a.size if block is None else len(offsets) * block, dtype=xp.uint8)
-        if block is None:
-            def once():
-                if f.read(dst) != a.size:
-                    sys.exit(f"{impl}: short read")
-            sample = [(o, o, SAMPLE) for o in np.linspace(0, a.size - SAMPLE, 64, dtype=np.int64).tolist()]
-        else:
-            views = [dst[i * block:(i + 1) * block] for i in range(len(offsets))]
+    return f
 
-            def once():
-                futs = [f.pread(v, block, o) for v, o in zip(views, offsets)]
-                if sum(fu.get() for fu in futs) != len(offsets) * block:
-                    sys.exit(f"{impl}: short pread")
-            sample = [(i * block, offsets[i], block) for i in range(0, len(offsets), max(len(offsets) // 8, 1))]
-        times, cpu, busy = [], [], []
+
+def syncer(cp, xp):
+    return cp.cuda.runtime.deviceSynchronize if xp is cp and cp is not None else (lambda: None)
+
+
+def run_client(a, mm, cp, impl, opener, memory, workloads, out, **extra):
+    xp = cp if memory == "device" else np
+    f = opened(a, impl, opener)
+    sync = syncer(cp, xp)
+    for name, offsets, block in workloads:
+        dst, once, sample = make_case(f, xp, a, impl, offsets, block)
+        timings = Timings()
         for r in range(a.repeats + 1):
-            sync()
-            machine, c, t = machine_cpu(), time.process_time(), time.perf_counter()
-            once()
-            sync()
-            times.append(time.perf_counter() - t)
-            cpu.append(time.process_time() - c)
-            busy.append(machine_busy(machine, machine_cpu()))
+            timings.run(once, sync)
             if r in (0, a.repeats):
                 check(mm, dst, sample, impl)
-        ops = None if block is None else len(offsets)
-        # The client's CPU seconds a run (all its threads), and the cores the whole machine kept
-        # busy meanwhile: the server shares the machine, so a client's CPU is the server's loss.
-        out.emit(impl, name, a.threads, dst.nbytes, times[1:], ops=ops, memory=memory, size=a.size,
-                 cpu_seconds=round(statistics.median(cpu[1:]), 4),
-                 machine_busy_cores=round(statistics.median(busy[1:]), 2), **extra)
+        timings.times, timings.cpu, timings.busy = timings.times[1:], timings.cpu[1:], timings.busy[1:]
+        timings.emit(out, a, impl, name, dst, offsets, block, memory, **extra)
         del dst
     f.close()
+
+
+def run_interleaved(a, mm, cp, clients, memory, workloads, out):
+    """``clients``: (impl, opener, extra) each. Per workload, every client runs once untimed and
+    checked, then each repeat runs every client in turn, the order reversed each repeat, so that
+    a machine that drifts during the run weighs on every client alike; records carry
+    ``interleaved`` and each repeat's ratio of the first client's time to each other's
+    (``paired_ratios``: above 1, the first client was faster)."""
+    xp = cp if memory == "device" else np
+    sync = syncer(cp, xp)
+    files = [(impl, opened(a, impl, opener), extra) for impl, opener, extra in clients]
+    for name, offsets, block in workloads:
+        cases = [(impl, *make_case(f, xp, a, impl, offsets, block), extra) for impl, f, extra in files]
+        timings = [Timings() for _ in cases]
+        for impl, dst, once, sample, _ in cases:
+            once()
+            sync()
+            check(mm, dst, sample, impl)
+        for r in range(a.repeats):
+            order = range(len(cases)) if r % 2 == 0 else reversed(range(len(cases)))
+            for i in order:
+                timings[i].run(cases[i][2], sync)
+        first = timings[0].times
+        for (impl, dst, _, sample, extra), t in zip(cases, timings):
+            check(mm, dst, sample, impl)
+            ratios = [round(b / g, 3) for g, b in zip(first, t.times)]
+            t.emit(out, a, impl, name, dst, offsets, block, memory, interleaved=True, paired_ratios=ratios, **extra)
+        del cases
+    for _, f, _ in files:
+        f.close()
 
 
 def rows_cases(a, mm, cp, out):
@@ -415,6 +477,8 @@ def main() -> None:
                    help="gpumapio.RemoteFile's request_size (its default where not given)")
     p.add_argument("--rows-memory", choices=("device", "host"), default="device",
                    help="where the rows cases' cache and rows are (device: where CuPy is)")
+    p.add_argument("--interleave", action="store_true",
+                   help="run gpumap and KvikIO in turn, repeat by repeat (records carry paired_ratios)")
     p.add_argument("--serve", metavar="FILE", help=argparse.SUPPRESS)  # the server's own process
     a = p.parse_args()
     if a.serve:
@@ -463,13 +527,7 @@ def main() -> None:
             cp = None
             print(f"== device cases skipped: CuPy does not import ({e})", flush=True)
         memories = ["host"] + (["device"] if cp is not None else [])
-        if "gpumap" in only:
-            import gpumapio
-            for memory in memories:
-                impl = "gpumap-remote" + ("-host" if memory == "host" else "")
-                sized = {} if a.gpumap_request_size is None else {"request_size": a.gpumap_request_size}
-                opener = functools.partial(gpumapio.RemoteFile.open_http, max_in_flight=a.threads, **sized)
-                run_client(a, mm, cp, impl, opener, memory, workloads, out, max_in_flight=a.threads, **sized)
+        kvikio = None
         if "kvikio" in only:
             try:
                 import kvikio
@@ -478,12 +536,30 @@ def main() -> None:
                     raise ImportError("this KvikIO was built without RemoteFile")
                 kvikio.defaults.set({"num_threads": a.threads})
             except ImportError as e:
+                kvikio = None
                 print(f"== kvikio-remote skipped: no KvikIO RemoteFile here ({e})", flush=True)
-            else:
-                for memory in memories:
-                    impl = "kvikio-remote" + ("-host" if memory == "host" else "")
-                    run_client(a, mm, cp, impl, kvikio.RemoteFile.open_http, memory, workloads, out,
-                               kvikio_version=kvikio.__version__, kvikio_threads=a.threads)
+        sized = {} if a.gpumap_request_size is None else {"request_size": a.gpumap_request_size}
+        if a.interleave and "gpumap" in only and kvikio is not None:
+            import gpumapio
+            for memory in memories:
+                suffix = "-host" if memory == "host" else ""
+                gpumap_opener = functools.partial(gpumapio.RemoteFile.open_http, max_in_flight=a.threads, **sized)
+                clients = [("gpumap-remote" + suffix, gpumap_opener, {"max_in_flight": a.threads, **sized}),
+                           ("kvikio-remote" + suffix, kvikio.RemoteFile.open_http,
+                            {"kvikio_version": kvikio.__version__, "kvikio_threads": a.threads})]
+                run_interleaved(a, mm, cp, clients, memory, workloads, out)
+            only -= {"gpumap", "kvikio"}
+        if "gpumap" in only:
+            import gpumapio
+            for memory in memories:
+                impl = "gpumap-remote" + ("-host" if memory == "host" else "")
+                opener = functools.partial(gpumapio.RemoteFile.open_http, max_in_flight=a.threads, **sized)
+                run_client(a, mm, cp, impl, opener, memory, workloads, out, max_in_flight=a.threads, **sized)
+        if "kvikio" in only and kvikio is not None:
+            for memory in memories:
+                impl = "kvikio-remote" + ("-host" if memory == "host" else "")
+                run_client(a, mm, cp, impl, kvikio.RemoteFile.open_http, memory, workloads, out,
+                           kvikio_version=kvikio.__version__, kvikio_threads=a.threads)
         if "rows" in only and a.rows:
             rows_cases(a, mm, cp, out)
         summary(out.recs)
