@@ -15,8 +15,10 @@ __all__ = ["RemoteEndpointType", "RemoteFile", "RemoteWriter", "infer_remote_end
 class RemoteEndpointType(enum.Enum):
     """The kinds of remote endpoint, as KvikIO names them: ``S3`` (signed requests),
     ``S3_PUBLIC`` (unsigned, for objects anyone may read), ``S3_PRESIGNED_URL``, ``WEBHDFS``
-    and ``HTTP``; ``AUTO`` tries them in that order, taking the first whose form the URL has
-    (see :func:`infer_remote_endpoint_type`)."""
+    and ``HTTP``; and gpumapio's own ``GCS`` and ``GCS_PUBLIC`` (Google Cloud Storage,
+    ``gs://bucket/object``, signed or not), which KvikIO does not have. ``AUTO`` tries them in
+    that order, taking the first whose form the URL has (see
+    :func:`infer_remote_endpoint_type`)."""
 
     AUTO = 0
     S3 = 1
@@ -24,12 +26,15 @@ class RemoteEndpointType(enum.Enum):
     S3_PRESIGNED_URL = 3
     WEBHDFS = 4
     HTTP = 5
+    GCS = 6
+    GCS_PUBLIC = 7
 
 
 def infer_remote_endpoint_type(url: str) -> RemoteEndpointType:
     """The kind ``RemoteFile.open(url)`` takes ``url`` as, by its form alone (no request is
     made): ``S3`` for ``s3://bucket/key`` and AWS S3 ``https://`` URLs (whose open falls back
     to ``S3_PUBLIC`` where signed requests are refused), ``S3_PRESIGNED_URL`` for a URL with
-    an S3 signature in its query, ``WEBHDFS`` for a path under ``/webhdfs/v1/``, else
-    ``HTTP``. ``ValueError`` where the URL is of no kind."""
+    an S3 signature in its query, ``WEBHDFS`` for a path under ``/webhdfs/v1/``, ``GCS`` for
+    ``gs://bucket/object`` (falling back to ``GCS_PUBLIC`` likewise), else ``HTTP``.
+    ``ValueError`` where the URL is of no kind."""
     return RemoteEndpointType[infer_endpoint_kind(url)]

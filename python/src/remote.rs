@@ -351,11 +351,12 @@ impl RemoteFile {
 
     /// Opens `url` as KvikIO's `open` does. With `remote_endpoint_type` `AUTO` (or `None`),
     /// the kinds of `allow_list` (default: `S3`, `S3_PUBLIC`, `S3_PRESIGNED_URL`, `WEBHDFS`,
-    /// `HTTP`) are tried in its order and the first whose form the URL has is taken; an S3
-    /// object is then read signed or unsigned, the other way tried after a refusal, where
-    /// `S3_PUBLIC` is allowed ([`Remote::open_auto`], `docs/remote.md`). A kind named must be
-    /// in `allow_list` where one is given, and the URL must have its form. Kinds are
-    /// `RemoteEndpointType` members or their names.
+    /// `HTTP`, then gpumap's own `GCS` and `GCS_PUBLIC`) are tried in its order and the first
+    /// whose form the URL has is taken; an S3 (or GCS) object is then read signed or unsigned,
+    /// the other way tried after a refusal, where `S3_PUBLIC` (`GCS_PUBLIC`) is allowed
+    /// ([`Remote::open_auto`], `docs/remote.md`). A kind named must be in `allow_list` where
+    /// one is given, and the URL must have its form. Kinds are `RemoteEndpointType` members or
+    /// their names.
     #[staticmethod]
     #[pyo3(signature = (url, remote_endpoint_type = None, allow_list = None, nbytes = None, *, aws_region = None, aws_endpoint_url = None, http_max_attempts = None, http_status_codes = None, http_timeout = None, max_in_flight = None, request_size = None))]
     #[allow(clippy::too_many_arguments)]
@@ -515,7 +516,7 @@ fn endpoint_kind(kind: &Bound<'_, PyAny>) -> PyResult<Option<EndpointKind>> {
     EndpointKind::from_name(&name).map(Some).ok_or_else(|| {
         PyValueError::new_err(format!(
             "{name:?} is not an endpoint type (AUTO, S3, S3_PUBLIC, S3_PRESIGNED_URL, WEBHDFS, \
-             HTTP)"
+             HTTP, GCS, GCS_PUBLIC)"
         ))
     })
 }

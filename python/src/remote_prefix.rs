@@ -53,7 +53,7 @@ impl RemotePrefix {
         let prefix = match unsigned {
             None => nogil(py, move || Prefix::open_auto(&url, &options))?,
             Some(unsigned) => {
-                options.s3_unsigned(unsigned);
+                options.unsigned(unsigned);
                 nogil(py, move || Prefix::open_with(&url, &options))?
             }
         };

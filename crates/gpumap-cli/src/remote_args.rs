@@ -1,5 +1,5 @@
 //! The options of `gpumap read` and `gpumap write` that only URLs take, and which of the two
-//! ways a path goes: a local file, or an `s3://` / `http(s)://` object.
+//! ways a path goes: a local file, or an `s3://` / `gs://` / `http(s)://` object.
 
 use std::path::Path;
 use std::time::Duration;
@@ -61,7 +61,7 @@ impl HttpArgs {
     }
 }
 
-/// Options of reads from `s3://` and `http(s)://` URLs (ignored for local files).
+/// Options of reads from `s3://`, `gs://` and `http(s)://` URLs (ignored for local files).
 #[derive(Args, Debug)]
 pub struct RemoteArgs {
     /// Ranged GETs in flight at once, 1 to 1024 (default: picked from the read's size).

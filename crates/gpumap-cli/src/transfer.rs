@@ -198,8 +198,8 @@ impl TransferOptions {
 /// Arguments of `gpumap read`.
 #[derive(Args, Debug)]
 pub struct ReadArgs {
-    /// The file to read: a path, or an s3://bucket/key or http(s):// URL (credentials from
-    /// the AWS environment variables; see docs/remote.md).
+    /// The file to read: a path, or an s3://bucket/key, gs://bucket/object or http(s):// URL
+    /// (credentials from the AWS or Google environment; see docs/remote.md).
     pub(crate) file: PathBuf,
     /// Where to start, in bytes (suffixes such as 4KiB allowed); past the end is an error.
     #[arg(long, default_value = "0", value_parser = size_arg)]

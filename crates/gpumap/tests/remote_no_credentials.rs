@@ -197,7 +197,7 @@ fn options_that_decide_the_signing_open_a_prefix_with_no_request() {
     let (server, _, options) = buckets();
     let before = server.lists() + server.heads() + server.gets();
     let mut unsigned = options.clone();
-    unsigned.s3_unsigned(true);
+    unsigned.unsigned(true);
     assert!(RemotePrefix::open_auto("s3://private/data/", &unsigned).unwrap().is_unsigned());
     assert!(!RemotePrefix::open_with("s3://public/data/", &options).unwrap().is_unsigned());
     assert_eq!(server.lists() + server.heads() + server.gets(), before);

@@ -121,6 +121,23 @@ impl StoreRecipe {
             RemoteUrl::S3 { bucket, .. } => {
                 Arc::new(s3_store_with(url, bucket, options, client_options)?)
             }
+            RemoteUrl::Gcs { bucket, .. } => {
+                // Credentials, and the endpoint (`GOOGLE_BASE_URL`), come from the environment
+                // as object_store reads it.
+                let builder = object_store::gcp::GoogleCloudStorageBuilder::from_env();
+                if !options.unsigned {
+                    check_found_gcs_token(&builder)?;
+                }
+                let store = builder
+                    .with_bucket_name(bucket)
+                    .with_client_options(client_options)
+                    .with_http_connector(CheckedConnector)
+                    .with_retry(no_retries())
+                    .with_skip_signature(options.unsigned)
+                    .build()
+                    .map_err(|e| invalid(url, &e))?;
+                Arc::new(store)
+            }
             RemoteUrl::Http(full) => {
                 // The whole URL is the store's base and the object's path is empty, so the
                 // request goes to exactly the URL given, query string (a presigned URL's
@@ -153,7 +170,7 @@ impl Client {
     pub(crate) fn connect(url: &RemoteUrl, options: &RemoteOptions) -> Result<Client> {
         let recipe = Arc::new(StoreRecipe::new(url, options));
         let path = match url {
-            RemoteUrl::S3 { key, .. } => RemoteUrl::store_path(key)?,
+            RemoteUrl::S3 { key, .. } | RemoteUrl::Gcs { key, .. } => RemoteUrl::store_path(key)?,
             RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => StorePath::default(),
         };
         let connections = Arc::new(ForkLocal::new(Connections::made_from(&recipe)?));
@@ -227,7 +244,7 @@ fn s3_store_with(
         .with_retry(no_retries());
     // Unsigned requests need no credentials, so none are looked for (the AWS files' profile
     // may name a way of getting them that gpumap refuses).
-    if !options.s3_unsigned {
+    if !options.unsigned {
         builder = with_shared_profile(builder)?;
     }
     if let Some(endpoint) = &options.s3_endpoint {
@@ -240,7 +257,7 @@ fn s3_store_with(
     if let Some(region) = &options.s3_region {
         builder = builder.with_region(region);
     }
-    if options.s3_unsigned {
+    if options.unsigned {
         builder = builder.with_skip_signature(true);
     } else if let Some(given) = &options.s3_credentials {
         builder = builder.with_credentials(Arc::new(object_store::StaticCredentialProvider::new(
@@ -290,12 +307,22 @@ fn check_found_credentials(builder: &object_store::aws::AmazonS3Builder) -> Resu
     Ok(())
 }
 
+/// Refuses a bearer token from the environment that object_store's request would panic on (a
+/// control character, which no header can hold).
+fn check_found_gcs_token(builder: &object_store::gcp::GoogleCloudStorageBuilder) -> Result<()> {
+    use object_store::gcp::GoogleConfigKey;
+    match builder.get_config_value(&GoogleConfigKey::BearerToken) {
+        Some(token) if !is_sendable_credential(&token) => Err(unprintable("GOOGLE_BEARER_TOKEN")),
+        _ => Ok(()),
+    }
+}
+
 /// A credential (named by its variable, its value never shown) that cannot be sent.
 fn unprintable(var: &str) -> Error {
     Error::InvalidConfig {
         var: var.to_owned(),
         value: "…".to_owned(),
-        reason: "an S3 credential (from the environment or the AWS files) holds a control \
+        reason: "a credential (from the environment or the AWS files) holds a control \
                  character, which no request can carry"
             .to_owned(),
     }
@@ -384,6 +411,29 @@ pub(crate) fn s3_credentials_configured() -> bool {
             Ok(None) => false,
             Err(_) => true,
         }
+}
+
+/// The variables by which object_store finds Google credentials (a service account, the
+/// application default credentials' file, a bearer token).
+const GCS_ENV_CREDENTIALS: [&str; 6] = [
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_SERVICE_ACCOUNT",
+    "GOOGLE_SERVICE_ACCOUNT_PATH",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "GOOGLE_BEARER_TOKEN",
+    "SERVICE_ACCOUNT",
+];
+
+/// Whether signed GCS requests find credentials other than the metadata server's: in the
+/// environment, or gcloud's application default credentials file.
+pub(crate) fn gcs_credentials_configured() -> bool {
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    GCS_ENV_CREDENTIALS.iter().any(|name| env(name).is_some())
+        || env("HOME").is_some_and(|home| {
+            std::path::Path::new(&home)
+                .join(".config/gcloud/application_default_credentials.json")
+                .exists()
+        })
 }
 
 /// `builder` with what the AWS shared files' profile sets and the environment does not, in the

@@ -1,5 +1,6 @@
-//! The kinds of endpoint a URL is read as (KvikIO's `RemoteEndpointType`, less `AUTO`), told
-//! from the URL's form alone, and the S3 objects that `http(s)://` URLs name.
+//! The kinds of endpoint a URL is read as (KvikIO's `RemoteEndpointType`, less `AUTO`, and two
+//! of gpumap's own for Google Cloud Storage), told from the URL's form alone, and the S3
+//! objects that `http(s)://` URLs name.
 //!
 //! Pure functions: no request is made here. Which kind a URL is *opened* as, including the
 //! fall-back from signed to unsigned S3 requests, is [`RemoteFile::open_auto`]'s.
@@ -13,7 +14,8 @@ use crate::error::Result;
 use crate::remote::url::{self as urls, RemoteUrl};
 
 /// How a URL is read: signed S3 requests, unsigned ones (public objects), a presigned S3 URL,
-/// WebHDFS, or plain HTTP GETs. The names are KvikIO's.
+/// WebHDFS, plain HTTP GETs, or GCS requests signed or not. The names are KvikIO's, but for
+/// the GCS kinds, which KvikIO does not have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum EndpointKind {
@@ -28,17 +30,25 @@ pub enum EndpointKind {
     WebHdfs,
     /// Plain HTTP(S) GETs with a `Range` header (`HTTP`).
     Http,
+    /// Google Cloud Storage (`gs://bucket/object`), requests signed with the credentials
+    /// object_store finds (`GCS`).
+    Gcs,
+    /// GCS objects anyone may read: requests not signed, no credentials looked for
+    /// (`GCS_PUBLIC`).
+    GcsPublic,
 }
 
 impl EndpointKind {
     /// Every kind, in the order an open with no kind asked for tries them (KvikIO's default
-    /// allow list).
-    pub const ALL: [EndpointKind; 5] = [
+    /// allow list, then the GCS kinds, whose URLs no other kind takes).
+    pub const ALL: [EndpointKind; 7] = [
         EndpointKind::S3,
         EndpointKind::S3Public,
         EndpointKind::S3PresignedUrl,
         EndpointKind::WebHdfs,
         EndpointKind::Http,
+        EndpointKind::Gcs,
+        EndpointKind::GcsPublic,
     ];
 
     /// KvikIO's name of the kind (`"S3_PUBLIC"`).
@@ -49,6 +59,18 @@ impl EndpointKind {
             EndpointKind::S3PresignedUrl => "S3_PRESIGNED_URL",
             EndpointKind::WebHdfs => "WEBHDFS",
             EndpointKind::Http => "HTTP",
+            EndpointKind::Gcs => "GCS",
+            EndpointKind::GcsPublic => "GCS_PUBLIC",
+        }
+    }
+
+    /// The kind that reads the same URLs unsigned (`S3_PUBLIC` for `S3`, `GCS_PUBLIC` for
+    /// `GCS`), where there is one.
+    pub fn unsigned_twin(self) -> Option<EndpointKind> {
+        match self {
+            EndpointKind::S3 => Some(EndpointKind::S3Public),
+            EndpointKind::Gcs => Some(EndpointKind::GcsPublic),
+            _ => None,
         }
     }
 
@@ -59,8 +81,9 @@ impl EndpointKind {
 
     /// Whether `text` is a URL of this kind by its form, as KvikIO's `is_url_valid` decides
     /// (no request is made): `s3://bucket/key` or an AWS S3 `https://` URL without a
-    /// signature for the two S3 kinds, a path under `/webhdfs/v1/` (or `webhdfs://`) for
-    /// WebHDFS, and any `http(s)://` URL with a path for plain HTTP. A presigned URL is any
+    /// signature for the two S3 kinds, `gs://bucket/object` for the two GCS kinds, a path
+    /// under `/webhdfs/v1/` (or `webhdfs://`) for WebHDFS, and any `http(s)://` URL with a
+    /// path for plain HTTP. A presigned URL is any
     /// `http(s)://` URL whose query carries an S3 signature (`X-Amz-Signature`), where KvikIO
     /// also wants an AWS host and `X-Amz-Algorithm`: MinIO's presigned URLs are presigned URLs
     /// too.
@@ -77,6 +100,7 @@ impl EndpointKind {
             }
             (EndpointKind::S3PresignedUrl, RemoteUrl::Http(u)) => is_presigned(u),
             (EndpointKind::WebHdfs, RemoteUrl::WebHdfs(_)) => true,
+            (EndpointKind::Gcs | EndpointKind::GcsPublic, RemoteUrl::Gcs { .. }) => true,
             (EndpointKind::Http, RemoteUrl::Http(u) | RemoteUrl::WebHdfs(u)) => {
                 http_scheme && u.path().len() > 1
             }
@@ -323,6 +347,8 @@ mod tests {
             ("http://nn:9870/webhdfs/v1/data/x.bin?user.name=me", Some(EndpointKind::WebHdfs)),
             ("webhdfs://nn:9870/data/x.bin", Some(EndpointKind::WebHdfs)),
             ("https://example.org/data.bin", Some(EndpointKind::Http)),
+            ("gs://bkt/k.bin", Some(EndpointKind::Gcs)),
+            ("gs://bkt", None),
             ("https://example.org/", None),
             ("s3://bkt", None),
             ("ftp://example.org/x", None),
@@ -338,6 +364,14 @@ mod tests {
             EndpointKind::infer("s3://bkt/k", &[EndpointKind::S3Public]),
             Some(EndpointKind::S3Public)
         );
+        assert_eq!(
+            EndpointKind::infer("gs://bkt/k", &[EndpointKind::GcsPublic]),
+            Some(EndpointKind::GcsPublic)
+        );
+        assert!(!EndpointKind::S3.accepts("gs://bkt/k") && !EndpointKind::Gcs.accepts("s3://b/k"));
+        assert_eq!(EndpointKind::S3.unsigned_twin(), Some(EndpointKind::S3Public));
+        assert_eq!(EndpointKind::Gcs.unsigned_twin(), Some(EndpointKind::GcsPublic));
+        assert_eq!(EndpointKind::Http.unsigned_twin(), None);
         // Hadoop's scheme is WebHDFS only, never plain HTTP.
         assert!(!EndpointKind::Http.accepts("webhdfs://nn:9870/data/x.bin"));
     }
@@ -385,14 +419,14 @@ mod tests {
 
         /// Nothing a caller types makes the parsing or the inference panic.
         #[test]
-        fn any_text_is_parsed_or_refused(text in "(s3|https?|webhdfs|ftp)://[ -~]{0,60}") {
+        fn any_text_is_parsed_or_refused(text in "(s3|gs|https?|webhdfs|ftp)://[ -~]{0,60}") {
             let _ = S3Address::of_http(&text);
             let _ = EndpointKind::infer(&text, &EndpointKind::ALL);
         }
     }
 
     #[test]
-    fn names_are_kvikios_and_read_back() {
+    fn names_read_back() {
         for kind in EndpointKind::ALL {
             assert_eq!(EndpointKind::from_name(kind.name()), Some(kind));
             assert_eq!(kind.to_string(), kind.name());

@@ -88,7 +88,7 @@ impl RemoteFile {
         match kind {
             EndpointKind::S3 | EndpointKind::S3Public => {
                 let mut options = options.clone();
-                options.s3_unsigned(kind == EndpointKind::S3Public);
+                options.unsigned(kind == EndpointKind::S3Public);
                 let url = match RemoteUrl::parse(text)? {
                     s3 @ RemoteUrl::S3 { .. } => s3,
                     RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => {
@@ -101,6 +101,9 @@ impl RemoteFile {
                             .s3_virtual_hosted(address.virtual_hosted);
                         address.url
                     }
+                    gcs @ RemoteUrl::Gcs { .. } => {
+                        return Err(not_of_kind(&gcs, "s3://bucket/key or an S3 http(s):// URL"))
+                    }
                 };
                 Self::open_url(url, &options)
             }
@@ -109,6 +112,14 @@ impl RemoteFile {
                     Self::open_url(RemoteUrl::Http(u), options)
                 }
                 other => Err(not_of_kind(&other, "an http(s) URL with an S3 signature")),
+            },
+            EndpointKind::Gcs | EndpointKind::GcsPublic => match RemoteUrl::parse(text)? {
+                gcs @ RemoteUrl::Gcs { .. } => {
+                    let mut options = options.clone();
+                    options.unsigned(kind == EndpointKind::GcsPublic);
+                    Self::open_url(gcs, &options)
+                }
+                other => Err(not_of_kind(&other, "a gs://bucket/object URL")),
             },
             EndpointKind::WebHdfs => Self::open_url(RemoteUrl::webhdfs(text)?, options),
             EndpointKind::Http => match RemoteUrl::parse(text)? {
@@ -126,10 +137,11 @@ impl RemoteFile {
     /// first where credentials are configured (in the environment or the AWS files), unsigned
     /// first where none are, as KvikIO (which reads no instance metadata) goes straight to
     /// unsigned requests then; the other way is tried when the server refuses the first (401,
-    /// 403). If both fail, the first's error is returned. With no credentials configured, such
-    /// an open asks for the object's size (a HEAD) even where the options know it; with
-    /// credentials and a known size it makes no request, so a refusal of signed requests
-    /// shows at the first read, with no fall-back.
+    /// 403). A GCS object likewise, where [`EndpointKind::GcsPublic`] is allowed, by whether
+    /// Google credentials are configured. If both fail, the first's error is returned. With no
+    /// credentials configured, such an open asks for the object's size (a HEAD) even where the
+    /// options know it; with credentials and a known size it makes no request, so a refusal of
+    /// signed requests shows at the first read, with no fall-back.
     pub fn open_auto(
         text: &str,
         allowed: &[EndpointKind],
@@ -141,22 +153,20 @@ impl RemoteFile {
             return Err(url::invalid(
                 &shown,
                 format!(
-                    "not a URL of any endpoint kind of {names:?} (s3://bucket/key, or an \
-                     http(s):// URL with a path)"
+                    "not a URL of any endpoint kind of {names:?} (s3://bucket/key, \
+                     gs://bucket/object, or an http(s):// URL with a path)"
                 ),
             ));
         };
-        let either_way = kind == EndpointKind::S3
-            && allowed.contains(&EndpointKind::S3Public)
-            && options.s3_credentials.is_none();
-        if !either_way {
-            return Self::open_as(text, kind, options);
-        }
-        let configured = client::s3_credentials_configured();
-        let (first, then) = match configured {
-            true => (EndpointKind::S3, EndpointKind::S3Public),
-            false => (EndpointKind::S3Public, EndpointKind::S3),
+        // Credentials given decide an S3 object's signing outright.
+        let given = kind == EndpointKind::S3 && options.s3_credentials.is_some();
+        let twin = kind.unsigned_twin().filter(|twin| allowed.contains(twin) && !given);
+        let Some(twin) = twin else { return Self::open_as(text, kind, options) };
+        let configured = match kind {
+            EndpointKind::Gcs => client::gcs_credentials_configured(),
+            _ => client::s3_credentials_configured(),
         };
+        let (first, then) = if configured { (kind, twin) } else { (twin, kind) };
         // With no credentials configured the size is asked for even where it is known: the
         // unsigned open must find out here whether it is refused, while signed requests (an
         // instance's role) can still be tried. Signed first with a known size, the open asks
@@ -210,7 +220,9 @@ impl RemoteFile {
     /// WebHDFS or plain HTTP.
     pub fn endpoint_kind(&self) -> EndpointKind {
         match &self.inner.url {
-            RemoteUrl::S3 { .. } if self.inner.options.s3_unsigned => EndpointKind::S3Public,
+            RemoteUrl::S3 { .. } if self.inner.options.unsigned => EndpointKind::S3Public,
+            RemoteUrl::Gcs { .. } if self.inner.options.unsigned => EndpointKind::GcsPublic,
+            RemoteUrl::Gcs { .. } => EndpointKind::Gcs,
             RemoteUrl::S3 { .. } => EndpointKind::S3,
             RemoteUrl::Http(u) if endpoint::is_presigned(u) => EndpointKind::S3PresignedUrl,
             RemoteUrl::Http(_) => EndpointKind::Http,

@@ -54,7 +54,7 @@ pub struct RemoteOptions {
     pub(crate) s3_endpoint: Option<String>,
     pub(crate) s3_region: Option<String>,
     pub(crate) s3_virtual_hosted: bool,
-    pub(crate) s3_unsigned: bool,
+    pub(crate) unsigned: bool,
     pub(crate) s3_credentials: Option<S3Credentials>,
 }
 
@@ -142,7 +142,7 @@ impl Default for RemoteOptions {
             s3_endpoint: None,
             s3_region: None,
             s3_virtual_hosted: false,
-            s3_unsigned: false,
+            unsigned: false,
             s3_credentials: None,
         }
     }
@@ -276,10 +276,10 @@ impl RemoteOptions {
         self
     }
 
-    /// Whether S3 requests go unsigned, for objects anyone may read (KvikIO's `S3_PUBLIC`): no
-    /// credentials are looked for, and none are sent.
-    pub fn s3_unsigned(&mut self, unsigned: bool) -> &mut Self {
-        self.s3_unsigned = unsigned;
+    /// Whether S3 and GCS requests go unsigned, for objects anyone may read (KvikIO's
+    /// `S3_PUBLIC`, and `GCS_PUBLIC`): no credentials are looked for, and none are sent.
+    pub fn unsigned(&mut self, unsigned: bool) -> &mut Self {
+        self.unsigned = unsigned;
         self
     }
 

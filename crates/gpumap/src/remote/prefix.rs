@@ -118,14 +118,14 @@ impl RemotePrefix {
     /// listing page unsigned: if the server gives it, the prefix stays unsigned (a public
     /// bucket needs no credentials); if it refuses (401, 403), the prefix is signed, with the
     /// credentials object_store finds then (an instance's role). A bucket whose objects are
-    /// public but whose listing is not must be opened with [`RemoteOptions::s3_unsigned`].
+    /// public but whose listing is not must be opened with [`RemoteOptions::unsigned`].
     pub fn open_auto(url: &str, options: &RemoteOptions) -> Result<RemotePrefix> {
-        let decided = options.s3_unsigned || options.s3_credentials.is_some();
+        let decided = options.unsigned || options.s3_credentials.is_some();
         if decided || client::s3_credentials_configured() {
             return Self::open_with(url, options);
         }
         let mut unsigned = options.clone();
-        unsigned.s3_unsigned(true);
+        unsigned.unsigned(true);
         let prefix = Self::open_with(url, &unsigned)?;
         match prefix.ask_one_page() {
             Ok(()) => Ok(prefix),
@@ -139,7 +139,7 @@ impl RemotePrefix {
 
     /// Whether its requests go unsigned (KvikIO's `S3_PUBLIC`).
     pub fn is_unsigned(&self) -> bool {
-        self.inner.options.s3_unsigned
+        self.inner.options.unsigned
     }
 
     /// `s3://bucket/prefix/`.

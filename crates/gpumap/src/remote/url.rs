@@ -28,6 +28,15 @@ pub enum RemoteUrl {
         /// the key `a b`), as the store names it.
         key: String,
     },
+    /// A Google Cloud Storage object (`gs://bucket/key`), read with requests signed with the
+    /// credentials object_store finds (`GOOGLE_APPLICATION_CREDENTIALS`, a service account, the
+    /// machine's metadata server), or unsigned where the options say so.
+    Gcs {
+        /// The bucket.
+        bucket: String,
+        /// The object's name, percent-decoded as an S3 key is.
+        key: String,
+    },
     /// A plain `http(s)://` URL read with ranged GETs; a presigned S3 URL is one (its query
     /// string carries the signature and is kept).
     Http(url::Url),
@@ -37,14 +46,15 @@ pub enum RemoteUrl {
 }
 
 impl RemoteUrl {
-    /// Parses `text` by its scheme: `s3://bucket/key`; `http://` / `https://` URLs (WebHDFS
-    /// where the path starts with `/webhdfs/v1/`, the API's own prefix, as KvikIO infers it);
-    /// `webhdfs://host:port/path` and `swebhdfs://...` (Hadoop's names for the same over
-    /// http and https).
+    /// Parses `text` by its scheme: `s3://bucket/key`; `gs://bucket/object`; `http://` /
+    /// `https://` URLs (WebHDFS where the path starts with `/webhdfs/v1/`, the API's own
+    /// prefix, as KvikIO infers it); `webhdfs://host:port/path` and `swebhdfs://...` (Hadoop's
+    /// names for the same over http and https).
     pub fn parse(text: &str) -> Result<RemoteUrl> {
         check_text(text)?;
         match text.split_once("://") {
             Some((scheme, rest)) if scheme.eq_ignore_ascii_case("s3") => parse_s3(text, rest),
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("gs") => parse_gcs(text, rest),
             Some((scheme, _))
                 if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
             {
@@ -71,7 +81,8 @@ impl RemoteUrl {
             Some((scheme, _)) => Err(invalid(
                 &redact_text(text),
                 format!(
-                    "the scheme {:?} is not supported (s3, http, https, webhdfs and swebhdfs are)",
+                    "the scheme {:?} is not supported (s3, gs, http, https, webhdfs and \
+                     swebhdfs are)",
                     scheme
                 ),
             )),
@@ -100,11 +111,11 @@ impl RemoteUrl {
         Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), key: key.to_owned() })
     }
 
-    /// The store's path of an S3 object's key: the key as it is, which the S3 client
+    /// The store's path of an S3 or GCS object's key: the key as it is, which the client
     /// percent-encodes once on the wire. Checked keys always make one.
     pub(crate) fn store_path(key: &str) -> Result<object_store::path::Path> {
         object_store::path::Path::parse(key).map_err(|e| {
-            invalid(&format!("s3://…/{}", url_path_of(key)), format!("not a key S3 can name: {e}"))
+            invalid(&format!("…/{}", url_path_of(key)), format!("not a key a store can name: {e}"))
         })
     }
 
@@ -113,6 +124,7 @@ impl RemoteUrl {
     pub fn redacted(&self) -> String {
         match self {
             RemoteUrl::S3 { bucket, key } => format!("s3://{bucket}/{}", url_path_of(key)),
+            RemoteUrl::Gcs { bucket, key } => format!("gs://{bucket}/{}", url_path_of(key)),
             RemoteUrl::Http(url) | RemoteUrl::WebHdfs(url) => redact_url(url),
         }
     }
@@ -121,7 +133,7 @@ impl RemoteUrl {
     /// scrub from any message a lower layer writes.
     pub(crate) fn secrets(&self) -> Vec<String> {
         match self {
-            RemoteUrl::S3 { .. } => Vec::new(),
+            RemoteUrl::S3 { .. } | RemoteUrl::Gcs { .. } => Vec::new(),
             RemoteUrl::Http(url) | RemoteUrl::WebHdfs(url) => {
                 let mut secrets = vec![url.as_str().to_owned()];
                 if let Some(query) = url.query().filter(|q| !q.is_empty()) {
@@ -149,7 +161,7 @@ impl fmt::Debug for RemoteUrl {
 /// callers that take both (the CLI, Python's `read_file_to_device`) ask this first.
 pub fn is_remote_url(text: &str) -> bool {
     let lower = text.get(..11).unwrap_or(text).to_ascii_lowercase();
-    ["s3://", "http://", "https://", "webhdfs://", "swebhdfs://"]
+    ["s3://", "gs://", "http://", "https://", "webhdfs://", "swebhdfs://"]
         .iter()
         .any(|scheme| lower.starts_with(scheme))
 }
@@ -194,16 +206,32 @@ fn check_text(text: &str) -> Result<()> {
 }
 
 fn parse_s3(text: &str, rest: &str) -> Result<RemoteUrl> {
+    let (bucket, key) = bucket_and_key(text, rest, "s3")?;
+    check_s3(text, bucket, &key)?;
+    Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), key })
+}
+
+fn parse_gcs(text: &str, rest: &str) -> Result<RemoteUrl> {
+    let (bucket, key) = bucket_and_key(text, rest, "gs")?;
+    check_gcs_bucket(text, bucket)?;
+    if key.is_empty() {
+        return Err(invalid(&redact_text(text), "the URL names a bucket but no object"));
+    }
+    check_key(text, &key)?;
+    Ok(RemoteUrl::Gcs { bucket: bucket.to_owned(), key })
+}
+
+/// `bucket/key` after a bucket store's `scheme://`: the bucket as written and the key
+/// percent-decoded; refused where it holds a user, a query or a fragment.
+fn bucket_and_key<'a>(text: &str, rest: &'a str, scheme: &str) -> Result<(&'a str, String)> {
     let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.contains(['@', '?', '#']) || key.contains(['?', '#']) {
         return Err(invalid(
             &redact_text(text),
-            "an s3:// URL is s3://bucket/key, with no user, query or fragment",
+            format!("the URL must be {scheme}://bucket/key, with no user, query or fragment"),
         ));
     }
-    let key = percent_decoded(text, key)?;
-    check_s3(text, bucket, &key)?;
-    Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), key })
+    Ok((bucket, percent_decoded(text, key)?))
 }
 
 /// `text`'s `%XX` escapes decoded (as a URL's path is read), refused where one is malformed or
@@ -302,9 +330,35 @@ fn check_bucket(text: &str, bucket: &str) -> Result<()> {
     Ok(())
 }
 
+/// Google's rules for bucket names: 3 to 63 lowercase letters, digits, `-`, `_` and `.` (up
+/// to 222 where dots part it into names of at most 63), starting and ending with a letter or
+/// digit.
+fn check_gcs_bucket(text: &str, bucket: &str) -> Result<()> {
+    let alphanumeric =
+        |b: Option<u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let bucket_ok = (3..=222).contains(&bucket.len())
+        && bucket.split('.').all(|part| part.len() <= 63)
+        && (bucket.len() <= 63 || bucket.contains('.'))
+        && alphanumeric(bucket.bytes().next())
+        && alphanumeric(bucket.bytes().last())
+        && bucket.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'_')
+        });
+    if !bucket_ok {
+        return Err(invalid(
+            &redact_text(text),
+            format!(
+                "{bucket:?} is not a GCS bucket name (3 to 63 lowercase letters, digits, '-', \
+                 '_' or '.', starting and ending with a letter or digit)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_key(text: &str, key: &str) -> Result<()> {
     if key.len() > 1024 {
-        return Err(invalid(&redact_text(text), "S3 keys are at most 1024 bytes long"));
+        return Err(invalid(&redact_text(text), "keys are at most 1024 bytes long"));
     }
     if key.chars().any(|c| c.is_ascii_control()) {
         return Err(invalid(&redact_text(text), "keys with control characters are not supported"));
@@ -440,11 +494,45 @@ mod tests {
     }
 
     #[test]
+    fn gcs_urls_split_into_bucket_and_object_by_googles_rules() {
+        for (text, bucket, key) in [
+            ("gs://my-bucket/dir/file.bin", "my-bucket", "dir/file.bin"),
+            ("GS://my_bucket.v2/a%20b~1.bin", "my_bucket.v2", "a b~1.bin"),
+            ("gs://a.example.com/x", "a.example.com", "x"),
+        ] {
+            let url = RemoteUrl::parse(text).unwrap();
+            assert_eq!(url, RemoteUrl::Gcs { bucket: bucket.into(), key: key.into() }, "{text}");
+            assert_eq!(RemoteUrl::parse(&url.redacted()).unwrap(), url, "{text}");
+            assert!(url.redacted().starts_with("gs://") && url.secrets().is_empty());
+        }
+        let dotted = format!("gs://{}.{}/k", "a".repeat(63), "b".repeat(63));
+        assert!(RemoteUrl::parse(&dotted).is_ok());
+        for bad in [
+            "gs://",
+            "gs://bucket",
+            "gs://bucket/",
+            "gs://Bucket/k",
+            "gs://-bucket/k",
+            "gs://bucket_/k",
+            "gs://ab/k",
+            "gs://user@bucket/k",
+            "gs://bucket/k?alt=media",
+            "gs://bucket/a//b",
+            "gs://bucket/a/../b",
+            "gs://bucket/a%zz",
+        ] {
+            refused(bad);
+        }
+        refused(&format!("gs://{}/k", "a".repeat(64)));
+        refused(&format!("gs://{}.{}/k", "a".repeat(64), "b"));
+        assert!(is_remote_url("gs://b/k") && is_remote_url("GS://b/k"));
+    }
+
+    #[test]
     fn hostile_and_malformed_urls_are_refused_by_kind() {
         for text in [
             "ftp://host/file",
             "file:///etc/passwd",
-            "gs://bucket/key",
             "hdfs://namenode/path",
             "no-scheme/at/all",
             "s3://",

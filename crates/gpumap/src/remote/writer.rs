@@ -136,7 +136,8 @@ struct Filling {
 /// The refusal of a write to a URL that is not an S3 object.
 fn not_s3(url: &RemoteUrl) -> Error {
     let reason =
-        "writes go to s3:// objects only (an HTTP or WebHDFS server takes no multipart upload)";
+        "writes go to s3:// objects only (not yet to gs://; an HTTP or WebHDFS server takes no \
+         multipart upload)";
     Failure::new(RemoteErrorKind::InvalidUrl, None, reason).into_error(url, "write to", 0)
 }
 

@@ -118,10 +118,12 @@ struct State {
     /// Connections accepted, and those still open.
     accepted: AtomicUsize,
     open_connections: AtomicUsize,
-    /// S3 mode: objects anyone may read, unsigned requests served (a signed request with
-    /// another key is still refused, as S3 refuses it).
+    /// GCS mode (reads only): the bearer token requests must carry.
+    gcs_token: Option<String>,
+    /// S3 and GCS modes: objects anyone may read, unsigned requests served (a signed request
+    /// with another key is still refused, as S3 refuses it).
     public: Mutex<HashSet<String>>,
-    /// S3 mode: requests that came with no `Authorization` header, and with one.
+    /// S3 and GCS modes: requests that came with no `Authorization` header, and with one.
     unsigned: AtomicUsize,
     signed: AtomicUsize,
 }
@@ -141,6 +143,13 @@ impl Server {
     /// An S3-compatible responder that wants requests signed with `key_id`.
     pub fn s3(key_id: &str) -> Server {
         Self::start(Some(key_id.to_owned()))
+    }
+
+    /// A Google Cloud Storage stand-in for reads (object_store's XML API requests: HEAD and
+    /// ranged GETs of `/bucket/object`) that wants `Authorization: Bearer <token>`.
+    #[allow(dead_code)] // Used by the GCS test binary alone.
+    pub fn gcs(token: &str) -> Server {
+        Self::start_with(State { gcs_token: Some(token.to_owned()), ..State::default() })
     }
 
     /// A WebHDFS namenode and datanode in one: `put("/webhdfs/v1/<path>", ...)` files.
@@ -196,13 +205,13 @@ impl Server {
         self.state.objects.lock().unwrap().insert(path.to_owned(), Arc::new(bytes));
     }
 
-    /// S3 mode: lets requests without a signature read the object at `path`.
+    /// S3 and GCS modes: lets requests without a signature read the object at `path`.
     #[allow(dead_code)] // Not every test binary has public objects.
     pub fn make_public(&self, path: &str) {
         self.state.public.lock().unwrap().insert(path.to_owned());
     }
 
-    /// S3 mode: requests that came without a signature, and with one (faults injected
+    /// S3 and GCS modes: requests that came without a signature, and with one (faults injected
     /// answer before either is counted).
     #[allow(dead_code)]
     pub fn unsigned_and_signed_requests(&self) -> (usize, usize) {
@@ -552,6 +561,9 @@ fn reason(status: u16) -> &'static str {
 /// In S3 mode, refuses (403) a request not signed with the expected access key id; the error
 /// response is already sent: `Err(keep_open)`.
 fn authorize(out: &mut TcpStream, state: &State, request: &Request) -> Result<(), bool> {
+    if let Some(token) = &state.gcs_token {
+        return authorize_bearer(out, state, request, token);
+    }
     let Some(key_id) = &state.s3_key_id else { return Ok(()) };
     let Some(authorization) = request.headers.get("authorization") else {
         state.unsigned.fetch_add(1, Ordering::SeqCst);
@@ -568,12 +580,39 @@ fn authorize(out: &mut TcpStream, state: &State, request: &Request) -> Result<()
     Err(s3_reply(out, 403, "InvalidAccessKeyId", "The AWS Access Key Id does not exist"))
 }
 
+/// In GCS mode, refuses (401) a request without the bearer token, unless it reads a public
+/// object unsigned.
+fn authorize_bearer(
+    out: &mut TcpStream,
+    state: &State,
+    request: &Request,
+    token: &str,
+) -> Result<(), bool> {
+    let public = || state.public.lock().unwrap().contains(&request.path);
+    match request.headers.get("authorization") {
+        None => {
+            state.unsigned.fetch_add(1, Ordering::SeqCst);
+            if public() {
+                return Ok(());
+            }
+            Err(s3_reply(out, 401, "AccessDenied", "Anonymous caller does not have access"))
+        }
+        Some(given) => {
+            state.signed.fetch_add(1, Ordering::SeqCst);
+            if *given == format!("Bearer {token}") {
+                return Ok(());
+            }
+            Err(s3_reply(out, 401, "AuthenticationRequired", "Invalid Credentials"))
+        }
+    }
+}
+
 /// The object a request names, or the error response it gets (already sent: `Err(keep_open)`).
 fn lookup(out: &mut TcpStream, state: &State, request: &Request) -> Result<Arc<Vec<u8>>, bool> {
     authorize(out, state, request)?;
     match state.objects.lock().unwrap().get(&request.path) {
         Some(bytes) => Ok(Arc::clone(bytes)),
-        None if state.s3_key_id.is_some() => {
+        None if state.s3_key_id.is_some() || state.gcs_token.is_some() => {
             Err(s3_reply(out, 404, "NoSuchKey", "The specified key does not exist."))
         }
         None => Err(respond(out, 404, &[], b"not found")),

@@ -1,0 +1,134 @@
+//! Google Cloud Storage objects (`gs://bucket/object`) read through object_store's GCS client,
+//! against the GCS stand-in of tests/remote/server.rs on 127.0.0.1 (`GOOGLE_BASE_URL` points
+//! the client there): byte for byte, retried, signed with a bearer token or unsigned for public
+//! objects, and the fall-back between the two. A test binary of its own with one test: it sets
+//! the process's Google variables phase by phase.
+#![cfg(feature = "remote")]
+
+mod common;
+#[allow(dead_code)] // This binary uses a part of the shared responder only.
+#[path = "remote/server.rs"]
+mod server;
+
+use std::time::Duration;
+
+use gpumap::error::{Error, RemoteErrorKind};
+use gpumap::remote::{EndpointKind, RemoteFile, RemoteOptions, RemotePrefix, RemoteWriter};
+use server::{Fault, Server};
+
+const TOKEN: &str = "gpumap-test-bearer-token";
+
+fn options() -> RemoteOptions {
+    let mut options = RemoteOptions::default();
+    options.backoff(Duration::from_millis(5), Duration::from_millis(20));
+    options.request_size(65_536).unwrap();
+    options
+}
+
+/// Reads all of `file` but its first 5 bytes, in requests of 64 KiB in parallel, and checks
+/// them against `bytes`.
+fn reads_exactly(file: &RemoteFile, bytes: &[u8]) {
+    assert_eq!(file.len(), bytes.len() as u64);
+    let mut out = vec![0u8; bytes.len() - 5];
+    assert_eq!(file.read(&mut out, 5).unwrap(), out.len());
+    assert!(out == bytes[5..], "the bytes read differ from the object's");
+}
+
+fn kind_of(result: gpumap::Result<RemoteFile>) -> (RemoteErrorKind, Option<u16>, String) {
+    match result {
+        Err(e @ Error::Remote { .. }) => {
+            let Error::Remote { kind, status, .. } = &e else { unreachable!() };
+            (*kind, *status, gpumap::error::Report(&e).to_string())
+        }
+        other => panic!("not a remote error: {other:?}"),
+    }
+}
+
+#[test]
+fn gcs_objects_are_read_signed_or_unsigned() {
+    let server = Server::gcs(TOKEN);
+    let bytes = common::random_bytes(1_000_003, 17);
+    server.put("/gpumap-bkt/private/weights.bin", bytes.clone());
+    server.put("/gpumap-bkt/pub/weights.bin", bytes.clone());
+    server.make_public("/gpumap-bkt/pub/weights.bin");
+    let home = std::env::temp_dir().join(format!("gpumap-gcs-home-{}", std::process::id()));
+    // This binary has this one test, so no other thread reads the environment while it changes.
+    for var in [
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "GOOGLE_SERVICE_ACCOUNT",
+        "GOOGLE_SERVICE_ACCOUNT_PATH",
+        "GOOGLE_SERVICE_ACCOUNT_KEY",
+        "SERVICE_ACCOUNT",
+    ] {
+        std::env::remove_var(var);
+    }
+    std::env::set_var("HOME", &home); // no gcloud credentials file
+    std::env::set_var("GOOGLE_BASE_URL", server.endpoint());
+    std::env::set_var("GOOGLE_BEARER_TOKEN", TOKEN);
+
+    // Credentials configured: signed, byte for byte, 503s retried.
+    let private = "gs://gpumap-bkt/private/weights.bin";
+    let file = RemoteFile::open_with(private, &options()).unwrap();
+    assert_eq!(file.endpoint_kind(), EndpointKind::Gcs);
+    assert_eq!(file.url().to_string(), private);
+    server.inject([Fault::Status(503), Fault::Status(503)]);
+    reads_exactly(&file, &bytes);
+    assert_eq!(server.unsigned_and_signed_requests().0, 0);
+    // A missing object: typed, naming the URL.
+    let (kind, status, text) =
+        kind_of(RemoteFile::open_with("gs://gpumap-bkt/missing.bin", &options()));
+    assert_eq!((kind, status), (RemoteErrorKind::NotFound, Some(404)), "{text}");
+    assert!(text.contains("gs://gpumap-bkt/missing.bin") && !text.contains(TOKEN), "{text}");
+
+    // Public objects read unsigned when asked; a private one is refused unsigned.
+    let (unsigned_before, signed_before) = server.unsigned_and_signed_requests();
+    let public = "gs://gpumap-bkt/pub/weights.bin";
+    let file = RemoteFile::open_as(public, EndpointKind::GcsPublic, &options()).unwrap();
+    assert_eq!(file.endpoint_kind(), EndpointKind::GcsPublic);
+    reads_exactly(&file, &bytes);
+    let (unsigned, signed) = server.unsigned_and_signed_requests();
+    assert!(unsigned > unsigned_before + 10 && signed == signed_before, "{unsigned} / {signed}");
+    let (kind, status, _) =
+        kind_of(RemoteFile::open_as(private, EndpointKind::GcsPublic, &options()));
+    assert_eq!((kind, status), (RemoteErrorKind::AccessDenied, Some(401)));
+
+    // Credentials the server refuses: a public object falls back to unsigned requests; a
+    // private one is refused both ways, typed.
+    std::env::set_var("GOOGLE_BEARER_TOKEN", "some-other-token");
+    let file = RemoteFile::open_with(public, &options()).unwrap();
+    assert_eq!(file.endpoint_kind(), EndpointKind::GcsPublic);
+    reads_exactly(&file, &bytes);
+    let (kind, _, text) = kind_of(RemoteFile::open_with(private, &options()));
+    assert_eq!(kind, RemoteErrorKind::AccessDenied);
+    assert!(!text.contains("some-other-token"), "{text}");
+    // Without GCS_PUBLIC allowed, the refusal stands.
+    let only_signed = [EndpointKind::Gcs];
+    let (kind, _, _) = kind_of(RemoteFile::open_auto(public, &only_signed, &options()));
+    assert_eq!(kind, RemoteErrorKind::AccessDenied);
+
+    // A token no header can hold (object_store's request panicked on it): refused at open,
+    // naming the variable, not the token.
+    std::env::set_var("GOOGLE_BEARER_TOKEN", "tok\u{1}en");
+    let e = RemoteFile::open_with(private, &options()).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidConfig { var, .. } if var == "GOOGLE_BEARER_TOKEN"),
+        "{e:?}"
+    );
+    assert!(!gpumap::error::Report(&e).to_string().contains("tok\u{1}en"), "{e:?}");
+
+    // No credentials anywhere: a public object is read unsigned first, with no signed request.
+    std::env::remove_var("GOOGLE_BEARER_TOKEN");
+    let signed_before = server.unsigned_and_signed_requests().1;
+    let file = RemoteFile::open_with(public, &options()).unwrap();
+    assert_eq!(file.endpoint_kind(), EndpointKind::GcsPublic);
+    reads_exactly(&file, &bytes);
+    assert_eq!(server.unsigned_and_signed_requests().1, signed_before);
+
+    // Not built for gs:// yet, refused before any request: writes and prefixes.
+    let requests = server.heads() + server.gets();
+    let e = RemoteWriter::create_with("gs://gpumap-bkt/out.bin", &options()).unwrap_err();
+    assert!(matches!(e, Error::Remote { kind: RemoteErrorKind::InvalidUrl, .. }), "{e:?}");
+    let e = RemotePrefix::open_with("gs://gpumap-bkt/pub/", &options()).unwrap_err();
+    assert!(matches!(e, Error::Remote { kind: RemoteErrorKind::InvalidUrl, .. }), "{e:?}");
+    assert_eq!(server.heads() + server.gets(), requests);
+}
