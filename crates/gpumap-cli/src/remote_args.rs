@@ -85,7 +85,7 @@ impl RemoteArgs {
     }
 }
 
-/// Options of writes to `s3://` URLs (refused for local files).
+/// Options of writes to `s3://` and `gs://` URLs (refused for local files).
 #[derive(Args, Debug)]
 pub struct RemoteWriteArgs {
     /// Bytes of each part of the upload but the last, 5MiB to 5GiB (default: 16 MiB); an

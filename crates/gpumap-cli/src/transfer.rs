@@ -243,7 +243,8 @@ impl ReadArgs {
 #[derive(Args, Debug)]
 pub struct WriteArgs {
     /// The file to write (created if missing; never truncated: use --truncate), or an
-    /// s3://bucket/key URL: a new object, written whole as a multipart upload (docs/remote.md).
+    /// s3://bucket/key or gs://bucket/object URL: a new object, written whole as a multipart
+    /// upload (docs/remote.md).
     pub(crate) file: PathBuf,
     /// How many bytes to write, e.g. 1GiB (generated and written piece by piece: memory does
     /// not grow with the size).
@@ -503,9 +504,10 @@ pub(crate) fn write_piece(task_size: u64, threads: usize, size: u64) -> usize {
 pub fn write(args: &WriteArgs) -> CliResult {
     if let Some(flag) = args.remote.given_flag() {
         let file = args.file.display();
-        return Err(
-            Error::InvalidArgument(format!("{flag} applies to s3:// URLs, not to {file}")).into()
-        );
+        return Err(Error::InvalidArgument(format!(
+            "{flag} applies to s3:// and gs:// URLs, not to {file}"
+        ))
+        .into());
     }
     if args.offset.checked_add(args.size).is_none_or(|end| i64::try_from(end).is_err()) {
         return Err(Error::Overflow { offset: args.offset, len: args.size }.into());

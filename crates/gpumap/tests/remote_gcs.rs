@@ -1,7 +1,7 @@
-//! Google Cloud Storage objects (`gs://bucket/object`) read through object_store's GCS client,
-//! against the GCS stand-in of tests/remote/server.rs on 127.0.0.1 (`GOOGLE_BASE_URL` points
-//! the client there): byte for byte, retried, signed with a bearer token or unsigned for public
-//! objects, and the fall-back between the two. A test binary of its own with one test: it sets
+//! Google Cloud Storage objects (`gs://bucket/object`) read and written through object_store's
+//! GCS client, against the GCS stand-in of tests/remote/server.rs on 127.0.0.1
+//! (`GOOGLE_BASE_URL` points the client there): byte for byte, retried, signed with a bearer
+//! token or unsigned for public objects, and the fall-back between the two. A test binary of its own with one test: it sets
 //! the process's Google variables phase by phase.
 #![cfg(feature = "remote")]
 
@@ -45,7 +45,7 @@ fn kind_of(result: gpumap::Result<RemoteFile>) -> (RemoteErrorKind, Option<u16>,
 }
 
 #[test]
-fn gcs_objects_are_read_signed_or_unsigned() {
+fn gcs_objects_are_read_and_written_signed_or_unsigned() {
     let server = Server::gcs(TOKEN);
     let bytes = common::random_bytes(1_000_003, 17);
     server.put("/gpumap-bkt/private/weights.bin", bytes.clone());
@@ -124,10 +124,38 @@ fn gcs_objects_are_read_signed_or_unsigned() {
     reads_exactly(&file, &bytes);
     assert_eq!(server.unsigned_and_signed_requests().1, signed_before);
 
-    // Not built for gs:// yet, refused before any request: writes and prefixes.
+    // Writes: unsigned (no credentials), refused and nothing stored; with the token, a
+    // multipart upload of three parts and a one-PUT object, read back byte for byte.
+    let written = common::random_bytes(11 * 1024 * 1024 + 7, 23);
+    let writer = RemoteWriter::create_with("gs://gpumap-bkt/out/nope.bin", &options()).unwrap();
+    let wrote = writer.pwrite(&written[..1000], 0).and_then(|_| writer.finish());
+    assert!(
+        matches!(wrote, Err(Error::Remote { kind: RemoteErrorKind::AccessDenied, .. })),
+        "{wrote:?}"
+    );
+    assert_eq!(server.object("/gpumap-bkt/out/nope.bin"), None);
+    std::env::set_var("GOOGLE_BEARER_TOKEN", TOKEN);
+    let mut parts = options();
+    parts.part_size(5 * 1024 * 1024).unwrap();
+    let out = "gs://gpumap-bkt/out/big.bin";
+    let writer = RemoteWriter::create_with(out, &parts).unwrap();
+    // Written back to front, in pieces that straddle the parts.
+    let step = 3 * 1024 * 1024 + 1;
+    let pieces: Vec<(usize, &[u8])> = written.chunks(step).enumerate().collect();
+    for &(i, bytes) in pieces.iter().rev() {
+        writer.pwrite(bytes, (i * step) as u64).unwrap();
+    }
+    assert_eq!(writer.finish().unwrap(), written.len() as u64);
+    assert!(server.completes() == 1 && server.part_puts() == 3);
+    assert!(server.object("/gpumap-bkt/out/big.bin").as_deref() == Some(&written[..]));
+    reads_exactly(&RemoteFile::open_with(out, &options()).unwrap(), &written);
+    let small = RemoteWriter::create_with("gs://gpumap-bkt/out/small.bin", &options()).unwrap();
+    small.pwrite(&written[..4097], 0).unwrap();
+    small.finish().unwrap();
+    assert!(server.object("/gpumap-bkt/out/small.bin").as_deref() == Some(&written[..4097]));
+
+    // Not built for gs:// yet, refused before any request: prefixes.
     let requests = server.heads() + server.gets();
-    let e = RemoteWriter::create_with("gs://gpumap-bkt/out.bin", &options()).unwrap_err();
-    assert!(matches!(e, Error::Remote { kind: RemoteErrorKind::InvalidUrl, .. }), "{e:?}");
     let e = RemotePrefix::open_with("gs://gpumap-bkt/pub/", &options()).unwrap_err();
     assert!(matches!(e, Error::Remote { kind: RemoteErrorKind::InvalidUrl, .. }), "{e:?}");
     assert_eq!(server.heads() + server.gets(), requests);

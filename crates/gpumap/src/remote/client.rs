@@ -122,21 +122,7 @@ impl StoreRecipe {
                 Arc::new(s3_store_with(url, bucket, options, client_options)?)
             }
             RemoteUrl::Gcs { bucket, .. } => {
-                // Credentials, and the endpoint (`GOOGLE_BASE_URL`), come from the environment
-                // as object_store reads it.
-                let builder = object_store::gcp::GoogleCloudStorageBuilder::from_env();
-                if !options.unsigned {
-                    check_found_gcs_token(&builder)?;
-                }
-                let store = builder
-                    .with_bucket_name(bucket)
-                    .with_client_options(client_options)
-                    .with_http_connector(CheckedConnector)
-                    .with_retry(no_retries())
-                    .with_skip_signature(options.unsigned)
-                    .build()
-                    .map_err(|e| invalid(url, &e))?;
-                Arc::new(store)
+                Arc::new(gcs_store_with(url, bucket, options, client_options)?)
             }
             RemoteUrl::Http(full) => {
                 // The whole URL is the store's base and the object's path is empty, so the
@@ -268,6 +254,37 @@ fn s3_store_with(
     }
     check_s3_settings(&builder)?;
     builder.build().map_err(|e| invalid(url, &e))
+}
+
+/// The GCS store of `bucket` (for `url`, named in errors): credentials, and the endpoint
+/// (`GOOGLE_BASE_URL`), from the environment as object_store reads it.
+pub(crate) fn gcs_store(
+    url: &RemoteUrl,
+    bucket: &str,
+    options: &RemoteOptions,
+) -> Result<object_store::gcp::GoogleCloudStorage> {
+    gcs_store_with(url, bucket, options, client_options(options))
+}
+
+/// [`gcs_store`] with `client_options` of the caller's.
+fn gcs_store_with(
+    url: &RemoteUrl,
+    bucket: &str,
+    options: &RemoteOptions,
+    client_options: ClientOptions,
+) -> Result<object_store::gcp::GoogleCloudStorage> {
+    let builder = object_store::gcp::GoogleCloudStorageBuilder::from_env();
+    if !options.unsigned {
+        check_found_gcs_token(&builder)?;
+    }
+    builder
+        .with_bucket_name(bucket)
+        .with_client_options(client_options)
+        .with_http_connector(CheckedConnector)
+        .with_retry(no_retries())
+        .with_skip_signature(options.unsigned)
+        .build()
+        .map_err(|e| invalid(url, &e))
 }
 
 /// The credential object_store signs with, from the caller's: a temporary key (`ASIA...`)

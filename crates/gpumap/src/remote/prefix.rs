@@ -171,7 +171,8 @@ impl RemotePrefix {
     /// size and parts held, or the prefix's when `None`.
     pub fn create_file(&self, name: &str, options: Option<&RemoteOptions>) -> Result<RemoteWriter> {
         let url = self.url_of(name)?;
-        RemoteWriter::create_on(url, self.inner.store()?, options.unwrap_or(&self.inner.options))
+        let store = Arc::new(self.inner.store()?);
+        RemoteWriter::create_on(url, store, options.unwrap_or(&self.inner.options))
     }
 
     /// The size of the object `name`, or `None` where there is none (a HEAD request, retried).

@@ -9,10 +9,9 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use futures_util::{StreamExt, TryStreamExt};
-use object_store::aws::AmazonS3;
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as StorePath;
-use object_store::{MultipartId, ObjectStoreExt, PutPayload};
+use object_store::{MultipartId, ObjectStore, ObjectStoreExt, PutPayload};
 use parking_lot::{Condvar, Mutex};
 
 use crate::config::Config;
@@ -76,7 +75,7 @@ pub struct RemoteWriter {
 #[derive(Debug)]
 struct Shared {
     url: RemoteUrl,
-    store: AmazonS3,
+    store: Arc<dyn WriteStore>,
     path: StorePath,
     options: RemoteOptions,
     runtime: Arc<tokio::runtime::Runtime>,
@@ -133,16 +132,21 @@ struct Filling {
     copying: usize,
 }
 
-/// The refusal of a write to a URL that is not an S3 object.
-fn not_s3(url: &RemoteUrl) -> Error {
-    let reason =
-        "writes go to s3:// objects only (not yet to gs://; an HTTP or WebHDFS server takes no \
-         multipart upload)";
+/// A store a writer writes to: one that takes plain PUTs and multipart uploads (S3's, GCS's).
+pub(crate) trait WriteStore: ObjectStore + MultipartStore {}
+
+impl<T: ObjectStore + MultipartStore> WriteStore for T {}
+
+/// The refusal of a write to a URL that is not an S3 or GCS object.
+fn not_writable(url: &RemoteUrl) -> Error {
+    let reason = "writes go to s3:// and gs:// objects only (an HTTP or WebHDFS server takes \
+                  no multipart upload)";
     Failure::new(RemoteErrorKind::InvalidUrl, None, reason).into_error(url, "write to", 0)
 }
 
 impl RemoteWriter {
-    /// Starts writing the object at `url` (`s3://bucket/key`) with the options the settings
+    /// Starts writing the object at `url` (`s3://bucket/key`, `gs://bucket/object`) with the
+    /// options the settings
     /// give ([`RemoteOptions::from_config`] of [`Config::global`]).
     pub fn create(url: &str) -> Result<RemoteWriter> {
         Self::create_with(url, &RemoteOptions::from_config(Config::global()?)?)
@@ -162,19 +166,24 @@ impl RemoteWriter {
     /// Starts writing the object at a parsed URL. Nothing is sent until a part is whole (or
     /// until `finish`, for an object of one part).
     pub fn create_url(url: RemoteUrl, options: &RemoteOptions) -> Result<RemoteWriter> {
-        let RemoteUrl::S3 { bucket, .. } = &url else { return Err(not_s3(&url)) };
-        let store = client::s3_store(&url, bucket, options)?;
+        let store: Arc<dyn WriteStore> = match &url {
+            RemoteUrl::S3 { bucket, .. } => Arc::new(client::s3_store(&url, bucket, options)?),
+            RemoteUrl::Gcs { bucket, .. } => Arc::new(client::gcs_store(&url, bucket, options)?),
+            RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => return Err(not_writable(&url)),
+        };
         Self::create_on(url, store, options)
     }
 
-    /// Starts writing the S3 object at `url` through a store already made (a
+    /// Starts writing the object at `url` through a store already made (a
     /// [`RemotePrefix`](super::RemotePrefix)'s, whose connections it shares).
     pub(crate) fn create_on(
         url: RemoteUrl,
-        store: AmazonS3,
+        store: Arc<dyn WriteStore>,
         options: &RemoteOptions,
     ) -> Result<RemoteWriter> {
-        let RemoteUrl::S3 { key, .. } = &url else { return Err(not_s3(&url)) };
+        let (RemoteUrl::S3 { key, .. } | RemoteUrl::Gcs { key, .. }) = &url else {
+            return Err(not_writable(&url));
+        };
         let path = RemoteUrl::store_path(key)?;
         let part_size = usize::try_from(options.part_size).map_err(|_| {
             Error::InvalidArgument(format!(

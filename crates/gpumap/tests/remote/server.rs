@@ -145,8 +145,9 @@ impl Server {
         Self::start(Some(key_id.to_owned()))
     }
 
-    /// A Google Cloud Storage stand-in for reads (object_store's XML API requests: HEAD and
-    /// ranged GETs of `/bucket/object`) that wants `Authorization: Bearer <token>`.
+    /// A Google Cloud Storage stand-in (object_store's XML API requests, which are S3's in
+    /// shape: HEAD and ranged GETs of `/bucket/object`, PUTs and multipart uploads) that wants
+    /// `Authorization: Bearer <token>`.
     #[allow(dead_code)] // Used by the GCS test binary alone.
     pub fn gcs(token: &str) -> Server {
         Self::start_with(State { gcs_token: Some(token.to_owned()), ..State::default() })
@@ -478,7 +479,9 @@ fn handle(out: &mut TcpStream, state: &State, request: Request) -> bool {
             answer(out, state, &request, true)
         }
         "GET" => get(out, state, &request),
-        "PUT" | "POST" | "DELETE" if state.s3_key_id.is_some() => write(out, state, request),
+        "PUT" | "POST" | "DELETE" if state.s3_key_id.is_some() || state.gcs_token.is_some() => {
+            write(out, state, request)
+        }
         _ => respond(out, 405, &[], b""),
     }
 }
