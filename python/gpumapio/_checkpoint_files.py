@@ -121,8 +121,9 @@ def open_catalogue(source: str | os.PathLike[str]) -> Catalogue:
 def list_shards(source: str | os.PathLike[str]) -> Listing:
     """The files of ``source``: a ``.safetensors`` file, an index JSON, or a directory (its
     ``model.safetensors.index.json``, else its one ``*.safetensors.index.json``, else every
-    ``*.safetensors`` file in it). A URL (``s3://``, ``http(s)://``) names a file or an index;
-    an ``s3://`` URL ending in ``/`` is a prefix, listed and read as a directory is; an
+    ``*.safetensors`` file in it). A URL (``s3://``, ``gs://``, ``http(s)://``) names a file or
+    an index; an ``s3://`` or ``gs://`` URL ending in ``/`` is a prefix, listed and read as a
+    directory is; an
     ``http(s)://`` URL ending in ``/`` is read as its ``model.safetensors.index.json`` or else
     its ``model.safetensors`` (a web server's listing is not read). An index is read and
     checked here; the shards' headers are not."""
@@ -137,7 +138,7 @@ def list_shards(source: str | os.PathLike[str]) -> Listing:
 
 
 def _from_directory(where: str, names: list[str], path_of: Any) -> Listing:
-    """The catalogue of a directory (or an S3 prefix) ``where`` holding the files ``names``:
+    """The catalogue of a directory (or a bucket's prefix) ``where`` holding the files ``names``:
     its ``model.safetensors.index.json``, else its one index, else every ``*.safetensors``."""
     names = sorted(names)
     indices = [n for n in names if n.endswith(_INDEX_SUFFIX)]
@@ -156,7 +157,7 @@ def _from_directory(where: str, names: list[str], path_of: Any) -> Listing:
 def _from_url(url: str) -> Listing:
     if not url_path(url).endswith("/"):
         return _from_index(url) if url_path(url).endswith(".json") else Listing([url])
-    if url.lower().startswith("s3://"):
+    if url.lower().startswith(("s3://", "gs://")):
         prefix = RemotePrefix(url)
         objects, _ = prefix.list_dir("")
         return _from_directory(prefix.url, [name for name, _ in objects], lambda name: prefix.url + name)

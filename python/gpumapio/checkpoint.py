@@ -383,9 +383,10 @@ def load_checkpoint(
     """Loads a safetensors checkpoint: ``{name: tensor}``.
 
     ``source`` is a ``.safetensors`` file, a ``model.safetensors.index.json`` (or any
-    ``*.safetensors.index.json``), or a directory holding either; or an ``s3://`` or
+    ``*.safetensors.index.json``), or a directory holding either; or an ``s3://``, ``gs://`` or
     ``http(s)://`` URL of a file or an index (its shards named relative to it), or of a
-    directory ending in ``/`` (an ``s3://`` prefix is listed and read as a local directory is;
+    directory ending in ``/`` (an ``s3://`` or ``gs://`` prefix is listed and read as a local
+    directory is;
     an ``http(s)://`` one means its ``model.safetensors.index.json``, else its
     ``model.safetensors``). Objects are read with parallel ranged GETs
     (:class:`gpumapio.RemoteFile`, credentials from the AWS environment). Every header and the index

@@ -1,8 +1,9 @@
 """Google Cloud Storage objects (``gs://bucket/object``) through ``RemoteFile.open``,
-``read_file_to_device`` and ``load_checkpoint``, against a GCS stand-in on 127.0.0.1 (the
-requests of object_store's GCS client: HEAD and ranged GETs of ``/bucket/object``, the object's
-name percent-encoded), which ``GOOGLE_BASE_URL`` points the client at: signed with a bearer
-token, unsigned for public objects; byte for byte."""
+``read_file_to_device``, ``load_checkpoint`` and ``RemotePrefix``, against a GCS stand-in on
+127.0.0.1 (the requests of object_store's GCS client: HEAD and ranged GETs of
+``/bucket/object``, the object's name percent-encoded, and listings), which ``GOOGLE_BASE_URL``
+points the client at: signed with a bearer token, unsigned for public objects; byte for
+byte."""
 
 from __future__ import annotations
 
@@ -61,7 +62,40 @@ class _Gcs(http.server.BaseHTTPRequestHandler):
                 self.send_header(name, value)
             self.end_headers()
 
+    def _listing(self, bucket, query):
+        """A ListObjectsV2 page (GCS's XML API answers S3's): every key under ``prefix``, the
+        levels below ``delimiter`` as common prefixes, all in one page."""
+        prefix, delimiter = query.get("prefix", [""])[0], query.get("delimiter", [""])[0]
+        keys, levels = [], set()
+        for path in sorted(self.server.objects):
+            key = path.removeprefix(f"/{bucket}/")
+            if path == key or not key.startswith(prefix):
+                continue
+            rest = key[len(prefix):]
+            if delimiter and delimiter in rest:
+                levels.add(prefix + rest.split(delimiter, 1)[0] + delimiter)
+            else:
+                keys.append(key)
+        contents = "".join(
+            f"<Contents><Key>{k}</Key><Size>{len(self.server.objects[f'/{bucket}/{k}'])}</Size>"
+            "<LastModified>2026-11-24T12:00:00.000Z</LastModified><ETag>\"e\"</ETag></Contents>"
+            for k in keys)
+        common = "".join(f"<CommonPrefixes><Prefix>{p}</Prefix></CommonPrefixes>" for p in sorted(levels))
+        body = (f"<?xml version='1.0' encoding='UTF-8'?><ListBucketResult><Name>{bucket}</Name>"
+                f"<Prefix>{prefix}</Prefix><KeyCount>{len(keys)}</KeyCount><IsTruncated>false</IsTruncated>"
+                f"{contents}{common}</ListBucketResult>").encode()
+        self._reply(200, [("Content-Type", "application/xml")], body)
+
     def do_GET(self):
+        path, _, query = self.path.partition("?")
+        path, query = urllib.parse.unquote(path), urllib.parse.parse_qs(query)
+        if "list-type" in query:
+            self.server.requests.append((path, self.headers.get("Authorization") is not None))
+            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                self._reply(401, body=b"<Error><Code>AccessDenied</Code></Error>")
+                return
+            self._listing(path.strip("/"), query)
+            return
         data = self._object()
         if data is None:
             return
@@ -144,9 +178,16 @@ def test_a_checkpoint_and_a_read_come_from_gs_urls(gcs, monkeypatch, tmp_path, r
     assert set(got) == set(tensors)
     for name, array in got.items():
         _same(array, tensors[name])
-    # By its directory: the index found beside it, as for an http(s):// directory.
+    # By its prefix, listed as a directory is.
+    listed_before = sum(1 for path, _ in gcs.requests if path == "/gpumap-bkt")
     got = gpumapio.load_checkpoint("gs://gpumap-bkt/ckpt/", "cpu", framework="numpy")
     assert set(got) == set(tensors)
+    for name, array in got.items():
+        _same(array, tensors[name])
+    assert sum(1 for path, _ in gcs.requests if path == "/gpumap-bkt") > listed_before
+    prefix = gpumapio.RemotePrefix("gs://gpumap-bkt/ckpt/")
+    assert not prefix.unsigned and prefix.url == "gs://gpumap-bkt/ckpt/"
+    assert sorted(name for name, _ in prefix.list()) == sorted(os.listdir(directory))
     index = gcs.objects["/gpumap-bkt/ckpt/model.safetensors.index.json"]
     read = gpumapio.read_file_to_device("gs://gpumap-bkt/ckpt/model.safetensors.index.json", offset=7, output="numpy")
     assert read.tobytes() == index[7:]

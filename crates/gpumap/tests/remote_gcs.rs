@@ -13,7 +13,9 @@ mod server;
 use std::time::Duration;
 
 use gpumap::error::{Error, RemoteErrorKind};
-use gpumap::remote::{EndpointKind, RemoteFile, RemoteOptions, RemotePrefix, RemoteWriter};
+use gpumap::remote::{
+    EndpointKind, RemoteEntry, RemoteFile, RemoteOptions, RemotePrefix, RemoteWriter,
+};
 use server::{Fault, Server};
 
 const TOKEN: &str = "gpumap-test-bearer-token";
@@ -154,9 +156,32 @@ fn gcs_objects_are_read_and_written_signed_or_unsigned() {
     small.finish().unwrap();
     assert!(server.object("/gpumap-bkt/out/small.bin").as_deref() == Some(&written[..4097]));
 
-    // Not built for gs:// yet, refused before any request: prefixes.
-    let requests = server.heads() + server.gets();
-    let e = RemotePrefix::open_with("gs://gpumap-bkt/pub/", &options()).unwrap_err();
-    assert!(matches!(e, Error::Remote { kind: RemoteErrorKind::InvalidUrl, .. }), "{e:?}");
-    assert_eq!(server.heads() + server.gets(), requests);
+    // A prefix: listed, sized, opened, written and deleted through one client.
+    let prefix = RemotePrefix::open_auto("gs://gpumap-bkt/out", &options()).unwrap();
+    assert!(!prefix.is_unsigned());
+    assert_eq!(prefix.url().to_string(), "gs://gpumap-bkt/out/");
+    let entry = |name: &str, len: usize| RemoteEntry { name: name.into(), len: len as u64 };
+    let all = |p: &RemotePrefix| p.list("").unwrap().collect::<gpumap::Result<Vec<_>>>().unwrap();
+    assert_eq!(all(&prefix), [entry("big.bin", written.len()), entry("small.bin", 4097)]);
+    assert_eq!(prefix.len_of("small.bin").unwrap(), Some(4097));
+    assert_eq!(prefix.url_of("a b.bin").unwrap().to_string(), "gs://gpumap-bkt/out/a%20b.bin");
+    reads_exactly(&prefix.open_file("big.bin", None).unwrap(), &written);
+    let new = prefix.create_file("sub/new.bin", None).unwrap();
+    new.pwrite(b"hello", 0).unwrap();
+    new.finish().unwrap();
+    let level = prefix.list_dir("").unwrap();
+    assert_eq!((level.objects.len(), level.dirs), (2, vec!["sub".to_owned()]));
+    prefix.delete(&["small.bin", "sub/new.bin"]).unwrap();
+    assert_eq!(server.object("/gpumap-bkt/out/small.bin"), None);
+    assert_eq!(all(&prefix), [entry("big.bin", written.len())]);
+    // With no credentials: unsigned where the bucket lists to anyone, else signed (here with
+    // no metadata server to give credentials: a port that refuses at once).
+    std::env::remove_var("GOOGLE_BEARER_TOKEN");
+    std::env::set_var("GCE_METADATA_HOST", "127.0.0.1:9");
+    std::env::set_var("GCE_METADATA_IP", "127.0.0.1:9");
+    assert!(!RemotePrefix::open_auto("gs://gpumap-bkt/out/", &options()).unwrap().is_unsigned());
+    server.make_public("/gpumap-bkt");
+    let public = RemotePrefix::open_auto("gs://gpumap-bkt/out/", &options()).unwrap();
+    assert!(public.is_unsigned());
+    assert_eq!(all(&public), [entry("big.bin", written.len())]);
 }

@@ -1,5 +1,5 @@
-//! [`RemotePrefix`]: the objects under one S3 prefix, used as a directory — listed, sized,
-//! opened, written and deleted through one client, whose connections they all share.
+//! [`RemotePrefix`]: the objects under one S3 or GCS prefix, used as a directory — listed,
+//! sized, opened, written and deleted through one client, whose connections they all share.
 //!
 //! Listing pages through the bucket lazily ([`RemoteObjects`] is an iterator), so a prefix of
 //! millions of keys costs memory for one page at a time; a page that fails is asked again, with
@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use futures_util::stream::BoxStream;
 use futures_util::{StreamExt, TryStreamExt};
-use object_store::aws::AmazonS3;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 
@@ -29,8 +28,8 @@ use crate::remote::failure::Failure;
 use crate::remote::file::{self, RemoteFile};
 use crate::remote::options::RemoteOptions;
 use crate::remote::retry::Attempts;
-use crate::remote::url::{self, RemoteUrl};
-use crate::remote::writer::RemoteWriter;
+use crate::remote::url::{self, BucketStore, RemoteUrl};
+use crate::remote::writer::{RemoteWriter, WriteStore};
 
 /// Keys deleted by one request: S3's own limit for `DeleteObjects`.
 const DELETE_BATCH: usize = 1000;
@@ -53,8 +52,8 @@ pub struct RemoteListing {
     pub dirs: Vec<String>,
 }
 
-/// The objects under `s3://bucket/prefix/`. Cloning is cheap; clones, and the files and
-/// writers they open, share one connection pool.
+/// The objects under `s3://bucket/prefix/` (or `gs://bucket/prefix/`). Cloning is cheap;
+/// clones, and the files and writers they open, share one connection pool.
 #[derive(Debug, Clone)]
 pub struct RemotePrefix {
     inner: Arc<Inner>,
@@ -62,13 +61,15 @@ pub struct RemotePrefix {
 
 #[derive(Debug)]
 struct Inner {
+    /// S3 or GCS.
+    bucket_store: BucketStore,
     bucket: String,
     /// Without a trailing `/`; empty for the whole bucket.
     prefix: String,
     /// `s3://bucket/prefix/`, as errors name it.
     url: RemoteUrl,
     /// Its store for listings, deletes and writes (a forked child makes its own).
-    store: ForkLocal<AmazonS3>,
+    store: ForkLocal<Arc<dyn WriteStore>>,
     options: RemoteOptions,
     /// The store and the permits of the requests in flight, shared by every file it opens.
     connections: Arc<ForkLocal<Connections>>,
@@ -79,13 +80,27 @@ struct Inner {
 
 impl Inner {
     /// Its store in this process.
-    fn store(&self) -> Result<AmazonS3> {
-        self.store.get(|| client::s3_store(&self.url, &self.bucket, &self.options))
+    fn store(&self) -> Result<Arc<dyn WriteStore>> {
+        self.store.get(|| bucket_store(self.bucket_store, &self.url, &self.bucket, &self.options))
     }
 }
 
+/// A new store of `bucket`, S3's or GCS's.
+fn bucket_store(
+    kind: BucketStore,
+    url: &RemoteUrl,
+    bucket: &str,
+    options: &RemoteOptions,
+) -> Result<Arc<dyn WriteStore>> {
+    Ok(match kind {
+        BucketStore::S3 => Arc::new(client::s3_store(url, bucket, options)?),
+        BucketStore::Gcs => Arc::new(client::gcs_store(url, bucket, options)?),
+    })
+}
+
 impl RemotePrefix {
-    /// Opens `url` (`s3://bucket/`, `s3://bucket/prefix/`; the trailing `/` may be left out)
+    /// Opens `url` (`s3://bucket/`, `s3://bucket/prefix/`, `gs://...` alike; the trailing `/`
+    /// may be left out)
     /// with the options the settings give ([`RemoteOptions::from_config`] of
     /// [`Config::global`]), signed or unsigned as [`open_auto`](Self::open_auto) decides.
     pub fn open(url: &str) -> Result<RemotePrefix> {
@@ -95,19 +110,26 @@ impl RemotePrefix {
     /// Opens `url` with `options` (endpoint, region, retries, credentials or unsigned requests;
     /// a known length is ignored). Requests are signed unless the options say otherwise.
     pub fn open_with(url: &str, options: &RemoteOptions) -> Result<RemotePrefix> {
-        let (bucket, prefix) = url::parse_s3_prefix(url)?;
-        let shown = RemoteUrl::S3 {
-            bucket: bucket.clone(),
-            key: if prefix.is_empty() { String::new() } else { format!("{prefix}/") },
-        };
-        let store = client::s3_store(&shown, &bucket, options)?;
+        let (bucket_store_kind, bucket, prefix) = url::parse_bucket_prefix(url)?;
+        let level = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
+        let shown = bucket_store_kind.level_url(&bucket, level);
+        let store = bucket_store(bucket_store_kind, &shown, &bucket, options)?;
         let mut options = options.clone();
         options.known_len(None);
         let recipe = Arc::new(StoreRecipe::new(&shown, &options));
-        let connections = Connections::through(Arc::new(store.clone()), &recipe);
+        let connections = Connections::through(store.clone(), &recipe);
         let connections = Arc::new(ForkLocal::new(connections));
         let store = ForkLocal::new(store);
-        let inner = Inner { bucket, prefix, url: shown, store, options, connections, recipe };
+        let inner = Inner {
+            bucket_store: bucket_store_kind,
+            bucket,
+            prefix,
+            url: shown,
+            store,
+            options,
+            connections,
+            recipe,
+        };
         Ok(RemotePrefix { inner: Arc::new(inner) })
     }
 
@@ -120,8 +142,14 @@ impl RemotePrefix {
     /// credentials object_store finds then (an instance's role). A bucket whose objects are
     /// public but whose listing is not must be opened with [`RemoteOptions::unsigned`].
     pub fn open_auto(url: &str, options: &RemoteOptions) -> Result<RemotePrefix> {
-        let decided = options.unsigned || options.s3_credentials.is_some();
-        if decided || client::s3_credentials_configured() {
+        let (kind, _, _) = url::parse_bucket_prefix(url)?;
+        let configured = match kind {
+            BucketStore::S3 => {
+                options.s3_credentials.is_some() || client::s3_credentials_configured()
+            }
+            BucketStore::Gcs => client::gcs_credentials_configured(),
+        };
+        if options.unsigned || configured {
             return Self::open_with(url, options);
         }
         let mut unsigned = options.clone();
@@ -142,7 +170,7 @@ impl RemotePrefix {
         self.inner.options.unsigned
     }
 
-    /// `s3://bucket/prefix/`.
+    /// `s3://bucket/prefix/` (or `gs://...`).
     pub fn url(&self) -> &RemoteUrl {
         &self.inner.url
     }
@@ -154,7 +182,7 @@ impl RemotePrefix {
 
     /// The URL of `name` (a key relative to the prefix, checked as keys are).
     pub fn url_of(&self, name: &str) -> Result<RemoteUrl> {
-        RemoteUrl::s3(&self.inner.bucket, &self.key_of(name))
+        RemoteUrl::in_bucket(self.inner.bucket_store, &self.inner.bucket, &self.key_of(name))
     }
 
     /// Opens the object `name` for reading; `len`, where known, spares the HEAD request.
@@ -171,8 +199,7 @@ impl RemotePrefix {
     /// size and parts held, or the prefix's when `None`.
     pub fn create_file(&self, name: &str, options: Option<&RemoteOptions>) -> Result<RemoteWriter> {
         let url = self.url_of(name)?;
-        let store = Arc::new(self.inner.store()?);
-        RemoteWriter::create_on(url, store, options.unwrap_or(&self.inner.options))
+        RemoteWriter::create_on(url, self.inner.store()?, options.unwrap_or(&self.inner.options))
     }
 
     /// The size of the object `name`, or `None` where there is none (a HEAD request, retried).
@@ -278,7 +305,7 @@ impl RemotePrefix {
     /// The URL of `name` (checked as keys are) and its path in the store.
     fn locate(&self, name: &str) -> Result<(RemoteUrl, StorePath)> {
         let key = self.key_of(name);
-        let url = RemoteUrl::s3(&self.inner.bucket, &key)?;
+        let url = RemoteUrl::in_bucket(self.inner.bucket_store, &self.inner.bucket, &key)?;
         Ok((url, RemoteUrl::store_path(&key)?))
     }
 

@@ -111,6 +111,27 @@ impl RemoteUrl {
         Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), key: key.to_owned() })
     }
 
+    /// A GCS object named by its bucket and name (the name itself, not percent-encoded).
+    pub fn gcs(bucket: &str, key: &str) -> Result<RemoteUrl> {
+        let text = format!("gs://{bucket}/{}", url_path_of(key));
+        check_text(&text)?;
+        check_gcs_bucket(&text, bucket)?;
+        if key.is_empty() {
+            return Err(invalid(&text, "the URL names a bucket but no object"));
+        }
+        check_key(&text, key)?;
+        Ok(RemoteUrl::Gcs { bucket: bucket.to_owned(), key: key.to_owned() })
+    }
+
+    /// The object `key` of `bucket` in `store`, checked as [`s3`](Self::s3) and
+    /// [`gcs`](Self::gcs) check.
+    pub(crate) fn in_bucket(store: BucketStore, bucket: &str, key: &str) -> Result<RemoteUrl> {
+        match store {
+            BucketStore::S3 => RemoteUrl::s3(bucket, key),
+            BucketStore::Gcs => RemoteUrl::gcs(bucket, key),
+        }
+    }
+
     /// The store's path of an S3 or GCS object's key: the key as it is, which the client
     /// percent-encodes once on the wire. Checked keys always make one.
     pub(crate) fn store_path(key: &str) -> Result<object_store::path::Path> {
@@ -274,16 +295,45 @@ fn url_path_of(key: &str) -> String {
     out
 }
 
-/// `s3://bucket`, `s3://bucket/` or `s3://bucket/some/prefix(/)`: the bucket and the prefix
-/// (without its trailing `/`; empty for the whole bucket), checked as keys are.
-pub(crate) fn parse_s3_prefix(text: &str) -> Result<(String, String)> {
+/// The kinds of store whose objects live in buckets, and can be listed by prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BucketStore {
+    S3,
+    Gcs,
+}
+
+impl BucketStore {
+    pub(crate) fn scheme(self) -> &'static str {
+        match self {
+            BucketStore::S3 => "s3",
+            BucketStore::Gcs => "gs",
+        }
+    }
+
+    /// The URL of a level of `bucket` as it is shown (`key`: empty, or a prefix and its `/`);
+    /// not a URL of an object, so not checked as one.
+    pub(crate) fn level_url(self, bucket: &str, key: String) -> RemoteUrl {
+        let bucket = bucket.to_owned();
+        match self {
+            BucketStore::S3 => RemoteUrl::S3 { bucket, key },
+            BucketStore::Gcs => RemoteUrl::Gcs { bucket, key },
+        }
+    }
+}
+
+/// `s3://bucket`, `s3://bucket/` or `s3://bucket/some/prefix(/)`, or the same with `gs://`:
+/// the store, the bucket and the prefix (without its trailing `/`; empty for the whole
+/// bucket), checked as keys are.
+pub(crate) fn parse_bucket_prefix(text: &str) -> Result<(BucketStore, String, String)> {
     check_text(text)?;
-    let rest =
+    let (store, rest) =
         match text.split_once("://") {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("s3") => rest,
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("s3") => (BucketStore::S3, rest),
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("gs") => (BucketStore::Gcs, rest),
             _ => return Err(invalid(
                 &redact_text(text),
-                "a prefix to list is an s3:// URL (s3://bucket/prefix/); HTTP servers list nothing",
+                "a prefix to list is an s3:// or gs:// URL (s3://bucket/prefix/); HTTP servers \
+                 list nothing",
             )),
         };
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -291,17 +341,21 @@ pub(crate) fn parse_s3_prefix(text: &str) -> Result<(String, String)> {
     // `s3://bucket//`: an empty segment, not the bucket's root.
     let prefix = if stripped.is_empty() && !prefix.is_empty() { prefix } else { stripped };
     if bucket.contains(['@', '?', '#']) || prefix.contains(['?', '#']) {
+        let scheme = store.scheme();
         return Err(invalid(
             &redact_text(text),
-            "an s3:// prefix is s3://bucket/prefix/, with no user, query or fragment",
+            format!("a prefix is {scheme}://bucket/prefix/, with no user, query or fragment"),
         ));
     }
-    check_bucket(text, bucket)?;
+    match store {
+        BucketStore::S3 => check_bucket(text, bucket)?,
+        BucketStore::Gcs => check_gcs_bucket(text, bucket)?,
+    }
     let prefix = percent_decoded(text, prefix)?;
     if !prefix.is_empty() {
         check_key(text, &prefix)?;
     }
-    Ok((bucket.to_owned(), prefix))
+    Ok((store, bucket.to_owned(), prefix))
 }
 
 /// S3's own rules for bucket names (3 to 63 of lowercase letters, digits, `.` and `-`) and the
@@ -489,7 +543,7 @@ mod tests {
             refused(bad);
         }
         assert!(RemoteUrl::s3("bkt", "tab\there").is_err());
-        let (_, prefix) = parse_s3_prefix("s3://bkt/my%20data/").unwrap();
+        let (_, _, prefix) = parse_bucket_prefix("s3://bkt/my%20data/").unwrap();
         assert_eq!(prefix, "my data");
     }
 
@@ -584,13 +638,18 @@ mod tests {
     }
 
     #[test]
-    fn s3_prefixes_name_a_bucket_and_an_optional_prefix() {
-        let parse = |t: &str| parse_s3_prefix(t).unwrap();
-        assert_eq!(parse("s3://bucket"), ("bucket".into(), "".into()));
-        assert_eq!(parse("s3://bucket/"), ("bucket".into(), "".into()));
-        assert_eq!(parse("s3://bucket/a/b"), ("bucket".into(), "a/b".into()));
-        assert_eq!(parse("s3://bucket/a/b/"), ("bucket".into(), "a/b".into()));
+    fn bucket_prefixes_name_a_store_a_bucket_and_an_optional_prefix() {
+        let parse = |t: &str| parse_bucket_prefix(t).unwrap();
+        let s3 = BucketStore::S3;
+        assert_eq!(parse("s3://bucket"), (s3, "bucket".into(), "".into()));
+        assert_eq!(parse("s3://bucket/"), (s3, "bucket".into(), "".into()));
+        assert_eq!(parse("s3://bucket/a/b"), (s3, "bucket".into(), "a/b".into()));
+        assert_eq!(parse("s3://bucket/a/b/"), (s3, "bucket".into(), "a/b".into()));
+        assert_eq!(parse("GS://my_bkt/a/"), (BucketStore::Gcs, "my_bkt".into(), "a".into()));
         for text in [
+            "gs://",
+            "gs://_bkt/",
+            "gs://bkt/a//b/",
             "s3://",
             "s3://B/",
             "s3://bucket//",
@@ -603,7 +662,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    parse_s3_prefix(text),
+                    parse_bucket_prefix(text),
                     Err(Error::Remote { kind: RemoteErrorKind::InvalidUrl, .. })
                 ),
                 "{text:?} was not refused"

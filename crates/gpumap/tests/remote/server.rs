@@ -146,8 +146,8 @@ impl Server {
     }
 
     /// A Google Cloud Storage stand-in (object_store's XML API requests, which are S3's in
-    /// shape: HEAD and ranged GETs of `/bucket/object`, PUTs and multipart uploads) that wants
-    /// `Authorization: Bearer <token>`.
+    /// shape: HEAD and ranged GETs of `/bucket/object`, listings, PUTs, multipart uploads and
+    /// deletes) that wants `Authorization: Bearer <token>`.
     #[allow(dead_code)] // Used by the GCS test binary alone.
     pub fn gcs(token: &str) -> Server {
         Self::start_with(State { gcs_token: Some(token.to_owned()), ..State::default() })
@@ -490,7 +490,8 @@ fn get(out: &mut TcpStream, state: &State, request: &Request) -> bool {
     if state.webhdfs {
         return webhdfs(out, state, request);
     }
-    if state.s3_key_id.is_some() && request.query.get("list-type").is_some_and(|t| t == "2") {
+    let buckets = state.s3_key_id.is_some() || state.gcs_token.is_some();
+    if buckets && request.query.get("list-type").is_some_and(|t| t == "2") {
         return list(out, state, request);
     }
     plain_get(out, state, request)
