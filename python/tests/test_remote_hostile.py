@@ -151,6 +151,7 @@ def test_a_url_too_long_to_read_shows_none_of_its_secrets(url):
         ({"aws_endpoint_url": "http://host/?x=1"}, "aws_endpoint_url"),
         ({"aws_endpoint_url": "http://host/#frag"}, "aws_endpoint_url"),
         ({"aws_endpoint_url": "http://user:hunter2@host"}, "aws_endpoint_url"),
+        ({"aws_endpoint_url": "http://host/\x01"}, "aws_endpoint_url"),
     ],
 )
 def test_s3_settings_the_signer_cannot_use_are_refused_at_open(monkeypatch, site, settings, named):
@@ -165,6 +166,15 @@ def test_s3_settings_the_signer_cannot_use_are_refused_at_open(monkeypatch, site
         with pytest.raises(ValueError, match=named) as refused:
             call()
         assert "hunter2" not in str(refused.value) and "panicked" not in str(refused.value)
+
+
+@pytest.mark.parametrize("base", ["not a url", "http://127.0.0.1:9/\x01", "http://u:hunter2@host", "ftp://h"])
+def test_a_gcs_endpoint_object_store_cannot_use_is_refused_at_open(monkeypatch, base):
+    monkeypatch.setenv("GOOGLE_BASE_URL", base)
+    monkeypatch.setenv("GOOGLE_BEARER_TOKEN", "token")
+    with pytest.raises(ValueError, match="GOOGLE_BASE_URL") as refused:
+        RemoteFile.open("gs://bkt/obj")
+    assert "hunter2" not in str(refused.value) and "panicked" not in str(refused.value)
 
 
 @pytest.mark.parametrize(

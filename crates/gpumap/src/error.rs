@@ -302,8 +302,8 @@ pub enum RemoteErrorKind {
 macro_rules! check_credentials {
     ($what:literal) => {
         concat!(
-            "check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), \
-             the region, and that they may ",
+            "check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; \
+             GOOGLE_APPLICATION_CREDENTIALS for gs://), the region, and that they may ",
             $what
         )
     };
@@ -314,8 +314,9 @@ impl RemoteErrorKind {
     pub fn hint(self) -> &'static str {
         match self {
             RemoteErrorKind::InvalidUrl => {
-                "use s3://bucket/key or http(s)://host/path, with credentials in the \
-                 environment (AWS_ACCESS_KEY_ID, ...) rather than in the URL"
+                "use s3://bucket/key, gs://bucket/object or http(s)://host/path, with \
+                 credentials in the environment (AWS_ACCESS_KEY_ID, \
+                 GOOGLE_APPLICATION_CREDENTIALS, ...) rather than in the URL"
             }
             RemoteErrorKind::NotFound => "check the bucket, key or path",
             RemoteErrorKind::AccessDenied => {

@@ -1,8 +1,8 @@
-//! Google Cloud Storage objects (`gs://bucket/object`) read and written through object_store's
-//! GCS client, against the GCS stand-in of tests/remote/server.rs on 127.0.0.1
-//! (`GOOGLE_BASE_URL` points the client there): byte for byte, retried, signed with a bearer
-//! token or unsigned for public objects, and the fall-back between the two. A test binary of its own with one test: it sets
-//! the process's Google variables phase by phase.
+//! Google Cloud Storage objects (`gs://bucket/object`) and prefixes read, written and listed
+//! through object_store's GCS client, against the GCS stand-in of tests/remote/server.rs on
+//! 127.0.0.1 (`GOOGLE_BASE_URL` points the client there): byte for byte, retried, signed with a
+//! bearer token or unsigned for public objects, and the fall-back between the two. A test
+//! binary of its own with one test: it sets the process's Google variables phase by phase.
 #![cfg(feature = "remote")]
 
 mod common;
@@ -84,8 +84,8 @@ fn gcs_objects_are_read_and_written_signed_or_unsigned() {
 
     // Public objects read unsigned when asked; a private one is refused unsigned.
     let (unsigned_before, signed_before) = server.unsigned_and_signed_requests();
-    let public = "gs://gpumap-bkt/pub/weights.bin";
-    let file = RemoteFile::open_as(public, EndpointKind::GcsPublic, &options()).unwrap();
+    let public_url = "gs://gpumap-bkt/pub/weights.bin";
+    let file = RemoteFile::open_as(public_url, EndpointKind::GcsPublic, &options()).unwrap();
     assert_eq!(file.endpoint_kind(), EndpointKind::GcsPublic);
     reads_exactly(&file, &bytes);
     let (unsigned, signed) = server.unsigned_and_signed_requests();
@@ -97,7 +97,7 @@ fn gcs_objects_are_read_and_written_signed_or_unsigned() {
     // Credentials the server refuses: a public object falls back to unsigned requests; a
     // private one is refused both ways, typed.
     std::env::set_var("GOOGLE_BEARER_TOKEN", "some-other-token");
-    let file = RemoteFile::open_with(public, &options()).unwrap();
+    let file = RemoteFile::open_with(public_url, &options()).unwrap();
     assert_eq!(file.endpoint_kind(), EndpointKind::GcsPublic);
     reads_exactly(&file, &bytes);
     let (kind, _, text) = kind_of(RemoteFile::open_with(private, &options()));
@@ -105,7 +105,7 @@ fn gcs_objects_are_read_and_written_signed_or_unsigned() {
     assert!(!text.contains("some-other-token"), "{text}");
     // Without GCS_PUBLIC allowed, the refusal stands.
     let only_signed = [EndpointKind::Gcs];
-    let (kind, _, _) = kind_of(RemoteFile::open_auto(public, &only_signed, &options()));
+    let (kind, _, _) = kind_of(RemoteFile::open_auto(public_url, &only_signed, &options()));
     assert_eq!(kind, RemoteErrorKind::AccessDenied);
 
     // A token no header can hold (object_store's request panicked on it): refused at open,
@@ -121,7 +121,7 @@ fn gcs_objects_are_read_and_written_signed_or_unsigned() {
     // No credentials anywhere: a public object is read unsigned first, with no signed request.
     std::env::remove_var("GOOGLE_BEARER_TOKEN");
     let signed_before = server.unsigned_and_signed_requests().1;
-    let file = RemoteFile::open_with(public, &options()).unwrap();
+    let file = RemoteFile::open_with(public_url, &options()).unwrap();
     assert_eq!(file.endpoint_kind(), EndpointKind::GcsPublic);
     reads_exactly(&file, &bytes);
     assert_eq!(server.unsigned_and_signed_requests().1, signed_before);
@@ -184,4 +184,11 @@ fn gcs_objects_are_read_and_written_signed_or_unsigned() {
     let public = RemotePrefix::open_auto("gs://gpumap-bkt/out/", &options()).unwrap();
     assert!(public.is_unsigned());
     assert_eq!(all(&public), [entry("big.bin", written.len())]);
+
+    // An endpoint object_store would panic on when it puts a request together: refused at open.
+    for bad in ["not a url", "http://127.0.0.1:9/\u{1}", "ftp://host"] {
+        std::env::set_var("GOOGLE_BASE_URL", bad);
+        let e = RemoteFile::open_with(public_url, &options()).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("GOOGLE_BASE_URL")), "{e:?}");
+    }
 }

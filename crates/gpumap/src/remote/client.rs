@@ -277,6 +277,7 @@ fn gcs_store_with(
     if !options.unsigned {
         check_found_gcs_token(&builder)?;
     }
+    check_gcs_settings(&builder)?;
     builder
         .with_bucket_name(bucket)
         .with_client_options(client_options)
@@ -361,29 +362,53 @@ fn check_s3_settings(builder: &object_store::aws::AmazonS3Builder) -> Result<()>
         }
     }
     if let Some(endpoint) = builder.get_config_value(&Key::Endpoint) {
-        let parsed = ::url::Url::parse(&endpoint).ok().filter(|u| {
+        if !is_endpoint_url(&endpoint) {
+            return Err(refuse(
+                "the S3 endpoint (aws_endpoint_url, AWS_ENDPOINT_URL)",
+                &shown_endpoint(&endpoint),
+                ENDPOINT_RULE,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a GCS endpoint (`GOOGLE_BASE_URL`) that object_store would panic on when it makes
+/// a request of it.
+fn check_gcs_settings(builder: &object_store::gcp::GoogleCloudStorageBuilder) -> Result<()> {
+    use object_store::gcp::GoogleConfigKey;
+    match builder.get_config_value(&GoogleConfigKey::BaseUrl) {
+        Some(base) if !is_endpoint_url(&base) => Err(Error::InvalidArgument(format!(
+            "the GCS endpoint (GOOGLE_BASE_URL) \"{}\": {ENDPOINT_RULE}",
+            shown_endpoint(&base).escape_debug()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+const ENDPOINT_RULE: &str = "an endpoint is an http:// or https:// URL of a host (and port), \
+                             with no user, query or fragment";
+
+/// Whether `text` is an `http(s)://` URL of a host, with no user, query, fragment, space or
+/// control character: one object_store can put requests together from as it is.
+fn is_endpoint_url(text: &str) -> bool {
+    !text.chars().any(|c| c.is_control() || c.is_whitespace())
+        && ::url::Url::parse(text).is_ok_and(|u| {
             matches!(u.scheme(), "http" | "https")
                 && u.host_str().is_some_and(|h| !h.is_empty())
                 && u.query().is_none()
                 && u.fragment().is_none()
                 && u.username().is_empty()
                 && u.password().is_none()
-        });
-        if parsed.is_none() {
-            let shown = match endpoint.split_once("://") {
-                Some((scheme, _)) if scheme.len() <= 16 => format!("{scheme}://…"),
-                _ => "…".to_owned(),
-            };
-            let reason = "an endpoint is an http:// or https:// URL of a host (and port), with \
-                          no user, query or fragment";
-            return Err(refuse(
-                "the S3 endpoint (aws_endpoint_url, AWS_ENDPOINT_URL)",
-                &shown,
-                reason,
-            ));
-        }
+        })
+}
+
+/// An endpoint as a refusal shows it: its scheme alone, since the rest could hold a password.
+fn shown_endpoint(text: &str) -> String {
+    match text.split_once("://") {
+        Some((scheme, _)) if scheme.len() <= 16 => format!("{scheme}://…"),
+        _ => "…".to_owned(),
     }
-    Ok(())
 }
 
 fn client_options(options: &RemoteOptions) -> ClientOptions {
