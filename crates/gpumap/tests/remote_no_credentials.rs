@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use gpumap::error::{Error, RemoteErrorKind};
 use gpumap::remote::{EndpointKind, RemoteEntry, RemoteFile, RemoteOptions, RemotePrefix};
-use server::{Server, KEY_ID, SECRET};
+use server::{Server, AWS_CREDENTIAL_AND_ENDPOINT_VARS, KEY_ID, SECRET};
 
 /// A stand-in for EC2's instance metadata service: it hands out [`KEY_ID`] as the role's
 /// credentials, and counts the requests it answers.
@@ -90,17 +90,7 @@ fn instance_role_only() -> &'static InstanceRole {
     ROLE.get_or_init(|| {
         let role = InstanceRole::start();
         let missing = std::env::temp_dir().join(format!("gpumap-no-aws-{}", std::process::id()));
-        for var in [
-            "AWS_ACCESS_KEY_ID",
-            "AWS_SECRET_ACCESS_KEY",
-            "AWS_SESSION_TOKEN",
-            "AWS_PROFILE",
-            "AWS_ENDPOINT_URL",
-            "AWS_ENDPOINT",
-            "AWS_WEB_IDENTITY_TOKEN_FILE",
-            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-        ] {
+        for var in AWS_CREDENTIAL_AND_ENDPOINT_VARS {
             std::env::remove_var(var);
         }
         std::env::set_var("AWS_CONFIG_FILE", missing.join("config"));

@@ -11,7 +11,7 @@ mod server;
 
 use gpumap::error::{Error, RemoteErrorKind};
 use gpumap::remote::RemoteFile;
-use server::Server;
+use server::{Server, AWS_CREDENTIAL_AND_ENDPOINT_VARS};
 
 const KEY_ID: &str = "GPUMAPPROFILEKEY";
 
@@ -43,18 +43,8 @@ fn the_shared_files_profile_signs_and_finds_the_endpoint() {
     .unwrap();
     // This binary has this one test, so no other thread reads the environment while it
     // changes.
-    for var in [
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    ] {
+    for var in AWS_CREDENTIAL_AND_ENDPOINT_VARS.iter().chain(&["AWS_REGION", "AWS_DEFAULT_REGION"])
+    {
         std::env::remove_var(var);
     }
     std::env::set_var("AWS_CONFIG_FILE", &config);

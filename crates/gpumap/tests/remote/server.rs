@@ -36,6 +36,21 @@ pub fn aws_environment() {
     });
 }
 
+/// The AWS variables that give credentials or an endpoint: what a test binary that sets up an
+/// environment of its own (the AWS files, or nothing) removes first.
+#[allow(dead_code)] // Used by the binaries that set their own environment.
+pub const AWS_CREDENTIAL_AND_ENDPOINT_VARS: [&str; 9] = [
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+];
+
 /// What the server does to one GET instead of answering it well.
 #[derive(Debug, Clone)]
 pub enum Fault {
