@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use object_store::multipart::MultipartStore;
 use object_store::path::Path as StorePath;
 use object_store::{ClientOptions, ObjectStore, RetryConfig};
 use tokio::sync::Semaphore;
@@ -208,7 +209,7 @@ impl Client {
 /// The S3 store of `bucket` (for `url`, named in errors): credentials, region and endpoint
 /// from the standard AWS environment variables, then the shared AWS files; the options'
 /// endpoint and region override both.
-pub(crate) fn s3_store(
+fn s3_store(
     url: &RemoteUrl,
     bucket: &str,
     options: &RemoteOptions,
@@ -256,17 +257,30 @@ fn s3_store_with(
     builder.build().map_err(|e| invalid(url, &e))
 }
 
-/// The GCS store of `bucket` (for `url`, named in errors): credentials, and the endpoint
-/// (`GOOGLE_BASE_URL`), from the environment as object_store reads it.
-pub(crate) fn gcs_store(
+/// A store that takes plain PUTs and multipart uploads (S3's, GCS's): what writers and prefixes
+/// hold.
+pub(crate) trait WriteStore: ObjectStore + MultipartStore {}
+
+impl<T: ObjectStore + MultipartStore> WriteStore for T {}
+
+/// The store of the bucket an S3 or GCS `url` names (an object's, or a prefix's), made as
+/// [`s3_store`] and the GCS store of [`StoreRecipe::store`] are; `None` for a URL of no bucket
+/// (HTTP, WebHDFS).
+pub(crate) fn bucket_store(
     url: &RemoteUrl,
-    bucket: &str,
     options: &RemoteOptions,
-) -> Result<object_store::gcp::GoogleCloudStorage> {
-    gcs_store_with(url, bucket, options, client_options(options))
+) -> Result<Option<Arc<dyn WriteStore>>> {
+    Ok(match url {
+        RemoteUrl::S3 { bucket, .. } => Some(Arc::new(s3_store(url, bucket, options)?)),
+        RemoteUrl::Gcs { bucket, .. } => {
+            Some(Arc::new(gcs_store_with(url, bucket, options, client_options(options))?))
+        }
+        RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => None,
+    })
 }
 
-/// [`gcs_store`] with `client_options` of the caller's.
+/// The GCS store of `bucket` (for `url`, named in errors), with `client_options`: credentials,
+/// and the endpoint (`GOOGLE_BASE_URL`), from the environment as object_store reads it.
 fn gcs_store_with(
     url: &RemoteUrl,
     bucket: &str,

@@ -23,13 +23,13 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use crate::config::Config;
 use crate::error::Result;
 use crate::per_process::ForkLocal;
-use crate::remote::client::{self, Client, Connections, StoreRecipe};
+use crate::remote::client::{self, Client, Connections, StoreRecipe, WriteStore};
 use crate::remote::failure::Failure;
 use crate::remote::file::{self, RemoteFile};
 use crate::remote::options::RemoteOptions;
 use crate::remote::retry::Attempts;
 use crate::remote::url::{self, BucketStore, RemoteUrl};
-use crate::remote::writer::{RemoteWriter, WriteStore};
+use crate::remote::writer::RemoteWriter;
 
 /// Keys deleted by one request: S3's own limit for `DeleteObjects`.
 const DELETE_BATCH: usize = 1000;
@@ -81,27 +81,19 @@ struct Inner {
 impl Inner {
     /// Its store in this process.
     fn store(&self) -> Result<Arc<dyn WriteStore>> {
-        self.store.get(|| bucket_store(self.bucket_store, &self.url, &self.bucket, &self.options))
+        self.store.get(|| level_store(&self.url, &self.options))
     }
 }
 
-/// A new store of `bucket`, S3's or GCS's.
-fn bucket_store(
-    kind: BucketStore,
-    url: &RemoteUrl,
-    bucket: &str,
-    options: &RemoteOptions,
-) -> Result<Arc<dyn WriteStore>> {
-    Ok(match kind {
-        BucketStore::S3 => Arc::new(client::s3_store(url, bucket, options)?),
-        BucketStore::Gcs => Arc::new(client::gcs_store(url, bucket, options)?),
-    })
+/// The store of the bucket of a prefix's `url` (always an S3 or GCS URL).
+fn level_store(url: &RemoteUrl, options: &RemoteOptions) -> Result<Arc<dyn WriteStore>> {
+    client::bucket_store(url, options)?
+        .ok_or_else(|| crate::Error::InvalidArgument(format!("{url} is not a bucket's prefix")))
 }
 
 impl RemotePrefix {
     /// Opens `url` (`s3://bucket/`, `s3://bucket/prefix/`, `gs://...` alike; the trailing `/`
-    /// may be left out)
-    /// with the options the settings give ([`RemoteOptions::from_config`] of
+    /// may be left out) with the options the settings give ([`RemoteOptions::from_config`] of
     /// [`Config::global`]), signed or unsigned as [`open_auto`](Self::open_auto) decides.
     pub fn open(url: &str) -> Result<RemotePrefix> {
         Self::open_auto(url, &RemoteOptions::from_config(Config::global()?)?)
@@ -113,7 +105,7 @@ impl RemotePrefix {
         let (bucket_store_kind, bucket, prefix) = url::parse_bucket_prefix(url)?;
         let level = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
         let shown = bucket_store_kind.level_url(&bucket, level);
-        let store = bucket_store(bucket_store_kind, &shown, &bucket, options)?;
+        let store = level_store(&shown, options)?;
         let mut options = options.clone();
         options.known_len(None);
         let recipe = Arc::new(StoreRecipe::new(&shown, &options));

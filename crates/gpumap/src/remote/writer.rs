@@ -9,15 +9,15 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use futures_util::{StreamExt, TryStreamExt};
-use object_store::multipart::{MultipartStore, PartId};
+use object_store::multipart::PartId;
 use object_store::path::Path as StorePath;
-use object_store::{MultipartId, ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{MultipartId, ObjectStoreExt, PutPayload};
 use parking_lot::{Condvar, Mutex};
 
 use crate::config::Config;
 use crate::error::{Error, RemoteErrorKind, Result};
 use crate::memory::DeviceView;
-use crate::remote::client;
+use crate::remote::client::{self, WriteStore};
 use crate::remote::failure::Failure;
 use crate::remote::options::{RemoteOptions, MAX_STAGED_BYTES};
 use crate::remote::parts::{self, Coverage, Piece};
@@ -132,11 +132,6 @@ struct Filling {
     copying: usize,
 }
 
-/// A store a writer writes to: one that takes plain PUTs and multipart uploads (S3's, GCS's).
-pub(crate) trait WriteStore: ObjectStore + MultipartStore {}
-
-impl<T: ObjectStore + MultipartStore> WriteStore for T {}
-
 /// The refusal of a write to a URL that is not an S3 or GCS object.
 fn not_writable(url: &RemoteUrl) -> Error {
     let reason = "writes go to s3:// and gs:// objects only (an HTTP or WebHDFS server takes \
@@ -166,10 +161,8 @@ impl RemoteWriter {
     /// Starts writing the object at a parsed URL. Nothing is sent until a part is whole (or
     /// until `finish`, for an object of one part).
     pub fn create_url(url: RemoteUrl, options: &RemoteOptions) -> Result<RemoteWriter> {
-        let store: Arc<dyn WriteStore> = match &url {
-            RemoteUrl::S3 { bucket, .. } => Arc::new(client::s3_store(&url, bucket, options)?),
-            RemoteUrl::Gcs { bucket, .. } => Arc::new(client::gcs_store(&url, bucket, options)?),
-            RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => return Err(not_writable(&url)),
+        let Some(store) = client::bucket_store(&url, options)? else {
+            return Err(not_writable(&url));
         };
         Self::create_on(url, store, options)
     }
