@@ -104,7 +104,7 @@ impl RemotePrefix {
     pub fn open_with(url: &str, options: &RemoteOptions) -> Result<RemotePrefix> {
         let (bucket_store_kind, bucket, prefix) = url::parse_bucket_prefix(url)?;
         let level = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
-        let shown = bucket_store_kind.level_url(&bucket, level);
+        let shown = bucket_store_kind.url(&bucket, level);
         let store = level_store(&shown, options)?;
         let mut options = options.clone();
         options.known_len(None);

@@ -53,8 +53,12 @@ impl RemoteUrl {
     pub fn parse(text: &str) -> Result<RemoteUrl> {
         check_text(text)?;
         match text.split_once("://") {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("s3") => parse_s3(text, rest),
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("gs") => parse_gcs(text, rest),
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("s3") => {
+                parse_in_bucket(BucketStore::S3, text, rest)
+            }
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("gs") => {
+                parse_in_bucket(BucketStore::Gcs, text, rest)
+            }
             Some((scheme, _))
                 if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
             {
@@ -105,31 +109,20 @@ impl RemoteUrl {
     /// An S3 object named by its bucket and key (the key itself, not percent-encoded: `a b`
     /// and `epoch~1` are keys as they are).
     pub fn s3(bucket: &str, key: &str) -> Result<RemoteUrl> {
-        let text = format!("s3://{bucket}/{}", url_path_of(key));
-        check_text(&text)?;
-        check_s3(&text, bucket, key)?;
-        Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), key: key.to_owned() })
+        Self::in_bucket(BucketStore::S3, bucket, key)
     }
 
     /// A GCS object named by its bucket and name (the name itself, not percent-encoded).
     pub fn gcs(bucket: &str, key: &str) -> Result<RemoteUrl> {
-        let text = format!("gs://{bucket}/{}", url_path_of(key));
-        check_text(&text)?;
-        check_gcs_bucket(&text, bucket)?;
-        if key.is_empty() {
-            return Err(invalid(&text, "the URL names a bucket but no object"));
-        }
-        check_key(&text, key)?;
-        Ok(RemoteUrl::Gcs { bucket: bucket.to_owned(), key: key.to_owned() })
+        Self::in_bucket(BucketStore::Gcs, bucket, key)
     }
 
-    /// The object `key` of `bucket` in `store`, checked as [`s3`](Self::s3) and
-    /// [`gcs`](Self::gcs) check.
+    /// The object `key` of `bucket` in `store`, checked by the store's rules.
     pub(crate) fn in_bucket(store: BucketStore, bucket: &str, key: &str) -> Result<RemoteUrl> {
-        match store {
-            BucketStore::S3 => RemoteUrl::s3(bucket, key),
-            BucketStore::Gcs => RemoteUrl::gcs(bucket, key),
-        }
+        let text = format!("{}://{bucket}/{}", store.scheme(), url_path_of(key));
+        check_text(&text)?;
+        check_object(store, &text, bucket, key)?;
+        Ok(store.url(bucket, key.to_owned()))
     }
 
     /// The store's path of an S3 or GCS object's key: the key as it is, which the client
@@ -226,20 +219,11 @@ fn check_text(text: &str) -> Result<()> {
     Ok(())
 }
 
-fn parse_s3(text: &str, rest: &str) -> Result<RemoteUrl> {
-    let (bucket, key) = bucket_and_key(text, rest, "s3")?;
-    check_s3(text, bucket, &key)?;
-    Ok(RemoteUrl::S3 { bucket: bucket.to_owned(), key })
-}
-
-fn parse_gcs(text: &str, rest: &str) -> Result<RemoteUrl> {
-    let (bucket, key) = bucket_and_key(text, rest, "gs")?;
-    check_gcs_bucket(text, bucket)?;
-    if key.is_empty() {
-        return Err(invalid(&redact_text(text), "the URL names a bucket but no object"));
-    }
-    check_key(text, &key)?;
-    Ok(RemoteUrl::Gcs { bucket: bucket.to_owned(), key })
+/// An object of `store` named by `text`, whose part after the scheme is `rest`.
+fn parse_in_bucket(store: BucketStore, text: &str, rest: &str) -> Result<RemoteUrl> {
+    let (bucket, key) = bucket_and_key(text, rest, store.scheme())?;
+    check_object(store, text, bucket, &key)?;
+    Ok(store.url(bucket, key))
 }
 
 /// `bucket/key` after a bucket store's `scheme://`: the bucket as written and the key
@@ -310,9 +294,17 @@ impl BucketStore {
         }
     }
 
-    /// The URL of a level of `bucket` as it is shown (`key`: empty, or a prefix and its `/`);
-    /// not a URL of an object, so not checked as one.
-    pub(crate) fn level_url(self, bucket: &str, key: String) -> RemoteUrl {
+    /// Refuses `bucket` where it is no name of this store's (`text`, the URL, is named).
+    fn check_bucket(self, text: &str, bucket: &str) -> Result<()> {
+        match self {
+            BucketStore::S3 => check_bucket(text, bucket),
+            BucketStore::Gcs => check_gcs_bucket(text, bucket),
+        }
+    }
+
+    /// The URL of `key` in `bucket`, unchecked: the caller checked it, or it is a level of the
+    /// bucket as it is shown (`key` empty, or a prefix and its `/`), not an object.
+    pub(crate) fn url(self, bucket: &str, key: String) -> RemoteUrl {
         let bucket = bucket.to_owned();
         match self {
             BucketStore::S3 => RemoteUrl::S3 { bucket, key },
@@ -347,10 +339,7 @@ pub(crate) fn parse_bucket_prefix(text: &str) -> Result<(BucketStore, String, St
             format!("a prefix is {scheme}://bucket/prefix/, with no user, query or fragment"),
         ));
     }
-    match store {
-        BucketStore::S3 => check_bucket(text, bucket)?,
-        BucketStore::Gcs => check_gcs_bucket(text, bucket)?,
-    }
+    store.check_bucket(text, bucket)?;
     let prefix = percent_decoded(text, prefix)?;
     if !prefix.is_empty() {
         check_key(text, &prefix)?;
@@ -358,16 +347,18 @@ pub(crate) fn parse_bucket_prefix(text: &str) -> Result<(BucketStore, String, St
     Ok((store, bucket.to_owned(), prefix))
 }
 
-/// S3's own rules for bucket names (3 to 63 of lowercase letters, digits, `.` and `-`) and the
-/// keys object_store can address (no empty, `.` or `..` segment, at most 1024 bytes).
-fn check_s3(text: &str, bucket: &str, key: &str) -> Result<()> {
-    check_bucket(text, bucket)?;
+/// The store's own rules for bucket names ([`check_bucket`], [`check_gcs_bucket`]) and the
+/// keys object_store can address (none empty; no empty, `.` or `..` segment; at most 1024
+/// bytes).
+fn check_object(store: BucketStore, text: &str, bucket: &str, key: &str) -> Result<()> {
+    store.check_bucket(text, bucket)?;
     if key.is_empty() {
         return Err(invalid(&redact_text(text), "the URL names a bucket but no key"));
     }
     check_key(text, key)
 }
 
+/// S3's rules for bucket names: 3 to 63 lowercase letters, digits, `.` and `-`.
 fn check_bucket(text: &str, bucket: &str) -> Result<()> {
     let bucket_ok = (3..=63).contains(&bucket.len())
         && bucket
