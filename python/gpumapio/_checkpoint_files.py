@@ -121,8 +121,8 @@ def open_catalogue(source: str | os.PathLike[str]) -> Catalogue:
 def list_shards(source: str | os.PathLike[str]) -> Listing:
     """The files of ``source``: a ``.safetensors`` file, an index JSON, or a directory (its
     ``model.safetensors.index.json``, else its one ``*.safetensors.index.json``, else every
-    ``*.safetensors`` file in it). A URL (``s3://``, ``gs://``, ``http(s)://``) names a file or
-    an index; an ``s3://`` or ``gs://`` URL ending in ``/`` is a prefix, listed and read as a
+    ``*.safetensors`` file in it). A URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``) names a
+    file or an index; an ``s3://``, ``gs://`` or ``az://`` URL ending in ``/`` is a prefix, listed and read as a
     directory is; an
     ``http(s)://`` URL ending in ``/`` is read as its ``model.safetensors.index.json`` or else
     its ``model.safetensors`` (a web server's listing is not read). An index is read and
@@ -157,7 +157,7 @@ def _from_directory(where: str, names: list[str], path_of: Any) -> Listing:
 def _from_url(url: str) -> Listing:
     if not url_path(url).endswith("/"):
         return _from_index(url) if url_path(url).endswith(".json") else Listing([url])
-    if url.lower().startswith(("s3://", "gs://")):
+    if url.lower().startswith(("s3://", "gs://", "az://")):
         prefix = RemotePrefix(url)
         objects, _ = prefix.list_dir("")
         return _from_directory(prefix.url, [name for name, _ in objects], lambda name: prefix.url + name)

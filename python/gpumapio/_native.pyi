@@ -232,7 +232,7 @@ class RemoteFile:
 
 @final
 class RemotePrefix:
-    """The objects under ``s3://bucket/prefix/`` (or ``gs://``) as a directory: listed, sized, opened,
+    """The objects under ``s3://bucket/prefix/`` (or ``gs://``, ``az://``) as a directory: listed, sized, opened,
     written and deleted through one client (docs/remote.md). ``unsigned`` left out: signed
     where credentials are configured, else unsigned where the bucket lists to anyone."""
 

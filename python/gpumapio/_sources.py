@@ -1,4 +1,4 @@
-"""Where bytes are read from: a local path or an ``s3://`` / ``gs://`` / ``http(s)://`` URL,
+"""Where bytes are read from: a local path or an ``s3://`` / ``gs://`` / ``az://`` / ``http(s)://`` URL,
 opened as the reader that serves it (``CuFile`` or ``RemoteFile``, which read and pread alike),
 and the few path operations the loaders need on either."""
 
@@ -15,7 +15,7 @@ __all__ = ["is_url", "join", "open_source", "read_bytes", "read_pieces", "shown"
 
 Source = Union[str, "os.PathLike[str]"]
 
-_SCHEMES = ("s3", "gs", "http", "https", "webhdfs", "swebhdfs")
+_SCHEMES = ("s3", "gs", "az", "http", "https", "webhdfs", "swebhdfs")
 
 
 def is_url(source: Any) -> bool:

@@ -383,9 +383,9 @@ def load_checkpoint(
     """Loads a safetensors checkpoint: ``{name: tensor}``.
 
     ``source`` is a ``.safetensors`` file, a ``model.safetensors.index.json`` (or any
-    ``*.safetensors.index.json``), or a directory holding either; or an ``s3://``, ``gs://`` or
-    ``http(s)://`` URL of a file or an index (its shards named relative to it), or of a
-    directory ending in ``/`` (an ``s3://`` or ``gs://`` prefix is listed and read as a local
+    ``*.safetensors.index.json``), or a directory holding either; or an ``s3://``, ``gs://``,
+    ``az://`` or ``http(s)://`` URL of a file or an index (its shards named relative to it), or
+    of a directory ending in ``/`` (an ``s3://``, ``gs://`` or ``az://`` prefix is listed and read as a local
     directory is;
     an ``http(s)://`` one means its ``model.safetensors.index.json``, else its
     ``model.safetensors``). Objects are read with parallel ranged GETs

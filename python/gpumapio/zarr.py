@@ -12,11 +12,11 @@ otherwise — like KvikIO's ``kvikio.zarr.GDSStore`` (also importable under that
 It is zarr's ``LocalStore`` (the same files on disk, the same listing, deleting, ...) with reads
 and writes of chunk data going through :class:`gpumapio.CuFile`. Needs ``zarr>=3``.
 
-:class:`RemoteStore` is the same over an S3 or GCS prefix
-(``RemoteStore("s3://bucket/data.zarr/")``, ``gs://...``): chunks read with ranged GETs straight
+:class:`RemoteStore` is the same over an S3, GCS or Azure prefix
+(``RemoteStore("s3://bucket/data.zarr/")``, ``gs://...``, ``az://...``): chunks read with ranged GETs straight
 into the buffers zarr asks for, written as objects (multipart uploads where large), listed and
 deleted through :class:`gpumapio.RemotePrefix`; :func:`open_store` picks the store for a path
-or an ``s3://`` / ``gs://`` URL.
+or an ``s3://`` / ``gs://`` / ``az://`` URL.
 
 Unlike ``LocalStore``, it checks every key before it touches the file system: a key is
 ``/``-separated names, none of them empty, ``.`` or ``..``, with no NUL, no backslash, no lone
@@ -378,7 +378,7 @@ _LIST_BATCH = 1000
 
 
 class RemoteStore(zarr.abc.store.Store):
-    """A Zarr v3 store over an S3 (or GCS) prefix, read and written by gpumap: chunks go straight into
+    """A Zarr v3 store over an S3 (or GCS, or Azure) prefix, read and written by gpumap: chunks go straight into
     the buffers zarr asks for (GPU buffers with ``zarr.config.enable_gpu()``), with ranged GETs
     in parallel; values are written as whole objects (a multipart upload where large), listed
     and deleted through one :class:`gpumapio.RemotePrefix`.
@@ -513,10 +513,12 @@ class RemoteStore(zarr.abc.store.Store):
 
 
 def open_store(location: str | os.PathLike[str], *, read_only: bool = False, **settings: Any) -> zarr.abc.store.Store:
-    """The gpumap store for ``location``: a :class:`RemoteStore` for an ``s3://`` or ``gs://``
-    URL (with ``settings``), else a :class:`GpumapStore` of the local directory."""
-    if isinstance(location, str) and location.lower().startswith(("s3://", "gs://")):
+    """The gpumap store for ``location``: a :class:`RemoteStore` for an ``s3://``, ``gs://`` or
+    ``az://`` URL (with ``settings``), else a :class:`GpumapStore` of the local directory."""
+    if isinstance(location, str) and location.lower().startswith(("s3://", "gs://", "az://")):
         return RemoteStore(location, read_only=read_only, **settings)
     if settings:
-        raise TypeError(f"settings {sorted(settings)} are for s3:// and gs:// stores; {location!r} is a local path")
+        raise TypeError(
+            f"settings {sorted(settings)} are for s3://, gs:// and az:// stores; {location!r} is a local path"
+        )
     return GpumapStore(location, read_only=read_only)

@@ -351,9 +351,10 @@ impl RemoteFile {
 
     /// Opens `url` as KvikIO's `open` does. With `remote_endpoint_type` `AUTO` (or `None`),
     /// the kinds of `allow_list` (default: `S3`, `S3_PUBLIC`, `S3_PRESIGNED_URL`, `WEBHDFS`,
-    /// `HTTP`, then gpumap's own `GCS` and `GCS_PUBLIC`) are tried in its order and the first
-    /// whose form the URL has is taken; an S3 (or GCS) object is then read signed or unsigned,
-    /// the other way tried after a refusal, where `S3_PUBLIC` (`GCS_PUBLIC`) is allowed
+    /// `HTTP`, then gpumap's own `GCS`, `GCS_PUBLIC`, `AZURE` and `AZURE_PUBLIC`) are tried in
+    /// its order and the first whose form the URL has is taken; an S3 (or GCS, or Azure) object
+    /// is then read signed or unsigned, the other way tried after a refusal, where `S3_PUBLIC`
+    /// (`GCS_PUBLIC`, `AZURE_PUBLIC`) is allowed
     /// ([`Remote::open_auto`], `docs/remote.md`). A kind named must be in `allow_list` where
     /// one is given, and the URL must have its form. Kinds are `RemoteEndpointType` members or
     /// their names.
@@ -516,7 +517,7 @@ fn endpoint_kind(kind: &Bound<'_, PyAny>) -> PyResult<Option<EndpointKind>> {
     EndpointKind::from_name(&name).map(Some).ok_or_else(|| {
         PyValueError::new_err(format!(
             "{name:?} is not an endpoint type (AUTO, S3, S3_PUBLIC, S3_PRESIGNED_URL, WEBHDFS, \
-             HTTP, GCS, GCS_PUBLIC)"
+             HTTP, GCS, GCS_PUBLIC, AZURE, AZURE_PUBLIC)"
         ))
     })
 }

@@ -9,9 +9,9 @@ use crate::errors::{check, nogil};
 use crate::remote::{RemoteFile, RemoteSettings, StatusCodes};
 use crate::remote_writer::RemoteWriter;
 
-/// The objects under `s3://bucket/prefix/` or `gs://bucket/prefix/` (credentials, region and
-/// endpoint from the AWS or Google environment; `aws_endpoint_url` and `aws_region` override
-/// S3's endpoint and region). `unsigned=True`
+/// The objects under `s3://bucket/prefix/`, `gs://bucket/prefix/` or `az://container/prefix/`
+/// (credentials, region and endpoint from the AWS, Google or Azure environment;
+/// `aws_endpoint_url` and `aws_region` override S3's endpoint and region). `unsigned=True`
 /// sends requests unsigned (a public bucket), `False` signs them; left out, the prefix is
 /// signed where credentials are configured, and otherwise unsigned if the bucket lists it to
 /// an unsigned request, signed (an instance's role) if not. Names are keys relative to the

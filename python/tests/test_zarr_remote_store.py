@@ -148,7 +148,7 @@ def test_a_store_copied_from_a_directory_reads_the_same(bucket, s3_endpoint, tmp
     assert isinstance(store, RemoteStore)
     np.testing.assert_array_equal(zarr.open_array(store, mode="r")[:], data)
     assert isinstance(open_store(tmp_path / "a.zarr"), GpumapStore)
-    with pytest.raises(TypeError, match="s3:// and gs:// stores"):
+    with pytest.raises(TypeError, match="s3://, gs:// and az:// stores"):
         open_store(tmp_path / "a.zarr", aws_region="us-east-1")
 
 

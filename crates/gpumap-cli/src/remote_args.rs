@@ -1,5 +1,6 @@
 //! The options of `gpumap read` and `gpumap write` that only URLs take, and which of the two
-//! ways a path goes: a local file, or an `s3://` / `gs://` / `http(s)://` object.
+//! ways a path goes: a local file, or an `s3://` / `gs://` / `az://` / `http(s)://`
+//! object.
 
 use std::path::Path;
 use std::time::Duration;
@@ -61,7 +62,8 @@ impl HttpArgs {
     }
 }
 
-/// Options of reads from `s3://`, `gs://` and `http(s)://` URLs (ignored for local files).
+/// Options of reads from `s3://`, `gs://`, `az://` and `http(s)://` URLs (ignored for local
+/// files).
 #[derive(Args, Debug)]
 pub struct RemoteArgs {
     /// Ranged GETs in flight at once, 1 to 1024 (default: picked from the read's size).
@@ -85,7 +87,7 @@ impl RemoteArgs {
     }
 }
 
-/// Options of writes to `s3://` and `gs://` URLs (refused for local files).
+/// Options of writes to `s3://`, `gs://` and `az://` URLs (refused for local files).
 #[derive(Args, Debug)]
 pub struct RemoteWriteArgs {
     /// Bytes of each part of the upload but the last, 5MiB to 5GiB (default: 16 MiB); an

@@ -1,5 +1,5 @@
-//! `gpumap write s3://...` (or `gs://...`): the generated pattern written from GPU (or host)
-//! memory as a new object, through a multipart upload, and the rate reported.
+//! `gpumap write s3://...` (or `gs://...`, `az://...`): the generated pattern written from GPU
+//! (or host) memory as a new object, through a multipart upload, and the rate reported.
 
 use std::time::Instant;
 

@@ -198,7 +198,8 @@ impl TransferOptions {
 /// Arguments of `gpumap read`.
 #[derive(Args, Debug)]
 pub struct ReadArgs {
-    /// The file to read: a path, or an s3://bucket/key, gs://bucket/object or http(s):// URL
+    /// The file to read: a path, or an s3://bucket/key, gs://bucket/object,
+    /// az://container/blob or http(s):// URL
     /// (credentials from the AWS or Google environment; see docs/remote.md).
     pub(crate) file: PathBuf,
     /// Where to start, in bytes (suffixes such as 4KiB allowed); past the end is an error.
@@ -243,8 +244,8 @@ impl ReadArgs {
 #[derive(Args, Debug)]
 pub struct WriteArgs {
     /// The file to write (created if missing; never truncated: use --truncate), or an
-    /// s3://bucket/key or gs://bucket/object URL: a new object, written whole as a multipart
-    /// upload (docs/remote.md).
+    /// s3://bucket/key, gs://bucket/object or az://container/blob URL: a new object, written
+    /// whole as a multipart upload (docs/remote.md).
     pub(crate) file: PathBuf,
     /// How many bytes to write, e.g. 1GiB (generated and written piece by piece: memory does
     /// not grow with the size).
@@ -505,7 +506,7 @@ pub fn write(args: &WriteArgs) -> CliResult {
     if let Some(flag) = args.remote.given_flag() {
         let file = args.file.display();
         return Err(Error::InvalidArgument(format!(
-            "{flag} applies to s3:// and gs:// URLs, not to {file}"
+            "{flag} applies to s3://, gs:// and az:// URLs, not to {file}"
         ))
         .into());
     }

@@ -125,6 +125,9 @@ impl StoreRecipe {
             RemoteUrl::Gcs { bucket, .. } => {
                 Arc::new(gcs_store_with(url, bucket, options, client_options)?)
             }
+            RemoteUrl::Azure { container, .. } => {
+                Arc::new(azure_store_with(url, container, options, client_options)?)
+            }
             RemoteUrl::Http(full) => {
                 // The whole URL is the store's base and the object's path is empty, so the
                 // request goes to exactly the URL given, query string (a presigned URL's
@@ -157,7 +160,9 @@ impl Client {
     pub(crate) fn connect(url: &RemoteUrl, options: &RemoteOptions) -> Result<Client> {
         let recipe = Arc::new(StoreRecipe::new(url, options));
         let path = match url {
-            RemoteUrl::S3 { key, .. } | RemoteUrl::Gcs { key, .. } => RemoteUrl::store_path(key)?,
+            RemoteUrl::S3 { key, .. }
+            | RemoteUrl::Gcs { key, .. }
+            | RemoteUrl::Azure { key, .. } => RemoteUrl::store_path(key)?,
             RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => StorePath::default(),
         };
         let connections = Arc::new(ForkLocal::new(Connections::made_from(&recipe)?));
@@ -257,15 +262,15 @@ fn s3_store_with(
     builder.build().map_err(|e| invalid(url, &e))
 }
 
-/// A store that takes plain PUTs and multipart uploads (S3's, GCS's): what writers and prefixes
-/// hold.
+/// A store that takes plain PUTs and multipart uploads (S3's, GCS's, Azure's blocks): what
+/// writers and prefixes hold.
 pub(crate) trait WriteStore: ObjectStore + MultipartStore {}
 
 impl<T: ObjectStore + MultipartStore> WriteStore for T {}
 
-/// The store of the bucket an S3 or GCS `url` names (an object's, or a prefix's), made as
-/// [`s3_store`] and the GCS store of [`StoreRecipe::store`] are; `None` for a URL of no bucket
-/// (HTTP, WebHDFS).
+/// The store of the bucket an S3, GCS or Azure `url` names (an object's, or a prefix's), made
+/// as [`s3_store`] and the GCS and Azure stores of [`StoreRecipe::store`] are; `None` for a URL
+/// of no bucket (HTTP, WebHDFS).
 pub(crate) fn bucket_store(
     url: &RemoteUrl,
     options: &RemoteOptions,
@@ -274,6 +279,9 @@ pub(crate) fn bucket_store(
         RemoteUrl::S3 { bucket, .. } => Some(Arc::new(s3_store(url, bucket, options)?)),
         RemoteUrl::Gcs { bucket, .. } => {
             Some(Arc::new(gcs_store_with(url, bucket, options, client_options(options))?))
+        }
+        RemoteUrl::Azure { container, .. } => {
+            Some(Arc::new(azure_store_with(url, container, options, client_options(options))?))
         }
         RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => None,
     })
@@ -294,6 +302,28 @@ fn gcs_store_with(
     check_gcs_settings(&builder)?;
     builder
         .with_bucket_name(bucket)
+        .with_client_options(client_options)
+        .with_http_connector(CheckedConnector)
+        .with_retry(no_retries())
+        .with_skip_signature(options.unsigned)
+        .build()
+        .map_err(|e| invalid(url, &e))
+}
+
+/// The Azure store of `container` (for `url`, named in errors), with `client_options`: the
+/// storage account, its endpoint and the credentials from the environment as object_store
+/// reads them (`AZURE_STORAGE_ACCOUNT_NAME`, `AZURE_STORAGE_ENDPOINT`, an account key, a SAS,
+/// a bearer token, a service principal, else the machine's managed identity).
+fn azure_store_with(
+    url: &RemoteUrl,
+    container: &str,
+    options: &RemoteOptions,
+    client_options: ClientOptions,
+) -> Result<object_store::azure::MicrosoftAzure> {
+    let builder = object_store::azure::MicrosoftAzureBuilder::from_env();
+    check_azure_settings(&builder, options.unsigned)?;
+    builder
+        .with_container_name(container)
         .with_client_options(client_options)
         .with_http_connector(CheckedConnector)
         .with_retry(no_retries())
@@ -400,6 +430,70 @@ fn check_gcs_settings(builder: &object_store::gcp::GoogleCloudStorageBuilder) ->
     }
 }
 
+/// Refuses Azure settings from the environment that object_store would panic on, or would
+/// refuse in words that do not name the variable: no storage account (outside the emulator),
+/// an account name that is not one (it goes into the host and the signature's header), an
+/// endpoint that is not an http(s) URL of a host, and, for signed requests, a bearer token
+/// with a control character.
+fn check_azure_settings(
+    builder: &object_store::azure::MicrosoftAzureBuilder,
+    unsigned: bool,
+) -> Result<()> {
+    use object_store::azure::AzureConfigKey as Key;
+    let emulator = builder.get_config_value(&Key::UseEmulator).is_some_and(|v| is_truthy(&v));
+    match builder.get_config_value(&Key::AccountName) {
+        None if !emulator => {
+            return Err(Error::InvalidConfig {
+                var: "AZURE_STORAGE_ACCOUNT_NAME".into(),
+                value: String::new(),
+                reason: "an az://container/blob URL names no storage account; set \
+                         AZURE_STORAGE_ACCOUNT_NAME to it"
+                    .into(),
+            })
+        }
+        Some(account) if !is_azure_account(&account) => {
+            return Err(Error::InvalidConfig {
+                var: "AZURE_STORAGE_ACCOUNT_NAME".into(),
+                value: account.escape_debug().to_string(),
+                reason: "a storage account's name is 3 to 24 lowercase letters and digits".into(),
+            })
+        }
+        _ => {}
+    }
+    let endpoints = [
+        (builder.get_config_value(&Key::Endpoint), "AZURE_STORAGE_ENDPOINT"),
+        (
+            emulator.then(|| std::env::var("AZURITE_BLOB_STORAGE_URL").ok()).flatten(),
+            "AZURITE_BLOB_STORAGE_URL",
+        ),
+    ];
+    for (endpoint, var) in endpoints {
+        if let Some(endpoint) = endpoint.filter(|e| !is_endpoint_url(e)) {
+            return Err(Error::InvalidArgument(format!(
+                "the Azure endpoint ({var}) \"{}\": {ENDPOINT_RULE}",
+                shown_endpoint(&endpoint).escape_debug()
+            )));
+        }
+    }
+    match builder.get_config_value(&Key::Token) {
+        Some(token) if !unsigned && !is_sendable_credential(&token) => {
+            Err(unprintable("AZURE_STORAGE_TOKEN"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Azure's rule for storage account names: 3 to 24 lowercase letters and digits.
+fn is_azure_account(name: &str) -> bool {
+    (3..=24).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+/// A boolean setting as object_store reads one: `true`, `1`, `yes`, `on` (any case) are true.
+fn is_truthy(value: &str) -> bool {
+    matches!(value.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on" | "y")
+}
+
 const ENDPOINT_RULE: &str = "an endpoint is an http:// or https:// URL of a host (and port), \
                              with no user, query or fragment";
 
@@ -490,6 +584,32 @@ pub(crate) fn gcs_credentials_configured() -> bool {
                 .join(".config/gcloud/application_default_credentials.json")
                 .exists()
         })
+}
+
+/// The variables by which object_store finds Azure credentials (an account key, a SAS, a
+/// bearer token, a service principal's secret or federated token); the flags that ask for the
+/// Azure CLI's or the emulator's are [`AZURE_ENV_CREDENTIAL_FLAGS`].
+const AZURE_ENV_CREDENTIALS: [&str; 8] = [
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_MASTER_KEY",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_TOKEN",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_FEDERATED_TOKEN_FILE",
+];
+
+/// Flags that make object_store sign with the Azure CLI's token, or with the emulator's
+/// well-known key.
+const AZURE_ENV_CREDENTIAL_FLAGS: [&str; 2] = ["AZURE_USE_AZURE_CLI", "AZURE_STORAGE_USE_EMULATOR"];
+
+/// Whether signed Azure requests find credentials other than a managed identity's: in the
+/// environment, or by a flag asking for the Azure CLI's or the emulator's.
+pub(crate) fn azure_credentials_configured() -> bool {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    AZURE_ENV_CREDENTIALS.iter().any(|name| env(name).is_some())
+        || AZURE_ENV_CREDENTIAL_FLAGS.iter().any(|name| env(name).is_some_and(|v| is_truthy(&v)))
 }
 
 /// `builder` with what the AWS shared files' profile sets and the environment does not, in the

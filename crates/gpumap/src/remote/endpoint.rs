@@ -1,6 +1,6 @@
-//! The kinds of endpoint a URL is read as (KvikIO's `RemoteEndpointType`, less `AUTO`, and two
-//! of gpumap's own for Google Cloud Storage), told from the URL's form alone, and the S3
-//! objects that `http(s)://` URLs name.
+//! The kinds of endpoint a URL is read as (KvikIO's `RemoteEndpointType`, less `AUTO`, and
+//! four of gpumap's own for Google Cloud Storage and Azure Blob Storage), told from the URL's
+//! form alone, and the S3 objects that `http(s)://` URLs name.
 //!
 //! Pure functions: no request is made here. Which kind a URL is *opened* as, including the
 //! fall-back from signed to unsigned S3 requests, is [`RemoteFile::open_auto`]'s.
@@ -14,8 +14,8 @@ use crate::error::Result;
 use crate::remote::url::{self as urls, RemoteUrl};
 
 /// How a URL is read: signed S3 requests, unsigned ones (public objects), a presigned S3 URL,
-/// WebHDFS, plain HTTP GETs, or GCS requests signed or not. The names are KvikIO's, but for
-/// the GCS kinds, which KvikIO does not have.
+/// WebHDFS, plain HTTP GETs, or GCS or Azure requests signed or not. The names are KvikIO's,
+/// but for the GCS and Azure kinds, which KvikIO does not have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum EndpointKind {
@@ -36,12 +36,18 @@ pub enum EndpointKind {
     /// GCS objects anyone may read: requests not signed, no credentials looked for
     /// (`GCS_PUBLIC`).
     GcsPublic,
+    /// Azure Blob Storage (`az://container/blob`), requests signed with the credentials
+    /// object_store finds (`AZURE`).
+    Azure,
+    /// Azure blobs anyone may read (a container of public access): requests not signed, no
+    /// credentials looked for (`AZURE_PUBLIC`).
+    AzurePublic,
 }
 
 impl EndpointKind {
     /// Every kind, in the order an open with no kind asked for tries them (KvikIO's default
-    /// allow list, then the GCS kinds, whose URLs no other kind takes).
-    pub const ALL: [EndpointKind; 7] = [
+    /// allow list, then the GCS and Azure kinds, whose URLs no other kind takes).
+    pub const ALL: [EndpointKind; 9] = [
         EndpointKind::S3,
         EndpointKind::S3Public,
         EndpointKind::S3PresignedUrl,
@@ -49,6 +55,8 @@ impl EndpointKind {
         EndpointKind::Http,
         EndpointKind::Gcs,
         EndpointKind::GcsPublic,
+        EndpointKind::Azure,
+        EndpointKind::AzurePublic,
     ];
 
     /// KvikIO's name of the kind (`"S3_PUBLIC"`).
@@ -61,15 +69,18 @@ impl EndpointKind {
             EndpointKind::Http => "HTTP",
             EndpointKind::Gcs => "GCS",
             EndpointKind::GcsPublic => "GCS_PUBLIC",
+            EndpointKind::Azure => "AZURE",
+            EndpointKind::AzurePublic => "AZURE_PUBLIC",
         }
     }
 
     /// The kind that reads the same URLs unsigned (`S3_PUBLIC` for `S3`, `GCS_PUBLIC` for
-    /// `GCS`), where there is one.
+    /// `GCS`, `AZURE_PUBLIC` for `AZURE`), where there is one.
     pub fn unsigned_twin(self) -> Option<EndpointKind> {
         match self {
             EndpointKind::S3 => Some(EndpointKind::S3Public),
             EndpointKind::Gcs => Some(EndpointKind::GcsPublic),
+            EndpointKind::Azure => Some(EndpointKind::AzurePublic),
             _ => None,
         }
     }
@@ -81,7 +92,8 @@ impl EndpointKind {
 
     /// Whether `text` is a URL of this kind by its form, as KvikIO's `is_url_valid` decides
     /// (no request is made): `s3://bucket/key` or an AWS S3 `https://` URL without a
-    /// signature for the two S3 kinds, `gs://bucket/object` for the two GCS kinds, a path
+    /// signature for the two S3 kinds, `gs://bucket/object` for the two GCS kinds,
+    /// `az://container/blob` for the two Azure kinds, a path
     /// under `/webhdfs/v1/` (or `webhdfs://`) for WebHDFS, and any `http(s)://` URL with a
     /// path for plain HTTP. A presigned URL is any
     /// `http(s)://` URL whose query carries an S3 signature (`X-Amz-Signature`), where KvikIO
@@ -101,6 +113,7 @@ impl EndpointKind {
             (EndpointKind::S3PresignedUrl, RemoteUrl::Http(u)) => is_presigned(u),
             (EndpointKind::WebHdfs, RemoteUrl::WebHdfs(_)) => true,
             (EndpointKind::Gcs | EndpointKind::GcsPublic, RemoteUrl::Gcs { .. }) => true,
+            (EndpointKind::Azure | EndpointKind::AzurePublic, RemoteUrl::Azure { .. }) => true,
             (EndpointKind::Http, RemoteUrl::Http(u) | RemoteUrl::WebHdfs(u)) => {
                 http_scheme && u.path().len() > 1
             }
@@ -349,6 +362,8 @@ mod tests {
             ("https://example.org/data.bin", Some(EndpointKind::Http)),
             ("gs://bkt/k.bin", Some(EndpointKind::Gcs)),
             ("gs://bkt", None),
+            ("az://ctr/k.bin", Some(EndpointKind::Azure)),
+            ("az://ctr", None),
             ("https://example.org/", None),
             ("s3://bkt", None),
             ("ftp://example.org/x", None),
@@ -371,6 +386,14 @@ mod tests {
         assert!(!EndpointKind::S3.accepts("gs://bkt/k") && !EndpointKind::Gcs.accepts("s3://b/k"));
         assert_eq!(EndpointKind::S3.unsigned_twin(), Some(EndpointKind::S3Public));
         assert_eq!(EndpointKind::Gcs.unsigned_twin(), Some(EndpointKind::GcsPublic));
+        assert_eq!(EndpointKind::Azure.unsigned_twin(), Some(EndpointKind::AzurePublic));
+        assert_eq!(
+            EndpointKind::infer("az://ctr/k", &[EndpointKind::AzurePublic]),
+            Some(EndpointKind::AzurePublic)
+        );
+        assert!(
+            !EndpointKind::Gcs.accepts("az://ctr/k") && !EndpointKind::Azure.accepts("gs://b/k")
+        );
         assert_eq!(EndpointKind::Http.unsigned_twin(), None);
         // Hadoop's scheme is WebHDFS only, never plain HTTP.
         assert!(!EndpointKind::Http.accepts("webhdfs://nn:9870/data/x.bin"));

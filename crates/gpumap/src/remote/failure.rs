@@ -36,6 +36,7 @@ impl Failure {
             let kind = match status {
                 404 => RemoteErrorKind::NotFound,
                 401 | 403 => RemoteErrorKind::AccessDenied,
+                409 if refuses_anonymous(url, &reason) => RemoteErrorKind::AccessDenied,
                 _ => RemoteErrorKind::Status,
             };
             return Self::new(kind, Some(status), reason);
@@ -91,6 +92,16 @@ impl Failure {
             reason: self.reason,
         }
     }
+}
+
+/// Whether a 409 of `url`'s store is Azure's refusal of unsigned requests where the account
+/// allows no anonymous access (the default for new accounts), a refusal as 401 and 403 are:
+/// its code `PublicAccessNotPermitted`, or no code at all, as in the answer to a HEAD, whose
+/// code travels in a header object_store does not keep (a HEAD meets no other 409).
+fn refuses_anonymous(url: &RemoteUrl, reason: &str) -> bool {
+    matches!(url, RemoteUrl::Azure { .. })
+        && (reason.starts_with("PublicAccessNotPermitted")
+            || reason.trim_end().ends_with("409 Conflict:"))
 }
 
 /// The deepest message of the chain: the one that says what happened (the connection was

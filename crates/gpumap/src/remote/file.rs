@@ -101,8 +101,8 @@ impl RemoteFile {
                             .s3_virtual_hosted(address.virtual_hosted);
                         address.url
                     }
-                    gcs @ RemoteUrl::Gcs { .. } => {
-                        return Err(not_of_kind(&gcs, "s3://bucket/key or an S3 http(s):// URL"))
+                    other @ (RemoteUrl::Gcs { .. } | RemoteUrl::Azure { .. }) => {
+                        return Err(not_of_kind(&other, "s3://bucket/key or an S3 http(s):// URL"))
                     }
                 };
                 Self::open_url(url, &options)
@@ -113,14 +113,23 @@ impl RemoteFile {
                 }
                 other => Err(not_of_kind(&other, "an http(s) URL with an S3 signature")),
             },
-            EndpointKind::Gcs | EndpointKind::GcsPublic => match RemoteUrl::parse(text)? {
-                gcs @ RemoteUrl::Gcs { .. } => {
-                    let mut options = options.clone();
-                    options.unsigned(kind == EndpointKind::GcsPublic);
-                    Self::open_url(gcs, &options)
+            EndpointKind::Gcs
+            | EndpointKind::GcsPublic
+            | EndpointKind::Azure
+            | EndpointKind::AzurePublic => {
+                let url = RemoteUrl::parse(text)?;
+                if !kind.accepts(text) {
+                    let form = match kind {
+                        EndpointKind::Gcs | EndpointKind::GcsPublic => "a gs://bucket/object URL",
+                        _ => "an az://container/blob URL",
+                    };
+                    return Err(not_of_kind(&url, form));
                 }
-                other => Err(not_of_kind(&other, "a gs://bucket/object URL")),
-            },
+                let mut options = options.clone();
+                options
+                    .unsigned(matches!(kind, EndpointKind::GcsPublic | EndpointKind::AzurePublic));
+                Self::open_url(url, &options)
+            }
             EndpointKind::WebHdfs => Self::open_url(RemoteUrl::webhdfs(text)?, options),
             EndpointKind::Http => match RemoteUrl::parse(text)? {
                 RemoteUrl::Http(u) | RemoteUrl::WebHdfs(u) if EndpointKind::Http.accepts(text) => {
@@ -138,10 +147,12 @@ impl RemoteFile {
     /// first where none are, as KvikIO (which reads no instance metadata) goes straight to
     /// unsigned requests then; the other way is tried when the server refuses the first (401,
     /// 403). A GCS object likewise, where [`EndpointKind::GcsPublic`] is allowed, by whether
-    /// Google credentials are configured. If both fail, the first's error is returned. With no
-    /// credentials configured, such an open asks for the object's size (a HEAD) even where the
-    /// options know it; with credentials and a known size it makes no request, so a refusal of
-    /// signed requests shows at the first read, with no fall-back.
+    /// Google credentials are configured, and an Azure blob by whether Azure credentials are
+    /// (Azure refuses unsigned requests with 409 where the account allows no anonymous
+    /// access). If both fail, the first's error is returned. With no credentials configured,
+    /// such an open asks for the object's size (a HEAD) even where the options know it; with
+    /// credentials and a known size it makes no request, so a refusal of signed requests shows
+    /// at the first read, with no fall-back.
     pub fn open_auto(
         text: &str,
         allowed: &[EndpointKind],
@@ -154,7 +165,7 @@ impl RemoteFile {
                 &shown,
                 format!(
                     "not a URL of any endpoint kind of {names:?} (s3://bucket/key, \
-                     gs://bucket/object, or an http(s):// URL with a path)"
+                     gs://bucket/object, az://container/blob, or an http(s):// URL with a path)"
                 ),
             ));
         };
@@ -164,6 +175,7 @@ impl RemoteFile {
         let Some(twin) = twin else { return Self::open_as(text, kind, options) };
         let configured = match kind {
             EndpointKind::Gcs => client::gcs_credentials_configured(),
+            EndpointKind::Azure => client::azure_credentials_configured(),
             _ => client::s3_credentials_configured(),
         };
         let (first, then) = if configured { (kind, twin) } else { (twin, kind) };
@@ -223,6 +235,8 @@ impl RemoteFile {
             RemoteUrl::S3 { .. } if self.inner.options.unsigned => EndpointKind::S3Public,
             RemoteUrl::Gcs { .. } if self.inner.options.unsigned => EndpointKind::GcsPublic,
             RemoteUrl::Gcs { .. } => EndpointKind::Gcs,
+            RemoteUrl::Azure { .. } if self.inner.options.unsigned => EndpointKind::AzurePublic,
+            RemoteUrl::Azure { .. } => EndpointKind::Azure,
             RemoteUrl::S3 { .. } => EndpointKind::S3,
             RemoteUrl::Http(u) if endpoint::is_presigned(u) => EndpointKind::S3PresignedUrl,
             RemoteUrl::Http(_) => EndpointKind::Http,

@@ -1,5 +1,6 @@
-//! [`RemotePrefix`]: the objects under one S3 or GCS prefix, used as a directory — listed,
-//! sized, opened, written and deleted through one client, whose connections they all share.
+//! [`RemotePrefix`]: the objects under one S3, GCS or Azure prefix, used as a directory —
+//! listed, sized, opened, written and deleted through one client, whose connections they all
+//! share.
 //!
 //! Listing pages through the bucket lazily ([`RemoteObjects`] is an iterator), so a prefix of
 //! millions of keys costs memory for one page at a time; a page that fails is asked again, with
@@ -52,8 +53,9 @@ pub struct RemoteListing {
     pub dirs: Vec<String>,
 }
 
-/// The objects under `s3://bucket/prefix/` (or `gs://bucket/prefix/`). Cloning is cheap;
-/// clones, and the files and writers they open, share one connection pool.
+/// The objects under `s3://bucket/prefix/` (or `gs://bucket/prefix/`,
+/// `az://container/prefix/`). Cloning is cheap; clones, and the files and writers they open,
+/// share one connection pool.
 #[derive(Debug, Clone)]
 pub struct RemotePrefix {
     inner: Arc<Inner>,
@@ -61,7 +63,7 @@ pub struct RemotePrefix {
 
 #[derive(Debug)]
 struct Inner {
-    /// S3 or GCS.
+    /// S3, GCS or Azure.
     bucket_store: BucketStore,
     bucket: String,
     /// Without a trailing `/`; empty for the whole bucket.
@@ -85,16 +87,17 @@ impl Inner {
     }
 }
 
-/// The store of the bucket of a prefix's `url` (always an S3 or GCS URL).
+/// The store of the bucket of a prefix's `url` (always an S3, GCS or Azure URL).
 fn level_store(url: &RemoteUrl, options: &RemoteOptions) -> Result<Arc<dyn WriteStore>> {
     client::bucket_store(url, options)?
         .ok_or_else(|| crate::Error::InvalidArgument(format!("{url} is not a bucket's prefix")))
 }
 
 impl RemotePrefix {
-    /// Opens `url` (`s3://bucket/`, `s3://bucket/prefix/`, `gs://...` alike; the trailing `/`
-    /// may be left out) with the options the settings give ([`RemoteOptions::from_config`] of
-    /// [`Config::global`]), signed or unsigned as [`open_auto`](Self::open_auto) decides.
+    /// Opens `url` (`s3://bucket/`, `s3://bucket/prefix/`, `gs://...`, `az://...` alike; the
+    /// trailing `/` may be left out) with the options the settings give
+    /// ([`RemoteOptions::from_config`] of [`Config::global`]), signed or unsigned as
+    /// [`open_auto`](Self::open_auto) decides.
     pub fn open(url: &str) -> Result<RemotePrefix> {
         Self::open_auto(url, &RemoteOptions::from_config(Config::global()?)?)
     }
@@ -140,6 +143,7 @@ impl RemotePrefix {
                 options.s3_credentials.is_some() || client::s3_credentials_configured()
             }
             BucketStore::Gcs => client::gcs_credentials_configured(),
+            BucketStore::Azure => client::azure_credentials_configured(),
         };
         if options.unsigned || configured {
             return Self::open_with(url, options);
@@ -162,7 +166,7 @@ impl RemotePrefix {
         self.inner.options.unsigned
     }
 
-    /// `s3://bucket/prefix/` (or `gs://...`).
+    /// `s3://bucket/prefix/` (or `gs://...`, `az://...`).
     pub fn url(&self) -> &RemoteUrl {
         &self.inner.url
     }
@@ -250,9 +254,10 @@ impl RemotePrefix {
         Ok(RemoteListing { objects, dirs })
     }
 
-    /// Deletes the objects `names` (relative to the prefix), a thousand to a request, each
-    /// request retried; names with no object are no error (S3's own rule). Every name is
-    /// checked before anything is deleted.
+    /// Deletes the objects `names` (relative to the prefix), up to a thousand to a request
+    /// (Azure's batches take 256), each request retried; names with no object are no error
+    /// (S3's own rule, kept for the stores that answer 404). Every name is checked before
+    /// anything is deleted.
     pub fn delete<S: AsRef<str>>(&self, names: &[S]) -> Result<()> {
         let paths = names
             .iter()
@@ -269,6 +274,11 @@ impl RemotePrefix {
                     async move {
                         store
                             .delete_stream(futures_util::stream::iter(batch).boxed())
+                            .filter(|deleted| {
+                                let gone =
+                                    matches!(deleted, Err(object_store::Error::NotFound { .. }));
+                                std::future::ready(!gone)
+                            })
                             .try_collect::<Vec<_>>()
                             .await
                             .map_err(|e| Failure::from_store(&e, &inner.url))

@@ -37,6 +37,16 @@ pub enum RemoteUrl {
         /// The object's name, percent-decoded as an S3 key is.
         key: String,
     },
+    /// An Azure Blob Storage blob (`az://container/blob`) of the storage account the
+    /// environment names (`AZURE_STORAGE_ACCOUNT_NAME`), read with requests signed with the
+    /// credentials object_store finds (an account key, a SAS token, a bearer token, a managed
+    /// identity), or unsigned where the options say so.
+    Azure {
+        /// The container.
+        container: String,
+        /// The blob's name, percent-decoded as an S3 key is.
+        key: String,
+    },
     /// A plain `http(s)://` URL read with ranged GETs; a presigned S3 URL is one (its query
     /// string carries the signature and is kept).
     Http(url::Url),
@@ -46,7 +56,8 @@ pub enum RemoteUrl {
 }
 
 impl RemoteUrl {
-    /// Parses `text` by its scheme: `s3://bucket/key`; `gs://bucket/object`; `http://` /
+    /// Parses `text` by its scheme: `s3://bucket/key`; `gs://bucket/object`;
+    /// `az://container/blob`; `http://` /
     /// `https://` URLs (WebHDFS where the path starts with `/webhdfs/v1/`, the API's own
     /// prefix, as KvikIO infers it); `webhdfs://host:port/path` and `swebhdfs://...` (Hadoop's
     /// names for the same over http and https).
@@ -58,6 +69,9 @@ impl RemoteUrl {
             }
             Some((scheme, rest)) if scheme.eq_ignore_ascii_case("gs") => {
                 parse_in_bucket(BucketStore::Gcs, text, rest)
+            }
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("az") => {
+                parse_in_bucket(BucketStore::Azure, text, rest)
             }
             Some((scheme, _))
                 if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
@@ -85,7 +99,7 @@ impl RemoteUrl {
             Some((scheme, _)) => Err(invalid(
                 &redact_text(text),
                 format!(
-                    "the scheme {:?} is not supported (s3, gs, http, https, webhdfs and \
+                    "the scheme {:?} is not supported (s3, gs, az, http, https, webhdfs and \
                      swebhdfs are)",
                     scheme
                 ),
@@ -117,6 +131,11 @@ impl RemoteUrl {
         Self::in_bucket(BucketStore::Gcs, bucket, key)
     }
 
+    /// An Azure blob named by its container and name (the name itself, not percent-encoded).
+    pub fn azure(container: &str, key: &str) -> Result<RemoteUrl> {
+        Self::in_bucket(BucketStore::Azure, container, key)
+    }
+
     /// The object `key` of `bucket` in `store`, checked by the store's rules.
     pub(crate) fn in_bucket(store: BucketStore, bucket: &str, key: &str) -> Result<RemoteUrl> {
         let text = format!("{}://{bucket}/{}", store.scheme(), url_path_of(key));
@@ -125,7 +144,7 @@ impl RemoteUrl {
         Ok(store.url(bucket, key.to_owned()))
     }
 
-    /// The store's path of an S3 or GCS object's key: the key as it is, which the client
+    /// The store's path of an S3, GCS or Azure object's key: the key as it is, which the client
     /// percent-encodes once on the wire. Checked keys always make one.
     pub(crate) fn store_path(key: &str) -> Result<object_store::path::Path> {
         object_store::path::Path::parse(key).map_err(|e| {
@@ -139,6 +158,9 @@ impl RemoteUrl {
         match self {
             RemoteUrl::S3 { bucket, key } => format!("s3://{bucket}/{}", url_path_of(key)),
             RemoteUrl::Gcs { bucket, key } => format!("gs://{bucket}/{}", url_path_of(key)),
+            RemoteUrl::Azure { container, key } => {
+                format!("az://{container}/{}", url_path_of(key))
+            }
             RemoteUrl::Http(url) | RemoteUrl::WebHdfs(url) => redact_url(url),
         }
     }
@@ -147,7 +169,7 @@ impl RemoteUrl {
     /// scrub from any message a lower layer writes.
     pub(crate) fn secrets(&self) -> Vec<String> {
         match self {
-            RemoteUrl::S3 { .. } | RemoteUrl::Gcs { .. } => Vec::new(),
+            RemoteUrl::S3 { .. } | RemoteUrl::Gcs { .. } | RemoteUrl::Azure { .. } => Vec::new(),
             RemoteUrl::Http(url) | RemoteUrl::WebHdfs(url) => {
                 let mut secrets = vec![url.as_str().to_owned()];
                 if let Some(query) = url.query().filter(|q| !q.is_empty()) {
@@ -175,7 +197,7 @@ impl fmt::Debug for RemoteUrl {
 /// callers that take both (the CLI, Python's `read_file_to_device`) ask this first.
 pub fn is_remote_url(text: &str) -> bool {
     let lower = text.get(..11).unwrap_or(text).to_ascii_lowercase();
-    ["s3://", "gs://", "http://", "https://", "webhdfs://", "swebhdfs://"]
+    ["s3://", "gs://", "az://", "http://", "https://", "webhdfs://", "swebhdfs://"]
         .iter()
         .any(|scheme| lower.starts_with(scheme))
 }
@@ -284,6 +306,8 @@ fn url_path_of(key: &str) -> String {
 pub(crate) enum BucketStore {
     S3,
     Gcs,
+    /// Azure's containers, which gpumap treats as buckets.
+    Azure,
 }
 
 impl BucketStore {
@@ -291,6 +315,7 @@ impl BucketStore {
         match self {
             BucketStore::S3 => "s3",
             BucketStore::Gcs => "gs",
+            BucketStore::Azure => "az",
         }
     }
 
@@ -299,6 +324,7 @@ impl BucketStore {
         match self {
             BucketStore::S3 => check_bucket(text, bucket),
             BucketStore::Gcs => check_gcs_bucket(text, bucket),
+            BucketStore::Azure => check_azure_container(text, bucket),
         }
     }
 
@@ -309,25 +335,29 @@ impl BucketStore {
         match self {
             BucketStore::S3 => RemoteUrl::S3 { bucket, key },
             BucketStore::Gcs => RemoteUrl::Gcs { bucket, key },
+            BucketStore::Azure => RemoteUrl::Azure { container: bucket, key },
         }
     }
 }
 
-/// `s3://bucket`, `s3://bucket/` or `s3://bucket/some/prefix(/)`, or the same with `gs://`:
+/// `s3://bucket`, `s3://bucket/` or `s3://bucket/some/prefix(/)`, or the same with `gs://` or
+/// `az://` (a container):
 /// the store, the bucket and the prefix (without its trailing `/`; empty for the whole
 /// bucket), checked as keys are.
 pub(crate) fn parse_bucket_prefix(text: &str) -> Result<(BucketStore, String, String)> {
     check_text(text)?;
-    let (store, rest) =
-        match text.split_once("://") {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("s3") => (BucketStore::S3, rest),
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("gs") => (BucketStore::Gcs, rest),
-            _ => return Err(invalid(
+    let (store, rest) = match text.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("s3") => (BucketStore::S3, rest),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("gs") => (BucketStore::Gcs, rest),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("az") => (BucketStore::Azure, rest),
+        _ => {
+            return Err(invalid(
                 &redact_text(text),
-                "a prefix to list is an s3:// or gs:// URL (s3://bucket/prefix/); HTTP servers \
-                 list nothing",
-            )),
-        };
+                "a prefix to list is an s3://, gs:// or az:// URL (s3://bucket/prefix/); HTTP \
+                 servers list nothing",
+            ))
+        }
+    };
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let stripped = prefix.strip_suffix('/').unwrap_or(prefix);
     // `s3://bucket//`: an empty segment, not the bucket's root.
@@ -347,7 +377,8 @@ pub(crate) fn parse_bucket_prefix(text: &str) -> Result<(BucketStore, String, St
     Ok((store, bucket.to_owned(), prefix))
 }
 
-/// The store's own rules for bucket names ([`check_bucket`], [`check_gcs_bucket`]) and the
+/// The store's own rules for bucket names ([`check_bucket`], [`check_gcs_bucket`],
+/// [`check_azure_container`]) and the
 /// keys object_store can address (none empty; no empty, `.` or `..` segment; at most 1024
 /// bytes).
 fn check_object(store: BucketStore, text: &str, bucket: &str, key: &str) -> Result<()> {
@@ -395,6 +426,33 @@ fn check_gcs_bucket(text: &str, bucket: &str) -> Result<()> {
             format!(
                 "{bucket:?} is not a GCS bucket name (3 to 63 lowercase letters, digits, '-', \
                  '_' or '.', starting and ending with a letter or digit)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Azure's rules for container names: 3 to 63 lowercase letters, digits and single `-`s,
+/// starting and ending with a letter or digit; or one of the special `$root`, `$web` and
+/// `$logs`.
+fn check_azure_container(text: &str, container: &str) -> Result<()> {
+    let alphanumeric =
+        |b: Option<u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let special = matches!(container, "$root" | "$web" | "$logs");
+    let container_ok = special
+        || ((3..=63).contains(&container.len())
+            && alphanumeric(container.bytes().next())
+            && alphanumeric(container.bytes().last())
+            && !container.contains("--")
+            && container
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
+    if !container_ok {
+        return Err(invalid(
+            &redact_text(text),
+            format!(
+                "{container:?} is not an Azure container name (3 to 63 lowercase letters, \
+                 digits or single '-', starting and ending with a letter or digit)"
             ),
         ));
     }
@@ -574,6 +632,50 @@ mod tests {
     }
 
     #[test]
+    fn azure_urls_split_into_container_and_blob_by_azures_rules() {
+        for (text, container, key) in [
+            (
+                "az://models/llama/model-00001.safetensors",
+                "models",
+                "llama/model-00001.safetensors",
+            ),
+            ("AZ://data-2026/a%20b~1.bin", "data-2026", "a b~1.bin"),
+            ("az://$root/x", "$root", "x"),
+        ] {
+            let url = RemoteUrl::parse(text).unwrap();
+            let expected = RemoteUrl::Azure { container: container.into(), key: key.into() };
+            assert_eq!(url, expected, "{text}");
+            assert_eq!(RemoteUrl::parse(&url.redacted()).unwrap(), url, "{text}");
+            assert!(url.redacted().starts_with("az://") && url.secrets().is_empty());
+            assert_eq!(RemoteUrl::azure(container, key).unwrap(), url);
+        }
+        assert!(RemoteUrl::parse(&format!("az://{}/k", "a".repeat(63))).is_ok());
+        for bad in [
+            "az://",
+            "az://container",
+            "az://container/",
+            "az://Container/k",
+            "az://-container/k",
+            "az://container-/k",
+            "az://con--tainer/k",
+            "az://con_tainer/k",
+            "az://con.tainer/k",
+            "az://ab/k",
+            "az://$other/k",
+            "az://account@container/k",
+            "az://container/k?sv=2024",
+            "az://container/a//b",
+            "az://container/a/../b",
+            "az://container/a%zz",
+        ] {
+            refused(bad);
+        }
+        refused(&format!("az://{}/k", "a".repeat(64)));
+        assert!(is_remote_url("az://c/k") && is_remote_url("AZ://c/k"));
+        assert!(RemoteUrl::azure("Bad", "k").is_err() && RemoteUrl::azure("good", "").is_err());
+    }
+
+    #[test]
     fn hostile_and_malformed_urls_are_refused_by_kind() {
         for text in [
             "ftp://host/file",
@@ -637,7 +739,11 @@ mod tests {
         assert_eq!(parse("s3://bucket/a/b"), (s3, "bucket".into(), "a/b".into()));
         assert_eq!(parse("s3://bucket/a/b/"), (s3, "bucket".into(), "a/b".into()));
         assert_eq!(parse("GS://my_bkt/a/"), (BucketStore::Gcs, "my_bkt".into(), "a".into()));
+        assert_eq!(parse("az://ctr/a/b/"), (BucketStore::Azure, "ctr".into(), "a/b".into()));
         for text in [
+            "az://",
+            "az://c_tr/",
+            "az://ctr/a//b/",
             "gs://",
             "gs://_bkt/",
             "gs://bkt/a//b/",

@@ -132,15 +132,16 @@ struct Filling {
     copying: usize,
 }
 
-/// The refusal of a write to a URL that is not an S3 or GCS object.
+/// The refusal of a write to a URL that is not an S3, GCS or Azure object.
 fn not_writable(url: &RemoteUrl) -> Error {
-    let reason = "writes go to s3:// and gs:// objects only (an HTTP or WebHDFS server takes \
-                  no multipart upload)";
+    let reason = "writes go to s3://, gs:// and az:// objects only (an HTTP or WebHDFS server \
+                  takes no multipart upload)";
     Failure::new(RemoteErrorKind::InvalidUrl, None, reason).into_error(url, "write to", 0)
 }
 
 impl RemoteWriter {
-    /// Starts writing the object at `url` (`s3://bucket/key`, `gs://bucket/object`) with the
+    /// Starts writing the object at `url` (`s3://bucket/key`, `gs://bucket/object`,
+    /// `az://container/blob`) with the
     /// options the settings
     /// give ([`RemoteOptions::from_config`] of [`Config::global`]).
     pub fn create(url: &str) -> Result<RemoteWriter> {
@@ -174,8 +175,11 @@ impl RemoteWriter {
         store: Arc<dyn WriteStore>,
         options: &RemoteOptions,
     ) -> Result<RemoteWriter> {
-        let (RemoteUrl::S3 { key, .. } | RemoteUrl::Gcs { key, .. }) = &url else {
-            return Err(not_writable(&url));
+        let key = match &url {
+            RemoteUrl::S3 { key, .. }
+            | RemoteUrl::Gcs { key, .. }
+            | RemoteUrl::Azure { key, .. } => key,
+            RemoteUrl::Http(_) | RemoteUrl::WebHdfs(_) => return Err(not_writable(&url)),
         };
         let path = RemoteUrl::store_path(key)?;
         let part_size = usize::try_from(options.part_size).map_err(|_| {

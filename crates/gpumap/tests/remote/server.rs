@@ -5,6 +5,8 @@
 //! access key id (it does not verify signatures: object_store's signing is not under test).
 //! S3 mode also takes writes: plain PUTs and multipart uploads (create, parts, complete with
 //! AWS's rules on part order, ETags and the 5 MiB minimum, abort), with their own fault queue.
+//! GCS mode is S3's requests with a bearer token; Azure mode serves `/container/blob` with
+//! Azure's listings, block uploads and batch deletes.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -135,6 +137,11 @@ struct State {
     open_connections: AtomicUsize,
     /// GCS mode (reads only): the bearer token requests must carry.
     gcs_token: Option<String>,
+    /// Azure mode: the bearer token requests must carry. An unsigned request for an object
+    /// not public is refused as an account without anonymous access refuses it (409).
+    azure_token: Option<String>,
+    /// Azure mode: the blocks put and not yet committed, by blob path and block id.
+    blocks: Mutex<HashMap<(String, String), Vec<u8>>>,
     /// S3 and GCS modes: objects anyone may read, unsigned requests served (a signed request
     /// with another key is still refused, as S3 refuses it).
     public: Mutex<HashSet<String>>,
@@ -166,6 +173,14 @@ impl Server {
     #[allow(dead_code)] // Used by the GCS test binary alone.
     pub fn gcs(token: &str) -> Server {
         Self::start_with(State { gcs_token: Some(token.to_owned()), ..State::default() })
+    }
+
+    /// An Azure Blob Storage stand-in (object_store's requests with an endpoint given:
+    /// `/container/blob`; listings, block blobs and batch deletes) that wants
+    /// `Authorization: Bearer <token>`.
+    #[allow(dead_code)] // Used by the Azure test binary alone.
+    pub fn azure(token: &str) -> Server {
+        Self::start_with(State { azure_token: Some(token.to_owned()), ..State::default() })
     }
 
     /// A WebHDFS namenode and datanode in one: `put("/webhdfs/v1/<path>", ...)` files.
@@ -494,9 +509,10 @@ fn handle(out: &mut TcpStream, state: &State, request: Request) -> bool {
             answer(out, state, &request, true)
         }
         "GET" => get(out, state, &request),
-        "PUT" | "POST" | "DELETE" if state.s3_key_id.is_some() || state.gcs_token.is_some() => {
-            write(out, state, request)
+        "PUT" | "POST" | "DELETE" if state.azure_token.is_some() => {
+            azure_write(out, state, request)
         }
+        "PUT" | "POST" | "DELETE" if state.buckets() => write(out, state, request),
         _ => respond(out, 405, &[], b""),
     }
 }
@@ -505,8 +521,10 @@ fn get(out: &mut TcpStream, state: &State, request: &Request) -> bool {
     if state.webhdfs {
         return webhdfs(out, state, request);
     }
-    let buckets = state.s3_key_id.is_some() || state.gcs_token.is_some();
-    if buckets && request.query.get("list-type").is_some_and(|t| t == "2") {
+    if state.buckets() && request.query.get("list-type").is_some_and(|t| t == "2") {
+        return list(out, state, request);
+    }
+    if state.azure_token.is_some() && request.query.get("comp").is_some_and(|c| c == "list") {
         return list(out, state, request);
     }
     plain_get(out, state, request)
@@ -567,7 +585,10 @@ fn reason(status: u16) -> &'static str {
         204 => "No Content",
         206 => "Partial Content",
         400 => "Bad Request",
+        201 => "Created",
+        202 => "Accepted",
         403 => "Forbidden",
+        409 => "Conflict",
         404 => "Not Found",
         416 => "Range Not Satisfiable",
         500 => "Internal Server Error",
@@ -582,6 +603,9 @@ fn reason(status: u16) -> &'static str {
 fn authorize(out: &mut TcpStream, state: &State, request: &Request) -> Result<(), bool> {
     if let Some(token) = &state.gcs_token {
         return authorize_bearer(out, state, request, token);
+    }
+    if let Some(token) = &state.azure_token {
+        return authorize_azure(out, state, request, token);
     }
     let Some(key_id) = &state.s3_key_id else { return Ok(()) };
     let Some(authorization) = request.headers.get("authorization") else {
@@ -631,7 +655,7 @@ fn lookup(out: &mut TcpStream, state: &State, request: &Request) -> Result<Arc<V
     authorize(out, state, request)?;
     match state.objects.lock().unwrap().get(&request.path) {
         Some(bytes) => Ok(Arc::clone(bytes)),
-        None if state.s3_key_id.is_some() || state.gcs_token.is_some() => {
+        None if state.buckets() => {
             Err(s3_reply(out, 404, "NoSuchKey", "The specified key does not exist."))
         }
         None => Err(respond(out, 404, &[], b"not found")),
@@ -741,7 +765,11 @@ fn write(out: &mut TcpStream, state: &State, request: Request) -> bool {
         }
         ("DELETE", Some(id)) => abort_upload(out, state, &request, &id),
         ("DELETE", None) => {
-            state.objects.lock().unwrap().remove(&request.path);
+            let found = state.objects.lock().unwrap().remove(&request.path).is_some();
+            // S3 deletes what is not there without a word; GCS answers 404.
+            if !found && state.gcs_token.is_some() {
+                return s3_reply(out, 404, "NoSuchKey", "No such object.");
+            }
             respond(out, 204, &[], b"")
         }
         ("POST", None) if request.query.contains_key("delete") => {
@@ -1006,7 +1034,12 @@ fn list(out: &mut TcpStream, state: &State, request: &Request) -> bool {
     let bucket = request.path.trim_start_matches('/').trim_end_matches('/').to_owned();
     let query = |name: &str| request.query.get(name).cloned().unwrap_or_default();
     let (prefix, delimiter) = (query("prefix"), query("delimiter"));
-    let after = query("continuation-token").max(query("start-after"));
+    let after = query("continuation-token").max(query("start-after")).max(query("marker"));
+    // Azure's `startFrom` is the first key listed: everything after the key just before it.
+    let after = match request.query.get("startFrom") {
+        Some(from) => after.max(before(from)),
+        None => after,
+    };
     let page = match state.list_page.load(Ordering::SeqCst) {
         0 => 1000,
         n => n,
@@ -1044,15 +1077,29 @@ fn list(out: &mut TcpStream, state: &State, request: &Request) -> bool {
                 truncated = true;
                 break;
             }
-            contents.push_str(&format!(
-                "<Contents><Key>{}</Key><LastModified>2026-11-24T12:00:00.000Z</LastModified>\
-                 <ETag>\"0123456789abcdef\"</ETag><Size>{len}</Size>\
-                 <StorageClass>STANDARD</StorageClass></Contents>",
-                xml_escape(&key)
-            ));
+            contents.push_str(&if state.azure_token.is_some() {
+                format!(
+                    "<Blob><Name>{}</Name><Properties><Last-Modified>Tue, 24 Nov 2026 12:00:00 \
+                     GMT</Last-Modified><Etag>0x8DC0123456789AB</Etag><Content-Length>{len}\
+                     </Content-Length><Content-Type>application/octet-stream</Content-Type>\
+                     <BlobType>BlockBlob</BlobType></Properties></Blob>",
+                    xml_escape(&key)
+                )
+            } else {
+                format!(
+                    "<Contents><Key>{}</Key><LastModified>2026-11-24T12:00:00.000Z</LastModified>\
+                     <ETag>\"0123456789abcdef\"</ETag><Size>{len}</Size>\
+                     <StorageClass>STANDARD</StorageClass></Contents>",
+                    xml_escape(&key)
+                )
+            });
             last = Some(key);
         }
         entries += 1;
+    }
+    if state.azure_token.is_some() {
+        let next = if truncated { last } else { None };
+        return azure_listing(out, &prefix, &contents, &prefixes, next);
     }
     let mut inner = format!(
         "<Name>{bucket}</Name><Prefix>{}</Prefix><KeyCount>{entries}</KeyCount>\
@@ -1072,6 +1119,21 @@ fn list(out: &mut TcpStream, state: &State, request: &Request) -> bool {
         ));
     }
     respond_xml(out, "ListBucketResult", &inner)
+}
+
+/// The greatest key before `key` in the listing's order, as near as a test needs: `key` less
+/// its last character where that is the smallest there is, else `key` with its last character
+/// one less and the largest after it.
+fn before(key: &str) -> String {
+    let mut chars: Vec<char> = key.chars().collect();
+    match chars.pop() {
+        None => String::new(),
+        Some('\0') => chars.into_iter().collect(),
+        Some(last) => {
+            let lower = char::from_u32(u32::from(last) - 1).unwrap_or('\0');
+            chars.into_iter().chain([lower, '\u{10FFFF}']).collect()
+        }
+    }
 }
 
 /// DeleteObjects (`POST /bucket?delete`): every `<Key>` of the body removed, each reported
@@ -1146,4 +1208,181 @@ fn webhdfs(out: &mut TcpStream, state: &State, request: &Request) -> bool {
         }
         _ => respond(out, 400, &[], b"unsupported op"),
     }
+}
+
+impl State {
+    /// Whether objects live in buckets (S3, GCS, Azure modes), with their errors and writes.
+    fn buckets(&self) -> bool {
+        self.s3_key_id.is_some() || self.gcs_token.is_some() || self.azure_token.is_some()
+    }
+}
+
+/// In Azure mode, refuses (403) a request with another token, and (409, Azure's answer where
+/// the account allows no anonymous access) an unsigned one, unless it reads a public object
+/// or lists a public container.
+fn authorize_azure(
+    out: &mut TcpStream,
+    state: &State,
+    request: &Request,
+    token: &str,
+) -> Result<(), bool> {
+    match request.headers.get("authorization") {
+        None => {
+            state.unsigned.fetch_add(1, Ordering::SeqCst);
+            let read = matches!(request.method.as_str(), "GET" | "HEAD");
+            if read && state.public.lock().unwrap().contains(request.path.trim_end_matches('/')) {
+                return Ok(());
+            }
+            let message = "Public access is not permitted on this storage account.";
+            Err(s3_reply(out, 409, "PublicAccessNotPermitted", message))
+        }
+        Some(given) => {
+            state.signed.fetch_add(1, Ordering::SeqCst);
+            if *given == format!("Bearer {token}") {
+                return Ok(());
+            }
+            let message = "Server failed to authenticate the request.";
+            Err(s3_reply(out, 403, "AuthenticationFailed", message))
+        }
+    }
+}
+
+/// A List Blobs page: `contents` (its `<Blob>` elements), the common prefixes, and the marker
+/// of the next page.
+fn azure_listing(
+    out: &mut TcpStream,
+    prefix: &str,
+    contents: &str,
+    prefixes: &[String],
+    next: Option<String>,
+) -> bool {
+    let levels: String = prefixes
+        .iter()
+        .map(|p| format!("<BlobPrefix><Name>{}</Name></BlobPrefix>", xml_escape(p)))
+        .collect();
+    let marker = next.map(|n| xml_escape(&n)).unwrap_or_default();
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<EnumerationResults \
+         ServiceEndpoint=\"http://127.0.0.1/\"><Prefix>{}</Prefix><Blobs>{contents}{levels}\
+         </Blobs><NextMarker>{marker}</NextMarker></EnumerationResults>",
+        xml_escape(prefix)
+    );
+    respond(out, 200, &[("Content-Type", "application/xml".into())], body.as_bytes())
+}
+
+/// Azure's writes: a block blob put whole, a block put, a block list committed, and a batch of
+/// deletes. Blocks are kept, per blob, until a list commits them, as Azure keeps uncommitted
+/// blocks. Block puts, commits and whole puts take the write faults, as S3's writes do.
+fn azure_write(out: &mut TcpStream, state: &State, request: Request) -> bool {
+    if let Err(keep_open) = authorize(out, state, &request) {
+        return keep_open;
+    }
+    let comp = request.query.get("comp").cloned().unwrap_or_default();
+    match (request.method.as_str(), comp.as_str()) {
+        ("PUT", "block") => {
+            state.part_puts.fetch_add(1, Ordering::SeqCst);
+            let delay = *state.part_delay.lock().unwrap();
+            thread::sleep(delay);
+            faulted(out, state, |out| {
+                let id = request.query.get("blockid").cloned().unwrap_or_default();
+                state.blocks.lock().unwrap().insert((request.path.clone(), id), request.body);
+                respond(out, 201, &[], b"")
+            })
+        }
+        ("PUT", "blocklist") => faulted(out, state, |out| commit_blocks(out, state, request)),
+        ("PUT", "") => {
+            state.plain_puts.fetch_add(1, Ordering::SeqCst);
+            faulted(out, state, |out| {
+                let headers = azure_put_headers(&request.body);
+                state.objects.lock().unwrap().insert(request.path, Arc::new(request.body));
+                respond(out, 201, &headers, b"")
+            })
+        }
+        ("POST", "batch") => batch_delete(out, state, &request),
+        _ => s3_reply(out, 501, "NotImplemented", "This server does not implement that request."),
+    }
+}
+
+/// The headers of a put's answer: the new blob's ETag and time.
+fn azure_put_headers(bytes: &[u8]) -> Vec<(&'static str, String)> {
+    vec![
+        ("ETag", content_etag(bytes)),
+        ("Last-Modified", "Tue, 24 Nov 2026 12:00:00 GMT".to_owned()),
+    ]
+}
+
+/// The block ids a Put Block List body names, in its order, whichever list each is taken from.
+fn listed_blocks(xml: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut rest = xml;
+    while let Some(start) = rest.find('<') {
+        rest = &rest[start + 1..];
+        let Some(tag) =
+            ["Uncommitted>", "Latest>", "Committed>"].iter().find(|t| rest.starts_with(**t))
+        else {
+            continue;
+        };
+        let close = format!("</{tag}");
+        let Some((id, after)) = rest[tag.len()..].split_once(&close) else { break };
+        ids.push(xml_unescape(id.trim()));
+        rest = after;
+    }
+    ids
+}
+
+/// Put Block List: the blob becomes the listed blocks in order (each must have been put for
+/// this blob), and the blob's uncommitted blocks are dropped.
+fn commit_blocks(out: &mut TcpStream, state: &State, request: Request) -> bool {
+    let ids = listed_blocks(&String::from_utf8_lossy(&request.body));
+    let mut blocks = state.blocks.lock().unwrap();
+    let mut bytes = Vec::new();
+    for id in &ids {
+        let Some(block) = blocks.get(&(request.path.clone(), id.clone())) else {
+            drop(blocks);
+            return s3_reply(out, 400, "InvalidBlockList", "The specified block list is invalid.");
+        };
+        bytes.extend_from_slice(block);
+    }
+    blocks.retain(|(path, _), _| *path != request.path);
+    drop(blocks);
+    state.completes.fetch_add(1, Ordering::SeqCst);
+    let headers = azure_put_headers(&bytes);
+    state.objects.lock().unwrap().insert(request.path, Arc::new(bytes));
+    respond(out, 201, &headers, b"")
+}
+
+/// Blob Batch of deletes (`POST /container?restype=container&comp=batch`, a multipart/mixed
+/// body of `DELETE /container/blob` subrequests): each blob removed, and each answered in a
+/// multipart/mixed reply under its Content-ID (202, or 404 for a blob that is not there).
+fn batch_delete(out: &mut TcpStream, state: &State, request: &Request) -> bool {
+    let body = String::from_utf8_lossy(&request.body).into_owned();
+    let asked = request.headers.get("content-type").and_then(|t| t.split_once("boundary="));
+    let Some((_, asked)) = asked else {
+        return s3_reply(out, 400, "InvalidInput", "A batch is a multipart/mixed body.");
+    };
+    let boundary = "batchresponse_gpumap";
+    let mut reply = String::new();
+    for part in body.split(&format!("--{asked}")).skip(1) {
+        let id = part.lines().find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-id").then(|| value.trim().to_owned())
+        });
+        let target = part.lines().find_map(|line| line.strip_prefix("DELETE "));
+        let (Some(id), Some(target)) = (id, target) else { continue };
+        let target = target.split_whitespace().next().unwrap_or_default();
+        let path = percent_decode(target.split_once('?').map_or(target, |(path, _)| path));
+        let found = state.objects.lock().unwrap().remove(&path).is_some();
+        let status = if found {
+            "202 Accepted\r\nx-ms-delete-type-permanent: true"
+        } else {
+            "404 The specified blob does not exist.\r\nx-ms-error-code: BlobNotFound"
+        };
+        reply.push_str(&format!(
+            "--{boundary}\r\nContent-Type: application/http\r\nContent-ID: {id}\r\n\r\n\
+             HTTP/1.1 {status}\r\n\r\n"
+        ));
+    }
+    reply.push_str(&format!("--{boundary}--\r\n"));
+    let content_type = format!("multipart/mixed; boundary={boundary}");
+    respond(out, 202, &[("Content-Type", content_type)], reply.as_bytes())
 }
