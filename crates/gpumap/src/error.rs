@@ -303,7 +303,8 @@ macro_rules! check_credentials {
     ($what:literal) => {
         concat!(
             "check the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; \
-             GOOGLE_APPLICATION_CREDENTIALS for gs://), the region, and that they may ",
+             GOOGLE_APPLICATION_CREDENTIALS for gs://; AZURE_STORAGE_ACCOUNT_KEY, \
+             AZURE_STORAGE_SAS_TOKEN for az://), the region, and that they may ",
             $what
         )
     };
@@ -314,9 +315,10 @@ impl RemoteErrorKind {
     pub fn hint(self) -> &'static str {
         match self {
             RemoteErrorKind::InvalidUrl => {
-                "use s3://bucket/key, gs://bucket/object or http(s)://host/path, with \
-                 credentials in the environment (AWS_ACCESS_KEY_ID, \
-                 GOOGLE_APPLICATION_CREDENTIALS, ...) rather than in the URL"
+                "use s3://bucket/key, gs://bucket/object, az://container/blob or \
+                 http(s)://host/path, with credentials and settings in the environment \
+                 (AWS_ACCESS_KEY_ID, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_ACCOUNT_NAME, \
+                 ...) rather than in the URL"
             }
             RemoteErrorKind::NotFound => "check the bucket, key or path",
             RemoteErrorKind::AccessDenied => {

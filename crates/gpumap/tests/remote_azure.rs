@@ -224,6 +224,37 @@ fn azure_blobs_are_read_and_written_signed_or_unsigned() {
         );
     }
     std::env::set_var("AZURE_STORAGE_ENDPOINT", server.endpoint());
+    // Where a signed open asks for its token, and what goes into that request's path and
+    // headers (object_store's token requests panicked on each).
+    let named = |e: &Error, var: &str| match e {
+        Error::InvalidArgument(m) => m.contains(var),
+        Error::InvalidConfig { var: named, .. } => named == var,
+        _ => false,
+    };
+    std::env::set_var("AZURE_CLIENT_ID", "client");
+    std::env::set_var("AZURE_CLIENT_SECRET", "secret");
+    std::env::set_var("AZURE_TENANT_ID", "contoso.onmicrosoft.com");
+    for (var, bad) in [
+        ("IDENTITY_ENDPOINT", "::::"),
+        ("AZURE_AUTHORITY_HOST", "mailto:x"),
+        ("AZURE_AUTHORITY_HOST", "http://a b"),
+        ("AZURE_TENANT_ID", "t\u{1}"),
+        ("AZURE_TENANT_ID", "a/b?c"),
+        ("AZURE_FABRIC_TOKEN_SERVICE_URL", "mailto:x"),
+        ("AZURE_FABRIC_WORKLOAD_HOST", "h\u{1}"),
+    ] {
+        let kept = std::env::var(var).ok();
+        std::env::set_var(var, bad);
+        let e = RemoteFile::open_as(private, EndpointKind::Azure, &options()).unwrap_err();
+        assert!(named(&e, var), "{var}={bad:?}: {e:?}");
+        match kept {
+            Some(value) => std::env::set_var(var, value),
+            None => std::env::remove_var(var),
+        }
+    }
+    for var in ["AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID", "AZURE_MSI_ENDPOINT"] {
+        std::env::remove_var(var);
+    }
     for bad in ["Upper", "a\u{1}b", "x", "has-dash"] {
         std::env::set_var("AZURE_STORAGE_ACCOUNT_NAME", bad);
         let e = RemoteFile::open_with(public_url, &options()).unwrap_err();

@@ -433,8 +433,10 @@ fn check_gcs_settings(builder: &object_store::gcp::GoogleCloudStorageBuilder) ->
 /// Refuses Azure settings from the environment that object_store would panic on, or would
 /// refuse in words that do not name the variable: no storage account (outside the emulator),
 /// an account name that is not one (it goes into the host and the signature's header), an
-/// endpoint that is not an http(s) URL of a host, and, for signed requests, a bearer token
-/// with a control character.
+/// endpoint that is not an http(s) URL of a host (the store's, and those tokens are asked of),
+/// and, for signed requests, a tenant that is not a plain name (it goes into the token
+/// endpoint's path) and a bearer token or Fabric setting with a control character (they go
+/// into headers).
 fn check_azure_settings(
     builder: &object_store::azure::MicrosoftAzureBuilder,
     unsigned: bool,
@@ -467,7 +469,15 @@ fn check_azure_settings(
             "AZURITE_BLOB_STORAGE_URL",
         ),
     ];
-    for (endpoint, var) in endpoints {
+    // Where tokens are asked for matters to signed requests alone.
+    let token_endpoints = [
+        (Key::MsiEndpoint, "AZURE_MSI_ENDPOINT (IDENTITY_ENDPOINT)"),
+        (Key::AuthorityHost, "AZURE_AUTHORITY_HOST"),
+        (Key::FabricTokenServiceUrl, "AZURE_FABRIC_TOKEN_SERVICE_URL"),
+    ];
+    let token_endpoints = token_endpoints.iter().filter(|_| !unsigned);
+    let token_endpoints = token_endpoints.map(|(key, var)| (builder.get_config_value(key), *var));
+    for (endpoint, var) in endpoints.into_iter().chain(token_endpoints) {
         if let Some(endpoint) = endpoint.filter(|e| !is_endpoint_url(e)) {
             return Err(Error::InvalidArgument(format!(
                 "the Azure endpoint ({var}) \"{}\": {ENDPOINT_RULE}",
@@ -475,12 +485,30 @@ fn check_azure_settings(
             )));
         }
     }
-    match builder.get_config_value(&Key::Token) {
-        Some(token) if !unsigned && !is_sendable_credential(&token) => {
-            Err(unprintable("AZURE_STORAGE_TOKEN"))
-        }
-        _ => Ok(()),
+    if unsigned {
+        return Ok(());
     }
+    if let Some(tenant) = builder.get_config_value(&Key::AuthorityId) {
+        let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+        if tenant.is_empty() || tenant.len() > 256 || !tenant.chars().all(plain) {
+            return Err(Error::InvalidConfig {
+                var: "AZURE_TENANT_ID".into(),
+                value: tenant.escape_debug().to_string(),
+                reason: "a tenant is a GUID or a domain name (letters, digits, '-', '.')".into(),
+            });
+        }
+    }
+    for (key, var) in [
+        (Key::Token, "AZURE_STORAGE_TOKEN"),
+        (Key::FabricWorkloadHost, "AZURE_FABRIC_WORKLOAD_HOST"),
+        (Key::FabricSessionToken, "AZURE_FABRIC_SESSION_TOKEN"),
+        (Key::FabricClusterIdentifier, "AZURE_FABRIC_CLUSTER_IDENTIFIER"),
+    ] {
+        if builder.get_config_value(&key).is_some_and(|v| !is_sendable_credential(&v)) {
+            return Err(unprintable(var));
+        }
+    }
+    Ok(())
 }
 
 /// Azure's rule for storage account names: 3 to 24 lowercase letters and digits.
