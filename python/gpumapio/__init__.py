@@ -15,11 +15,12 @@ KvikIO's API (code written for ``kvikio`` runs with ``import gpumapio as kvikio`
 
 - :class:`RemoteFile` and :class:`RemoteEndpointType` (``open_http``, ``open_s3``, ``open_s3_url``, ``open_s3_public``,
   ``open_s3_presigned_url``, ``open_webhdfs``, ``open``; ``read``, ``pread``, ``nbytes``,
-  ``remote_endpoint_type``): S3, HTTP and WebHDFS objects read with parallel ranged
-  GETs into host or device memory (docs/remote.md); :class:`RemoteWriter` (``write``,
-  ``finish``, ``abort``, context manager): S3 objects written from host or device memory as
-  multipart uploads, whole or not at all; :class:`RemotePrefix` (``list``, ``list_dir``,
-  ``size``, ``open``, ``create``, ``delete``): an S3 prefix used as a directory.
+  ``remote_endpoint_type``): S3, GCS, Azure, HTTP and WebHDFS objects read with parallel
+  ranged GETs into host or device memory (docs/remote.md); :class:`RemoteWriter` (``write``,
+  ``finish``, ``abort``, context manager): S3, GCS and Azure objects written from host or
+  device memory as multipart uploads, whole or not at all; :class:`RemotePrefix` (``list``,
+  ``list_dir``, ``size``, ``open``, ``create``, ``delete``): an S3, GCS or Azure prefix used as
+  a directory.
 
 And beyond it: :func:`read_file_to_device` (a whole file as one CuPy / torch / NumPy array),
 :func:`load_safetensors` (a checkpoint as torch tensors, one read into one allocation),

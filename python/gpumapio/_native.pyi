@@ -114,8 +114,8 @@ class IOFutureStream:
 
 @final
 class RemoteFile:
-    """A read-only S3 object or HTTP(S) URL, read with parallel ranged GETs into host or
-    device memory. Open it with a constructor."""
+    """A read-only S3, GCS or Azure object or HTTP(S) URL, read with parallel ranged GETs into
+    host or device memory. Open it with a constructor."""
 
     @staticmethod
     def open_http(
@@ -279,8 +279,8 @@ class RemoteObjects:
 
 @final
 class RemoteWriter:
-    """A new S3 object written from host or device memory as a multipart upload: whole at
-    ``finish()``, or not at all (docs/remote.md)."""
+    """A new S3, GCS or Azure object written from host or device memory as a multipart upload:
+    whole at ``finish()``, or not at all (docs/remote.md)."""
 
     def __new__(
         cls,

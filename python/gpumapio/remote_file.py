@@ -1,7 +1,7 @@
 """KvikIO's ``kvikio.remote_file`` names: :class:`RemoteFile` (native, see
 docs/remote.md), :class:`RemoteEndpointType`, which ``RemoteFile.open`` takes and
 ``RemoteFile.remote_endpoint_type()`` gives, and :func:`infer_remote_endpoint_type`; and
-gpumapio's own :class:`RemoteWriter` (S3 objects written as multipart uploads)."""
+gpumapio's own :class:`RemoteWriter` (S3, GCS and Azure objects written as multipart uploads)."""
 
 from __future__ import annotations
 

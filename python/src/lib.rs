@@ -15,9 +15,10 @@
 //! - [`multi_read`]: pieces of many files into one buffer in one pipeline (checkpoints);
 //! - [`safetensors_header`]: the common case of a safetensors header or index, read in one pass;
 //! - [`dlpack`]: DLPack's C ABI, once, for reading producers' capsules and exporting views;
-//! - [`remote`], [`remote_writer`], [`remote_prefix`]: `RemoteFile` (S3 and HTTP(S) reads),
-//!   `RemoteWriter` (S3 writes as multipart uploads) and `RemotePrefix` (an S3 prefix as a
-//!   directory: listed, opened, written, deleted);
+//! - [`remote`], [`remote_writer`], [`remote_prefix`]: `RemoteFile` (S3, GCS, Azure and
+//!   HTTP(S) reads), `RemoteWriter` (S3, GCS and Azure writes as multipart uploads) and
+//!   `RemotePrefix` (a prefix of one of those stores as a directory: listed, opened, written,
+//!   deleted);
 //! - [`pagecache`]: residency, warm, evict, drop, lock;
 //! - [`maps`]: files in GPU memory through gpumap's `DeviceCache` (`DeviceCache`,
 //!   `MappedFile`, `View` exported through `__cuda_array_interface__` and `__dlpack__`).

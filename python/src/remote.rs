@@ -69,8 +69,8 @@ impl RemoteSettings {
     }
 }
 
-/// A read-only remote file: an S3 object or an HTTP(S) URL, read with parallel ranged GETs
-/// into host or device memory. Open it with one of the constructors (`open_http`,
+/// A read-only remote file: an S3, GCS or Azure object or an HTTP(S) URL, read with parallel
+/// ranged GETs into host or device memory. Open it with one of the constructors (`open_http`,
 /// `open_s3`, `open_s3_url`, `open_s3_presigned_url`, `open`).
 #[pyclass(module = "gpumapio", name = "RemoteFile", frozen)]
 pub struct RemoteFile {

@@ -1,4 +1,5 @@
-//! `RemoteWriter`: a new S3 object written from host or device memory as a multipart upload,
+//! `RemoteWriter`: a new S3, GCS or Azure object written from host or device memory as a
+//! multipart upload,
 //! over [`gpumap::remote::RemoteWriter`] (docs/remote.md).
 
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use crate::buffers::source;
 use crate::errors::{check, nogil};
 use crate::remote::{RemoteSettings, StatusCodes};
 
-/// A new S3 object, written with `write(buf, file_offset=...)` at any offsets (from any
+/// A new S3, GCS or Azure object, written with `write(buf, file_offset=...)` at any offsets (from any
 /// threads: each call releases the GIL) and made visible, whole, by `finish()`. Any failure,
 /// `abort()`, `close()` before `finish()`, or leaving a `with` block by an exception aborts
 /// the upload: no object is written — but for a completion whose answer was lost (a timeout,

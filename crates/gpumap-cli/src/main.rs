@@ -48,8 +48,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Read a file (or a range of it) into memory, in parallel, and report the rate.
     Read(transfer::ReadArgs),
-    /// Write a generated pattern to a file (or a new S3 object), in parallel, and report the
-    /// rate.
+    /// Write a generated pattern to a file (or a new S3, GCS or Azure object), in parallel, and
+    /// report the rate.
     Write(transfer::WriteArgs),
     /// Run the standard workloads (sequential, random, writes) on a file and print a table.
     Bench(bench::BenchArgs),

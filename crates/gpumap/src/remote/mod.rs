@@ -1,5 +1,6 @@
-//! Remote objects — S3, HTTP(S) and WebHDFS — read straight into host or GPU memory, and S3 objects
-//! written from either as multipart uploads ([`RemoteWriter`]) (the `remote` feature).
+//! Remote objects — S3, Google Cloud Storage, Azure Blob Storage, HTTP(S) and WebHDFS — read
+//! straight into host or GPU memory, and S3, GCS and Azure objects written from either as
+//! multipart uploads ([`RemoteWriter`]) (the `remote` feature).
 //!
 //! ```no_run
 //! use gpumap::remote::{RemoteFile, RemoteOptions};

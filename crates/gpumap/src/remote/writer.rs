@@ -28,8 +28,8 @@ use crate::remote::url::RemoteUrl;
 /// their part: a write from the GPU holds at most this much host memory besides the parts.
 const STAGE_BYTES: usize = 4 << 20;
 
-/// A new S3 object written with [`pwrite`](Self::pwrite) at any offsets, from any threads, and
-/// made visible by [`finish`](Self::finish).
+/// A new S3, GCS or Azure object written with [`pwrite`](Self::pwrite) at any offsets, from
+/// any threads, and made visible by [`finish`](Self::finish).
 ///
 /// - **Parts.** Byte `b` belongs to part `b / part_size` ([`RemoteOptions::part_size`]). A part
 ///   is uploaded as soon as all its bytes are written, while other writes go on; the last part
@@ -48,9 +48,10 @@ const STAGE_BYTES: usize = 4 << 20;
 ///   are missing, and the thread that finishes may not know it), [`abort`](Self::abort), or
 ///   dropping the writer unfinished — aborts the upload, and no object is written. `finish`
 ///   waits for the `pwrite` calls in progress, so each is in the object whole or fails it.
-///   An object small enough for one part is written by a single PUT. (A completion whose answer is lost
-///   after the store acted on it, by a timeout or a broken connection, is the one case that
-///   leaves an object behind an error; the error says that the object may exist.)
+///   An object small enough for one part is written by a single PUT. (A completion whose
+///   answer is lost after the store acted on it, by a timeout or a broken connection, is the
+///   one case that leaves an object behind an error; the error says that the object may
+///   exist.)
 /// - **Retries** as for reads: the options' status codes, attempts, backoff and timeout.
 /// - **Blocking.** Every call blocks; from inside an async runtime (`spawn_blocking` included)
 ///   they are refused: call them from a thread of its own. Dropping an unfinished writer waits
