@@ -5,7 +5,7 @@ a plain parallel client (``http.client``), all measured in one run on the same o
     python3 python/bench/remote.py --jsonl OUT.jsonl [--size 4GiB] [--dir DIR] [--repeats 3]
         [--threads 32] [--client-procs N] [--server-procs N] [--request-size 4MiB]
         [--ops-4k 4096] [--ops-1m 2048] [--rows 100000] [--only plain,gpumap,kvikio,rows]
-        [--rows-memory device|host] [--gpumap-request-size SIZE] [--interleave]
+        [--rows-memory device|host] [--gpumap-request-size SIZE] [--interleave [--isolate]]
 
 The server runs in its own processes (``--server-procs``, one listening socket each on a
 shared port through SO_REUSEPORT, a thread per connection, bodies sent with ``os.sendfile``
@@ -29,7 +29,10 @@ Each case runs once untimed and verified (sampled blocks compared with the file;
 fails the run), then ``--repeats`` timed runs; ``seconds`` is their median, ``best_seconds``
 their minimum. With ``--interleave``, gpumap's and KvikIO's runs of a workload alternate repeat
 by repeat (the order reversed each time), so that both see the same machine; their records add
-``paired_ratios``, each repeat's KvikIO time over gpumap's (above 1: gpumap faster). Every client gets the same parallelism, ``--threads``: the plain client's
+``paired_ratios``, each repeat's KvikIO time over gpumap's (above 1: gpumap faster). With
+``--isolate`` too, each client runs in a process of its own, the parent taking turns between
+them as before (records add ``isolated``), so that neither client's threads run beside the
+other's runs. Every client gets the same parallelism, ``--threads``: the plain client's
 connections, gpumap's ``max_in_flight``, KvikIO's ``num_threads``.
 """
 
@@ -365,6 +368,111 @@ def run_interleaved(a, mm, cp, clients, memory, workloads, out):
         f.close()
 
 
+class Captured:
+    """An ``Out`` that keeps what a worker process would emit, for its parent to write."""
+
+    def __init__(self):
+        self.calls = []
+
+    def emit(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+
+
+def client_opener(a, kind):
+    """The opener of client ``kind`` ("gpumap" or "kvikio"), set up in this process, and the
+    fields its records carry."""
+    sized = {} if a.gpumap_request_size is None else {"request_size": a.gpumap_request_size}
+    if kind == "kvikio":
+        import kvikio
+        import kvikio.defaults
+
+        kvikio.defaults.set({"num_threads": a.threads})
+        return kvikio.RemoteFile.open_http, {"kvikio_version": kvikio.__version__, "kvikio_threads": a.threads}
+    import gpumapio
+
+    return functools.partial(gpumapio.RemoteFile.open_http, max_in_flight=a.threads, **sized), \
+        {"max_in_flight": a.threads, **sized}
+
+
+def isolated_client(conn, a, impl, kind, memory, workloads):
+    """A worker process of ``--isolate``: one client's file and cases, each run when its parent
+    says (``prepare``: a run untimed and checked; ``run``: a timed run, its time sent back;
+    ``finish``: checked again, the record sent back; ``close``)."""
+    cp = None
+    if memory == "device":
+        import cupy as cp
+    xp = cp if memory == "device" else np
+    sync = syncer(cp, xp)
+    mm = mmap.mmap(os.open(a.file, os.O_RDONLY), 0, prot=mmap.PROT_READ)
+    opener, extra = client_opener(a, kind)
+    f = opened(a, impl, opener)
+    case = None
+    while True:
+        command, i = conn.recv()
+        if command == "prepare":
+            name, offsets, block = workloads[i]
+            dst, once, sample = make_case(f, xp, a, impl, offsets, block)
+            case = (name, offsets, block, dst, once, sample, Timings())
+            once()
+            sync()
+            check(mm, dst, sample, impl)
+            conn.send(None)
+        elif command == "run":
+            case[6].run(case[4], sync)
+            conn.send(case[6].times[-1])
+        elif command == "finish":
+            name, offsets, block, dst, _, sample, timings = case
+            check(mm, dst, sample, impl)
+            captured = Captured()
+            timings.emit(captured, a, impl, name, dst, offsets, block, memory, **extra)
+            case = None
+            conn.send(captured.calls)
+        else:
+            f.close()
+            conn.send(None)
+            return
+
+
+def run_isolated(a, clients, memory, workloads, out):
+    """``--interleave --isolate``: as :func:`run_interleaved`, but each client in a process of
+    its own (``clients``: (impl, kind) each), so that neither's threads run beside the other's
+    runs; the parent says which runs when, repeat by repeat, the order reversed each time."""
+    context = mp.get_context("spawn")  # CUDA does not survive a fork
+    workers = []
+    for impl, kind in clients:
+        parent, child = context.Pipe()
+        proc = context.Process(target=isolated_client, args=(child, a, impl, kind, memory, workloads))
+        proc.start()
+        workers.append((parent, proc))
+
+    def ask(worker, command, i=None):
+        worker[0].send((command, i))
+        if not worker[0].poll(300):
+            sys.exit(f"a client process did not answer {command}")
+        return worker[0].recv()
+
+    try:
+        for i in range(len(workloads)):
+            for w in workers:
+                ask(w, "prepare", i)
+            times = [[] for _ in workers]
+            for r in range(a.repeats):
+                order = range(len(workers)) if r % 2 == 0 else reversed(range(len(workers)))
+                for k in order:
+                    times[k].append(ask(workers[k], "run", i))
+            for k, w in enumerate(workers):
+                ratios = [round(b / g, 3) for g, b in zip(times[0], times[k])]
+                for args, kwargs in ask(w, "finish", i):
+                    out.emit(*args, **kwargs, interleaved=True, isolated=True, paired_ratios=ratios)
+        for w in workers:
+            ask(w, "close")
+    finally:
+        for _, proc in workers:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+
+
 def rows_cases(a, mm, cp, out):
     """Random 512 B rows of the object: through gpumap's cache over the URL (cold and hot), and
     one pread future per row from gpumapio's and KvikIO's RemoteFile."""
@@ -479,6 +587,8 @@ def main() -> None:
                    help="where the rows cases' cache and rows are (device: where CuPy is)")
     p.add_argument("--interleave", action="store_true",
                    help="run gpumap and KvikIO in turn, repeat by repeat (records carry paired_ratios)")
+    p.add_argument("--isolate", action="store_true",
+                   help="with --interleave: each client in a process of its own, the parent taking turns")
     p.add_argument("--serve", metavar="FILE", help=argparse.SUPPRESS)  # the server's own process
     a = p.parse_args()
     if a.serve:
@@ -539,6 +649,12 @@ def main() -> None:
                 kvikio = None
                 print(f"== kvikio-remote skipped: no KvikIO RemoteFile here ({e})", flush=True)
         sized = {} if a.gpumap_request_size is None else {"request_size": a.gpumap_request_size}
+        if a.interleave and a.isolate and "gpumap" in only and kvikio is not None:
+            for memory in memories:
+                suffix = "-host" if memory == "host" else ""
+                clients = [("gpumap-remote" + suffix, "gpumap"), ("kvikio-remote" + suffix, "kvikio")]
+                run_isolated(a, clients, memory, workloads, out)
+            only -= {"gpumap", "kvikio"}
         if a.interleave and "gpumap" in only and kvikio is not None:
             import gpumapio
             for memory in memories:
