@@ -357,25 +357,31 @@ fn aws_credential(given: &S3Credentials) -> Result<object_store::aws::AwsCredent
 /// request signer would panic on: a control character, which no header can hold.
 fn check_found_credentials(builder: &object_store::aws::AmazonS3Builder) -> Result<()> {
     use object_store::aws::AmazonS3ConfigKey as Key;
-    for (key, var) in [
-        (Key::AccessKeyId, "AWS_ACCESS_KEY_ID"),
-        (Key::SecretAccessKey, "AWS_SECRET_ACCESS_KEY"),
-        (Key::Token, "AWS_SESSION_TOKEN"),
-    ] {
-        if builder.get_config_value(&key).is_some_and(|v| !is_sendable_credential(&v)) {
-            return Err(unprintable(var));
-        }
-    }
-    Ok(())
+    refuse_unsendable(
+        [
+            (Key::AccessKeyId, "AWS_ACCESS_KEY_ID"),
+            (Key::SecretAccessKey, "AWS_SECRET_ACCESS_KEY"),
+            (Key::Token, "AWS_SESSION_TOKEN"),
+        ]
+        .map(|(key, var)| (builder.get_config_value(&key), var)),
+    )
 }
 
 /// Refuses a bearer token from the environment that object_store's request would panic on (a
 /// control character, which no header can hold).
 fn check_found_gcs_token(builder: &object_store::gcp::GoogleCloudStorageBuilder) -> Result<()> {
     use object_store::gcp::GoogleConfigKey;
-    match builder.get_config_value(&GoogleConfigKey::BearerToken) {
-        Some(token) if !is_sendable_credential(&token) => Err(unprintable("GOOGLE_BEARER_TOKEN")),
-        _ => Ok(()),
+    let token = builder.get_config_value(&GoogleConfigKey::BearerToken);
+    refuse_unsendable([(token, "GOOGLE_BEARER_TOKEN")])
+}
+
+/// Refuses the first of `found` (a value a builder found, beside the variable it is known
+/// by) that holds a control character, which no header can carry, naming the variable.
+fn refuse_unsendable<'a>(found: impl IntoIterator<Item = (Option<String>, &'a str)>) -> Result<()> {
+    let mut found = found.into_iter();
+    match found.find(|(value, _)| value.as_deref().is_some_and(|v| !is_sendable_credential(v))) {
+        Some((_, var)) => Err(unprintable(var)),
+        None => Ok(()),
     }
 }
 
@@ -498,17 +504,15 @@ fn check_azure_settings(
             });
         }
     }
-    for (key, var) in [
-        (Key::Token, "AZURE_STORAGE_TOKEN"),
-        (Key::FabricWorkloadHost, "AZURE_FABRIC_WORKLOAD_HOST"),
-        (Key::FabricSessionToken, "AZURE_FABRIC_SESSION_TOKEN"),
-        (Key::FabricClusterIdentifier, "AZURE_FABRIC_CLUSTER_IDENTIFIER"),
-    ] {
-        if builder.get_config_value(&key).is_some_and(|v| !is_sendable_credential(&v)) {
-            return Err(unprintable(var));
-        }
-    }
-    Ok(())
+    refuse_unsendable(
+        [
+            (Key::Token, "AZURE_STORAGE_TOKEN"),
+            (Key::FabricWorkloadHost, "AZURE_FABRIC_WORKLOAD_HOST"),
+            (Key::FabricSessionToken, "AZURE_FABRIC_SESSION_TOKEN"),
+            (Key::FabricClusterIdentifier, "AZURE_FABRIC_CLUSTER_IDENTIFIER"),
+        ]
+        .map(|(key, var)| (builder.get_config_value(&key), var)),
+    )
 }
 
 /// Azure's rule for storage account names: 3 to 24 lowercase letters and digits.
