@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from gpumapio._native import RemotePrefix, plain_headers, plain_index, plain_index_files
-from gpumapio._sources import is_url, join, open_source, read_bytes, shown, url_path
+from gpumapio._sources import is_bucket_url, is_url, join, open_source, read_bytes, shown, url_path
 from gpumapio.safetensors import (
     Stamp,
     TensorInfo,
@@ -157,7 +157,7 @@ def _from_directory(where: str, names: list[str], path_of: Any) -> Listing:
 def _from_url(url: str) -> Listing:
     if not url_path(url).endswith("/"):
         return _from_index(url) if url_path(url).endswith(".json") else Listing([url])
-    if url.lower().startswith(("s3://", "gs://", "az://")):
+    if is_bucket_url(url):
         prefix = RemotePrefix(url)
         objects, _ = prefix.list_dir("")
         return _from_directory(prefix.url, [name for name, _ in objects], lambda name: prefix.url + name)

@@ -7,20 +7,29 @@ from __future__ import annotations
 import os
 import posixpath
 import urllib.parse
-from typing import Any, Union
+from typing import Any, TypeGuard, Union
 
 from gpumapio._native import CuFile, RemoteFile
 
-__all__ = ["is_url", "join", "open_source", "read_bytes", "read_pieces", "shown", "url_path"]
+__all__ = ["is_bucket_url", "is_url", "join", "open_source", "read_bytes", "read_pieces", "shown", "url_path"]
 
 Source = Union[str, "os.PathLike[str]"]
 
-_SCHEMES = ("s3", "gs", "az", "http", "https", "webhdfs", "swebhdfs")
+# The stores whose objects live in buckets (containers, for Azure; abfs and abfss are fsspec's
+# names for az), which a prefix of lists.
+_BUCKET_SCHEMES = ("s3", "gs", "az", "abfs", "abfss")
+_SCHEMES = (*_BUCKET_SCHEMES, "http", "https", "webhdfs", "swebhdfs")
 
 
 def is_url(source: Any) -> bool:
     """Whether ``source`` is an object-store or HTTP(S) URL rather than a local path."""
     return isinstance(source, str) and source.split("://", 1)[0].lower() in _SCHEMES and "://" in source
+
+
+def is_bucket_url(source: Any) -> TypeGuard[str]:
+    """Whether ``source`` is a URL of a bucket store (``s3://``, ``gs://``, ``az://``), whose
+    prefixes can be listed."""
+    return isinstance(source, str) and "://" in source and source.split("://", 1)[0].lower() in _BUCKET_SCHEMES
 
 
 def open_source(source: Source, nbytes: int | None = None) -> Any:

@@ -52,6 +52,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.core.buffer.core import default_buffer_prototype
 
 from gpumapio._native import CuFile, RemotePrefix
+from gpumapio._sources import is_bucket_url
 
 __all__ = ["GpumapStore", "GDSStore", "RemoteStore", "open_store"]
 
@@ -515,7 +516,7 @@ class RemoteStore(zarr.abc.store.Store):
 def open_store(location: str | os.PathLike[str], *, read_only: bool = False, **settings: Any) -> zarr.abc.store.Store:
     """The gpumap store for ``location``: a :class:`RemoteStore` for an ``s3://``, ``gs://`` or
     ``az://`` URL (with ``settings``), else a :class:`GpumapStore` of the local directory."""
-    if isinstance(location, str) and location.lower().startswith(("s3://", "gs://", "az://")):
+    if is_bucket_url(location):
         return RemoteStore(location, read_only=read_only, **settings)
     if settings:
         raise TypeError(

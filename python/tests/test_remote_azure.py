@@ -583,6 +583,32 @@ def test_a_public_checkpoint_loads_without_credentials(azure, tmp_path, rng):
     assert azure.requests and not any(r.signed for r in azure.requests)
 
 
+def test_fsspecs_abfs_names_read_as_az_and_hadoops_are_refused_naming_the_account_variable(azure, tmp_path, rng):
+    tensors, _ = _put_checkpoint(azure, PUBLIC_CONTAINER, tmp_path, rng)
+    from test_checkpoint import _same
+
+    # adlfs's abfs://container/path (and abfss://) name the blob az:// names: read, shown as az://.
+    index = "ckpt/model.safetensors.index.json"
+    f = RemoteFile.open(f"abfs://{PUBLIC_CONTAINER}/{index}")
+    assert f.url == f"az://{PUBLIC_CONTAINER}/{index}"
+    assert _read_all(f) == azure.blobs[f"/{PUBLIC_CONTAINER}/{index}"]
+    assert infer_remote_endpoint_type(f"abfss://{PUBLIC_CONTAINER}/{index}") is Kind.AZURE
+    got = gpumapio.load_checkpoint(f"abfss://{PUBLIC_CONTAINER}/ckpt/", "cpu", framework="numpy")
+    assert set(got) == set(tensors)
+    for name, array in got.items():
+        _same(array, tensors[name])
+    assert RemotePrefix(f"abfs://{PUBLIC_CONTAINER}/ckpt/").url == f"az://{PUBLIC_CONTAINER}/ckpt/"
+    # Hadoop's form names the account in the URL; gpumapio takes it from the environment.
+    before = len(azure.requests)
+    for url in [f"abfss://{PUBLIC_CONTAINER}@{ACCOUNT}.dfs.core.windows.net/{index}",
+                f"abfs://{PUBLIC_CONTAINER}@{ACCOUNT}.dfs.core.windows.net/ckpt/"]:
+        with pytest.raises(ValueError, match="AZURE_STORAGE_ACCOUNT_NAME"):
+            RemoteFile.open(url)
+        with pytest.raises(ValueError, match="AZURE_STORAGE_ACCOUNT_NAME"):
+            RemotePrefix(url)
+    assert len(azure.requests) == before
+
+
 # -- writes and deletes ---------------------------------------------------------------------
 
 

@@ -57,22 +57,16 @@ pub enum RemoteUrl {
 
 impl RemoteUrl {
     /// Parses `text` by its scheme: `s3://bucket/key`; `gs://bucket/object`;
-    /// `az://container/blob`; `http://` /
+    /// `az://container/blob` (or fsspec's `abfs://` and `abfss://` for the same); `http://` /
     /// `https://` URLs (WebHDFS where the path starts with `/webhdfs/v1/`, the API's own
     /// prefix, as KvikIO infers it); `webhdfs://host:port/path` and `swebhdfs://...` (Hadoop's
     /// names for the same over http and https).
     pub fn parse(text: &str) -> Result<RemoteUrl> {
         check_text(text)?;
+        if let Some((store, rest)) = BucketStore::of_url(text)? {
+            return parse_in_bucket(store, text, rest);
+        }
         match text.split_once("://") {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("s3") => {
-                parse_in_bucket(BucketStore::S3, text, rest)
-            }
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("gs") => {
-                parse_in_bucket(BucketStore::Gcs, text, rest)
-            }
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("az") => {
-                parse_in_bucket(BucketStore::Azure, text, rest)
-            }
             Some((scheme, _))
                 if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
             {
@@ -99,8 +93,8 @@ impl RemoteUrl {
             Some((scheme, _)) => Err(invalid(
                 &redact_text(text),
                 format!(
-                    "the scheme {:?} is not supported (s3, gs, az, http, https, webhdfs and \
-                     swebhdfs are)",
+                    "the scheme {:?} is not supported (s3, gs, az, abfs, abfss, http, https, \
+                     webhdfs and swebhdfs are)",
                     scheme
                 ),
             )),
@@ -197,9 +191,19 @@ impl fmt::Debug for RemoteUrl {
 /// callers that take both (the CLI, Python's `read_file_to_device`) ask this first.
 pub fn is_remote_url(text: &str) -> bool {
     let lower = text.get(..11).unwrap_or(text).to_ascii_lowercase();
-    ["s3://", "gs://", "az://", "http://", "https://", "webhdfs://", "swebhdfs://"]
-        .iter()
-        .any(|scheme| lower.starts_with(scheme))
+    [
+        "s3://",
+        "gs://",
+        "az://",
+        "abfs://",
+        "abfss://",
+        "http://",
+        "https://",
+        "webhdfs://",
+        "swebhdfs://",
+    ]
+    .iter()
+    .any(|scheme| lower.starts_with(scheme))
 }
 
 /// The path every WebHDFS URL starts with.
@@ -311,6 +315,34 @@ pub(crate) enum BucketStore {
 }
 
 impl BucketStore {
+    /// The store `text`'s scheme names, and the rest of the URL after `://`; `None` for a URL
+    /// of no bucket store. fsspec's `abfs://container/path` and `abfss://` name Azure
+    /// containers as `az://` does; Hadoop's `abfss://container@account.dfs.core.windows.net/`,
+    /// which names the account too, is refused, pointing at the variable that names it.
+    fn of_url(text: &str) -> Result<Option<(BucketStore, &str)>> {
+        let Some((scheme, rest)) = text.split_once("://") else { return Ok(None) };
+        let is = |name: &str| scheme.eq_ignore_ascii_case(name);
+        let store = if is("s3") {
+            BucketStore::S3
+        } else if is("gs") {
+            BucketStore::Gcs
+        } else if is("az") || is("abfs") || is("abfss") {
+            BucketStore::Azure
+        } else {
+            return Ok(None);
+        };
+        let authority = rest.split('/').next().unwrap_or_default();
+        if store == BucketStore::Azure && !is("az") && authority.contains('@') {
+            return Err(invalid(
+                &redact_text(text),
+                "Hadoop's abfs[s]://container@account.dfs.core.windows.net/path names the \
+                 storage account in the URL; write az://container/path and set \
+                 AZURE_STORAGE_ACCOUNT_NAME to the account",
+            ));
+        }
+        Ok(Some((store, rest)))
+    }
+
     pub(crate) fn scheme(self) -> &'static str {
         match self {
             BucketStore::S3 => "s3",
@@ -341,22 +373,17 @@ impl BucketStore {
 }
 
 /// `s3://bucket`, `s3://bucket/` or `s3://bucket/some/prefix(/)`, or the same with `gs://` or
-/// `az://` (a container):
+/// `az://` (a container; `abfs://` and `abfss://` too):
 /// the store, the bucket and the prefix (without its trailing `/`; empty for the whole
 /// bucket), checked as keys are.
 pub(crate) fn parse_bucket_prefix(text: &str) -> Result<(BucketStore, String, String)> {
     check_text(text)?;
-    let (store, rest) = match text.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("s3") => (BucketStore::S3, rest),
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("gs") => (BucketStore::Gcs, rest),
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("az") => (BucketStore::Azure, rest),
-        _ => {
-            return Err(invalid(
-                &redact_text(text),
-                "a prefix to list is an s3://, gs:// or az:// URL (s3://bucket/prefix/); HTTP \
-                 servers list nothing",
-            ))
-        }
+    let Some((store, rest)) = BucketStore::of_url(text)? else {
+        return Err(invalid(
+            &redact_text(text),
+            "a prefix to list is an s3://, gs:// or az:// URL (s3://bucket/prefix/); HTTP \
+             servers list nothing",
+        ));
     };
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let stripped = prefix.strip_suffix('/').unwrap_or(prefix);
@@ -610,6 +637,8 @@ mod tests {
             ("az://models/llama/m.safetensors".to_owned(), azure("models", "llama/m.safetensors")),
             ("AZ://data-2026/a%20b~1.bin".to_owned(), azure("data-2026", "a b~1.bin")),
             ("az://$root/x".to_owned(), azure("$root", "x")),
+            ("abfs://models/a.bin".to_owned(), azure("models", "a.bin")),
+            ("ABFSS://models/dir/a.bin".to_owned(), azure("models", "dir/a.bin")),
             (format!("az://{long_container}/k"), azure(&long_container, "k")),
         ] {
             let url = RemoteUrl::parse(&text).unwrap();
@@ -654,6 +683,8 @@ mod tests {
             "az://container/k?sv=2024",
             "az://container/a//b",
             "az://container/a/../b",
+            "abfss://models@acct.dfs.core.windows.net/a.bin",
+            "abfs://Models/a.bin",
             &too_long[0],
             &too_long[1],
             &too_long_azure,
@@ -661,7 +692,7 @@ mod tests {
             refused(bad);
         }
         assert!(RemoteUrl::azure("Bad", "k").is_err() && RemoteUrl::azure("good", "").is_err());
-        for text in ["gs://b/k", "GS://b/k", "az://c/k", "AZ://c/k"] {
+        for text in ["gs://b/k", "GS://b/k", "az://c/k", "AZ://c/k", "abfs://c/k", "abfss://c/k"] {
             assert!(is_remote_url(text), "{text}");
         }
     }
@@ -731,9 +762,11 @@ mod tests {
         assert_eq!(parse("s3://bucket/a/b/"), (s3, "bucket".into(), "a/b".into()));
         assert_eq!(parse("GS://my_bkt/a/"), (BucketStore::Gcs, "my_bkt".into(), "a".into()));
         assert_eq!(parse("az://ctr/a/b/"), (BucketStore::Azure, "ctr".into(), "a/b".into()));
+        assert_eq!(parse("abfss://ctr/a/"), (BucketStore::Azure, "ctr".into(), "a".into()));
         for text in [
             "az://",
             "az://c_tr/",
+            "abfss://ctr@acct.dfs.core.windows.net/a/",
             "az://ctr/a//b/",
             "gs://",
             "gs://_bkt/",
