@@ -190,20 +190,14 @@ impl fmt::Debug for RemoteUrl {
 /// Whether `text` looks like a URL gpumap reads remotely rather than a local path: the
 /// callers that take both (the CLI, Python's `read_file_to_device`) ask this first.
 pub fn is_remote_url(text: &str) -> bool {
+    // A bucket store's URL, even one its parser will refuse, is a URL, not a path.
+    if !matches!(BucketStore::of_url(text), Ok(None)) {
+        return true;
+    }
     let lower = text.get(..11).unwrap_or(text).to_ascii_lowercase();
-    [
-        "s3://",
-        "gs://",
-        "az://",
-        "abfs://",
-        "abfss://",
-        "http://",
-        "https://",
-        "webhdfs://",
-        "swebhdfs://",
-    ]
-    .iter()
-    .any(|scheme| lower.starts_with(scheme))
+    ["http://", "https://", "webhdfs://", "swebhdfs://"]
+        .iter()
+        .any(|scheme| lower.starts_with(scheme))
 }
 
 /// The path every WebHDFS URL starts with.
@@ -824,5 +818,8 @@ mod tests {
         assert!(is_remote_url("http://h"));
         assert!(!is_remote_url("/data/s3://x") && !is_remote_url("file.bin"));
         assert!(!is_remote_url("é"));
+        // Hadoop's form, which the parser refuses, is still a URL and not a local path.
+        assert!(is_remote_url("abfss://c@acct.dfs.core.windows.net/x"));
+        assert!(!is_remote_url("dir/az://x") && !is_remote_url("s3:/b/k"));
     }
 }
