@@ -21,15 +21,20 @@ _BUCKET_SCHEMES = ("s3", "gs", "az", "abfs", "abfss")
 _SCHEMES = (*_BUCKET_SCHEMES, "http", "https", "webhdfs", "swebhdfs")
 
 
+def _scheme(source: Any) -> str | None:
+    """The scheme of ``source`` where it is a string with ``://`` in it, lowercased."""
+    return source.split("://", 1)[0].lower() if isinstance(source, str) and "://" in source else None
+
+
 def is_url(source: Any) -> bool:
     """Whether ``source`` is an object-store or HTTP(S) URL rather than a local path."""
-    return isinstance(source, str) and source.split("://", 1)[0].lower() in _SCHEMES and "://" in source
+    return _scheme(source) in _SCHEMES
 
 
 def is_bucket_url(source: Any) -> TypeGuard[str]:
     """Whether ``source`` is a URL of a bucket store (``s3://``, ``gs://``, ``az://``), whose
     prefixes can be listed."""
-    return isinstance(source, str) and "://" in source and source.split("://", 1)[0].lower() in _BUCKET_SCHEMES
+    return _scheme(source) in _BUCKET_SCHEMES
 
 
 def open_source(source: Source, nbytes: int | None = None) -> Any:
