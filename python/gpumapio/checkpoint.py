@@ -20,6 +20,8 @@ import resource
 from typing import Any, Callable, Iterable, Iterator, Union
 
 from gpumapio._checkpoint_files import Catalogue, CheckpointError, Listing, list_shards, read_catalogue
+# _STRIDE_MAX is not used here: imported so that it stays importable from this module.
+from gpumapio._checkpoint_framework import _STRIDE_MAX, _contiguous_strides, _Framework  # noqa: F401
 from gpumapio._exchange import block_shape, exchange_for
 from gpumapio._native import CuFile, read_files, start_read_files
 from gpumapio._sources import is_url, open_source, read_bytes, read_pieces, shown
@@ -32,7 +34,6 @@ from gpumapio.safetensors import (
     _check_unchanged,
     _Columns,
     _stamp_of,
-    _torch_device,
     _numpy_shape_refused,
 )
 from gpumapio.tensor_parallel import TensorParallel
@@ -47,8 +48,6 @@ Selection = Union[Iterable[str], Callable[[str], bool], None]
 _ALIGN = 256
 # The default staging for casts: two windows of half this.
 _STAGING = 256 << 20
-# torch's strides are signed 64-bit.
-_STRIDE_MAX = 2**63 - 1
 
 
 @dataclasses.dataclass(slots=True)
@@ -188,136 +187,6 @@ def _lay_out(placed: list[_Placed], out_itemsize: Callable[[_Placed], int]) -> i
             at = p.at + p.nbytes // (_DTYPES[info.dtype][0] // 8) * out_itemsize(p)
         before = p if whole else None
     return at
-
-
-class _Framework:
-    """The array library the tensors come out in: allocation, views and casts."""
-
-    def __init__(self, framework: str, device: Any, dtype: Any):
-        self.name = "numpy" if framework == "np" else framework
-        self.stream = None
-        self.typed: dict[Any, Any] = {}  # the allocation viewed as each element type
-        if framework == "pt":
-            import torch
-
-            self.torch = torch
-            self.device = _torch_device(device)
-            # "bfloat16" is taken for torch.bfloat16, as transformers takes it.
-            self.dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
-            if dtype is not None and not isinstance(self.dtype, torch.dtype):
-                raise TypeError(f"dtype {dtype!r} is not a torch dtype")
-            if self.device.type == "cuda":
-                self.stream = torch.cuda.current_stream(self.device)
-        elif framework in ("np", "numpy"):
-            import numpy
-
-            if device not in (None, "cpu"):
-                raise ValueError(f"framework='numpy' loads into host memory; device={device!r} is not 'cpu'")
-            self.numpy = numpy
-            self.dtype = None
-            if dtype is not None:
-                try:
-                    self.dtype = numpy.dtype(dtype)
-                except TypeError:
-                    raise TypeError(f"dtype {dtype!r} is not a NumPy dtype") from None
-                # Casts are between numbers: a string, a date or an object is not one.
-                if self.dtype.kind not in "biufc":
-                    raise TypeError(f"dtype {dtype!r} is not a numeric NumPy dtype (bool, integer, float or complex)")
-        else:
-            raise ValueError(f"framework {framework!r}: expected 'pt' or 'numpy'")
-
-    def element(self, safetensors_dtype: str) -> Any:
-        _, torch_name, numpy_name = _DTYPES[safetensors_dtype]
-        if self.name == "pt":
-            found = getattr(self.torch, torch_name or "", None)
-            if found is None:
-                raise ValueError(f"this torch has no {torch_name} ({safetensors_dtype})")
-            return found
-        if numpy_name is None:
-            raise ValueError(f"NumPy has no {safetensors_dtype}; use framework='pt'")
-        return self.numpy.dtype(numpy_name)
-
-    def casts(self, safetensors_dtype: str) -> bool:
-        """Whether a tensor of this dtype is cast: floating-point ones, when a dtype is asked."""
-        if self.dtype is None:
-            return False
-        element = self.element(safetensors_dtype)
-        if self.name == "pt":
-            return element.is_floating_point and element != self.dtype
-        return element.kind == "f" and element != self.dtype
-
-    def itemsize(self, element: Any) -> int:
-        return element.itemsize
-
-    def empty(self, size: int) -> Any:
-        if self.name == "pt":
-            out = self.torch.empty(size, dtype=self.torch.uint8, device=self.device)
-            if self.stream is not None:
-                # torch may hand out memory that work queued on its stream still uses; gpumap
-                # writes from its own streams, so that work must be done first.
-                self.stream.synchronize()
-            return out
-        return self.numpy.empty(size, dtype=self.numpy.uint8)
-
-    def copies(self, at: int, element: Any) -> bool:
-        """Whether :meth:`view` copies a tensor at byte ``at`` (torch's views must be aligned
-        for their dtype; NumPy's need not be): such a tensor is made only once its bytes are
-        in place."""
-        return self.name == "pt" and at % element.itemsize != 0
-
-    def view(self, flat: Any, at: int, nbytes: int, element: Any, shape: tuple[int, ...]) -> Any:
-        """The tensor of ``shape`` at byte ``at`` of ``flat`` (whose length is a multiple of 16),
-        a view; one call per tensor, as checkpoints hold thousands."""
-        size = element.itemsize
-        if self.name == "numpy":
-            if not nbytes:
-                # No element: its place may lie past the allocation's end (a shard of empty
-                # tensors takes no room), and it reads nothing.
-                return self.numpy.ndarray(shape, element, buffer=flat, offset=0)
-            if at % size:
-                return self.numpy.ndarray(shape, element, buffer=flat, offset=at)
-            # A slice of the allocation viewed as the element type: cheaper than a new array
-            # on the allocation's buffer.
-            typed = self.typed.get(element)
-            if typed is None:
-                typed = self.typed[element] = flat.view(element)
-            return typed[at // size : (at + nbytes) // size].reshape(shape)
-        if at % size:
-            if not nbytes:
-                # No element, so nothing to copy (a reshape could overflow computing strides).
-                return flat[:0].view(element).as_strided(shape, _contiguous_strides(shape))
-            return flat[at : at + nbytes].clone().view(element).reshape(shape)  # a view would be misaligned
-        typed = self.typed.get(element)
-        if typed is None:
-            typed = self.typed[element] = flat.view(element)
-        return typed.as_strided(shape, _contiguous_strides(shape), at // size)
-
-    def cast_into(self, out: Any, staging: Any, copies: list[tuple[int, int, int, int, Any]]) -> None:
-        """``out[dst:dst + n_out] = staging[src:src + n]`` read as ``src_element``, cast."""
-        for src, length, dst, out_len, element in copies:
-            source = staging[src : src + length].view(element)
-            if self.name == "pt":
-                out[dst : dst + out_len].view(self.dtype).copy_(source)
-            else:
-                out[dst : dst + out_len].view(self.dtype)[...] = source
-
-    def parts_in_rank_order(self, region: Any, shape: tuple[int, ...], dim: int, parts: int) -> Any:
-        """The bytes of ``region`` (a C-ordered array of ``shape``, bytes along its last
-        dimension) cut into ``parts`` equal parts along ``dim``, each made contiguous, one
-        after another: a new flat byte array."""
-        cut = shape[:dim] + (parts, shape[dim] // parts) + shape[dim + 1 :]
-        if self.name == "pt":
-            return region.view(shape).reshape(cut).movedim(dim, 0).contiguous().view(-1)
-        moved = self.numpy.moveaxis(region.reshape(shape).reshape(cut), dim, 0)
-        return self.numpy.ascontiguousarray(moved).reshape(-1)
-
-    def fence(self) -> Any:
-        """A mark after the casts queued so far, to wait on before their staging is reused."""
-        if self.stream is None:
-            return None
-        event = self.torch.cuda.Event()
-        event.record(self.stream)
-        return event
 
 
 # A read of the native call: (file slot, file offset, bytes per run, buffer offset, runs, stride).
@@ -744,18 +613,6 @@ def _whole_views(fw: "_Framework", flat: Any, columns: _Columns, shift: int, lat
         else:
             views.append(whole.as_strided(shape, strides_of[shape], at // size))
     return views
-
-
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= extent
-    if step == 0 and strides and max(strides) > _STRIDE_MAX:
-        # No elements, and extents whose product passes torch's 64-bit strides (a shape of
-        # [0, 2**62, 4] is valid): with no element to reach, any strides will do.
-        return (1,) * len(shape)
-    return tuple(reversed(strides))
 
 
 def _data_end(shard: Any) -> int | None:

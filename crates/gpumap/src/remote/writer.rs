@@ -4,6 +4,8 @@
 //! is aborted.
 #![forbid(unsafe_code)]
 
+mod books;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use crate::remote::options::{RemoteOptions, MAX_STAGED_BYTES};
 use crate::remote::parts::{self, Coverage, Piece};
 use crate::remote::retry::{Attempts, GaveUp};
 use crate::remote::url::RemoteUrl;
+use books::{Filling, Phase, UploadBooks};
 
 /// Bytes of GPU memory copied down at a time, outside any lock, before they are placed in
 /// their part: a write from the GPU holds at most this much host memory besides the parts.
@@ -88,49 +91,6 @@ struct Shared {
     changed: Condvar,
     /// The multipart upload, created when the first part goes out.
     upload: tokio::sync::OnceCell<MultipartId>,
-}
-
-/// Where the writer stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Open,
-    Finishing,
-    Finished,
-    Aborted,
-    /// Dropped unfinished inside an async runtime: the last part in flight aborts the upload.
-    Dropped,
-}
-
-/// The writer's state, under [`Shared::books`]. Its lock is never held across a request, a
-/// copy of the caller's bytes or a wait on another lock's holder.
-#[derive(Debug)]
-struct UploadBooks {
-    phase: Phase,
-    filling: HashMap<usize, Filling>,
-    sending: BTreeSet<usize>,
-    sent: BTreeMap<usize, PartId>,
-    /// Copies into parts in progress (a part is not sent while one into it runs).
-    copying: usize,
-    /// `pwrite` calls in progress, and how many of them wait for room: when all of them wait
-    /// and nothing is being sent, none ever gets room, so the last to wait is refused.
-    writers: usize,
-    waiting: usize,
-    /// One past the highest byte written.
-    end: u64,
-    /// The first request that failed for good: every later call fails with it.
-    gave_up: Option<GaveUp>,
-    /// The first `pwrite` that failed while the writer was open: every later call fails with
-    /// it, since the object would lack its bytes.
-    failed_write: Option<String>,
-}
-
-/// A part being written: its bytes so far (grown as written, up to the part's size) and which
-/// of them are written.
-#[derive(Debug)]
-struct Filling {
-    bytes: Arc<Mutex<Vec<u8>>>,
-    written: Coverage,
-    copying: usize,
 }
 
 /// The refusal of a write to a URL that is not an S3, GCS or Azure object.
@@ -311,7 +271,7 @@ impl RemoteWriter {
             let rest = match (books.gave_up.clone(), &books.failed_write) {
                 (Some(gave_up), _) => Err(gave_up.into_error(&shared.url)),
                 (None, Some(_)) => Err(books.write_failed(&shared.url)),
-                (None, None) => books.take_rest(shared),
+                (None, None) => books.take_rest(shared.part_size, &shared.url),
             };
             if rest.is_err() {
                 books.phase = Phase::Aborted;
@@ -415,79 +375,6 @@ impl Drop for WriterGuard<'_> {
         books.writers -= 1;
         // A writer waiting for room may now be the only one left, and must not wait forever.
         self.shared.changed.notify_all();
-    }
-}
-
-impl UploadBooks {
-    /// `Ok` while writes are taken; else why not.
-    fn check_open(&self, url: &RemoteUrl) -> Result<()> {
-        if let Some(gave_up) = &self.gave_up {
-            return Err(gave_up.clone().into_error(url));
-        }
-        if self.failed_write.is_some() {
-            return Err(self.write_failed(url));
-        }
-        match self.phase {
-            Phase::Open => Ok(()),
-            _ => Err(self.closed(url)),
-        }
-    }
-
-    /// The error of a call made after a `pwrite` failed.
-    fn write_failed(&self, url: &RemoteUrl) -> Error {
-        let failed = self.failed_write.as_deref().unwrap_or("a write failed");
-        Error::InvalidArgument(format!(
-            "the writer of {} takes no more calls: {failed}; the object would lack its bytes, \
-             so the upload is aborted and no object is written",
-            url.redacted()
-        ))
-    }
-
-    /// The error of a call made after the writer stopped taking writes.
-    fn closed(&self, url: &RemoteUrl) -> Error {
-        let state = match self.phase {
-            Phase::Open => "open",
-            Phase::Finishing => "finishing on another thread",
-            Phase::Finished => "finished: the object is written",
-            Phase::Aborted | Phase::Dropped => "aborted: no object is written",
-        };
-        Error::InvalidArgument(format!("the writer of {} is {state}", url.redacted()))
-    }
-
-    /// The parts `finish` still sends, each cut to the object's end, after checking that every
-    /// byte below the end was written (refusing the first hole).
-    fn take_rest(&mut self, shared: &Shared) -> Result<Vec<(usize, Vec<u8>)>> {
-        let size = shared.part_size as u64;
-        let parts = usize::try_from(self.end.div_ceil(size)).unwrap_or(usize::MAX);
-        for part in 0..parts {
-            if self.sent.contains_key(&part) {
-                continue;
-            }
-            let len = (self.end - part as u64 * size).min(size) as usize;
-            let gap = match self.filling.get(&part) {
-                Some(filling) => filling.written.first_gap(len),
-                None => Some(0),
-            };
-            if let Some(gap) = gap {
-                return Err(Error::InvalidArgument(format!(
-                    "byte {} of the {} bytes written to {} was never written (an object has no \
-                     holes); the upload is aborted and no object is written",
-                    part as u64 * size + gap as u64,
-                    self.end,
-                    shared.url.redacted()
-                )));
-            }
-        }
-        let mut rest = Vec::new();
-        for part in 0..parts {
-            if let Some(filling) = self.filling.remove(&part) {
-                let len = (self.end - part as u64 * size).min(size) as usize;
-                let mut bytes = std::mem::take(&mut *filling.bytes.lock());
-                bytes.truncate(len);
-                rest.push((part, bytes));
-            }
-        }
-        Ok(rest)
     }
 }
 
