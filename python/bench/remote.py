@@ -1,18 +1,24 @@
 """Issue 25's remote-read bench: ``gpumapio.RemoteFile`` beside ``kvikio.RemoteFile`` on one
 local HTTP range server, and the bound: the rate at which that server serves the same bytes to
 a plain parallel client (``http.client``), all measured in one run on the same object.
+``--protocol s3`` reads it as an S3 object instead: both clients open it with ``open_s3``
+(credentials and endpoint from the AWS environment variables, which the bench sets), so each
+request is signed (SigV4) as against any S3 server; the server answers S3's path-style GETs
+and HEADs, with an ETag and a Last-Modified, and does not check the signatures.
 
     python3 python/bench/remote.py --jsonl OUT.jsonl [--size 4GiB] [--dir DIR] [--repeats 3]
         [--threads 32] [--client-procs N] [--server-procs N] [--request-size 4MiB]
         [--ops-4k 4096] [--ops-1m 2048] [--rows 100000] [--only plain,gpumap,kvikio,rows]
         [--rows-memory device|host] [--gpumap-request-size SIZE] [--interleave [--isolate]]
+        [--protocol http|s3]
 
 The server runs in its own processes (``--server-procs``, one listening socket each on a
 shared port through SO_REUSEPORT, a thread per connection, bodies sent with ``os.sendfile``
 from the page cache), so that the clients' GIL does not slow it. Workloads (``impl`` ours when
 it starts with ``gpumap``; ``memory`` says where the bytes land):
 
-- ``remote_read_whole``: the whole object, one ``read`` (the plain client: ranged GETs of
+- ``remote_read_whole`` (``remote_s3_read_whole`` with ``--protocol s3``, and so for the
+  others): the whole object, one ``read`` (the plain client: ranged GETs of
   ``--request-size`` over ``--threads`` keep-alive connections in ``--client-procs`` processes);
 - ``remote_rand_4k`` / ``remote_rand_1m``: aligned ranges at offsets from a fixed seed, the
   same for every client, all issued as ``pread`` futures at once and then waited.
@@ -23,7 +29,7 @@ it starts with ``gpumap``; ``memory`` says where the bytes land):
   row's 4 KiB extent fetched; hot: the same rows again, resident) beside one ``pread`` future
   per row of ``gpumapio.RemoteFile`` and ``kvikio.RemoteFile`` (what a reader without a cache
   does, every time). In GPU memory where CuPy is; ``--rows-memory host`` puts the cache and the
-  rows in host memory.
+  rows in host memory. Over HTTP only.
 
 Each case runs once untimed and verified (sampled blocks compared with the file; a mismatch
 fails the run), then ``--repeats`` timed runs; ``seconds`` is their median, ``best_seconds``
@@ -52,6 +58,7 @@ import subprocess
 import sys
 import threading
 import time
+from email.utils import formatdate
 from http.client import HTTPConnection
 
 # NumPy's OpenBLAS threads spin after use: in the server's processes and the clients they took
@@ -62,6 +69,7 @@ import numpy as np  # noqa: E402
 
 RANGE = re.compile(rb"bytes=(\d+)-(\d*)")
 SAMPLE = 4096
+BUCKET, KEY = "bench", "obj"  # ``--protocol s3``: the object's bucket and key
 
 
 def parse_size(text: str) -> int:
@@ -74,8 +82,10 @@ def parse_size(text: str) -> int:
 
 # ---- the server (its own processes) ----
 
-def handle(conn: socket.socket, fd: int, size: int) -> None:
-    """One keep-alive connection: HEAD and ranged GETs, until the client closes it."""
+def handle(conn: socket.socket, fd: int, size: int, s3_head: str) -> None:
+    """One keep-alive connection: HEAD and ranged GETs, until the client closes it. A request for
+    the S3 path (``/bucket/key``) is answered with ``s3_head`` too: the ETag and Last-Modified an
+    S3 client expects."""
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     rfile = conn.makefile("rb")
     try:
@@ -83,7 +93,8 @@ def handle(conn: socket.socket, fd: int, size: int) -> None:
             line = rfile.readline(65537)
             if not line:
                 return
-            method, rng, close = line.split(b" ", 1)[0], None, False
+            method, path, *_ = line.split(b" ") + [b""]
+            rng, close = None, False
             while (h := rfile.readline(65537)) not in (b"\r\n", b"\n", b""):
                 name, _, value = h.partition(b":")
                 name = name.strip().lower()
@@ -108,6 +119,8 @@ def handle(conn: socket.socket, fd: int, size: int) -> None:
             head = f"HTTP/1.1 {status}\r\nContent-Length: {n}\r\nAccept-Ranges: bytes\r\n"
             if status[0] == "2" and rng is not None:
                 head += f"Content-Range: bytes {start}-{end}/{size}\r\n"
+            if path == f"/{BUCKET}/{KEY}".encode():
+                head += s3_head
             if method == b"HEAD":
                 conn.sendall((head + "\r\n").encode())
                 continue
@@ -136,6 +149,8 @@ def listener(port: int) -> socket.socket:
 
 def serve(path: str, procs: int) -> None:
     fd, size = os.open(path, os.O_RDONLY), os.path.getsize(path)
+    mtime = os.path.getmtime(path)
+    s3_head = f'ETag: "{size:x}-{int(mtime):x}"\r\nLast-Modified: {formatdate(mtime, usegmt=True)}\r\n'
     s = listener(0)
     port = s.getsockname()[1]
     for _ in range(procs - 1):
@@ -147,7 +162,7 @@ def serve(path: str, procs: int) -> None:
         print(port, flush=True)  # the parent's socket is listening: clients may connect
     while True:
         conn, _ = s.accept()
-        threading.Thread(target=handle, args=(conn, fd, size), daemon=True).start()
+        threading.Thread(target=handle, args=(conn, fd, size, s3_head), daemon=True).start()
 
 
 # ---- the plain parallel client (its own processes, so one GIL does not bound it) ----
@@ -311,7 +326,7 @@ class Timings:
 
 
 def opened(a, impl, opener):
-    f = opener(f"http://127.0.0.1:{a.port}/obj")
+    f = opener(BUCKET, KEY) if a.protocol == "s3" else opener(f"http://127.0.0.1:{a.port}/obj")
     if f.nbytes() != a.size:
         sys.exit(f"{impl}: nbytes() {f.nbytes()} != {a.size}")
     return f
@@ -387,11 +402,17 @@ def client_opener(a, kind):
         import kvikio.defaults
 
         kvikio.defaults.set({"num_threads": a.threads})
-        return kvikio.RemoteFile.open_http, {"kvikio_version": kvikio.__version__, "kvikio_threads": a.threads}
+        return getattr(kvikio.RemoteFile, opener_name(a)), \
+            {"kvikio_version": kvikio.__version__, "kvikio_threads": a.threads}
     import gpumapio
 
-    return functools.partial(gpumapio.RemoteFile.open_http, max_in_flight=a.threads, **sized), \
+    return functools.partial(getattr(gpumapio.RemoteFile, opener_name(a)), max_in_flight=a.threads, **sized), \
         {"max_in_flight": a.threads, **sized}
+
+
+def opener_name(a):
+    """The ``RemoteFile`` constructor both clients open the object with."""
+    return "open_s3" if a.protocol == "s3" else "open_http"
 
 
 def isolated_client(conn, a, impl, kind, memory, workloads):
@@ -555,14 +576,14 @@ def rows_cases(a, mm, cp, out):
 def summary(recs):
     bound = {r["workload"]: r["gbps"] for r in recs if r["impl"] == "plain-parallel-client"}
     kv = {(r["workload"], r["memory"]): r["gbps"] for r in recs if r["impl"].startswith("kvikio")}
-    print(f"\n{'workload':<18} {'impl':<22} {'memory':<7} {'GB/s':>8} {'ops/s':>10} {'/kvikio':>8} {'/bound':>7}")
+    print(f"\n{'workload':<21} {'impl':<22} {'memory':<7} {'GB/s':>8} {'ops/s':>10} {'/kvikio':>8} {'/bound':>7}")
     for r in recs:
         k = kv.get((r["workload"], r["memory"]))
         b = bound.get(r["workload"])
         vk = f"{r['gbps'] / k:.2f}" if k else "-"
         vb = f"{r['gbps'] / b:.2f}" if b else "-"
         ops = f"{r['iops']:.0f}" if "iops" in r else "-"
-        print(f"{r['workload']:<18} {r['impl']:<22} {r['memory']:<7} {r['gbps']:>8.3f} {ops:>10} {vk:>8} {vb:>7}")
+        print(f"{r['workload']:<21} {r['impl']:<22} {r['memory']:<7} {r['gbps']:>8.3f} {ops:>10} {vk:>8} {vb:>7}")
 
 
 def main() -> None:
@@ -589,6 +610,8 @@ def main() -> None:
                    help="run gpumap and KvikIO in turn, repeat by repeat (records carry paired_ratios)")
     p.add_argument("--isolate", action="store_true",
                    help="with --interleave: each client in a process of its own, the parent taking turns")
+    p.add_argument("--protocol", choices=("http", "s3"), default="http",
+                   help="open the object by its HTTP URL, or as an S3 object (open_s3, signed requests)")
     p.add_argument("--serve", metavar="FILE", help=argparse.SUPPRESS)  # the server's own process
     a = p.parse_args()
     if a.serve:
@@ -609,10 +632,14 @@ def main() -> None:
     sum(mm[o:o + 1][0] for o in range(0, a.size, 4096))  # warm: every case reads from the page cache
 
     rng = np.random.default_rng(a.seed)
-    workloads = [("remote_read_whole", None, None)]
-    for name, block, ops in (("remote_rand_4k", 4096, a.ops_4k), ("remote_rand_1m", 1 << 20, a.ops_1m)):
+    prefix = "remote_s3_" if a.protocol == "s3" else "remote_"
+    workloads = [(prefix + "read_whole", None, None)]
+    for name, block, ops in (("rand_4k", 4096, a.ops_4k), ("rand_1m", 1 << 20, a.ops_1m)):
         if ops:
-            workloads.append((name, (rng.integers(0, a.size // block, ops) * block).tolist(), block))
+            workloads.append((prefix + name, (rng.integers(0, a.size // block, ops) * block).tolist(), block))
+    if a.protocol == "s3" and "rows" in only:
+        print("== rows: over HTTP only, not run with --protocol s3", flush=True)
+        only.discard("rows")
 
     server = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", a.file, "--jsonl", "-",
                                "--server-procs", str(a.server_procs)], stdout=subprocess.PIPE,
@@ -620,6 +647,11 @@ def main() -> None:
     try:
         a.port = int(server.stdout.readline())
         print(f"== server: {a.server_procs} processes on 127.0.0.1:{a.port}; median of {a.repeats}", flush=True)
+        if a.protocol == "s3":
+            # What an S3 client finds in the environment; the spawned clients inherit it.
+            os.environ.update(AWS_ENDPOINT_URL=f"http://127.0.0.1:{a.port}", AWS_DEFAULT_REGION="us-east-1",
+                              AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench-secret")
+            os.environ.pop("AWS_SESSION_TOKEN", None)
         out = Out(a.jsonl)
         if "plain" in only:
             for name, offsets, block in workloads:
@@ -659,9 +691,10 @@ def main() -> None:
             import gpumapio
             for memory in memories:
                 suffix = "-host" if memory == "host" else ""
-                gpumap_opener = functools.partial(gpumapio.RemoteFile.open_http, max_in_flight=a.threads, **sized)
+                gpumap_opener = functools.partial(getattr(gpumapio.RemoteFile, opener_name(a)),
+                                                  max_in_flight=a.threads, **sized)
                 clients = [("gpumap-remote" + suffix, gpumap_opener, {"max_in_flight": a.threads, **sized}),
-                           ("kvikio-remote" + suffix, kvikio.RemoteFile.open_http,
+                           ("kvikio-remote" + suffix, getattr(kvikio.RemoteFile, opener_name(a)),
                             {"kvikio_version": kvikio.__version__, "kvikio_threads": a.threads})]
                 run_interleaved(a, mm, cp, clients, memory, workloads, out)
             only -= {"gpumap", "kvikio"}
@@ -669,12 +702,13 @@ def main() -> None:
             import gpumapio
             for memory in memories:
                 impl = "gpumap-remote" + ("-host" if memory == "host" else "")
-                opener = functools.partial(gpumapio.RemoteFile.open_http, max_in_flight=a.threads, **sized)
+                opener = functools.partial(getattr(gpumapio.RemoteFile, opener_name(a)), max_in_flight=a.threads,
+                                           **sized)
                 run_client(a, mm, cp, impl, opener, memory, workloads, out, max_in_flight=a.threads, **sized)
         if "kvikio" in only and kvikio is not None:
             for memory in memories:
                 impl = "kvikio-remote" + ("-host" if memory == "host" else "")
-                run_client(a, mm, cp, impl, kvikio.RemoteFile.open_http, memory, workloads, out,
+                run_client(a, mm, cp, impl, getattr(kvikio.RemoteFile, opener_name(a)), memory, workloads, out,
                            kvikio_version=kvikio.__version__, kvikio_threads=a.threads)
         if "rows" in only and a.rows:
             rows_cases(a, mm, cp, out)
