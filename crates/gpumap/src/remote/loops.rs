@@ -377,6 +377,11 @@ mod tests {
         }
     }
 
+    /// Held by the tests whose reads block a loop's thread, or that count what each loop
+    /// runs: the loops are the process's, shared by the tests running at once, and a thread
+    /// blocked by one test would make another's reads run elsewhere.
+    static BLOCKING_TESTS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
     /// `count` reads on `queues` that each hold their loop's thread until all of them run,
     /// which they can only do on `count` different loops; the threads' names.
     fn one_read_on_each_loop(queues: &Queues, count: usize) -> Vec<String> {
@@ -395,6 +400,7 @@ mod tests {
 
     #[test]
     fn reads_go_to_every_loop_in_turn_and_each_loop_keeps_its_own_store() {
+        let _alone = BLOCKING_TESTS.lock();
         let count = LoopSet::Small.count();
         let queues = Queues::new(LoopSet::Small, count, memory_source());
         let names: std::collections::HashSet<String> =
@@ -426,6 +432,7 @@ mod tests {
 
     #[test]
     fn large_reads_run_on_loops_of_their_own() {
+        let _alone = BLOCKING_TESTS.lock();
         assert_eq!(LoopSet::for_len(LARGE_READ - 1), LoopSet::Small);
         assert_eq!(LoopSet::for_len(LARGE_READ), LoopSet::Large);
         assert!(LoopSet::Large.count() >= LoopSet::Small.count());
@@ -439,16 +446,20 @@ mod tests {
 
     #[test]
     fn reads_queued_behind_a_stalled_loop_run_on_the_others() {
+        let _alone = BLOCKING_TESTS.lock();
         let count = LoopSet::Small.count();
         if count < 2 {
             return; // one loop: there is no other to take its reads
         }
-        let queues = Queues::new(LoopSet::Small, count, memory_source()); // a worker a loop
-                                                                          // Read 0 stalls loop 0's thread until the end; reads 1..count hold theirs until every
-                                                                          // read is queued, so that read `count`, queued on loop 0 behind the stalled one, is
-                                                                          // waiting when they finish.
+        // A worker a loop. Read 0 stalls the thread that runs it (loop 0's, unless another
+        // took it first) until the end; reads 1..count hold theirs until every read is queued,
+        // so that read `count`, queued on loop 0, waits behind the stalled read or is free to
+        // run on loop 0 when they finish.
+        let queues = Queues::new(LoopSet::Small, count, memory_source());
         let (release, released) = std::sync::mpsc::channel::<()>();
+        let (stalled_on_tx, stalled_on) = std::sync::mpsc::channel();
         queues.submit(job(move |_| async move {
+            let _ = stalled_on_tx.send(std::thread::current().name().map(str::to_owned));
             let _ = released.recv_timeout(Duration::from_secs(30));
         }));
         let all_queued = Arc::new(std::sync::Barrier::new(count));
@@ -467,13 +478,16 @@ mod tests {
         let ran_on = (0..count)
             .map(|_| rx.recv_timeout(Duration::from_secs(10)))
             .find_map(|got| got.expect("a read queued behind a stalled loop waited for it"));
+        let stalled = stalled_on.recv_timeout(Duration::from_secs(10));
         let _ = release.send(());
         let ran_on = ran_on.expect("the last read ran on a loop thread with a name");
-        assert_ne!(ran_on, "gpumap-loop-0", "it ran on the stalled loop");
+        let stalled = stalled.expect("the stalling read ran").expect("a loop thread has a name");
+        assert_ne!(ran_on, stalled, "it ran on the stalled loop");
     }
 
     #[test]
     fn a_loop_runs_no_more_reads_of_a_store_at_once_than_its_share() {
+        let _alone = BLOCKING_TESTS.lock();
         let count = LoopSet::Small.count();
         let in_flight = count + 1; // the first loop's share is 2, the others' 1
         let queues = Queues::new(LoopSet::Small, in_flight, memory_source());
