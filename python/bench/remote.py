@@ -680,7 +680,6 @@ def main() -> None:
             except ImportError as e:
                 kvikio = None
                 print(f"== kvikio-remote skipped: no KvikIO RemoteFile here ({e})", flush=True)
-        sized = {} if a.gpumap_request_size is None else {"request_size": a.gpumap_request_size}
         if a.interleave and a.isolate and "gpumap" in only and kvikio is not None:
             for memory in memories:
                 suffix = "-host" if memory == "host" else ""
@@ -688,28 +687,18 @@ def main() -> None:
                 run_isolated(a, clients, memory, workloads, out)
             only -= {"gpumap", "kvikio"}
         if a.interleave and "gpumap" in only and kvikio is not None:
-            import gpumapio
             for memory in memories:
                 suffix = "-host" if memory == "host" else ""
-                gpumap_opener = functools.partial(getattr(gpumapio.RemoteFile, opener_name(a)),
-                                                  max_in_flight=a.threads, **sized)
-                clients = [("gpumap-remote" + suffix, gpumap_opener, {"max_in_flight": a.threads, **sized}),
-                           ("kvikio-remote" + suffix, getattr(kvikio.RemoteFile, opener_name(a)),
-                            {"kvikio_version": kvikio.__version__, "kvikio_threads": a.threads})]
+                clients = [("gpumap-remote" + suffix, *client_opener(a, "gpumap")),
+                           ("kvikio-remote" + suffix, *client_opener(a, "kvikio"))]
                 run_interleaved(a, mm, cp, clients, memory, workloads, out)
             only -= {"gpumap", "kvikio"}
-        if "gpumap" in only:
-            import gpumapio
-            for memory in memories:
-                impl = "gpumap-remote" + ("-host" if memory == "host" else "")
-                opener = functools.partial(getattr(gpumapio.RemoteFile, opener_name(a)), max_in_flight=a.threads,
-                                           **sized)
-                run_client(a, mm, cp, impl, opener, memory, workloads, out, max_in_flight=a.threads, **sized)
-        if "kvikio" in only and kvikio is not None:
-            for memory in memories:
-                impl = "kvikio-remote" + ("-host" if memory == "host" else "")
-                run_client(a, mm, cp, impl, getattr(kvikio.RemoteFile, opener_name(a)), memory, workloads, out,
-                           kvikio_version=kvikio.__version__, kvikio_threads=a.threads)
+        for kind in ("gpumap", "kvikio"):
+            if kind in only and (kind == "gpumap" or kvikio is not None):
+                opener, extra = client_opener(a, kind)
+                for memory in memories:
+                    impl = f"{kind}-remote" + ("-host" if memory == "host" else "")
+                    run_client(a, mm, cp, impl, opener, memory, workloads, out, **extra)
         if "rows" in only and a.rows:
             rows_cases(a, mm, cp, out)
         summary(out.recs)
