@@ -5,6 +5,12 @@ whole-file read of the same bytes and against the loaders people use, in one run
     python3 python/bench/checkpoint.py make-small DIR [--tensors 10000]    # 10,000 tensors of 64 KiB
     python3 python/bench/checkpoint.py run DIR [--small DIR] [--whole FILE] [--repeat 3]
         [--cold] [--json OUT.json] [--markdown OUT.md]
+    python3 python/bench/checkpoint.py warm DIR SMALL [--label L] [--round N]  # one JSON line
+
+``warm`` times, in one process, warm ``load_checkpoint`` calls of DIR (8 after 2) and of the
+small-tensor checkpoint SMALL (20 after 3), and prints their best and median GB/s and the
+small one's share of the large one's rate as one JSON line: for A/Bs of two builds, each run
+in fresh processes by turns (``PYTHONPATH`` naming the build).
 
 ``make`` writes what transformers' save_pretrained writes for a Llama-like model in bf16:
 ``config.json``, ``model-0000k-of-0000n.safetensors`` (tensors in the model's order, shards
@@ -188,6 +194,21 @@ def _drop() -> bool:
         return True
     except OSError:
         return False
+
+
+def warm(directory: str, small: str, label: str, round_: int) -> None:
+    """``warm``: one JSON line of the large and small checkpoints' warm load rates."""
+    import gpumapio
+
+    row: dict = {"build": label, "round": round_}
+    for name, source, before, repeat in (("large", directory, 2, 8), ("small", small, 3, 20)):
+        nbytes = _nbytes(gpumapio.load_checkpoint(source, "cuda"))
+        _timed(lambda: gpumapio.load_checkpoint(source, "cuda"), before)
+        times, _ = _timed(lambda: gpumapio.load_checkpoint(source, "cuda"), repeat)
+        row[name] = {"best_gbs": nbytes / min(times) / 1e9, "median_gbs": nbytes / statistics.median(times) / 1e9, "times": times}
+    for stat in ("best_gbs", "median_gbs"):
+        row[f"small_share_{stat[:-4]}"] = row["small"][stat] / row["large"][stat]
+    print(json.dumps(row), flush=True)
 
 
 def first_load(directory: str) -> None:
@@ -441,6 +462,11 @@ def main() -> None:
     p.add_argument("dir")
     p.add_argument("--tensors", type=int, default=10_000)
     p.add_argument("--shards", type=int, default=4)
+    p = sub.add_parser("warm")
+    p.add_argument("dir")
+    p.add_argument("small")
+    p.add_argument("--label", default="")
+    p.add_argument("--round", type=int, default=0)
     p = sub.add_parser("first-load")
     p.add_argument("dir")
     p = sub.add_parser("peer")
@@ -462,6 +488,8 @@ def main() -> None:
         make(args.dir, args.gb, args.shards)
     elif args.command == "make-small":
         make_small(args.dir, args.tensors, args.shards)
+    elif args.command == "warm":
+        warm(args.dir, args.small, args.label, args.round)
     elif args.command == "first-load":
         first_load(args.dir)
     elif args.command == "peer":

@@ -1,8 +1,10 @@
-"""Issue 24: what one torch view costs, made each of the ways a loader could make 10,000 views
-of one CUDA allocation: ``as_strided`` (what ``load_checkpoint`` calls), indexing a
-``(N, *shape)`` view (single-output views, as ``as_strided``'s are), ``unbind`` and
-``split_with_sizes`` (multi-output views, which torch refuses to modify in place beside
-autograd: decision 0019). Best and median of 20 rounds, per view, two passes.
+"""Issue 24: what one torch tensor costs, made each of the ways a loader could make 10,000
+tensors over one CUDA allocation: ``as_strided`` (what ``load_checkpoint`` called until
+decision 0040), indexing a ``(N, *shape)`` view (single-output views, as ``as_strided``'s are),
+``unbind`` and ``split_with_sizes`` (multi-output views, which torch refuses to modify in place
+beside autograd: decision 0019), and what ``load_checkpoint`` calls now (0040): tensors of
+their own cut by ``own_tensors`` from one view of a run of tensors alike, and from a 1-D view
+where the shapes alternate. Best and median of 20 rounds, per tensor, two passes.
 
     python3 python/bench/view_ways.py [--device cuda]
 """
@@ -13,6 +15,8 @@ import argparse
 import time
 
 import torch
+
+from gpumapio._torch_tensors import own_tensors
 
 COUNT = 10_000
 SHAPE = (128, 256)  # 64 KiB of bf16, as the bench's small-tensor checkpoint
@@ -37,11 +41,16 @@ def main() -> None:
     stacked = typed.view(COUNT, *SHAPE)
     shapes, strides = [SHAPE] * COUNT, [(SHAPE[1], 1)] * COUNT
     offsets = [i * elements for i in range(COUNT)]
+    starts = [2 * at for at in offsets]
+    alternating = [SHAPE if i % 2 else SHAPE[::-1] for i in range(COUNT)]
+    one_dtype = {"BF16": (typed, 2)}
     ways = {
         "as_strided (map)": lambda: list(map(typed.as_strided, shapes, strides, offsets)),
         "getitem of a (N, *shape) view (map)": lambda: list(map(stacked.__getitem__, range(COUNT))),
         "unbind": lambda: stacked.unbind(0),
         "split_with_sizes": lambda: typed.split_with_sizes([elements] * COUNT),
+        "own_tensors, one shape (load_checkpoint)": lambda: own_tensors(one_dtype, ["BF16"] * COUNT, shapes, starts, 0),
+        "own_tensors, two shapes alternating": lambda: own_tensors(one_dtype, ["BF16"] * COUNT, alternating, starts, 0),
     }
     for _ in range(2):
         for name, make in ways.items():

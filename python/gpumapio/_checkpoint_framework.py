@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpumapio._torch_tensors import contiguous_strides, own_tensor
 from gpumapio.safetensors import _DTYPES, _torch_device
-
-# torch's strides are signed 64-bit.
-_STRIDE_MAX = 2**63 - 1
 
 
 class _Framework:
@@ -17,7 +15,10 @@ class _Framework:
     def __init__(self, framework: str, device: Any, dtype: Any):
         self.name = "numpy" if framework == "np" else framework
         self.stream = None
-        self.typed: dict[Any, Any] = {}  # the allocation viewed as each element type
+        # The allocation last viewed, as each element type: a load that starts again (a shard
+        # changed) views a new one.
+        self.typed_flat: Any = None
+        self.typed: dict[Any, Any] = {}
         if framework == "pt":
             import torch
 
@@ -99,19 +100,21 @@ class _Framework:
                 return self.numpy.ndarray(shape, element, buffer=flat, offset=at)
             # A slice of the allocation viewed as the element type: cheaper than a new array
             # on the allocation's buffer.
-            typed = self.typed.get(element)
-            if typed is None:
-                typed = self.typed[element] = flat.view(element)
-            return typed[at // size : (at + nbytes) // size].reshape(shape)
-        if at % size:
-            if not nbytes:
-                # No element, so nothing to copy (a reshape could overflow computing strides).
-                return flat[:0].view(element).as_strided(shape, _contiguous_strides(shape))
+            return self._typed(flat, element)[at // size : (at + nbytes) // size].reshape(shape)
+        if at % size and nbytes:
             return flat[at : at + nbytes].clone().view(element).reshape(shape)  # a view would be misaligned
+        typed = self._typed(flat, element)
+        # Its own tensor, not a view of the allocation shared with the others (decision 0040).
+        return own_tensor(typed, shape, contiguous_strides(shape), at // size)
+
+    def _typed(self, flat: Any, element: Any) -> Any:
+        """``flat`` viewed as ``element``, made once per allocation and element type."""
+        if self.typed_flat is not flat:
+            self.typed_flat, self.typed = flat, {}
         typed = self.typed.get(element)
         if typed is None:
             typed = self.typed[element] = flat.view(element)
-        return typed.as_strided(shape, _contiguous_strides(shape), at // size)
+        return typed
 
     def cast_into(self, out: Any, staging: Any, copies: list[tuple[int, int, int, int, Any]]) -> None:
         """``out[dst:dst + n_out] = staging[src:src + n]`` read as ``src_element``, cast."""
@@ -139,15 +142,3 @@ class _Framework:
         event = self.torch.cuda.Event()
         event.record(self.stream)
         return event
-
-
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= extent
-    if step == 0 and strides and max(strides) > _STRIDE_MAX:
-        # No elements, and extents whose product passes torch's 64-bit strides (a shape of
-        # [0, 2**62, 4] is valid): with no element to reach, any strides will do.
-        return (1,) * len(shape)
-    return tuple(reversed(strides))

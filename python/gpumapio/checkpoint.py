@@ -1,5 +1,5 @@
 """Whole checkpoints in one call: every shard of a safetensors checkpoint read by one pipeline
-into one allocation, tensors returned as views of it; a filter, tensor-parallel slices and a
+into one allocation, each tensor a tensor of its own there; a filter, tensor-parallel slices and a
 dtype cast on the device. (Loading into a model: :mod:`gpumapio.models`.)
 
 Memory, stated: the device holds the tensors loaded (each placed at most 255 bytes past the
@@ -20,12 +20,12 @@ import resource
 from typing import Any, Callable, Iterable, Iterator, Union
 
 from gpumapio._checkpoint_files import Catalogue, CheckpointError, Listing, list_shards, read_catalogue
-# _STRIDE_MAX is not used here: imported so that it stays importable from this module.
-from gpumapio._checkpoint_framework import _STRIDE_MAX, _contiguous_strides, _Framework  # noqa: F401
+from gpumapio._checkpoint_framework import _Framework
 from gpumapio._exchange import block_shape, exchange_for
 from gpumapio._native import CuFile, read_files, start_read_files
 from gpumapio._sources import is_url, open_source, read_bytes, read_pieces, shown
 from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
+from gpumapio._torch_tensors import own_tensors
 from gpumapio.safetensors import (
     _ATTEMPTS,
     _DTYPES,
@@ -262,10 +262,12 @@ def load_checkpoint(
     are checked before any tensor is returned (:class:`CheckpointError` names the file and the
     values: a shard missing, a tensor in two shards or not where the index says, offsets that
     overlap or pass the end of a file); the bytes of every shard are read by one pipeline, all
-    shards in flight together, into one allocation, and each tensor is a view of it. Loading
+    shards in flight together, into one allocation, and each tensor lies in it, a tensor of
+    its own (no view of it, nor of another tensor: an in-place change autograd records on one
+    leaves the others as they were; decision 0040). Loading
     every tensor of local shards as it is (no ``tensors``, ``tp`` or ``dtype``), the reads
     start first, each shard's data section found from its first 8 bytes, and the headers are
-    read and checked, and the views made, while they run; otherwise the reads follow the
+    read and checked, and the tensors made, while they run; otherwise the reads follow the
     checks.
 
     - ``device``, ``framework``: as :func:`gpumapio.load_safetensors` — torch tensors on
@@ -541,7 +543,7 @@ def _whole_layout(spans: list[tuple[int, int]]) -> tuple[list[int], list[_Read],
 def _whole_views_of(
     fw: "_Framework", flat: Any, catalogue: Catalogue, shifts: list[int], later: _Copies, names: list[str], views: list[Any]
 ) -> None:
-    """Every shard's tensors checked for the framework and viewed at their shard's shift,
+    """Every shard's tensors checked for the framework and placed at their shard's shift,
     appended to ``names`` and ``views``."""
     for shard, shift in zip(catalogue.shards, shifts):
         columns = shard.columns
@@ -581,37 +583,24 @@ def _data_span(file: Any) -> tuple[int, int]:
 
 
 def _whole_views(fw: "_Framework", flat: Any, columns: _Columns, shift: int, later: _Copies, first: int) -> list[Any]:
-    """Each tensor of ``columns`` as a view of ``flat`` at its file offset plus ``shift`` (one
-    torch cannot view, noted in ``later`` as view ``first + k`` of the load): for torch, one ``as_strided`` each, called from C
-    (``map``) where the tensors share a dtype, with what depends on the dtype or the shape
-    worked out once."""
-    shapes = columns.shapes
-    ats = [start + shift for start in columns.starts]
+    """Each tensor of ``columns`` at its file offset plus ``shift`` in ``flat`` (one torch cannot
+    place there, misaligned, noted in ``later`` as tensor ``first + k`` of the load): for
+    torch, tensors of their own cut in bulk (:func:`own_tensors`), with what depends on the
+    dtype worked out once."""
     if fw.name != "pt":
         elements = {d: fw.element(d) for d in set(columns.dtypes)}
         return [
-            fw.view(flat, at, end - start, elements[d], shape)
-            for at, start, end, d, shape in zip(ats, columns.starts, columns.ends, columns.dtypes, shapes)
+            fw.view(flat, start + shift, end - start, elements[d], shape)
+            for start, end, d, shape in zip(columns.starts, columns.ends, columns.dtypes, columns.shapes)
         ]
     typed = {}
     for d in set(columns.dtypes):
         element = fw.element(d)
         typed[d] = (flat.view(element), element.itemsize)
-    strides_of = {shape: _contiguous_strides(shape) for shape in set(shapes)}
-    if len(typed) == 1:
-        [(whole, size)] = typed.values()
-        if size == 1 or not any(at % size for at in ats):
-            offsets = ats if size == 1 else [at // size for at in ats]
-            return list(map(whole.as_strided, shapes, map(strides_of.__getitem__, shapes), offsets))
-    views: list[Any] = []
-    for k, (d, at, shape) in enumerate(zip(columns.dtypes, ats, shapes)):
-        whole, size = typed[d]
-        if at % size:
-            # Misaligned for its dtype (safetensors' writers never do this): copied, once read.
-            later.note(first + k, at, columns.ends[k] - columns.starts[k], fw.element(d), shape)
-            views.append(None)
-        else:
-            views.append(whole.as_strided(shape, strides_of[shape], at // size))
+    views, misaligned = own_tensors(typed, columns.dtypes, columns.shapes, columns.starts, shift)
+    for k in misaligned:
+        start, d = columns.starts[k], columns.dtypes[k]
+        later.note(first + k, start + shift, columns.ends[k] - start, fw.element(d), columns.shapes[k])
     return views
 
 

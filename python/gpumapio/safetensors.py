@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 from gpumapio._native import CuFile, plain_header
 from gpumapio._sources import is_url, open_source, read_bytes, shown
+from gpumapio._torch_tensors import contiguous_strides, own_tensor
 
 __all__ = ["TensorInfo", "load_safetensors", "read_header"]
 
@@ -605,8 +606,10 @@ def load_safetensors(
 
     ``framework="pt"`` (default) gives ``torch.Tensor`` on ``device`` (``"cuda"``,
     ``"cuda:1"``, ``1``, a ``torch.device``, or ``"cpu"``); ``framework="numpy"`` gives NumPy
-    arrays in host memory (no bfloat16 or float8 there). All tensors are views of one
-    allocation, filled by one parallel read of the file's data section; loading only
+    arrays in host memory (no bfloat16 or float8 there). All tensors lie in one allocation,
+    filled by one parallel read of the file's data section; each torch tensor is a tensor of
+    its own there, not a view of the allocation (an in-place change autograd records on one
+    leaves the others as they were); loading only
     ``tensors`` (names; ``KeyError`` for one the file lacks) reads just their bytes, each into
     its own aligned place of one allocation. A tensor whose offset in the file is not a
     multiple of its element size (which safetensors' own writers never produce) is copied.
@@ -717,7 +720,9 @@ def _load_safetensors_once(
                 raise ValueError(f"tensor {t.name!r}: this torch has no {torch_name}")
             if at % itemsize:
                 piece = piece.clone()  # a view would be misaligned
-            out[t.name] = piece.view(dtype).reshape(t.shape)
+            # Its own tensor, not a view of the allocation shared with the others (decision 0040).
+            typed = piece.view(dtype)
+            out[t.name] = own_tensor(typed, t.shape, contiguous_strides(t.shape), typed.storage_offset())
         else:
             if numpy_name is None:
                 raise ValueError(f"tensor {t.name!r}: NumPy has no {t.dtype}; use framework='pt'")
