@@ -292,9 +292,10 @@ def shard_path(index_path: str, shard: str) -> str:
     return path if is_url(path) else os.path.normpath(path)
 
 
-def read_catalogue(listing: Listing) -> Catalogue:
+def read_catalogue(listing: Listing, parse_threads: int | None = None) -> Catalogue:
     """Every shard's header read and checked, and checked against the index if there is one
-    (:class:`CheckpointError` names the file and the values at fault)."""
+    (:class:`CheckpointError` names the file and the values at fault); the headers parsed on
+    at most ``parse_threads`` threads (1: the calling one alone; by default several)."""
     paths, index_path = listing.paths, listing.index_path
     read: list[tuple[str, int, int, bytes]] = []
     stamps: list[Stamp | None] = []
@@ -319,7 +320,7 @@ def read_catalogue(listing: Listing) -> Catalogue:
         shard_of = {f: number[p] for f in files if (p := shard_path(index_path, f)) in number}
         index = (listing.index_bytes, shard_of)
     # Every header read in one native call, on several threads, the index checked beside them.
-    plain, agreed = plain_headers([(raw, 8 + n, size) for _, size, n, raw in read], index)
+    plain, agreed = plain_headers([(raw, 8 + n, size) for _, size, n, raw in read], index, parse_threads)
     shards, file_metadata = _shards_of(paths, read, plain, stamps)
     if agreed is not None:
         return Catalogue(shards, _metadata(agreed[0], file_metadata, len(paths)))

@@ -435,7 +435,7 @@ def plain_index_files(raw: bytes) -> list[str] | None:
     for any other."""
 
 def plain_headers(
-    headers: list[tuple[bytes, int, int]], index: tuple[bytes, dict[str, int]] | None = None
+    headers: list[tuple[bytes, int, int]], index: tuple[bytes, dict[str, int]] | None = None, threads: int | None = None
 ) -> tuple[
     list[tuple[list[str], list[str], list[tuple[int, ...]], list[int], list[int], dict[str, str] | None] | None],
     tuple[dict[str, Any] | None] | None,
@@ -443,7 +443,8 @@ def plain_headers(
     """Each of ``headers`` (``(raw, data_start, file_size)``) as ``plain_header`` reads it,
     read on several threads without the GIL; with ``index`` (an index's bytes, and each file
     name it uses to its shard's number, numbered as ``headers``): ``(metadata,)`` where it maps
-    every header's names to that header's shard and no other name, else None."""
+    every header's names to that header's shard and no other name, else None. ``threads``: at
+    most this many parse (1: the calling one alone)."""
 
 def infer_endpoint_kind(url: str, allow_list: Sequence[object] | None = None) -> str:
     """The ``RemoteEndpointType`` name ``RemoteFile.open`` takes ``url`` as; ``ValueError`` if none."""

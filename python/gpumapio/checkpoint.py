@@ -486,7 +486,9 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
         views: list[Any] = []
         later = _Copies()
         with _reading(flat, _Open(files, listing.paths, opened), reads):
-            catalogue = read_catalogue(listing)
+            # Parsed on this thread alone: the reads keep every core busy, and parse threads
+            # started now would wait for one while this thread waits for them (decision 0041).
+            catalogue = read_catalogue(listing, parse_threads=1)
             changed = opened != [s.stamp for s in catalogue.shards] or any(
                 s.data_span() not in (None, span) for s, span in zip(catalogue.shards, spans)
             )

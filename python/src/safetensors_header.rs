@@ -502,16 +502,22 @@ pub fn plain_header<'py>(
 /// header or the index outside the common case), and the Python reader then names what is
 /// wrong. A whole load of thousands of tensors reads its headers and checks its index here,
 /// while its reads run.
+///
+/// `threads`: at most this many threads parse (1: this one alone), by default up to
+/// `PARSE_THREADS`. A loader whose reads keep every core busy asks for 1: threads started
+/// then wait for a core while this one waits for them.
 #[pyfunction]
-#[pyo3(signature = (headers, index=None))]
+#[pyo3(signature = (headers, index=None, threads=None))]
 pub fn plain_headers<'py>(
     py: Python<'py>,
     headers: Vec<(PyBackedBytes, u64, u64)>,
     index: Option<(PyBackedBytes, HashMap<String, usize>)>,
+    threads: Option<usize>,
 ) -> PyResult<(Vec<Option<Columns<'py>>>, Option<Agreed<'py>>)> {
+    let threads = threads.unwrap_or(PARSE_THREADS).clamp(1, PARSE_THREADS);
     let (parsed, agreed) = py.detach(|| {
         let index = index.as_ref().map(|(raw, shard_of)| (&raw[..], shard_of));
-        let (parsed, mapped) = parse_all(&headers, index);
+        let (parsed, mapped) = parse_all(&headers, index, threads);
         let agreed = mapped.and_then(|mapped| index_agrees(mapped, &parsed));
         (parsed, agreed)
     });
@@ -527,19 +533,21 @@ pub fn plain_headers<'py>(
 }
 
 /// Every header parsed, and the index if given (its bytes, and each file name it uses to its
-/// shard's number) [mapped](map_index): on scoped threads where there is enough to share (each
-/// thread, this one too, taking the next header; the index on one of its own), else on this
-/// one. A thread the system will not start leaves its share to the others.
+/// shard's number) [mapped](map_index): on up to `threads` scoped threads where there is
+/// enough to share (each thread, this one too, taking the next header; the index on one of
+/// its own), else on this one. A thread the system will not start leaves its share to the
+/// others.
 fn parse_all<'a>(
     headers: &'a [(PyBackedBytes, u64, u64)],
     index: Option<(&'a [u8], &'a HashMap<String, usize>)>,
+    threads: usize,
 ) -> (Vec<Option<Plain<'a>>>, Option<MappedIndex<'a>>) {
     let parse_one = |(raw, start, size): &'a (PyBackedBytes, u64, u64)| parse(raw, *start, *size);
     let parse_index =
         |(raw, shard_of): (&'a [u8], &'a HashMap<String, usize>)| map_index(raw, shard_of);
     let bytes: usize = headers.iter().map(|(raw, _, _)| raw.len()).sum::<usize>()
         + index.map_or(0, |(raw, _)| raw.len());
-    let threads = gpumap::tuning_facts::cpus().min(PARSE_THREADS);
+    let threads = gpumap::tuning_facts::cpus().min(threads);
     if bytes < PARSE_SHARED_MIN || threads < 2 {
         return (headers.iter().map(parse_one).collect(), index.and_then(parse_index));
     }

@@ -547,8 +547,8 @@ def test_shard_cut_while_loading(sharded, monkeypatch, selection):
     shard = os.path.join(directory, "model-00002-of-00003.safetensors")
     original = checkpoint.read_catalogue
 
-    def then_cut(listing):
-        catalogue = original(listing)
+    def then_cut(listing, **options):
+        catalogue = original(listing, **options)
         os.truncate(shard, os.path.getsize(shard) - 100)  # after the checks, before the read
         return catalogue
 
@@ -570,9 +570,9 @@ def test_shard_rewritten_while_its_header_is_read(sharded, monkeypatch, rng, rec
     new = {n: (t * 3 if t.dtype.kind == "f" else t + 1).astype(t.dtype) for n, t in part.items()}
     original = checkpoint.read_catalogue
 
-    def then_rewrite(listing):
+    def then_rewrite(listing, **options):
         st_numpy.save_file(new, os.path.join(directory, name), metadata={"format": "pt", "note": "x" * 1000})
-        return original(listing)
+        return original(listing, **options)
 
     monkeypatch.setattr(checkpoint, "read_catalogue", then_rewrite)
     got = load_checkpoint(directory, "cpu", framework="numpy")
@@ -586,15 +586,18 @@ def test_shard_rewritten_while_its_header_is_read(sharded, monkeypatch, rng, rec
 
 def test_whole_load_overlaps_header_reading_with_the_read(sharded, monkeypatch, recorded):
     """The whole load starts its reads before any header is read (from each file's first
-    bytes), so a header found malformed then stops them and raises, and nothing is left
-    reading the files."""
+    bytes) and parses the headers on its own thread meanwhile, so a header found malformed
+    then stops them and raises, and nothing is left reading the files."""
     directory, _ = sharded
     order = []
     original_start, original_read = checkpoint.start_read_files, checkpoint.read_catalogue
     monkeypatch.setattr(checkpoint, "start_read_files", lambda *a: (order.append("read"), original_start(*a))[1])
-    monkeypatch.setattr(checkpoint, "read_catalogue", lambda listing: (order.append("headers"), original_read(listing))[1])
+    monkeypatch.setattr(
+        checkpoint, "read_catalogue", lambda listing, **options: (order.append(("headers", options)), original_read(listing, **options))[1]
+    )
     load_checkpoint(directory, "cpu", framework="numpy")
-    assert order == ["read", "headers"]
+    # The headers parsed on the calling thread alone while the reads keep the cores busy.
+    assert order == ["read", ("headers", {"parse_threads": 1})]
     shard = os.path.join(directory, "model-00001-of-00003.safetensors")
     with open(shard, "r+b") as f:
         n = int.from_bytes(f.read(8), "little")
@@ -808,10 +811,10 @@ def test_shard_replaced_while_loading_is_never_mixed(tmp_path, monkeypatch, mode
     path, new = _two_versions(tmp_path)
     original = checkpoint.read_catalogue
 
-    def racing(listing):
+    def racing(listing, **options):
         if when == "before the headers" and os.path.exists(new):
             os.replace(new, path)
-        catalogue = original(listing)
+        catalogue = original(listing, **options)
         if when == "after the headers" and os.path.exists(new):
             os.replace(new, path)
         return catalogue
@@ -829,8 +832,8 @@ def test_shard_rewritten_in_place_after_its_header_is_loaded_again(tmp_path, mon
     os.utime(path, ns=(0, 0))  # its next write changes its mtime, however coarse the clock
     original = checkpoint.read_catalogue
 
-    def rewrite(listing):
-        catalogue = original(listing)
+    def rewrite(listing, **options):
+        catalogue = original(listing, **options)
         if os.path.exists(new):
             with open(path, "r+b") as f:
                 f.write(open(new, "rb").read())
@@ -850,8 +853,8 @@ def test_shard_replaced_on_every_attempt_is_a_named_error(tmp_path, monkeypatch)
     original = checkpoint.read_catalogue
     calls = []
 
-    def flip(listing):
-        catalogue = original(listing)
+    def flip(listing, **options):
+        catalogue = original(listing, **options)
         calls.append(1)
         os.rename(path, other)
         os.replace(new, path)

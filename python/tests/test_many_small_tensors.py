@@ -461,6 +461,8 @@ def test_native_headers_read_together_are_each_header(shards):
         r.shuffle(headers)
         found, agreed = plain_headers(headers)
         assert found == [plain_header(*h) for h in headers] and agreed is None
+        for threads in (1, 2, 100):  # this thread alone, two, at most the limit
+            assert plain_headers(headers, None, threads) == (found, agreed)
         assert sum(f is None for f in found) == (shards > 1)
 
 
