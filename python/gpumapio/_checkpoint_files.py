@@ -319,7 +319,8 @@ def read_catalogue(listing: Listing, parse_threads: int | None = None) -> Catalo
         files = listing.index_files
         shard_of = {f: number[p] for f in files if (p := shard_path(index_path, f)) in number}
         index = (listing.index_bytes, shard_of)
-    # Every header read in one native call, on several threads, the index checked beside them.
+    # Every header read in one native call, on several threads (or this one, as asked), the
+    # index checked beside them.
     plain, agreed = plain_headers([(raw, 8 + n, size) for _, size, n, raw in read], index, parse_threads)
     shards, file_metadata = _shards_of(paths, read, plain, stamps)
     if agreed is not None:
