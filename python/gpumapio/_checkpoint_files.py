@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 from typing import Any
 
 from gpumapio._native import RemotePrefix, plain_headers, plain_index, plain_index_files
@@ -24,12 +25,24 @@ from gpumapio.safetensors import (
     _read_header_stamped,
 )
 
-__all__ = ["Catalogue", "CheckpointError", "Listing", "Shard", "list_shards", "open_catalogue", "read_catalogue"]
+__all__ = [
+    "Catalogue",
+    "CheckpointError",
+    "Listing",
+    "Shard",
+    "guess_shards",
+    "list_shards",
+    "open_catalogue",
+    "read_catalogue",
+]
 
 # An index maps names to file names; one past this size is not an index (safetensors' own
 # header limit, used again).
 _MAX_INDEX = 100_000_000
 _INDEX_SUFFIX = ".safetensors.index.json"
+# The shards of an index ``P.safetensors.index.json`` as transformers and diffusers name them:
+# ``P-00001-of-00004.safetensors`` and on (groups: the prefix, the number, the count).
+_SHARD_NAME = re.compile(r"(.+)-(\d{5})-of-(\d{5})\.safetensors")
 
 
 class CheckpointError(ValueError):
@@ -137,13 +150,18 @@ def list_shards(source: str | os.PathLike[str]) -> Listing:
     return Listing([path])
 
 
+def _indices(names: list[str]) -> list[str]:
+    """The index files among a directory's ``names`` (sorted) that could be its checkpoint's:
+    ``model.safetensors.index.json`` alone where it is there, else every ``*.safetensors.index.json``."""
+    indices = [n for n in names if n.endswith(_INDEX_SUFFIX)]
+    return ["model.safetensors.index.json"] if "model.safetensors.index.json" in indices else indices
+
+
 def _from_directory(where: str, names: list[str], path_of: Any) -> Listing:
     """The catalogue of a directory (or a bucket's prefix) ``where`` holding the files ``names``:
     its ``model.safetensors.index.json``, else its one index, else every ``*.safetensors``."""
     names = sorted(names)
-    indices = [n for n in names if n.endswith(_INDEX_SUFFIX)]
-    if "model.safetensors.index.json" in indices:
-        indices = ["model.safetensors.index.json"]
+    indices = _indices(names)
     if len(indices) > 1:
         raise CheckpointError(f"{shown(where)}: {len(indices)} index files ({', '.join(indices)}); name the one to load")
     if indices:
@@ -152,6 +170,44 @@ def _from_directory(where: str, names: list[str], path_of: Any) -> Listing:
     if not files:
         raise CheckpointError(f"{shown(where)}: no *.safetensors file and no *{_INDEX_SUFFIX} in this directory")
     return Listing(files)
+
+
+def guess_shards(source: str | os.PathLike[str]) -> list[str] | None:
+    """The shards :func:`list_shards` most likely finds for a local index (``source``, or the
+    one of the directory ``source``), from the file names beside it alone, before the index is
+    read: ``P-00001-of-0000N.safetensors`` to ``N`` for an index ``P.safetensors.index.json``,
+    all there and of one ``N`` (as transformers and diffusers write them); paths spelled as the
+    listing spells them, in number order. None where there is no such index or no such set of
+    files. A guess only: a whole load starts its reads from it, and checks it against the
+    listing, made meanwhile."""
+    path = os.fspath(source)
+    if is_url(path):
+        return None
+    try:
+        if path.endswith(_INDEX_SUFFIX):
+            index_path, names = path, os.listdir(os.path.dirname(path) or ".")
+        elif os.path.isdir(path):
+            names = sorted(os.listdir(path))
+            indices = _indices(names)
+            if len(indices) != 1:
+                return None
+            index_path = os.path.join(path, indices[0])
+        else:
+            return None
+    except OSError:
+        return None  # the listing names what is wrong
+    prefix = os.path.basename(index_path)[: -len(_INDEX_SUFFIX)]
+    numbers: dict[str, set[int]] = {}
+    for name in names:
+        match = _SHARD_NAME.fullmatch(name)
+        if match and match[1] == prefix:
+            numbers.setdefault(match[3], set()).add(int(match[2]))
+    if len(numbers) != 1:
+        return None
+    [(count, found)] = numbers.items()
+    if found != set(range(1, int(count) + 1)):
+        return None
+    return [shard_path(index_path, f"{prefix}-{k:05d}-of-{count}.safetensors") for k in range(1, int(count) + 1)]
 
 
 def _from_url(url: str) -> Listing:
@@ -180,9 +236,14 @@ def _read_index(index_path: str) -> bytes:
         with open_source(index_path) as f:
             return read_bytes(f, 0, min(f.nbytes(), _MAX_INDEX + 1))
     # As a shard is: a FIFO, device or directory refused, named, rather than waited on.
-    fd, _ = _open_regular(index_path)
+    fd, st = _open_regular(index_path)
     with open(fd, "rb") as f:
-        return f.read(_MAX_INDEX + 1)
+        # As many bytes as it has, and one more to see it grow: a read of the limit maps and
+        # unmaps that much memory, and an unmap stops every thread of the process (0042).
+        raw = f.read(min(st.st_size, _MAX_INDEX) + 1)
+        if st.st_size < len(raw) <= _MAX_INDEX:
+            raw += f.read(_MAX_INDEX + 1 - len(raw))
+        return raw
 
 
 def _exists(path: str) -> bool:
@@ -335,15 +396,15 @@ def read_catalogue(listing: Listing, parse_threads: int | None = None) -> Catalo
     weight_map = listing.weight_map
     if weight_map is not None:
         # Each shard name of the index once, as the index of the file it names.
-        named = {shard: number.get(shard_path(index_path or "", shard)) for shard in set(weight_map.values())}
+        named = {file: number.get(shard_path(index_path or "", file)) for file in set(weight_map.values())}
         # Compared all at once; gone through one by one only to name the first at fault.
         if None not in named.values() and list(map(where.get, weight_map)) == list(map(named.__getitem__, weight_map.values())):
             return _catalogue(shards, where, _metadata(listing.metadata, file_metadata, len(paths)))
-        for name, shard in weight_map.items():
+        for name, file in weight_map.items():
             got = where.get(name)
-            if got is None or got != named[shard]:
+            if got is None or got != named[file]:
                 found = "in no shard" if got is None else f"in {shown(shards[got].path)}"
-                raise CheckpointError(f"{shown(index_path)}: tensor {name!r} is mapped to {shard!r} but is {found}")
+                raise CheckpointError(f"{shown(index_path)}: tensor {name!r} is mapped to {file!r} but is {found}")
     return _catalogue(shards, where, _metadata(listing.metadata, file_metadata, len(paths)))
 
 

@@ -17,9 +17,10 @@ import gc
 import operator
 import os
 import resource
+import threading
 from typing import Any, Callable, Iterable, Iterator, Union
 
-from gpumapio._checkpoint_files import Catalogue, CheckpointError, Listing, list_shards, read_catalogue
+from gpumapio._checkpoint_files import Catalogue, CheckpointError, Listing, guess_shards, list_shards, read_catalogue
 from gpumapio._checkpoint_framework import _Framework
 from gpumapio._exchange import block_shape, exchange_for
 from gpumapio._native import CuFile, read_files, start_read_files
@@ -325,10 +326,20 @@ def _load(
     staging_bytes: int,
 ) -> dict[str, Any]:
     """One attempt of :func:`load_checkpoint`: :class:`_Changed` where a shard changed."""
-    listing = list_shards(source)
     fw = _Framework(framework, device, dtype)
     swaps = exchange_for(exchange, tp, fw.name)
     whole = tensors is None and tp is None
+    listing = None
+    if whole and fw.dtype is None:
+        # The shards an index most likely names, read while the index is (decision 0042).
+        guess = guess_shards(source)
+        if guess is not None and len(guess) <= _open_at_once():
+            try:
+                return _load_whole_reading_first(fw, guess, None, source)
+            except _Misguessed as e:
+                listing = e.listing
+    if listing is None:
+        listing = list_shards(source)
     if whole and fw.dtype is None and not any(map(is_url, listing.paths)):
         return _load_whole(fw, listing, None)
     catalogue = read_catalogue(listing)
@@ -360,6 +371,7 @@ def _load(
     direct_pieces = _direct_pieces(placed)
     later = _Copies()
     views: list[Any] | None = None
+    out: dict[str, Any] = {}
     # Shards are held open a group at a time: all of them, unless they are very many.
     groups = _groups(len(used))
     for k, group in enumerate(groups):
@@ -373,6 +385,7 @@ def _load(
                 if views is None:
                     # Made while the first reads run: they need only the allocation.
                     views = _views(fw, flat, placed, later)
+                    out = _made_while_reading(names, views)
             if swaps is not None and k == len(groups) - 1:
                 _swap(fw, flat, placed, swaps)
             casts = [p for p in placed if p.cast and p.shard in slot]
@@ -381,8 +394,9 @@ def _load(
             shards.check_unchanged()
     if views is None:  # no tensor chosen
         views = _views(fw, flat, placed, later)
-    later.make(fw, flat, views)
-    return dict(zip(names, views))
+        out = dict(zip(names, views))
+    later.make(fw, flat, names, out)
+    return out
 
 
 @contextlib.contextmanager
@@ -400,16 +414,33 @@ def _opened(catalogue: Catalogue, chosen: list[int]) -> Iterator[_Open]:
             f.close()
 
 
+# Whether the collector was on when this thread's load began (then _made_while_reading runs it).
+_collector = threading.local()
+
+
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off for the block, if it was on."""
     was_on = gc.isenabled()
     gc.disable()
+    _collector.was_on = was_on
     try:
         yield
     finally:
+        _collector.was_on = False
         if was_on:
             gc.enable()
+
+
+def _made_while_reading(names: list[str], views: list[Any]) -> dict[str, Any]:
+    """The load's dict, made while its reads run; and the collector's youngest generation run
+    then (if it was on when the load began). The thousands of objects just made are all in
+    it, and its first run after the load, once the reads end, would walk them all on the
+    caller's time (decision 0042)."""
+    out = dict(zip(names, views))
+    if getattr(_collector, "was_on", False):
+        gc.collect(0)
+    return out
 
 
 @contextlib.contextmanager
@@ -473,19 +504,61 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
         catalogue = read_catalogue(listing)
     if catalogue is not None:
         return _load_whole_checked(fw, catalogue)
+    return _load_whole_reading_first(fw, listing.paths, listing)
+
+
+class _Misguessed(Exception):
+    """The files a whole load started reading are not the checkpoint's: its reads stopped, it
+    begins again from ``listing`` (None: from a listing not made yet)."""
+
+    def __init__(self, listing: Listing | None) -> None:
+        super().__init__()
+        self.listing = listing
+
+
+def _load_whole_reading_first(
+    fw: "_Framework", paths: list[str], listing: Listing | None, source: Source | None = None
+) -> dict[str, Any]:
+    """:func:`_load_whole` without a catalogue: the data sections of the files ``paths`` read
+    while their headers are read. ``paths`` are ``listing``'s, or without one a guess of the
+    files of ``source`` (:func:`guess_shards`), listed while the reads run. A guess that is not
+    the listing's files (in any order) stops the reads and raises :class:`_Misguessed`, as
+    does a guessed file that cannot be opened or sized: the load begins again from the
+    listing, which names the fault."""
+    guessed = listing is None
     files: list[Any] = []
     changed = False  # a file changed between its opening and its header's reading
     try:
-        files = [open_source(path) for path in listing.paths]
-        # Taken before anything is read: a change after it shows in the header's stamp.
-        opened = [_stamp_of(f) for f in files]
-        spans = [_data_span(f) for f in files]
+        try:
+            for path in paths:
+                files.append(open_source(path))
+            # Taken before anything is read: a change after it shows in the header's stamp.
+            opened = [_stamp_of(f) for f in files]
+            spans = [_data_span(f) for f in files]
+        except (OSError, ValueError):
+            if guessed:
+                raise _Misguessed(None) from None
+            raise
         shifts, reads, size = _whole_layout(spans)
         flat = fw.empty(size)
         names: list[str] = []
         views: list[Any] = []
+        out: dict[str, Any] = {}
         later = _Copies()
-        with _reading(flat, _Open(files, listing.paths, opened), reads):
+        with _reading(flat, _Open(files, paths, opened), reads):
+            if listing is None:
+                assert source is not None
+                listing = list_shards(source)
+            if listing.paths != paths:
+                if sorted(listing.paths) != sorted(paths):
+                    raise _Misguessed(listing)
+                # The files of the guess in the listing's order, which the load keeps.
+                at = {path: k for k, path in enumerate(paths)}
+                order = [at[path] for path in listing.paths]
+                files = [files[k] for k in order]
+                opened = [opened[k] for k in order]
+                spans = [spans[k] for k in order]
+                shifts = [shifts[k] for k in order]
             # Parsed on this thread alone: the reads keep every core busy, and parse threads
             # started now would wait for one while this thread waits for them (decision 0041).
             catalogue = read_catalogue(listing, parse_threads=1)
@@ -494,16 +567,16 @@ def _load_whole(fw: "_Framework", listing: Listing, catalogue: Catalogue | None)
             )
             if not changed:
                 _whole_views_of(fw, flat, catalogue, shifts, later, names, views)
+                out = _made_while_reading(names, views)
         if not changed:
             _check_unchanged(files, [s.stamp for s in catalogue.shards], listing.paths)
-            later.make(fw, flat, views)
+            later.make(fw, flat, names, out)
     finally:
         for f in files:
             f.close()
     if changed:
-        assert catalogue is not None
         return _load_whole_checked(fw, catalogue)
-    return dict(zip(names, views))
+    return out
 
 
 def _load_whole_checked(fw: "_Framework", catalogue: Catalogue) -> dict[str, Any]:
@@ -514,6 +587,7 @@ def _load_whole_checked(fw: "_Framework", catalogue: Catalogue) -> dict[str, Any
     flat = fw.empty(size)
     names: list[str] = []
     views: list[Any] = []
+    out: dict[str, Any] = {}
     later = _Copies()
     for k, group in enumerate(_groups(len(shards))):
         with _opened(catalogue, list(group)) as opened:
@@ -521,9 +595,10 @@ def _load_whole_checked(fw: "_Framework", catalogue: Catalogue) -> dict[str, Any
             with _reading(flat, opened, ours):
                 if k == 0:
                     _whole_views_of(fw, flat, catalogue, shifts, later, names, views)
+                    out = _made_while_reading(names, views)
             opened.check_unchanged()
-    later.make(fw, flat, views)
-    return dict(zip(names, views))
+    later.make(fw, flat, names, out)
+    return out
 
 
 def _whole_layout(spans: list[tuple[int, int]]) -> tuple[list[int], list[_Read], int]:
@@ -570,9 +645,10 @@ class _Copies:
         """View ``index`` of the load's list is ``fw.view(flat, *view_args)``, copied."""
         self.pending.append((index, view_args))
 
-    def make(self, fw: "_Framework", flat: Any, views: list[Any]) -> None:
+    def make(self, fw: "_Framework", flat: Any, names: list[str], out: dict[str, Any]) -> None:
+        """The copies, once the reads are done, in the load's dict ``out`` of ``names``."""
         for index, view_args in self.pending:
-            views[index] = fw.view(flat, *view_args)
+            out[names[index]] = fw.view(flat, *view_args)
 
 
 def _data_span(file: Any) -> tuple[int, int]:

@@ -21,7 +21,7 @@ import gpumapio  # noqa: E402
 import gpumapio.checkpoint as checkpoint  # noqa: E402
 from conftest import need_gpu, refused_not_waited_on  # noqa: E402
 from gpumapio import CheckpointError, TensorParallel, load_checkpoint, load_safetensors  # noqa: E402
-from gpumapio._checkpoint_files import list_shards  # noqa: E402
+from gpumapio._checkpoint_files import guess_shards, list_shards  # noqa: E402
 
 
 def _model(rng, layers=3, hidden=64, inter=96, vocab=50):
@@ -605,6 +605,177 @@ def test_whole_load_overlaps_header_reading_with_the_read(sharded, monkeypatch, 
         f.write(b"!")  # past the JSON's closing brace: malformed
     with pytest.raises(CheckpointError, match="not JSON"):
         load_checkpoint(directory, "cpu", framework="numpy")
+
+
+@pytest.mark.parametrize("seen", ["as it is", "grown since", "shrunk since", "past the limit"])
+def test_index_read_as_sized_whatever_its_size_when_looked_at(sharded, monkeypatch, seen):
+    """The index is read as large as the file says it is, plus one byte: all of it if it grew
+    after it was looked at, and one past the limit if it is larger than an index may be."""
+    import gpumapio._checkpoint_files as files
+
+    directory, tensors = sharded
+    path, _ = _index(directory)
+    size = os.path.getsize(path)
+    looked = {"as it is": size, "grown since": size - 100, "shrunk since": size + 100, "past the limit": size}[seen]
+    original = files._open_regular
+
+    def stale(p):
+        fd, st = original(p)
+        return fd, os.stat_result((*st[:6], looked, *st[7:]))
+
+    monkeypatch.setattr(files, "_open_regular", stale)
+    if seen == "past the limit":
+        monkeypatch.setattr(files, "_MAX_INDEX", size - 1)
+        assert files._read_index(path) == open(path, "rb").read()
+        with pytest.raises(CheckpointError, match=f"more than {size - 1} bytes; not a checkpoint index"):
+            load_checkpoint(directory, "cpu", framework="numpy")
+        return
+    assert files._read_index(path) == open(path, "rb").read()
+    assert load_checkpoint(directory, "cpu", framework="numpy").keys() == tensors.keys()
+
+
+def test_guess_shards_is_the_complete_set_beside_an_index(tmp_path):
+    """The files of ``P-0000k-of-0000N.safetensors`` for the index ``P.safetensors.index.json``,
+    all N of one N, in number order, spelled as the listing spells them; nothing otherwise."""
+    d = tmp_path
+    index = d / "model.safetensors.index.json"
+    index.write_text("{}")
+    names = [f"model-{k:05d}-of-00003.safetensors" for k in (1, 2, 3)]
+    for n in reversed(names):
+        (d / n).write_bytes(b"")
+    want = [os.path.normpath(str(d / n)) for n in names]
+    assert guess_shards(d) == want
+    assert guess_shards(str(index)) == want
+    assert guess_shards(str(d) + "/./") == [os.path.normpath(p) for p in want]
+    # Other files beside them are not guessed: a consolidated file, another prefix, another count.
+    for other in ("consolidated.safetensors", "other-00001-of-00001.safetensors", "model.safetensors"):
+        (d / other).write_bytes(b"")
+    assert guess_shards(d) == want
+    (d / "model-00004-of-00004.safetensors").write_bytes(b"")
+    assert guess_shards(d) is None, "two counts: no guess"
+    os.remove(d / "model-00004-of-00004.safetensors")
+    os.remove(d / names[1])
+    assert guess_shards(d) is None, "one missing: no guess"
+    (d / names[1]).write_bytes(b"")
+    (d / "a.safetensors.index.json").write_text("{}")
+    assert guess_shards(d) == want, "model.safetensors.index.json is the one a directory means"
+    os.remove(index)
+    assert guess_shards(d) is None, "the one index left names files of another prefix"
+    for name in ("a-00001-of-00002.safetensors", "a-00002-of-00002.safetensors"):
+        (d / name).write_bytes(b"")
+    assert guess_shards(d) == [str(d / "a-00001-of-00002.safetensors"), str(d / "a-00002-of-00002.safetensors")]
+    (d / "b.safetensors.index.json").write_text("{}")
+    assert guess_shards(d) is None, "two indices: the listing refuses the directory"
+    for source in (str(d / "a-00001-of-00002.safetensors"), str(d / "nothing"), "s3://bucket/model.safetensors.index.json"):
+        assert guess_shards(source) is None
+
+
+def test_shards_guessed_in_another_order_than_the_index_gives_them(sharded, recorded):
+    """An index whose first tensors are in the last shard: the guessed reads (in number order)
+    are kept, and the tensors come in the listing's order, as without the guess."""
+    directory, tensors = sharded
+    path, index = _index(directory)
+    weight_map = index["weight_map"]
+    last = [n for n, f in weight_map.items() if f.endswith("00003-of-00003.safetensors")]
+    index["weight_map"] = {**{n: weight_map[n] for n in last}, **{n: f for n, f in weight_map.items() if n not in last}}
+    _rewrite(path, index)
+    listing = list_shards(directory)
+    assert listing.paths != guess_shards(directory) and sorted(listing.paths) == guess_shards(directory)
+    got = load_checkpoint(directory, "cpu", framework="numpy")
+    assert len(recorded) == 3, "one read per shard, started once"
+    order = [n for p in listing.paths for n in checkpoint.read_catalogue(listing).shards[listing.paths.index(p)].columns.names]
+    assert list(got) == order
+    for name, want in tensors.items():
+        _same(got[name], want)
+
+
+def test_a_wrong_guess_stops_its_reads_and_loads_what_the_index_names(sharded, monkeypatch):
+    """Files beside the index that follow its shards' naming but that it does not name: their
+    guessed reads are stopped before the files close, and the load reads the index's shards."""
+    directory, tensors = sharded
+    path, index = _index(directory)
+    third = "model-00003-of-00003.safetensors"
+    index["weight_map"] = {n: f for n, f in index["weight_map"].items() if f != third}
+    _rewrite(path, index)
+    calls = []
+    original_start = checkpoint.start_read_files
+
+    class Watched:
+        def __init__(self, pending, files):
+            self.pending, self.files = pending, len(files)
+
+        def cancel(self):
+            calls.append(("cancel", self.files))
+            self.pending.cancel()
+
+        def wait(self):
+            calls.append(("wait", self.files))
+            return self.pending.wait()
+
+    monkeypatch.setattr(checkpoint, "start_read_files", lambda buf, files, p: Watched(original_start(buf, files, p), files))
+    got = load_checkpoint(directory, "cpu", framework="numpy")
+    assert calls == [("cancel", 3), ("wait", 3), ("wait", 2)]
+    assert set(got) == set(index["weight_map"])
+    for name in index["weight_map"]:
+        _same(got[name], tensors[name])
+
+
+def test_a_guessed_shard_that_cannot_be_opened_is_named_as_without_the_guess(sharded, monkeypatch):
+    """A directory named as a shard: the guess gives way to the listing, whose error is the
+    one a load without the guess gives."""
+    directory, _ = sharded
+    shard = os.path.join(directory, "model-00002-of-00003.safetensors")
+    os.remove(shard)
+    os.mkdir(shard)
+    assert guess_shards(directory) is not None
+    with pytest.raises(CheckpointError) as guessed:
+        load_checkpoint(directory, "cpu", framework="numpy")
+    monkeypatch.setattr(checkpoint, "guess_shards", lambda source: None)
+    with pytest.raises(CheckpointError) as listed:
+        load_checkpoint(directory, "cpu", framework="numpy")
+    assert str(guessed.value) == str(listed.value)
+    assert "model-00002-of-00003.safetensors" in str(guessed.value)
+
+
+@pytest.mark.parametrize("collector", ["on", "off"])
+@pytest.mark.parametrize("selection", [None, "filtered"])
+def test_the_collector_runs_while_the_reads_do_and_not_after(sharded, monkeypatch, collector, selection):
+    """With the cyclic collector on, its youngest generation (every tensor just made) runs
+    while the reads are in flight, not at the first allocation after the load; with it off,
+    not at all; either way the load leaves it as it was."""
+    directory, tensors = sharded
+    events = []
+    original_start = checkpoint.start_read_files
+
+    class Watched:
+        def __init__(self, pending):
+            self.pending = pending
+
+        def cancel(self):
+            self.pending.cancel()
+
+        def wait(self):
+            events.append("reads waited for")
+            return self.pending.wait()
+
+    def seen(phase, info):
+        if phase == "stop":
+            events.append(f"collected {info['generation']}")
+
+    monkeypatch.setattr(checkpoint, "start_read_files", lambda *a: Watched(original_start(*a)))
+    names = None if selection is None else list(tensors)[::2]
+    was_on = gc.isenabled()
+    (gc.enable if collector == "on" else gc.disable)()
+    gc.callbacks.append(seen)
+    try:
+        got = load_checkpoint(directory, "cpu", framework="numpy", tensors=names)
+        after = [[k] for k in range(100)]  # allocations the collector counts
+        assert gc.isenabled() == (collector == "on")
+    finally:
+        gc.callbacks.remove(seen)
+        (gc.enable if was_on else gc.disable)()
+    assert events == (["collected 0"] if collector == "on" else []) + ["reads waited for"]
+    assert len(after) == 100 and set(got) == set(names or tensors)
 
 
 def test_interrupted_while_reading_stops_the_reads_before_closing(sharded, monkeypatch):
