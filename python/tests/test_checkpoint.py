@@ -11,6 +11,7 @@ import json
 import re
 import os
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -713,8 +714,20 @@ def test_a_wrong_guess_stops_its_reads_and_loads_what_the_index_names(sharded, m
             return self.pending.wait()
 
     monkeypatch.setattr(checkpoint, "start_read_files", lambda buf, files, p: Watched(original_start(buf, files, p), files))
+    # The guess's allocation is gone before the listing's is made: memory never holds both.
+    allocations = []
+    original_empty = checkpoint._Framework.empty
+
+    def empty(self, size):
+        assert all(earlier() is None for earlier in allocations), "the guess's allocation outlived its reads"
+        flat = original_empty(self, size)
+        allocations.append(weakref.ref(flat))
+        return flat
+
+    monkeypatch.setattr(checkpoint._Framework, "empty", empty)
     got = load_checkpoint(directory, "cpu", framework="numpy")
     assert calls == [("cancel", 3), ("wait", 3), ("wait", 2)]
+    assert len(allocations) == 2
     assert set(got) == set(index["weight_map"])
     for name in index["weight_map"]:
         _same(got[name], tensors[name])
