@@ -1,5 +1,6 @@
 """The arithmetic of partial tensor reads, with no I/O: which bytes of a tensor a
-tensor-parallel rank holds, and the coalescing of byte pieces into as few reads as possible.
+tensor-parallel rank holds, the coalescing of byte pieces into as few reads as possible, and
+their cutting into staging windows for casts on the device.
 
 A piece is a :class:`Run`: ``repeat`` runs of ``length`` bytes, the ``k``-th at
 ``src + k * stride`` of the source (a tensor or a file), landing back to back from ``dst`` in
@@ -11,9 +12,13 @@ that executes the reads so that it can be tested on tables and generated cases a
 from __future__ import annotations
 
 import math
-from typing import Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
-__all__ = ["Run", "coalesce", "split_shape", "tensor_slice"]
+__all__ = ["Cast", "Run", "coalesce", "fit_window", "merge_casts", "split_shape", "tensor_slice"]
+
+# A cast of staged bytes into the output: (staging offset, bytes, output offset, output bytes,
+# source element type).
+Cast = tuple[int, int, int, int, Any]
 
 
 class Run(NamedTuple):
@@ -98,3 +103,38 @@ def coalesce(pieces: Iterable[Run | tuple[int, ...]]) -> list[Run]:
                 continue
         out.append(piece)
     return out
+
+
+def fit_window(piece: Run, window: int) -> list[Run]:
+    """``piece`` cut into pieces of at most ``window`` bytes (a multiple of every itemsize),
+    ``dst`` kept as the offset in the tensor's slice: whole runs together where a run fits,
+    else each run in window-sized parts; none for a piece of no bytes."""
+    if piece.nbytes == 0:
+        return []
+    if piece.repeat == 1:
+        return [Run(piece.src + at, min(window, piece.length - at), piece.dst + at) for at in range(0, piece.length, window)]
+    if piece.length <= window:
+        per = window // piece.length
+        return [
+            Run(piece.src + k * piece.stride, piece.length, piece.dst + k * piece.length, min(per, piece.repeat - k), piece.stride)
+            for k in range(0, piece.repeat, per)
+        ]
+    return [
+        part
+        for k in range(piece.repeat)
+        for part in fit_window(Run(piece.src + k * piece.stride, piece.length, piece.dst + k * piece.length), window)
+    ]
+
+
+def merge_casts(casts: list[Cast]) -> list[Cast]:
+    """Casts that follow one another in staging and in the output, of one source dtype, as one
+    (the strided pieces of a column split land back to back in both)."""
+    merged: list[Cast] = []
+    for src, n, dst, out_n, element in casts:
+        if merged:
+            ps, pn, pd, pon, pe = merged[-1]
+            if pe == element and ps + pn == src and pd + pon == dst:
+                merged[-1] = (ps, pn + n, pd, pon + out_n, pe)
+                continue
+        merged.append((src, n, dst, out_n, element))
+    return merged

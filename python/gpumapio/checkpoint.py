@@ -25,7 +25,7 @@ from gpumapio._checkpoint_framework import _Framework
 from gpumapio._exchange import block_shape, exchange_for
 from gpumapio._native import CuFile, read_files, start_read_files
 from gpumapio._sources import is_url, open_source, read_bytes, read_pieces, shown
-from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
+from gpumapio._pieces import Run, coalesce, fit_window, merge_casts, split_shape, tensor_slice
 from gpumapio._torch_tensors import own_tensors
 from gpumapio.safetensors import (
     _ATTEMPTS,
@@ -752,7 +752,7 @@ def _cast_through_staging(
         size = _DTYPES[p.info.dtype][0] // 8
         element = fw.element(p.info.dtype)
         for r in coalesce(p.all_pieces()):
-            for piece in _fit(Run(p.info.start + r.src, r.length, r.dst, r.repeat, r.stride), window):
+            for piece in fit_window(Run(p.info.start + r.src, r.length, r.dst, r.repeat, r.stride), window):
                 chunks.append((slot[p.shard], piece, p.at + piece.dst // size * out_size, element))
     turn, used = 0, 0
     reads: list[_Read] = []
@@ -765,7 +765,7 @@ def _cast_through_staging(
         if fences[turn] is not None:
             fences[turn].synchronize()
         _read(buffers[turn], shards, reads)
-        fw.cast_into(flat, buffers[turn], _merge_copies(copies))
+        fw.cast_into(flat, buffers[turn], merge_casts(copies))
         fences[turn] = fw.fence()
         turn, used, reads, copies = 1 - turn, 0, [], []
 
@@ -782,36 +782,3 @@ def _cast_through_staging(
     for fence in fences:
         if fence is not None:
             fence.synchronize()
-
-
-def _fit(piece: Run, window: int) -> list[Run]:
-    """``piece`` cut into pieces of at most ``window`` bytes (a multiple of every itemsize),
-    ``dst`` kept as the offset in the tensor's slice: whole runs together where a run fits,
-    else each run in window-sized parts."""
-    if piece.repeat == 1:
-        return [Run(piece.src + at, min(window, piece.length - at), piece.dst + at) for at in range(0, piece.length, window)]
-    if piece.length <= window:
-        per = window // piece.length
-        return [
-            Run(piece.src + k * piece.stride, piece.length, piece.dst + k * piece.length, min(per, piece.repeat - k), piece.stride)
-            for k in range(0, piece.repeat, per)
-        ]
-    return [
-        part
-        for k in range(piece.repeat)
-        for part in _fit(Run(piece.src + k * piece.stride, piece.length, piece.dst + k * piece.length), window)
-    ]
-
-
-def _merge_copies(copies: list[tuple[int, int, int, int, Any]]) -> list[tuple[int, int, int, int, Any]]:
-    """Casts that follow one another in staging and in the output, of one source dtype, as one
-    (the strided pieces of a column split land back to back in both)."""
-    merged: list[tuple[int, int, int, int, Any]] = []
-    for src, n, dst, out_n, element in copies:
-        if merged:
-            ps, pn, pd, pon, pe = merged[-1]
-            if pe == element and ps + pn == src and pd + pon == dst:
-                merged[-1] = (ps, pn + n, pd, pon + out_n, pe)
-                continue
-        merged.append((src, n, dst, out_n, element))
-    return merged

@@ -1,5 +1,6 @@
-"""The slicing and coalescing arithmetic of partial tensor reads (gpumapio._pieces): tables of
-known cases, then generated ones checked against NumPy's own slicing."""
+"""The slicing, coalescing and staging arithmetic of partial tensor reads (gpumapio._pieces):
+tables of known cases, then generated ones checked against NumPy's own slicing and against
+the bytes each piece moves."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumapio._pieces import Run, coalesce, split_shape, tensor_slice
+from gpumapio._pieces import Run, coalesce, fit_window, merge_casts, split_shape, tensor_slice
 
 
 R = Run
@@ -135,3 +136,49 @@ def test_coalesce_moves_the_same_bytes_to_the_same_places(raw):
     for p0, p1 in zip(merged, merged[1:]):
         singles = p0.repeat == 1 and p1.repeat == 1
         assert not (singles and p0.src + p0.length == p1.src and p0.dst + p0.length == p1.dst), "nothing left to merge"
+
+
+@pytest.mark.parametrize(
+    "piece, window, want",
+    [
+        (R(0, 10, 0), 4, [R(0, 4, 0), R(4, 4, 4), R(8, 2, 8)]),  # one run, cut
+        (R(0, 4, 0), 4, [R(0, 4, 0)]),  # one run that fits
+        (R(100, 2, 6, 5, 8), 4, [R(100, 2, 6, 2, 8), R(116, 2, 10, 2, 8), R(132, 2, 14, 1, 8)]),  # whole runs together
+        (R(0, 6, 0, 2, 10), 4, [R(0, 4, 0), R(4, 2, 4), R(10, 4, 6), R(14, 2, 10)]),  # runs past the window
+        (R(0, 0, 0), 4, []),
+    ],
+)
+def test_fit_window_table(piece, window, want):
+    assert fit_window(piece, window) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 64),
+    st.integers(0, 9),
+    st.integers(0, 64),
+    st.integers(1, 6),
+    st.integers(0, 6),
+    st.integers(1, 12),
+)
+def test_fit_window_moves_the_same_bytes_in_windows(src, length, dst, repeat, gap, window):
+    piece = Run(src, length, dst, repeat, length + gap if repeat > 1 else 0)
+    parts = fit_window(piece, window)
+    assert all(0 < p.nbytes <= window for p in parts)
+    assert _bytes(parts) == _bytes([piece])
+    assert sum(p.nbytes for p in parts) == piece.nbytes, "each byte once"
+    starts = [p.dst for p in parts]
+    assert starts == sorted(starts), "in the piece's order"
+
+
+def test_merge_casts_joins_what_follows_in_staging_and_output_of_one_element():
+    f, g = "F16", "F32"
+    casts = [
+        (0, 8, 100, 16, f),
+        (8, 8, 116, 16, f),  # follows in both: joined
+        (16, 8, 140, 16, f),  # a gap in the output
+        (24, 8, 156, 16, g),  # another element type
+        (40, 8, 172, 16, g),  # a gap in staging
+    ]
+    assert merge_casts(casts) == [(0, 16, 100, 32, f), (16, 8, 140, 16, f), (24, 8, 156, 16, g), (40, 8, 172, 16, g)]
+    assert merge_casts([]) == []
