@@ -87,6 +87,26 @@ def _same(got, want):
     assert got.tobytes() == want.tobytes()
 
 
+def _watch_reads(monkeypatch, log):
+    """Every read load_checkpoint starts to run beside its work, each cancel and wait of it
+    noted in ``log`` as ``("cancel" or "wait", files it reads)``."""
+    original = checkpoint.start_read_files
+
+    class Watched:
+        def __init__(self, pending, files):
+            self.pending, self.files = pending, len(files)
+
+        def cancel(self):
+            log.append(("cancel", self.files))
+            self.pending.cancel()
+
+        def wait(self):
+            log.append(("wait", self.files))
+            return self.pending.wait()
+
+    monkeypatch.setattr(checkpoint, "start_read_files", lambda buf, files, pieces: Watched(original(buf, files, pieces), files))
+
+
 @pytest.mark.parametrize("form", ["directory", "index", "single file"])
 def test_whole_checkpoint_byte_for_byte(sharded, tmp_path, form):
     directory, tensors = sharded
@@ -699,21 +719,7 @@ def test_a_wrong_guess_stops_its_reads_and_loads_what_the_index_names(sharded, m
     index["weight_map"] = {n: f for n, f in index["weight_map"].items() if f != third}
     _rewrite(path, index)
     calls = []
-    original_start = checkpoint.start_read_files
-
-    class Watched:
-        def __init__(self, pending, files):
-            self.pending, self.files = pending, len(files)
-
-        def cancel(self):
-            calls.append(("cancel", self.files))
-            self.pending.cancel()
-
-        def wait(self):
-            calls.append(("wait", self.files))
-            return self.pending.wait()
-
-    monkeypatch.setattr(checkpoint, "start_read_files", lambda buf, files, p: Watched(original_start(buf, files, p), files))
+    _watch_reads(monkeypatch, calls)
     # The guess's allocation is gone before the listing's is made: memory never holds both.
     allocations = []
     original_empty = checkpoint._Framework.empty
@@ -758,24 +764,12 @@ def test_the_collector_runs_while_the_reads_do_and_not_after(sharded, monkeypatc
     not at all; either way the load leaves it as it was."""
     directory, tensors = sharded
     events = []
-    original_start = checkpoint.start_read_files
-
-    class Watched:
-        def __init__(self, pending):
-            self.pending = pending
-
-        def cancel(self):
-            self.pending.cancel()
-
-        def wait(self):
-            events.append("reads waited for")
-            return self.pending.wait()
+    _watch_reads(monkeypatch, events)
 
     def seen(phase, info):
         if phase == "stop":
             events.append(f"collected {info['generation']}")
 
-    monkeypatch.setattr(checkpoint, "start_read_files", lambda *a: Watched(original_start(*a)))
     names = None if selection is None else list(tensors)[::2]
     was_on = gc.isenabled()
     (gc.enable if collector == "on" else gc.disable)()
@@ -787,7 +781,7 @@ def test_the_collector_runs_while_the_reads_do_and_not_after(sharded, monkeypatc
     finally:
         gc.callbacks.remove(seen)
         (gc.enable if was_on else gc.disable)()
-    assert events == (["collected 0"] if collector == "on" else []) + ["reads waited for"]
+    assert events == (["collected 0"] if collector == "on" else []) + [("wait", 3)]
     assert len(after) == 100 and set(got) == set(names or tensors)
 
 
@@ -797,28 +791,15 @@ def test_interrupted_while_reading_stops_the_reads_before_closing(sharded, monke
     next load is whole."""
     directory, tensors = sharded
     calls = []
-    original_start = checkpoint.start_read_files
-
-    class Watched:
-        def __init__(self, pending):
-            self.pending = pending
-
-        def cancel(self):
-            calls.append("cancel")
-            self.pending.cancel()
-
-        def wait(self):
-            calls.append("wait")
-            return self.pending.wait()
+    _watch_reads(monkeypatch, calls)
 
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(checkpoint, "start_read_files", lambda *a: Watched(original_start(*a)))
     monkeypatch.setattr(checkpoint, "_whole_views", interrupted)
     with pytest.raises(KeyboardInterrupt):
         load_checkpoint(directory, "cpu", framework="numpy")
-    assert calls == ["cancel", "wait"]
+    assert calls == [("cancel", 3), ("wait", 3)]
     assert gc.isenabled(), "the collector is back on"
     monkeypatch.undo()
     got = load_checkpoint(directory, "cpu", framework="numpy")
