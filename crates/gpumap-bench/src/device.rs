@@ -173,7 +173,7 @@ pub fn run_device(
             options,
             name,
             src.len() as u64,
-            |path, threads| device_open(path, "w", threads, true, mode),
+            |path, flags, threads| device_open(path, flags, threads, true, mode),
             |handle| handle.write_device(src.view(), 0),
             emit,
         )?;

@@ -76,7 +76,7 @@ pub fn run_host(options: &BenchOptions, emit: &mut dyn FnMut(&Record)) -> Result
         options,
         IMPL_HOST,
         options.write_bytes,
-        |path, threads| open(path, "w", threads, true),
+        |path, flags, threads| open(path, flags, threads, true),
         |handle| handle.write(&src, 0),
         emit,
     )?;

@@ -7,6 +7,7 @@ use std::time::Instant;
 use gpumap::error::Result;
 use gpumap::io::{FileHandle, ScratchFile};
 
+use crate::files::io_error;
 use crate::options::BenchOptions;
 use crate::record::Record;
 
@@ -40,12 +41,15 @@ pub(crate) fn random_workloads(options: &BenchOptions, file_len: u64) -> Vec<Ran
 
 /// `seq_write` and `seq_write_durable` at each write thread count: `write` on a handle of a
 /// scratch file beside the input (a new file, never the input or any other that exists,
-/// removed on every way out: see [`ScratchFile`]), then (durable) `fdatasync`.
+/// removed on every way out: see [`ScratchFile`]), then (durable) `fdatasync`. `open(path,
+/// flags, threads)` opens the scratch file as `flags` say. Each workload empties the file and
+/// opens it without `O_CREAT`: a Ctrl-C's cleanup that has just removed it would otherwise see
+/// the next workload make it again, to outlive the process.
 pub(crate) fn write_workloads(
     options: &BenchOptions,
     implementation: &str,
     bytes: u64,
-    open: impl Fn(&Path, usize) -> Result<FileHandle>,
+    open: impl Fn(&Path, &str, usize) -> Result<FileHandle>,
     write: impl Fn(&FileHandle) -> Result<usize>,
     emit: &mut dyn FnMut(&Record),
 ) -> Result<()> {
@@ -53,8 +57,13 @@ pub(crate) fn write_workloads(
     let out = scratch.path();
     for &threads in &options.write_threads {
         for durable in [false, true] {
-            // "w" truncates: each workload writes into an empty file.
-            let handle = open(out, threads)?;
+            // Each workload writes into an empty file, cut without O_CREAT.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(out)
+                .and_then(|f| f.set_len(0))
+                .map_err(|e| io_error("empty the scratch file", Some(out), e))?;
+            let handle = open(out, "r+", threads)?;
             let t = Instant::now();
             write(&handle)?;
             if durable {
@@ -80,4 +89,45 @@ pub fn random_offsets(file_len: u64, block: u64, count: usize) -> Vec<u64> {
             (x % blocks) * block
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ctrl-C's cleanup removes the scratch file while a workload runs, and the signal ends the
+    /// process just after: the next workload must not make the file again meanwhile, or it
+    /// would stay behind.
+    #[test]
+    fn a_scratch_file_removed_meanwhile_is_never_made_again() {
+        let dir =
+            std::env::temp_dir().join(format!("gpumap-bench-workloads-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let input = dir.join("data");
+        std::fs::write(&input, b"input").unwrap();
+        let mut options = BenchOptions::quick(&input);
+        options.write_threads = vec![1];
+        let writes = std::cell::Cell::new(0);
+        let result = write_workloads(
+            &options,
+            "test",
+            4,
+            |path, flags, _| FileHandle::open(path, flags),
+            |handle| {
+                writes.set(writes.get() + 1);
+                let n = handle.write(b"abcd", 0)?;
+                // What the signal thread's cleanup does.
+                gpumap::io::scratch::remove_live();
+                Ok(n)
+            },
+            &mut |_| {},
+        );
+        let mut left: Vec<_> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        left.sort();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(result.is_err(), "the next workload finds its file gone");
+        assert_eq!(writes.get(), 1);
+        assert_eq!(left, ["data"]);
+    }
 }
