@@ -83,6 +83,8 @@ fn main() -> ExitCode {
     let result = logging::install(cli.verbose, cli.quiet)
         .map_err(CliError::from)
         .and_then(|()| run(&cli.command));
+    // A Ctrl-C meanwhile ends the process as Ctrl-C, not by what its cleanup made fail.
+    gpumap::io::scratch::wait_if_ending();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e, json),

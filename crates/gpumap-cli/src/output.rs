@@ -130,6 +130,7 @@ pub fn report_error(e: &CliError) {
 /// Ends the process for `e` where no caller can unwind: removes scratch files, reports
 /// anything but a closed pipe, and exits with `e`'s status.
 pub fn exit_on(e: CliError) -> ! {
+    gpumap::io::scratch::wait_if_ending();
     gpumap::io::scratch::remove_live();
     if !e.is_reported() {
         report_error(&e);

@@ -141,6 +141,17 @@ impl Drop for ScratchFile {
     }
 }
 
+/// Never returns where `SIGINT`, `SIGTERM` or `SIGHUP` is ending the process (its scratch
+/// files being removed, or removed): the signal thread ends it by that signal within moments.
+/// Returns at once otherwise. For a program about to end on its own, so that it ends as the
+/// signal would have ended it, not by an error the cleanup caused (a scratch file gone from
+/// under a write) or a success that raced the signal.
+pub fn wait_if_ending() {
+    while crate::sys::signals::ending() {
+        std::thread::park();
+    }
+}
+
 /// Removes every live scratch file now. For a program about to end without unwinding
 /// (`std::process::exit` runs no destructors); the signal handlers do the same.
 pub fn remove_live() {

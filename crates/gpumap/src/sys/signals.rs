@@ -8,10 +8,19 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::FromRawFd;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The pipe's write end, for the handler (`-1` until installed).
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// Set once a signal has woken the cleanup thread: the process is ending by it.
+static ENDING: AtomicBool = AtomicBool::new(false);
+
+/// Whether a signal taken by [`on_termination`] is ending the process (its cleanup running or
+/// done): the cleanup thread then ends it by that signal within moments.
+pub fn ending() -> bool {
+    ENDING.load(Ordering::SeqCst)
+}
 
 extern "C" fn on_signal(signal: libc::c_int) {
     let fd = WAKE_FD.load(Ordering::Relaxed);
@@ -46,6 +55,7 @@ pub fn on_termination(signals: &[libc::c_int], cleanup: fn()) -> io::Result<()> 
         if wake.read_exact(&mut byte).is_err() {
             return;
         }
+        ENDING.store(true, Ordering::SeqCst);
         cleanup();
         let signal = libc::c_int::from(byte[0]);
         // SAFETY: restoring the default disposition and raising the signal take no pointers
