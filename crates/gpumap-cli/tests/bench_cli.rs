@@ -2,6 +2,7 @@
 //! never stays behind (errors, Ctrl-C).
 
 mod common;
+mod sigint;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -74,7 +75,7 @@ fn the_scratch_file_goes_on_ctrl_c() {
     // end before the signal lands, or before a scratch file is seen. Such a run proves only
     // that the file went on the way out; the bench is run again until Ctrl-C catches one.
     for _ in 0..50 {
-        let mut child = gpumap()
+        let mut child = sigint::with_default_sigint(&mut gpumap())
             .args(["bench", "--quick", "--host", "--threads", "1"])
             .arg(&file)
             .stdout(Stdio::null())

@@ -2,6 +2,7 @@
 //! writes that cannot succeed, limits.
 
 mod common;
+mod sigint;
 
 use std::path::Path;
 use std::process::Command;
@@ -311,7 +312,7 @@ fn an_interrupted_write_of_a_new_file_leaves_nothing_behind() {
         );
         return;
     }
-    let mut child = gpumap()
+    let mut child = sigint::with_default_sigint(&mut gpumap())
         .args(["write", "--host", "--threads", "1", "--size"])
         .arg(size.to_string())
         .arg(&new)

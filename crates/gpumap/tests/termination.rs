@@ -36,11 +36,20 @@ fn a_program_ending_on_its_own_after_the_cleanup_ends_by_the_signal() {
 /// Holds a scratch file, is sent `SIGINT`, and once the file is gone ends on its own, as a
 /// write to the removed file would make it fail.
 fn child(dir: &Path) -> ! {
+    // A test run in the background of a shell without job control starts with SIGINT ignored,
+    // which scratch files leave as it is (as any program would): the default, as at a terminal.
+    // SAFETY: signal(2) takes no pointers.
+    assert_ne!(unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) }, libc::SIG_ERR);
     let scratch = ScratchFile::beside(&dir.join("input")).unwrap();
     let path = scratch.path().to_path_buf();
     // SAFETY: raise(3) takes no pointers.
     unsafe { libc::raise(libc::SIGINT) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while path.exists() {
+        // Exits rather than hang: the parent reports the status.
+        if std::time::Instant::now() > deadline {
+            std::process::exit(4);
+        }
         std::thread::yield_now();
     }
     gpumap::io::scratch::wait_if_ending();
