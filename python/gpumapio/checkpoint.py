@@ -25,7 +25,7 @@ from gpumapio._checkpoint_framework import _Framework
 from gpumapio._exchange import block_shape, exchange_for
 from gpumapio._native import CuFile, read_files, start_read_files
 from gpumapio._sources import is_url, open_source, read_bytes, read_pieces, shown
-from gpumapio._pieces import Run, coalesce, fit_window, merge_casts, split_shape, tensor_slice
+from gpumapio._pieces import Cast, Run, coalesce, fit_window, merge_casts, split_shape, tensor_slice
 from gpumapio._torch_tensors import own_tensors
 from gpumapio.safetensors import (
     _ATTEMPTS,
@@ -756,7 +756,7 @@ def _cast_through_staging(
                 chunks.append((slot[p.shard], piece, p.at + piece.dst // size * out_size, element))
     turn, used = 0, 0
     reads: list[_Read] = []
-    copies: list[tuple[int, int, int, int, Any]] = []
+    copies: list[Cast] = []
 
     def flush() -> None:
         nonlocal turn, used, reads, copies
