@@ -165,18 +165,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    # A load opens dozens of connections at once (a strided piece is a ranged GET per run);
-    # socketserver's listen backlog of 5 drops their SYNs on a busy machine, and a connect
-    # then times out (ETIMEDOUT), which is final, not retried.
+class LoopbackServer(http.server.ThreadingHTTPServer):
+    """The base of every stand-in server in the tests.
+
+    A load opens dozens of connections at once (a strided piece is a ranged GET per run);
+    socketserver's listen backlog of 5 drops their SYNs on a busy machine, and a connect then
+    times out (ETIMEDOUT), which is final, not retried.
+    """
+
     request_queue_size = 1024
+    daemon_threads = True
 
 
 @pytest.fixture
 def server():
     """The server: ``objects`` (path -> bytes), ``faults``, ``gets`` (count), ``url``."""
-    srv = _Server(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
+    srv = LoopbackServer(("127.0.0.1", 0), _Handler)
     srv.objects, srv.faults, srv.gets = {}, [], 0
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
     thread = threading.Thread(target=srv.serve_forever, daemon=True)

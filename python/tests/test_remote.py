@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import gpumapio
-from conftest import ReplyingHandler
+from conftest import LoopbackServer, ReplyingHandler
 from gpumapio import RemoteFile
 
 from conftest import need_gpu
@@ -277,8 +277,7 @@ class _WebHdfsHandler(ReplyingHandler):
 
 @pytest.fixture
 def webhdfs(rng):
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _WebHdfsHandler)
-    srv.daemon_threads = True
+    srv = LoopbackServer(("127.0.0.1", 0), _WebHdfsHandler)
     srv.files = {"/webhdfs/v1/user/me/data.bin": rng.integers(0, 256, size=(1 << 20) + 77, dtype="u1").tobytes()}
     srv.requests = []
     threading.Thread(target=srv.serve_forever, daemon=True).start()

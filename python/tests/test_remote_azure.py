@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 
 import gpumapio
+from conftest import LoopbackServer
 from gpumapio import RemoteFile, RemotePrefix, RemoteWriter
 from gpumapio.remote_file import RemoteEndpointType as Kind
 from gpumapio.remote_file import infer_remote_endpoint_type
@@ -338,15 +339,11 @@ class _Azure(http.server.BaseHTTPRequestHandler):
                 f"Content-Length: {len(body)}\r\nContent-Type: application/xml\r\n\r\n").encode() + body + b"\r\n"
 
 
-class _Server(http.server.ThreadingHTTPServer):
+class _Server(LoopbackServer):
     """The stand-in's state: ``blobs`` (path -> bytes), their ``etags``, uncommitted ``blocks``
     ((path, block id) -> bytes), ``public`` blob paths and ``public_containers``, the blob paths
     whose block PUTs fail (``fail_blocks``), ``page_size``, and every request (``requests``) and
     blob deleted (``deleted``)."""
-
-    # Reads open many connections at once; socketserver's backlog of 5 would drop their SYNs.
-    request_queue_size = 1024
-    daemon_threads = True
 
     def __init__(self):
         super().__init__(("127.0.0.1", 0), _Azure)

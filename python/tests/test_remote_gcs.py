@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import gpumapio
+from conftest import LoopbackServer
 from gpumapio import RemoteFile
 from gpumapio.remote_file import RemoteEndpointType as Kind
 from gpumapio.remote_file import infer_remote_endpoint_type
@@ -114,8 +115,7 @@ class _Gcs(http.server.BaseHTTPRequestHandler):
 def gcs(monkeypatch, tmp_path):
     """The stand-in, the client pointed at it, no Google credentials anywhere, and no metadata
     server."""
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Gcs)
-    srv.daemon_threads = True
+    srv = LoopbackServer(("127.0.0.1", 0), _Gcs)
     srv.objects, srv.public, srv.requests = {}, set(), []
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import gpumapio
-from conftest import ReplyingHandler
+from conftest import LoopbackServer, ReplyingHandler
 from gpumapio import RemoteFile
 
 
@@ -86,8 +86,7 @@ class _Handler(ReplyingHandler):
 
 @pytest.fixture
 def site():
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
+    srv = LoopbackServer(("127.0.0.1", 0), _Handler)
     srv.objects, srv.no_head, srv.delay, srv.endless_error = {}, False, 0.0, False
     srv.gets = 0
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
