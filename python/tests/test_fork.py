@@ -120,6 +120,79 @@ def test_a_file_opened_before_the_fork_reads_in_the_child(tmp_path):
     )
 
 
+def test_a_child_forked_as_the_first_file_opens_reads(tmp_path):
+    """Opening the first file starts the I/O threads, and a fork straight after it (a
+    DataLoader's workers, forked once the dataset has opened its file) could land while they
+    were starting: one of them half way through making crossbeam-epoch's collector left it
+    half made for ever in the child, whose own threads then waited on it at their start. Each
+    process here opens, forks at once, and the child reads through its own threads."""
+    path = tmp_path / "data.bin"
+    np.random.default_rng(17).integers(0, 256, size=4 << 20, dtype="u1").tofile(path)
+    code = FORK_AND_CHECK + textwrap.dedent(
+        """
+        import numpy as np, gpumapio
+        path = sys.argv[1]
+        f = gpumapio.CuFile(path, "r")
+        def read():
+            want = np.fromfile(path, dtype=np.uint8)
+            out = np.zeros_like(want)
+            assert f.pread(out, task_size=1 << 16).get() == want.nbytes
+            assert np.array_equal(out, want)
+        in_child(read)
+        """
+    )
+    for _ in range(6):
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, str(path)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        for run in runs:
+            output, _ = run.communicate(timeout=180)
+            assert run.returncode == 0, output
+
+
+def test_children_forked_while_another_thread_reads_and_resizes_the_pool_read(tmp_path):
+    """A thread of the parent that held the I/O pool's lock at the fork (resizing the pool, or
+    starting a read on it) held it for ever in the child, whose first read then waited for it:
+    each generation of processes now keeps its threads behind a lock of its own."""
+    path = tmp_path / "data.bin"
+    np.random.default_rng(19).integers(0, 256, size=1 << 20, dtype="u1").tofile(path)
+    run_forking(
+        """
+        import threading, numpy as np, gpumapio
+        path = sys.argv[1]
+        want = np.fromfile(path, dtype=np.uint8)
+        f = gpumapio.CuFile(path, "r")
+        stop = threading.Event()
+        def busy():
+            out = np.empty_like(want)
+            nthreads = 2
+            while not stop.is_set():
+                nthreads = 5 - nthreads
+                gpumapio.defaults.set("num_threads", nthreads)
+                assert f.pread(out, task_size=1 << 16).get() == want.nbytes
+        worker = threading.Thread(target=busy)
+        worker.start()
+        def read():
+            out = np.zeros_like(want)
+            assert f.pread(out, task_size=1 << 16).get() == want.nbytes
+            assert np.array_equal(out, want)
+        try:
+            for _ in range(300):
+                in_child(read)
+        finally:
+            stop.set()
+            worker.join()
+        """,
+        str(path),
+    )
+
+
 def test_a_child_forked_during_a_write_does_not_wait_for_it_at_exit(tmp_path):
     """The process-wide count of writes in flight, which the interpreter's exit waits on, was
     inherited: a child forked while its parent's pwrite ran waited at exit for a write of

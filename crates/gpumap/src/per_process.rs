@@ -1,4 +1,5 @@
-//! Values made again in a forked child: [`ForkLocal`] (one object's) and a process-wide one.
+//! Values made again in a forked child: [`ForkLocal`] (one object's), a process-wide one, and
+//! [`ByGeneration`], the slots both keep them in.
 //!
 //! A child forked from a process that made such a value (the I/O pool, the remote runtime, a
 //! map's cache) inherits the value but none of the threads that work on it: work handed to it
@@ -9,9 +10,7 @@
 //! not yet written) from a copy of the parent taken at an arbitrary moment.
 #![forbid(unsafe_code)]
 
-use std::sync::OnceLock;
-
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 /// How many forks lie between the first process and this one: 0 in a process that was not
 /// forked from one using gpumap, one more in each forked child. A value made in another
@@ -20,69 +19,109 @@ pub fn fork_generation() -> u64 {
     crate::sys::posix::fork_generation()
 }
 
+/// Generations with a slot of their own in a [`ByGeneration`]; a process forked this many
+/// levels below another shares that ancestor's slot.
+const GENERATION_SLOTS: usize = 8;
+
+/// A value for each fork generation, each behind a lock of its own, so that a forked child
+/// never takes a lock its parent's threads take: one such thread holding it at the fork would
+/// hold it for ever in the child, where that thread does not exist. Values of other
+/// generations (a parent's, inherited) are forgotten, never dropped (see the module's docs).
+pub(crate) struct ByGeneration<T> {
+    slots: [RwLock<Option<(u64, T)>>; GENERATION_SLOTS],
+}
+
+impl<T: Clone> ByGeneration<T> {
+    pub(crate) const fn new() -> Self {
+        ByGeneration { slots: [const { RwLock::new(None) }; GENERATION_SLOTS] }
+    }
+
+    fn slot(&self, generation: u64) -> &RwLock<Option<(u64, T)>> {
+        &self.slots[(generation % GENERATION_SLOTS as u64) as usize]
+    }
+
+    /// The value of `generation`, if it was made.
+    pub(crate) fn get(&self, generation: u64) -> Option<T> {
+        let slot = self.slot(generation).read();
+        slot.as_ref().filter(|(made_in, _)| *made_in == generation).map(|(_, v)| v.clone())
+    }
+
+    /// The value of `generation`, made by `make` where there is none yet. Concurrent first
+    /// uses wait for the one that makes it: one value per generation.
+    pub(crate) fn get_or_try_make<E>(
+        &self,
+        generation: u64,
+        make: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        if let Some(value) = self.get(generation) {
+            return Ok(value);
+        }
+        let mut slot = self.slot(generation).write();
+        if let Some((made_in, value)) = slot.as_ref() {
+            if *made_in == generation {
+                return Ok(value.clone());
+            }
+        }
+        let value = make()?;
+        forget_inherited(slot.replace((generation, value.clone())), generation);
+        Ok(value)
+    }
+
+    /// Makes `value` the value of `generation`; returns the one it replaces, if that was of
+    /// `generation` too (one of another is forgotten).
+    pub(crate) fn replace(&self, generation: u64, value: T) -> Option<T> {
+        let old = self.slot(generation).write().replace((generation, value));
+        forget_inherited(old, generation)
+    }
+}
+
+/// `old` where it was made in `generation`; forgotten where it was made in another.
+fn forget_inherited<T>(old: Option<(u64, T)>, generation: u64) -> Option<T> {
+    match old {
+        Some((made_in, value)) if made_in == generation => Some(value),
+        Some(inherited) => {
+            std::mem::forget(inherited);
+            None
+        }
+        None => None,
+    }
+}
+
+impl<T> Drop for ByGeneration<T> {
+    fn drop(&mut self) {
+        let generation = fork_generation();
+        for slot in &mut self.slots {
+            if let Some((made_in, value)) = slot.get_mut().take() {
+                if made_in != generation {
+                    std::mem::forget(value);
+                }
+            }
+        }
+    }
+}
+
 /// A process-wide value of type `T` (cheap to clone: an `Arc`), made on first use in each
-/// process. The first one made lives in a `OnceLock`, read without a lock; a forked child's
-/// goes behind a mutex (a grandchild forked while its parent's thread held that mutex for its
-/// few instructions would wait on it; no fork is that unlucky in practice). A value made in a
-/// parent is never dropped in a child: its threads are not there to join.
+/// process (see [`ByGeneration`]). Made in a parent, it is never dropped in a child: its
+/// threads are not there to join.
 pub(crate) struct PerProcess<T> {
-    first: OnceLock<(u64, T)>,
-    later: Mutex<Option<(u64, T)>>,
+    values: ByGeneration<T>,
 }
 
 impl<T: Clone> PerProcess<T> {
     pub(crate) const fn new() -> Self {
-        PerProcess { first: OnceLock::new(), later: Mutex::new(None) }
+        PerProcess { values: ByGeneration::new() }
     }
 
     /// This process's value, if it was made.
     #[cfg(feature = "remote")]
     pub(crate) fn get(&self) -> Option<T> {
-        let generation = fork_generation();
-        match self.first.get() {
-            Some((made_in, value)) if *made_in == generation => Some(value.clone()),
-            Some(_) => {
-                self.later.lock().as_ref().filter(|(g, _)| *g == generation).map(|(_, v)| v.clone())
-            }
-            None => None,
-        }
+        self.values.get(fork_generation())
     }
 
     /// This process's value, made by `make` where there is none yet.
     pub(crate) fn get_or_try_make<E>(&self, make: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
-        let generation = fork_generation();
-        match self.first.get() {
-            Some((made_in, value)) if *made_in == generation => return Ok(value.clone()),
-            Some(_) => {}
-            None => {
-                let value = make()?;
-                // Two first calls at once: one value is kept, the other dropped unused.
-                let (_, kept) = self.first.get_or_init(|| (generation, value));
-                return Ok(kept.clone());
-            }
-        }
-        in_child(&self.later, generation, make)
+        self.values.get_or_try_make(fork_generation(), make)
     }
-}
-
-/// The value `slot` holds for `generation`, a forked child's, made by `make` where it holds
-/// none yet; one of an earlier generation (a parent's, inherited) is forgotten, not dropped.
-fn in_child<T: Clone, E>(
-    slot: &Mutex<Option<(u64, T)>>,
-    generation: u64,
-    make: impl FnOnce() -> Result<T, E>,
-) -> Result<T, E> {
-    let mut slot = slot.lock();
-    if let Some((made_in, value)) = slot.as_ref() {
-        if *made_in == generation {
-            return Ok(value.clone());
-        }
-    }
-    let value = make()?;
-    if let Some(parents) = slot.replace((generation, value.clone())) {
-        std::mem::forget(parents);
-    }
-    Ok(value)
 }
 
 /// A value of one object (not of the whole process) that is bound to the process that made
@@ -96,13 +135,14 @@ pub struct ForkLocal<T> {
     made_in: u64,
     /// `None` only once dropped.
     value: Option<T>,
-    child: Mutex<Option<(u64, T)>>,
+    /// The values of forked children, made on their first use.
+    children: ByGeneration<T>,
 }
 
 impl<T: Clone> ForkLocal<T> {
     /// `value`, made in this process.
     pub fn new(value: T) -> Self {
-        ForkLocal { made_in: fork_generation(), value: Some(value), child: Mutex::new(None) }
+        ForkLocal { made_in: fork_generation(), value: Some(value), children: ByGeneration::new() }
     }
 
     /// This process's value: the one made at `new`, or in a forked child its own, made by
@@ -111,7 +151,7 @@ impl<T: Clone> ForkLocal<T> {
         let generation = fork_generation();
         match &self.value {
             Some(value) if generation == self.made_in => Ok(value.clone()),
-            _ => in_child(&self.child, generation, make),
+            _ => self.children.get_or_try_make(generation, make),
         }
     }
 
@@ -121,9 +161,7 @@ impl<T: Clone> ForkLocal<T> {
         let generation = fork_generation();
         match &self.value {
             Some(value) if generation == self.made_in => Some(value.clone()),
-            _ => {
-                self.child.lock().as_ref().filter(|(g, _)| *g == generation).map(|(_, v)| v.clone())
-            }
+            _ => self.children.get(generation),
         }
     }
 }
@@ -134,16 +172,94 @@ impl<T> Drop for ForkLocal<T> {
         if generation != self.made_in {
             std::mem::forget(self.value.take());
         }
-        if let Some((made_in, value)) = self.child.get_mut().take() {
-            if made_in != generation {
-                std::mem::forget(value);
-            }
-        }
     }
 }
 
 impl<T: std::fmt::Debug> std::fmt::Debug for ForkLocal<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ForkLocal").field("value", &self.value).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// A value that counts its drops.
+    #[derive(Clone)]
+    struct Counted(Arc<AtomicUsize>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn each_generation_makes_its_value_once() {
+        let values = ByGeneration::<u64>::new();
+        let mut made = 0;
+        for generation in [0, 0, 1, 0, 1, 2] {
+            let value = values.get_or_try_make(generation, || {
+                made += 1;
+                Ok::<_, ()>(generation * 10)
+            });
+            assert_eq!(value, Ok(generation * 10));
+        }
+        assert_eq!(made, 3);
+        assert_eq!(values.get(3), None);
+        assert_eq!(values.get(2), Some(20));
+    }
+
+    #[test]
+    fn a_failed_make_leaves_nothing_and_the_next_use_makes_again() {
+        let values = ByGeneration::<u64>::new();
+        assert_eq!(values.get_or_try_make(0, || Err("no threads")), Err("no threads"));
+        assert_eq!(values.get(0), None);
+        assert_eq!(values.get_or_try_make(0, || Ok::<_, &str>(7)), Ok(7));
+    }
+
+    /// A thread of the parent that held its generation's lock at the fork holds it for ever in
+    /// the child: the child's generation must not need it.
+    #[test]
+    fn a_lock_held_for_ever_by_another_generation_blocks_no_other() {
+        let values = ByGeneration::<u64>::new();
+        values.replace(0, 1);
+        std::mem::forget(values.slot(0).write());
+        for generation in 1..GENERATION_SLOTS as u64 {
+            assert_eq!(
+                values.get_or_try_make(generation, || Ok::<_, ()>(generation)),
+                Ok(generation)
+            );
+            assert_eq!(values.get(generation), Some(generation));
+        }
+    }
+
+    #[test]
+    fn another_generations_value_is_forgotten_never_dropped() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let values = ByGeneration::new();
+        let counted = || Counted(drops.clone());
+        // Generation 0's value, then one of the generation that shares its slot.
+        values.replace(0, counted());
+        let shared = GENERATION_SLOTS as u64;
+        assert!(values.get_or_try_make(shared, || Ok::<_, ()>(counted())).is_ok());
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "only the clone handed out was dropped");
+        assert!(values.replace(shared, counted()).is_some(), "its own generation's comes back");
+        drop(values);
+        // This process is generation 0: the slot holding generation 8's value forgets it.
+        assert_eq!(drops.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_fork_local_is_its_makers_and_a_childs_is_made_on_use() {
+        let local = ForkLocal::new(5u64);
+        assert_eq!(local.get(|| Ok::<_, ()>(6)), Ok(5));
+        assert_eq!(local.made_here(), Some(5));
+        assert_eq!(local.children.get_or_try_make(local.made_in + 1, || Ok::<_, ()>(6)), Ok(6));
+        assert_eq!(local.get(|| Ok::<_, ()>(7)), Ok(5), "the maker's own is unchanged");
     }
 }

@@ -24,37 +24,28 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Condvar, Mutex};
 use rayon::prelude::*;
 
 use crate::align::Task;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::per_process::PerProcess;
+use crate::per_process::{ByGeneration, PerProcess};
 use crate::sys::posix::fork_generation;
 
 /// A persistent pool of I/O threads. Cheap to share (`Arc`); resizable. A forked child that
 /// uses a pool made before the fork (a file opened before it, as a `DataLoader`'s dataset is)
 /// gets threads of its own, as many, on first use: it has none of its parent's.
 pub struct IoPool {
-    threads: RwLock<Threads>,
-}
-
-/// A pool's threads and the fork generation they were made in.
-struct Threads {
-    pool: Arc<rayon::ThreadPool>,
-    generation: u64,
-}
-
-impl Threads {
-    fn new(nthreads: usize) -> Result<Threads> {
-        Ok(Threads { pool: Arc::new(build(nthreads)?), generation: fork_generation() })
-    }
+    /// How many threads the last resize asked for: a forked child makes this many.
+    nthreads: AtomicUsize,
+    /// The threads of each fork generation (see [`ByGeneration`]).
+    threads: ByGeneration<Arc<rayon::ThreadPool>>,
 }
 
 impl std::fmt::Debug for IoPool {
@@ -151,7 +142,9 @@ pub(crate) fn cancelled() -> Error {
 impl IoPool {
     /// A pool of `nthreads` threads (1 to [`crate::config::MAX_THREADS`]).
     pub fn new(nthreads: usize) -> Result<IoPool> {
-        Ok(IoPool { threads: RwLock::new(Threads::new(nthreads)?) })
+        let pool = IoPool { nthreads: AtomicUsize::new(nthreads), threads: ByGeneration::new() };
+        pool.threads.replace(fork_generation(), Arc::new(build(nthreads)?));
+        Ok(pool)
     }
 
     /// The process-wide pool, sized by [`Config::nthreads`] (`GPUMAP_NTHREADS`); a forked
@@ -161,36 +154,32 @@ impl IoPool {
         GLOBAL.get_or_try_make(|| Ok(Arc::new(IoPool::new(Config::global()?.nthreads)?)))
     }
 
-    /// Number of threads.
+    /// Number of threads: this process's, or as many as it will make.
     pub fn nthreads(&self) -> usize {
-        self.threads.read().pool.current_num_threads()
+        match self.threads.get(fork_generation()) {
+            Some(threads) => threads.current_num_threads(),
+            None => self.nthreads.load(Ordering::Relaxed),
+        }
     }
 
     /// Replaces the threads with `nthreads` new ones. Work already running finishes on the old
-    /// threads, which exit when it is done.
+    /// threads, which exit when it is done. Of two resizes at once, the one that installs its
+    /// threads last stays.
     pub fn set_nthreads(&self, nthreads: usize) -> Result<()> {
         if nthreads != self.nthreads() {
-            let old = std::mem::replace(&mut *self.threads.write(), Threads::new(nthreads)?);
-            forget_if_inherited(old);
+            let fresh = Arc::new(build(nthreads)?);
+            drop(self.threads.replace(fork_generation(), fresh));
+            self.nthreads.store(nthreads, Ordering::Relaxed);
         }
         Ok(())
     }
 
     /// This process's threads: made again, as many, where the pool's were made before a fork.
     fn threads(&self) -> Result<Arc<rayon::ThreadPool>> {
-        let generation = fork_generation();
-        {
-            let threads = self.threads.read();
-            if threads.generation == generation {
-                return Ok(threads.pool.clone());
-            }
-        }
-        let mut threads = self.threads.write();
-        if threads.generation != generation {
-            let fresh = Threads::new(threads.pool.current_num_threads())?;
-            forget_if_inherited(std::mem::replace(&mut *threads, fresh));
-        }
-        Ok(threads.pool.clone())
+        // The count read from the atomic: `nthreads` would take the slot's lock, which
+        // `get_or_try_make` holds while it makes.
+        let wanted = || self.nthreads.load(Ordering::Relaxed);
+        self.threads.get_or_try_make(fork_generation(), || Ok(Arc::new(build(wanted())?)))
     }
 
     /// Runs the read `work(task, piece)` for every task, each on its own piece of `buf` (the
@@ -339,14 +328,6 @@ impl IoPool {
     }
 }
 
-/// Lets go of replaced threads: joined as usual in the process that made them, never dropped
-/// in a forked child, where they are not there to be told to end.
-fn forget_if_inherited(threads: Threads) {
-    if threads.generation != fork_generation() {
-        std::mem::forget(threads);
-    }
-}
-
 /// Bytes a parallel read delivered from its start: the counts of `tasks` (consecutive, in file
 /// order) up to and including the first that came up short.
 ///
@@ -401,11 +382,25 @@ fn build(nthreads: usize) -> Result<rayon::ThreadPool> {
     if let Err(reason) = crate::config::check_nthreads(nthreads) {
         return Err(Error::InvalidArgument(format!("thread count {nthreads}: {reason}")));
     }
-    rayon::ThreadPoolBuilder::new()
+    let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(nthreads)
         .thread_name(|i| format!("gpumap-io-{i}"))
         .build()
-        .map_err(|e| Error::io_nopath("spawn I/O threads", std::io::Error::other(e.to_string())))
+        .map_err(|e| Error::io_nopath("spawn I/O threads", std::io::Error::other(e.to_string())))?;
+    started(pool)
+}
+
+/// `pool` once every one of its threads has started. A starting thread sets up process-wide
+/// state on first use (crossbeam-epoch's collector, which rayon's queues use; the allocator's
+/// record of the thread), under locks and one-time initializers; a fork while one of them is
+/// held, which a file opened just before a fork would meet, leaves it held for ever in the
+/// child, whose own threads then wait on it at their start.
+pub(crate) fn started(pool: rayon::ThreadPool) -> Result<rayon::ThreadPool> {
+    wait_apart(&pool, || {
+        pool.broadcast(|_| ());
+        Ok(())
+    })?;
+    Ok(pool)
 }
 
 fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 
 use crate::error::{Error, Result};
-use crate::io::pool::wait_apart;
+use crate::io::pool::{started, wait_apart};
 use crate::per_process::PerProcess;
 use crate::remote::stores::{self, StoreOwner, StoreShelf};
 
@@ -106,15 +106,16 @@ pub(crate) fn lane_count() -> usize {
 fn lanes() -> Result<Arc<rayon::ThreadPool>> {
     LANES.get_or_try_make(|| {
         stores::when_an_owner_goes("lanes", forget_dead_on_every_lane);
-        rayon::ThreadPoolBuilder::new()
+        let lanes = rayon::ThreadPoolBuilder::new()
             .num_threads(lane_count())
             .thread_name(|i| format!("gpumap-lane-{i}"))
             .build()
-            .map(Arc::new)
             .map_err(|e| Error::Unavailable {
                 what: "the remote read lanes",
                 reason: e.to_string(),
-            })
+            })?;
+        // Started before use, as the I/O pool's are: see `started`.
+        started(lanes).map(Arc::new)
     })
 }
 
