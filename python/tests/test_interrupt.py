@@ -25,6 +25,11 @@ PRELUDE = textwrap.dedent(
     import numpy as np
     import gpumapio
 
+    # A shell without job control starts background commands with SIGINT ignored, which every
+    # process it starts inherits: the Ctrl-C sent below must reach Python's handler however the
+    # tests were started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     path = sys.argv[1]
     size = os.path.getsize(path)
     mark_at = size // 2

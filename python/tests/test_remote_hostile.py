@@ -194,6 +194,7 @@ def test_ctrl_c_stops_a_slow_remote_read_at_once(site, size, delay):
         import json, os, signal, sys, threading, time
         import numpy as np
         import gpumapio
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started ignored
         f = gpumapio.RemoteFile.open_http(sys.argv[1], max_in_flight=2, request_size=16384)
         out = {}
         for name, call in {"read": lambda buf: f.read(buf), "pread": lambda buf: f.pread(buf).get()}.items():
