@@ -1,5 +1,5 @@
 //! Values made again in a forked child: [`ForkLocal`] (one object's), a process-wide one, and
-//! [`ByGeneration`], the slots both keep them in.
+//! the slots both keep them in, one lock per fork generation (`ByGeneration`).
 //!
 //! A child forked from a process that made such a value (the I/O pool, the remote runtime, a
 //! map's cache) inherits the value but none of the threads that work on it: work handed to it
