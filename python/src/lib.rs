@@ -23,11 +23,6 @@
 //! - [`maps`]: files in GPU memory through gpumap's `DeviceCache` (`DeviceCache`,
 //!   `MappedFile`, `View` exported through `__cuda_array_interface__` and `__dlpack__`).
 
-/// What the Python thread allocates and gpumap's threads free goes back without glibc's arena
-/// locks, which the interpreter's own allocations would wait on (docs/decisions/0032).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod buffers;
 mod counts;
 mod cufile;
