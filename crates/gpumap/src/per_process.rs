@@ -42,8 +42,13 @@ impl<T: Clone> ByGeneration<T> {
 
     /// The value of `generation`, if it was made.
     pub(crate) fn get(&self, generation: u64) -> Option<T> {
+        self.read(generation, T::clone)
+    }
+
+    /// `read` of the value of `generation`, if it was made, without cloning it.
+    pub(crate) fn read<R>(&self, generation: u64, read: impl FnOnce(&T) -> R) -> Option<R> {
         let slot = self.slot(generation).read();
-        slot.as_ref().filter(|(made_in, _)| *made_in == generation).map(|(_, v)| v.clone())
+        slot.as_ref().filter(|(made_in, _)| *made_in == generation).map(|(_, v)| read(v))
     }
 
     /// The value of `generation`, made by `make` where there is none yet. Concurrent first
@@ -91,11 +96,7 @@ impl<T> Drop for ByGeneration<T> {
     fn drop(&mut self) {
         let generation = fork_generation();
         for slot in &mut self.slots {
-            if let Some((made_in, value)) = slot.get_mut().take() {
-                if made_in != generation {
-                    std::mem::forget(value);
-                }
-            }
+            drop(forget_inherited(slot.get_mut().take(), generation));
         }
     }
 }

@@ -156,10 +156,8 @@ impl IoPool {
 
     /// Number of threads: this process's, or as many as it will make.
     pub fn nthreads(&self) -> usize {
-        match self.threads.get(fork_generation()) {
-            Some(threads) => threads.current_num_threads(),
-            None => self.nthreads.load(Ordering::Relaxed),
-        }
+        let current = self.threads.read(fork_generation(), |threads| threads.current_num_threads());
+        current.unwrap_or_else(|| self.nthreads.load(Ordering::Relaxed))
     }
 
     /// Replaces the threads with `nthreads` new ones. Work already running finishes on the old
