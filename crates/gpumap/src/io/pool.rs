@@ -645,18 +645,37 @@ pub(crate) struct Completer<T> {
 }
 
 impl<T> Completer<T> {
-    /// The token that [`IoFuture::cancel`] cancels, for work done outside the pool's jobs.
-    pub(crate) fn cancellation(&self) -> Cancel {
-        match &self.slot {
-            Some(slot) => Cancel(slot.cancelled.clone()),
-            None => Cancel::new(),
-        }
-    }
-
     /// Completes the future.
     pub(crate) fn complete(mut self, result: Result<T>) {
         if let Some(slot) = self.slot.take() {
             slot.complete(result);
+        }
+    }
+
+    /// Completes the future with `work`'s result, run on a thread of its own named `name`
+    /// (`work` gets the future's [`Cancel`]); with [`Error::Unavailable`] where no thread can
+    /// be started, as under a process's thread limit.
+    pub(crate) fn complete_on_a_thread_of_its_own(
+        mut self,
+        name: &str,
+        work: impl FnOnce(Cancel) -> Result<T> + Send + 'static,
+    ) where
+        T: Send + 'static,
+    {
+        let Some(slot) = self.slot.take() else { return };
+        let cancel = Cancel(slot.cancelled.clone());
+        // The thread's own completer is made on it: were the spawn to fail, the closure dropped
+        // with it must not complete the future first, with a panic's message.
+        let for_thread = slot.clone();
+        let spawned = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
+            let completer = Completer { slot: Some(for_thread) };
+            completer.complete(work(cancel));
+        });
+        if let Err(e) = spawned {
+            slot.complete(Err(Error::Unavailable {
+                what: "a thread for work in the background",
+                reason: e.to_string(),
+            }));
         }
     }
 }

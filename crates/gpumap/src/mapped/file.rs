@@ -322,16 +322,14 @@ impl DeviceMappedFile {
     pub fn prefetch(&self, offset: u64, len: u64) -> IoFuture<()> {
         let map = self.clone();
         let (future, completer) = IoFuture::pending();
-        let cancel = completer.cancellation();
         // On a thread of its own: a prefetch may wait for memory others are reading, and the
         // I/O pool's threads must stay free for those reads.
-        std::thread::spawn(move || {
-            let result = cancel.run(|| {
+        completer.complete_on_a_thread_of_its_own("gpumap-prefetch", move |cancel| {
+            cancel.run(|| {
                 map.inner.check(offset, len)?;
                 engine::pin_frames(map.engine(), map.entry(), offset, len, PinFor::Prefetch)?;
                 Ok(())
-            });
-            completer.complete(result);
+            })
         });
         future
     }
@@ -553,10 +551,9 @@ impl DeviceMappedFile {
         let map = self.clone();
         let (future, completer) = IoFuture::pending();
         // On a thread of its own, like `prefetch`: a gather may wait for memory.
-        std::thread::spawn(move || {
+        completer.complete_on_a_thread_of_its_own("gpumap-gather", move |_| {
             let mut dst = dst;
-            let result = map.gather(&ranges, dst.device_view_mut());
-            completer.complete(result.map(|()| dst));
+            map.gather(&ranges, dst.device_view_mut()).map(|()| dst)
         });
         future
     }
