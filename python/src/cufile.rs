@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use gpumap::io::gds::{open_for_cufile, BatchRead, CuFileDriver, CuFileHandle, RegisteredBuffer};
 use gpumap::memory::cuda::{CudaDevice, CudaView, CudaViewMut, Stream as GpuStream};
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};

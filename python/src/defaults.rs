@@ -24,7 +24,7 @@
 
 use gpumap::config::{CompatMode, Config, DirectRead, Source, MAX_THREADS, SETTINGS};
 use gpumap::io::{HandleOptions, IoPool};
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString};

@@ -358,7 +358,7 @@ where
         return nogil(py, work);
     }
     let cancel = gpumap::io::Cancel::new();
-    let done = (parking_lot::Mutex::new(false), parking_lot::Condvar::new());
+    let done = (gpumap::sync::Mutex::new(false), gpumap::sync::Condvar::new());
     std::thread::scope(|scope| {
         let worker = std::thread::Builder::new().name("gpumap-call".into()).spawn_scoped(scope, {
             let (cancel, done) = (cancel.clone(), &done);

@@ -4,7 +4,7 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use gpumap::io::{FileHandle, OpenFlags};
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpumap::io::IoFuture;
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::prelude::*;
 
 use crate::errors::{panicked, to_py, SIGNAL_POLL};

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::{Condvar, Mutex};
+use gpumap::sync::{Condvar, Mutex};
 use pyo3::ffi;
 use pyo3::prelude::*;
 

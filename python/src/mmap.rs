@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use gpumap::config::CompatMode;
 use gpumap::io::FileHandle;
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::exceptions::{PyIndexError, PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 

@@ -3,7 +3,7 @@
 //! with).
 
 use gpumap::io::{FilePiece, IoFuture};
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 

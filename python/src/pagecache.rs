@@ -6,7 +6,7 @@ use std::os::fd::RawFd;
 use std::path::PathBuf;
 
 use gpumap::pagecache::{self as pc, ByteRange, MethodChoice, Residency, Target, WarmMode};
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt};

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use gpumap::remote::{EndpointKind, RemoteFile as Remote, RemoteOptions, RemoteUrl, S3Credentials};
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 

@@ -2,7 +2,7 @@
 //! written and deleted through one client — over [`gpumap::remote::RemotePrefix`].
 
 use gpumap::remote::{RemoteObjects as Objects, RemotePrefix as Prefix};
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::prelude::*;
 
 use crate::errors::{check, nogil};

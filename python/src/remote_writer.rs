@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use gpumap::remote::{RemoteUrl, RemoteWriter as Writer};
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 

@@ -37,7 +37,7 @@ pub struct WriteFault {
 mod armed {
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    use parking_lot::Mutex;
+    use crate::sync::Mutex;
 
     use super::WriteFault;
 

@@ -116,6 +116,7 @@ pub mod per_process;
 pub mod profiling;
 #[cfg(feature = "remote")]
 pub mod remote;
+pub mod sync;
 mod sys;
 pub mod tuning;
 pub mod tuning_facts;

@@ -10,7 +10,7 @@
 //! not yet written) from a copy of the parent taken at an arbitrary moment.
 #![forbid(unsafe_code)]
 
-use parking_lot::RwLock;
+use crate::sync::RwLock;
 
 /// How many forks lie between the first process and this one: 0 in a process that was not
 /// forked from one using gpumap, one more in each forked child. A value made in another

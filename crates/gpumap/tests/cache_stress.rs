@@ -17,7 +17,7 @@ use common::{random_bytes, retry};
 use gpumap::io::{FileHandle, IoPool};
 use gpumap::mapped::{CacheOptions, DeviceCache, MapOptions};
 use gpumap::memory::{Device, DeviceBuffer};
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 
 const MIB: u64 = 1 << 20;
 const FRAME: u64 = 2 * MIB;

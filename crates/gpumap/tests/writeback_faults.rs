@@ -16,8 +16,8 @@ use common::random_bytes;
 use gpumap::fault::{arm_write_fault, disarm, WriteFault};
 use gpumap::mapped::{CacheOptions, MapOptions};
 use gpumap::memory::Device;
+use gpumap::sync::Mutex;
 use gpumap::Error;
-use parking_lot::Mutex;
 
 const MIB: u64 = 1 << 20;
 

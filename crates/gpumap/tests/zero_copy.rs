@@ -20,7 +20,7 @@ on_host_and_gpu!(
 
 /// The pinned limit counts every zero-copy file of the process: the tests here run one at a
 /// time, so that the limit test sees only its own files.
-static SERIAL: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+static SERIAL: gpumap::sync::Mutex<()> = gpumap::sync::Mutex::new(());
 
 fn scratch() -> tempfile::TempDir {
     let base =

@@ -15,7 +15,7 @@ use gpumap::io::IoFuture;
 use gpumap::mapped::{CacheOptions, DeviceCache as Cache, DeviceMappedFile, FileStats, MapOptions};
 use gpumap::memory::Device;
 use gpumap::per_process::ForkLocal;
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};

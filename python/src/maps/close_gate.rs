@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use parking_lot::{Condvar, Mutex};
+use gpumap::sync::{Condvar, Mutex};
 
 thread_local! {
     /// The gates this thread holds a passage of (their addresses, once per passage): a close

@@ -4,7 +4,7 @@
 
 use gpumap::mapped::{DeviceCache as Cache, LookupScope as Scope};
 use gpumap::memory::{Device, StreamRef};
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 

@@ -4,7 +4,7 @@ use std::ffi::CString;
 use std::sync::{Arc, Weak};
 
 use gpumap::mapped::DeviceMappedFile;
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::exceptions::PyRuntimeWarning;
 use pyo3::prelude::*;
 

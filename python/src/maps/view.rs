@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use gpumap::mapped::{View as ReadView, ViewMut};
-use parking_lot::Mutex;
+use gpumap::sync::Mutex;
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};

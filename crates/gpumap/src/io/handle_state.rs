@@ -116,7 +116,7 @@ pub(super) struct HandleState {
     /// the first device transfer otherwise (so host-only users never load cuFile).
     decision: OnceLock<(CompatDecision, Option<CuFileHandle>)>,
     /// Small device reads waiting to be coalesced (see `small_reads`).
-    pub(super) small_reads: parking_lot::Mutex<SmallReadQueue>,
+    pub(super) small_reads: crate::sync::Mutex<SmallReadQueue>,
     /// Whether a lone small read, read as it was submitted, runs (see `lone_reads`).
     pub(super) lone_read_running: AtomicBool,
     /// The writes its futures run, shared with its other task sizes' handles (see

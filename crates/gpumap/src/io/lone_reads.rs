@@ -18,7 +18,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::error::Result;
 use crate::io::direct::{self, ReadPlan};
@@ -36,7 +36,7 @@ pub(super) const LONE_READ_MAX: usize = 64 << 10;
 const LONE_BUFFERS_MAX: usize = 64;
 
 static LONE_BUFFERS: Mutex<LonePool<PinnedBuffer>> =
-    parking_lot::const_mutex(LonePool::new(LONE_BUFFERS_MAX));
+    crate::sync::Mutex::new(LonePool::new(LONE_BUFFERS_MAX));
 
 /// Reads `dst` (at `raw`) from `offset` now if it is a lone read the page cache holds (see the
 /// module docs); its future, or `dst` back for the queue.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::error::{Error, Result};
 

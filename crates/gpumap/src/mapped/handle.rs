@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::engine::{self, Backing, Engine, FileEntry, GatherRange};
 use super::map_options::{MapOptions, ZeroCopy};

@@ -15,7 +15,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
 
 use crate::error::{Error, Result};
 use crate::memory::cuda::{CudaDevice, PinnedBuffer, StagingBuffer};

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::error::Result;
 use crate::memory::cuda::CudaDevice;

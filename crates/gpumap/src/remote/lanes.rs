@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn every_part_runs_once_and_the_first_error_in_part_order_is_returned() {
-        let seen = parking_lot::Mutex::new(Vec::new());
+        let seen = crate::sync::Mutex::new(Vec::new());
         run((0..40).collect(), |part: usize, index, _lane| {
             assert_eq!(part, index);
             seen.lock().push(part);
@@ -246,7 +246,7 @@ mod tests {
     #[test]
     fn an_owners_drop_asks_every_lane_thread_to_forget_it() {
         let owner = StoreOwner::default();
-        let store = parking_lot::Mutex::new(None);
+        let store = crate::sync::Mutex::new(None);
         run(vec![()], |(), _, lane| {
             *store.lock() = Some(Arc::downgrade(&lane.store(&owner, memory_store)?));
             Ok(())

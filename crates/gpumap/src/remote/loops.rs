@@ -29,9 +29,9 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::sync::Mutex;
 use futures_util::FutureExt;
 use object_store::ObjectStore;
-use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::per_process::PerProcess;
@@ -380,7 +380,7 @@ mod tests {
     /// Held by the tests whose reads block a loop's thread, or that count what each loop
     /// runs: the loops are the process's, shared by the tests running at once, and a thread
     /// blocked by one test would make another's reads run elsewhere.
-    static BLOCKING_TESTS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+    static BLOCKING_TESTS: crate::sync::Mutex<()> = crate::sync::Mutex::new(());
 
     /// `count` reads on `queues` that each hold their loop's thread until all of them run,
     /// which they can only do on `count` different loops; the threads' names.

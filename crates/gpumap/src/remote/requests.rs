@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use crate::error::Result;
 use crate::memory::cuda::RawRegion;

@@ -9,8 +9,8 @@
 
 use std::sync::{Arc, Weak};
 
+use crate::sync::Mutex;
 use object_store::ObjectStore;
-use parking_lot::Mutex;
 
 use crate::error::Result;
 

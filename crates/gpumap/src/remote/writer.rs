@@ -10,11 +10,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::sync::{Condvar, Mutex};
 use futures_util::{StreamExt, TryStreamExt};
 use object_store::multipart::PartId;
 use object_store::path::Path as StorePath;
 use object_store::{MultipartId, ObjectStoreExt, PutPayload};
-use parking_lot::{Condvar, Mutex};
 
 use crate::config::Config;
 use crate::error::{Error, RemoteErrorKind, Result};

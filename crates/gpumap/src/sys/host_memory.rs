@@ -11,8 +11,8 @@
 
 use std::ptr::NonNull;
 
+use crate::sync::{Mutex, MutexGuard};
 use memmap2::MmapMut;
-use parking_lot::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex};
 
 /// Whether an admission is running, and a way to wait for none.
 #[derive(Default)]

@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::books::{Catalog, SlotId, EMPTY};
 use super::geometry::Geometry;

@@ -12,7 +12,7 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use parking_lot::MutexGuard;
+use crate::sync::MutexGuard;
 
 use super::books::{FileCounters, FileId, Location, SlotId, Unit, Want};
 use super::geometry::Geometry;
@@ -589,12 +589,12 @@ fn run_round_through_host(
     let g = engine.geometry;
     let extent = g.extent as usize;
     // One buffer per miss read through (empty for the others), filled on the pool.
-    let through: Vec<parking_lot::Mutex<Vec<u8>>> = round
+    let through: Vec<crate::sync::Mutex<Vec<u8>>> = round
         .misses
         .iter()
         .map(|m| {
             let len = if matches!(m.place, Place::Through) { extent } else { 0 };
-            parking_lot::Mutex::new(vec![0u8; len])
+            crate::sync::Mutex::new(vec![0u8; len])
         })
         .collect();
     let remote = round.misses.iter().any(|m| ranges[m.range].entry.file.is_remote());
@@ -663,7 +663,7 @@ fn run_round_through_host(
 
 /// A segment a round copies out: its index, where its extent is, and the buffer it was read
 /// into when it was read through.
-type SegmentCopy<'a> = (usize, Place, Option<&'a parking_lot::Mutex<Vec<u8>>>);
+type SegmentCopy<'a> = (usize, Place, Option<&'a crate::sync::Mutex<Vec<u8>>>);
 
 /// Segments a task of a copy-out shared among the pool's threads takes.
 const SEGMENTS_PER_TASK: usize = 2048;
@@ -744,7 +744,7 @@ fn copy_one(
     ranges: &[GatherRange<'_>],
     seg: &Segment,
     place: Place,
-    read: Option<&parking_lot::Mutex<Vec<u8>>>,
+    read: Option<&crate::sync::Mutex<Vec<u8>>>,
     out: &mut [u8],
 ) -> Result<()> {
     match (home(engine, ranges, seg, place), read) {

@@ -16,7 +16,7 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use parking_lot::MutexGuard;
+use crate::sync::MutexGuard;
 
 use super::books::{ExtentState, FileId, Location, SlotId, SlotState, Unit, Want};
 use super::room::{self, Room};

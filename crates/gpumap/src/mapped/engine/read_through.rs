@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 use super::state::{Engine, FileEntry};
 use crate::error::{Error, Result};

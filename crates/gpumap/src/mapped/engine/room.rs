@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use parking_lot::MutexGuard;
+use crate::sync::MutexGuard;
 
 use super::books::{Unit, Victim, Want};
 use super::state::{Engine, FileEntry, Shard, State};

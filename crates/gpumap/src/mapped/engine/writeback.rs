@@ -14,7 +14,7 @@
 use std::collections::HashSet;
 use std::ops::Range;
 
-use parking_lot::{Mutex, MutexGuard};
+use crate::sync::{Mutex, MutexGuard};
 
 use super::books::Unit;
 use super::state::{Engine, FileEntry, Shard};

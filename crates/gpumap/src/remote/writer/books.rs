@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::sync::Mutex;
 use object_store::multipart::PartId;
-use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::remote::parts::Coverage;

@@ -15,7 +15,7 @@ pub(crate) struct RawStream {
     pub(super) stream: cu::CUstream,
     /// Completed events kept for the stream's next copies: creating and destroying an event
     /// per copy costs two more driver calls on every bounce-buffer chunk.
-    spare_events: parking_lot::Mutex<Vec<RawEvent>>,
+    spare_events: crate::sync::Mutex<Vec<RawEvent>>,
 }
 
 /// Spare events a stream keeps (a double-buffered loop needs two or three).
@@ -37,7 +37,7 @@ impl RawStream {
                 cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint,
             )
         })?;
-        Ok(Self { stream, spare_events: parking_lot::Mutex::new(Vec::new()) })
+        Ok(Self { stream, spare_events: crate::sync::Mutex::new(Vec::new()) })
     }
 
     /// A spare event of this stream, or a new one (`cuEventCreate`).

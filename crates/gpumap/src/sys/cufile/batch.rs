@@ -25,7 +25,7 @@ const BATCH_STALL_LIMIT: Duration = Duration::from_secs(300);
 /// own compatibility mode (no nvidia-fs) made no progress at all once two threads each had a
 /// batch in flight (decision 0027), and its documentation promises nothing about batches from
 /// several threads. Only cuFile's own calls run under it.
-static ONE_BATCH_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+static ONE_BATCH_AT_A_TIME: crate::sync::Mutex<()> = crate::sync::Mutex::new(());
 
 /// A batch id (`cuFileBatchIOSetUp`), destroyed on drop.
 struct Batch {

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::sync::Mutex;
 
 /// The frames of memory a cache may use, shared by the books of all its shards: any shard maps
 /// a frame while the cache as a whole is under its budget, and evicts its own units when it is
