@@ -375,9 +375,17 @@ impl MappedFile {
         self.state.get(reopen).map_err(|e: gpumap::Error| Python::attach(|py| to_py(py, &e)))
     }
 
-    /// Bytes mapped: in a forked child that opened the file again, as long as the file was
-    /// then (it may have grown or been cut since the parent opened it).
-    fn len(&self) -> u64 {
+    /// Bytes mapped: in a forked child, as long as the file is when the child first uses the
+    /// map (it may have grown or been cut since the parent opened it), asking being a use.
+    fn len(&self) -> PyResult<u64> {
+        let state = self.state()?;
+        let held = state.hold.lock().as_ref().map(|(map, _)| map.len());
+        Ok(held.unwrap_or(self.facts.len))
+    }
+
+    /// [`len`](Self::len) as far as this process knows it without opening anything: the
+    /// parent's length in a forked child that has not used the map yet (for `repr`).
+    fn known_len(&self) -> u64 {
         let own = self.state.made_here();
         let held = own.as_ref().and_then(|state| state.hold.lock().as_ref().map(|(m, _)| m.len()));
         held.unwrap_or(self.facts.len)
@@ -492,13 +500,13 @@ impl MappedFile {
         Ok(MappedFile::new(inner, cache, source, options))
     }
 
-    fn __len__(&self) -> usize {
-        self.len() as usize
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.len()? as usize)
     }
 
     /// Bytes mapped.
     #[getter]
-    fn nbytes(&self) -> u64 {
+    fn nbytes(&self) -> PyResult<u64> {
         self.len()
     }
 
@@ -788,7 +796,7 @@ impl MappedFile {
         format!(
             "<gpumapio.MappedFile {} ({} bytes) in {}{}>",
             self.facts.path.display(),
-            self.len(),
+            self.known_len(),
             self.facts.memory,
             if self.closed.get().is_some() { ", closed" } else { "" }
         )
