@@ -23,6 +23,13 @@
 //! - [`maps`]: files in GPU memory through gpumap's `DeviceCache` (`DeviceCache`,
 //!   `MappedFile`, `View` exported through `__cuda_array_interface__` and `__dlpack__`).
 
+/// What the Python thread allocates and gpumap's threads free goes back without glibc's arena
+/// locks, which the interpreter's own allocations would wait on; jemalloc's fork handlers keep
+/// a forked child's allocator usable (docs/decisions/0044).
+#[cfg(all(feature = "jemalloc", target_os = "linux"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 mod buffers;
 mod counts;
 mod cufile;
