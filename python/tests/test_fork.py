@@ -37,6 +37,32 @@ def in_child(work):
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     sys.exit("the child hung")
+
+def forks_beside(busy, work, rounds, threads=1):
+    # `rounds` children, one after another, each doing `work`, while `threads` threads of the
+    # parent run `busy(stop)` until the last child is done.
+    import threading
+    stop = threading.Event()
+    workers = [threading.Thread(target=busy, args=(stop,)) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    try:
+        for _ in range(rounds):
+            in_child(work)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
+
+def the_file_and_a_handle():
+    # The file named by the first argument, as bytes, and a CuFile of it.
+    import numpy, gpumapio
+    return numpy.fromfile(sys.argv[1], dtype=numpy.uint8), gpumapio.CuFile(sys.argv[1], "r")
+
+def preads_whole(f, want):
+    out = __import__("numpy").zeros_like(want)
+    assert f.pread(out, task_size=1 << 16).get() == want.nbytes
+    assert (out == want).all()
 """
 
 
@@ -171,72 +197,42 @@ def test_children_forked_while_another_thread_reads_and_resizes_the_pool_read(tm
     np.random.default_rng(19).integers(0, 256, size=1 << 20, dtype="u1").tofile(path)
     run_forking(
         """
-        import threading, numpy as np, gpumapio
-        path = sys.argv[1]
-        want = np.fromfile(path, dtype=np.uint8)
-        f = gpumapio.CuFile(path, "r")
-        stop = threading.Event()
-        def busy():
+        import numpy as np, gpumapio
+        want, f = the_file_and_a_handle()
+        def resizing_and_reading(stop):
             out = np.empty_like(want)
             nthreads = 2
             while not stop.is_set():
                 nthreads = 5 - nthreads
                 gpumapio.defaults.set("num_threads", nthreads)
                 assert f.pread(out, task_size=1 << 16).get() == want.nbytes
-        worker = threading.Thread(target=busy)
-        worker.start()
-        def read():
-            out = np.zeros_like(want)
-            assert f.pread(out, task_size=1 << 16).get() == want.nbytes
-            assert np.array_equal(out, want)
-        try:
-            for _ in range(300):
-                in_child(read)
-        finally:
-            stop.set()
-            worker.join()
+        forks_beside(resizing_and_reading, lambda: preads_whole(f, want), rounds=300)
         """,
         str(path),
     )
 
 
-def test_children_forked_while_another_thread_starts_and_ends_threads_read(tmp_path):
-    """Each prefetch of a map runs on a thread of its own, and a thread's start and end register
-    and drop its heap with the allocator. An allocator without fork handlers (mimalloc, 0043)
-    could be forked with that lock held by the parent, and the child's own I/O threads then
-    waited for it at their first allocation: 1 fork in 2000 hung. Forks here land while a
-    parent thread prefetches without pause; every child must read."""
+def test_children_forked_while_other_threads_start_and_end_threads_read(tmp_path):
+    """Each prefetch of a map runs on a thread of its own. Forks landing while four parent
+    threads prefetch without pause met two locks held for ever in the child: the allocator's
+    (mimalloc registers a thread's heap under one, and has no fork handlers: 0043) and a bucket
+    of `parking_lot`'s process-wide table of parked threads (0044), on which the child's own
+    I/O threads then waited. Every child must read."""
     path = tmp_path / "data.bin"
     np.random.default_rng(23).integers(0, 256, size=1 << 20, dtype="u1").tofile(path)
     run_forking(
         """
-        import threading, numpy as np, gpumapio
-        path = sys.argv[1]
-        want = np.fromfile(path, dtype=np.uint8)
-        f = gpumapio.CuFile(path, "r")
-        m = gpumapio.map(path, device="host", budget=64 << 20, extent_size=65536)
-        stop = threading.Event()
-        prefetches = 0
-        def prefetching():
-            global prefetches
+        import gpumapio
+        want, f = the_file_and_a_handle()
+        m = gpumapio.map(sys.argv[1], device="host", budget=64 << 20, extent_size=65536)
+        prefetches = []
+        def prefetching(stop):
             while not stop.is_set():
                 assert m.prefetch(0, want.nbytes).get() == want.nbytes
-                prefetches += 1
-        workers = [threading.Thread(target=prefetching) for _ in range(4)]
-        for worker in workers:
-            worker.start()
-        def read():
-            out = np.zeros_like(want)
-            assert f.pread(out, task_size=1 << 16).get() == want.nbytes
-            assert np.array_equal(out, want)
-        try:
-            for _ in range(int(os.environ.get("GPUMAP_FORK_ROUNDS", "1000"))):
-                in_child(read)
-        finally:
-            stop.set()
-            for worker in workers:
-                worker.join()
-        assert prefetches > 0, "no prefetch ran beside the forks: this run proves nothing"
+                prefetches.append(1)
+        rounds = int(os.environ.get("GPUMAP_FORK_ROUNDS", "1000"))
+        forks_beside(prefetching, lambda: preads_whole(f, want), rounds, threads=4)
+        assert prefetches, "no prefetch ran beside the forks: this run proves nothing"
         """,
         str(path),
     )
