@@ -25,7 +25,7 @@
 
 /// What the Python thread allocates and gpumap's threads free goes back without glibc's arena
 /// locks, which the interpreter's own allocations would wait on; jemalloc's fork handlers keep
-/// a forked child's allocator usable (docs/decisions/0044).
+/// a forked child's allocator usable (docs/decisions/0045).
 #[cfg(all(feature = "jemalloc", target_os = "linux"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

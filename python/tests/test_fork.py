@@ -60,9 +60,10 @@ def the_file_and_a_handle():
     return numpy.fromfile(sys.argv[1], dtype=numpy.uint8), gpumapio.CuFile(sys.argv[1], "r")
 
 def preads_whole(f, want):
-    out = __import__("numpy").zeros_like(want)
+    import numpy
+    out = numpy.zeros_like(want)
     assert f.pread(out, task_size=1 << 16).get() == want.nbytes
-    assert (out == want).all()
+    assert numpy.array_equal(out, want)
 """
 
 
@@ -166,12 +167,7 @@ def test_a_child_forked_as_the_first_file_opens_reads(tmp_path):
         import numpy as np, gpumapio
         path = sys.argv[1]
         f = gpumapio.CuFile(path, "r")
-        def read():
-            want = np.fromfile(path, dtype=np.uint8)
-            out = np.zeros_like(want)
-            assert f.pread(out, task_size=1 << 16).get() == want.nbytes
-            assert np.array_equal(out, want)
-        in_child(read)
+        in_child(lambda: preads_whole(f, np.fromfile(path, dtype=np.uint8)))
         """
     )
     for _ in range(6):
@@ -230,11 +226,11 @@ def test_children_forked_while_other_threads_start_and_end_threads_read(tmp_path
             while not stop.is_set():
                 assert m.prefetch(0, want.nbytes).get() == want.nbytes
                 prefetches.append(1)
-        rounds = int(os.environ.get("GPUMAP_FORK_ROUNDS", "1000"))
-        forks_beside(prefetching, lambda: preads_whole(f, want), rounds, threads=4)
+        forks_beside(prefetching, lambda: preads_whole(f, want), int(sys.argv[2]), threads=4)
         assert prefetches, "no prefetch ran beside the forks: this run proves nothing"
         """,
         str(path),
+        str(FORK_ROUNDS),
     )
 
 

@@ -378,9 +378,8 @@ impl MappedFile {
     /// Bytes mapped: in a forked child, as long as the file is when the child first uses the
     /// map (it may have grown or been cut since the parent opened it), asking being a use.
     fn len(&self) -> PyResult<u64> {
-        let state = self.state()?;
-        let held = state.hold.lock().as_ref().map(|(map, _)| map.len());
-        Ok(held.unwrap_or(self.facts.len))
+        self.state()?;
+        Ok(self.known_len())
     }
 
     /// [`len`](Self::len) as far as this process knows it without opening anything: the
