@@ -63,11 +63,12 @@ fn settled_at(path: &Path, pages: u64) -> bool {
     by(MethodChoice::Auto) == pages && by(MethodChoice::Mincore) == pages
 }
 
-/// All pages but a handful. Once in about 30 runs on the development machine, 2 of 16384
-/// just-read pages were missing (no memory pressure seen; cause not identified), so the
-/// warm checks allow 16 missing pages and say so.
+/// All pages but at most 1 %. The kernel may reclaim just-read pages of a clean file at
+/// any time: on the development machine 2 of 16384 went missing once in about 30 runs, on
+/// CI 9 of 8192 right after reading them. The checks tell half from none and from all, and
+/// say when pages went missing.
 fn nearly_all(cached: u64, pages: u64) -> bool {
-    let ok = cached <= pages && cached + 16 >= pages;
+    let ok = cached <= pages && cached * 100 >= pages * 99;
     if ok && cached != pages {
         eprintln!("*** NOTE: {} of {pages} pages were reclaimed meanwhile", pages - cached);
     }
@@ -142,9 +143,10 @@ fn evict_read_half_warm() {
     read_exactly(&path, 0, len / 2);
     let half = cached(&path);
     let slack = MIB / page();
-    assert!(half >= pages / 2 && half <= pages / 2 + slack, "{half} of {pages} after half");
+    assert!(half <= pages / 2 + slack, "{half} of {pages} after half: readahead was on");
     let first_half = pagecache::residency(&path, ByteRange::new(0, len / 2)).unwrap();
-    assert_eq!(first_half.cached_pages, Some(pages / 2));
+    let first_half = first_half.cached_pages.unwrap();
+    assert!(nearly_all(first_half, pages / 2), "{first_half} of {} in the first half", pages / 2);
     let second_half = pagecache::residency(&path, ByteRange::from_offset(len / 2)).unwrap();
     assert!(second_half.cached_pages.unwrap() <= slack);
 
