@@ -67,13 +67,16 @@ struct Scanner<'a> {
     source: &'a str,
     text: &'a [u8],
     at: usize,
+    /// The last entry's dtype (its place in [`DTYPES`]), tried first: a checkpoint's tensors
+    /// are mostly of one dtype.
+    last_dtype: usize,
 }
 
 impl<'a> Scanner<'a> {
     /// A scanner at the start of `raw`; `None` if `raw` is not UTF-8.
     fn new(raw: &'a [u8]) -> Option<Self> {
         let source = std::str::from_utf8(raw).ok()?;
-        Some(Scanner { source, text: raw, at: 0 })
+        Some(Scanner { source, text: raw, at: 0, last_dtype: 0 })
     }
 
     fn skip_space(&mut self) {
@@ -96,19 +99,18 @@ impl<'a> Scanner<'a> {
     /// A string with no escape and no control character, as UTF-8 text.
     fn string(&mut self) -> Option<&'a str> {
         self.take(b'"')?;
-        let start = self.at;
-        let len = first_special(&self.text[start..])?;
-        if self.text[start + len] != b'"' {
-            return None;
-        }
-        self.at = start + len + 1;
-        self.source.get(start..start + len)
+        self.string_rest()
     }
 
     /// A size written as JSON writes a whole number from 0 to 2^64 - 1: no sign, no leading
     /// zero, no fraction or exponent.
     fn size(&mut self) -> Option<u64> {
         self.skip_space();
+        self.digits()
+    }
+
+    /// [`Scanner::size`] with no whitespace before it.
+    fn digits(&mut self) -> Option<u64> {
         let start = self.at;
         let mut value: u64 = 0;
         while let Some(&b) = self.text.get(self.at).filter(|b| b.is_ascii_digit()) {
@@ -169,14 +171,77 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// The place in [`DTYPES`] of the dtype named `text`.
+    fn dtype_named(&mut self, text: &str) -> Option<usize> {
+        if DTYPES[self.last_dtype].0 != text {
+            self.last_dtype = DTYPES.iter().position(|(d, _)| *d == text)?;
+        }
+        Some(self.last_dtype)
+    }
+
+    /// Takes `literal` if the text goes on with exactly it (no whitespace skipped).
+    fn literal(&mut self, literal: &[u8]) -> Option<()> {
+        let end = self.at + literal.len();
+        (self.text.get(self.at..end) == Some(literal)).then(|| self.at = end)
+    }
+
+    /// A string's text up to its closing quote, which it takes (the opening one taken).
+    fn string_rest(&mut self) -> Option<&'a str> {
+        let start = self.at;
+        let len = first_special(&self.text[start..])?;
+        if self.text[start + len] != b'"' {
+            return None;
+        }
+        self.at = start + len + 1;
+        self.source.get(start..start + len)
+    }
+
+    /// An entry as safetensors writes one, `{"dtype":"..","shape":[..],"data_offsets":[a,b]}`
+    /// with no whitespace: read without a key's match or a closure per member (two thirds of
+    /// a checkpoint's header text is such entries). `None`, with nothing taken, for any
+    /// other text, which [`Scanner::entry`] then reads.
+    fn compact_entry(&mut self, name: &'a str) -> Option<Entry<'a>> {
+        let start = self.at;
+        let entry = (|| {
+            self.literal(b"{\"dtype\":\"")?;
+            let text = self.string_rest()?;
+            let dtype = self.dtype_named(text)?;
+            self.literal(b",\"shape\":[")?;
+            let mut shape = Vec::new();
+            if self.literal(b"]").is_none() {
+                loop {
+                    shape.push(self.digits()?);
+                    if self.literal(b"]").is_some() {
+                        break;
+                    }
+                    self.literal(b",")?;
+                }
+            }
+            self.literal(b",\"data_offsets\":[")?;
+            let begin = self.digits()?;
+            self.literal(b",")?;
+            let end = self.digits()?;
+            self.literal(b"]}")?;
+            Some(Entry { name, dtype, shape, begin, end })
+        })();
+        if entry.is_none() {
+            self.at = start;
+        }
+        entry
+    }
+
     /// One tensor's entry: exactly `dtype`, `shape` and `data_offsets`, each once.
     fn entry(&mut self, name: &'a str) -> Option<Entry<'a>> {
+        self.skip_space();
+        if let Some(entry) = self.compact_entry(name) {
+            return Some(entry);
+        }
         let (mut dtype, mut shape, mut offsets) = (None, None, None);
         self.object(|s, key| {
             match key {
                 "dtype" if dtype.is_none() => {
                     let text = s.string()?;
-                    dtype = Some(DTYPES.iter().position(|(d, _)| *d == text)?);
+                    dtype = Some(s.dtype_named(text)?);
                 }
                 "shape" if shape.is_none() => shape = Some(s.sizes()?),
                 "data_offsets" if offsets.is_none() => offsets = Some(s.pair()?),
@@ -215,11 +280,7 @@ impl<'a> Scanner<'a> {
             Some(())
         })?;
         self.skip_space();
-        if self.at != self.text.len() {
-            return None;
-        }
-        let mut names = HashSet::with_capacity(entries.len());
-        entries.iter().all(|e| names.insert(e.name)).then_some(Plain { entries, metadata })
+        (self.at == self.text.len()).then_some(Plain { entries, metadata })
     }
 }
 
@@ -367,7 +428,8 @@ fn metadata_dict<'py>(
 
 /// An index (one [`plain_index`] reads) with each name's shard number, and its metadata.
 struct MappedIndex<'a> {
-    shard_of_name: HashMap<&'a str, usize>,
+    /// Each name's shard, and whether a header has been found to hold it.
+    shard_of_name: HashMap<&'a str, (usize, bool)>,
     metadata: Option<Vec<(&'a str, Value<'a>)>>,
 }
 
@@ -386,25 +448,27 @@ fn map_index<'a>(raw: &'a [u8], shard_of: &HashMap<String, usize>) -> Option<Map
             _ => *shard_of.get(file)?,
         };
         last = Some((file, shard));
-        if shard_of_name.insert(name, shard).is_some() {
+        if shard_of_name.insert(name, (shard, false)).is_some() {
             return None; // a name given twice
         }
     }
     Some(MappedIndex { shard_of_name, metadata: index.metadata })
 }
 
-/// Whether a mapped index gives every tensor the shard whose header holds it, and no other
-/// name: `Some(metadata)` where it does; `None` where it does not or cannot tell (a header
-/// declined), and the Python reader then reads the index and names what is wrong.
+/// Whether a mapped index gives every tensor the shard whose header holds it, once, and no
+/// other name: `Some(metadata)` where it does; `None` where it does not or cannot tell (a
+/// header declined), and the Python reader then reads the index and names what is wrong.
+/// Where it does, no header names a tensor twice: the one lookup per tensor proves it.
 fn index_agrees<'a>(
-    index: MappedIndex<'a>,
+    mut index: MappedIndex<'a>,
     headers: &[Option<Plain<'_>>],
 ) -> Option<Option<Vec<(&'a str, Value<'a>)>>> {
     let mut found = 0usize;
     for (shard, header) in headers.iter().enumerate() {
         for entry in &header.as_ref()?.entries {
-            if index.shard_of_name.get(entry.name) != Some(&shard) {
-                return None;
+            match index.shard_of_name.get_mut(entry.name) {
+                Some((s, seen)) if *s == shard && !*seen => *seen = true,
+                _ => return None,
             }
             found += 1;
         }
@@ -472,10 +536,17 @@ type Columns<'py> = (
 );
 
 /// A header read and checked, its entries in file order; `None` outside the common case.
+/// Whether a name is given twice is not checked here (see [`names_unique`]).
 fn parse(raw: &[u8], data_start: u64, file_size: u64) -> Option<Plain<'_>> {
     let plain = Scanner::new(raw)?.header()?;
     let entries = checked(plain.entries, data_start, file_size)?;
     Some(Plain { entries, metadata: plain.metadata })
+}
+
+/// `plain` if it names no tensor twice (which json would read as one).
+fn names_unique(plain: Plain<'_>) -> Option<Plain<'_>> {
+    let mut names = HashSet::with_capacity(plain.entries.len());
+    plain.entries.iter().all(|e| names.insert(e.name)).then_some(plain)
 }
 
 /// The tensors of the header `raw` (the JSON after the 8-byte length) of a file of
@@ -491,7 +562,10 @@ pub fn plain_header<'py>(
     data_start: u64,
     file_size: u64,
 ) -> PyResult<Option<Columns<'py>>> {
-    parse(raw, data_start, file_size).map(|plain| columns(py, plain, data_start)).transpose()
+    parse(raw, data_start, file_size)
+        .and_then(names_unique)
+        .map(|plain| columns(py, plain, data_start))
+        .transpose()
 }
 
 /// A checkpoint's headers as [`plain_header`] reads each (`(raw, data_start, file_size)`
@@ -519,6 +593,12 @@ pub fn plain_headers<'py>(
         let index = index.as_ref().map(|(raw, shard_of)| (&raw[..], shard_of));
         let (parsed, mapped) = parse_all(&headers, index, threads);
         let agreed = mapped.and_then(|mapped| index_agrees(mapped, &parsed));
+        // An index that agrees proved every name once; else each header is checked alone.
+        let parsed = if agreed.is_some() {
+            parsed
+        } else {
+            parsed.into_iter().map(|plain| plain.and_then(names_unique)).collect()
+        };
         (parsed, agreed)
     });
     let mut out = Vec::with_capacity(parsed.len());

@@ -447,6 +447,28 @@ def test_native_index_check_agrees_with_the_mapping(seed):
     assert found[home] is None and agreed is None
 
 
+def test_native_index_check_refuses_a_name_twice_in_one_header():
+    """A header that names a tensor twice (json would keep the last) is declined, with an index
+    or without, even where the index's names and the header's tensors are as many and the
+    index puts that tensor in that shard: the index check, which then stands for the header's
+    own check of its names, counts each name once."""
+
+    def entry(k: int) -> str:
+        return '{"dtype":"U8","shape":[1],"data_offsets":[%d,%d]}' % (k, k + 1)
+
+    for names, index_names in ((["a", "a"], ["a", "b"]), (["a", "b", "a"], ["a", "b"]), (["b", "a", "a"], ["a", "b", "c"])):
+        raw = ("{" + ",".join(f'"{n}":{entry(k)}' for k, n in enumerate(names)) + "}").encode()
+        header = (raw, 8 + len(raw), 8 + len(raw) + len(names))
+        assert plain_header(*header) is None
+        index = json.dumps({"weight_map": dict.fromkeys(index_names, "s.st")}).encode()
+        for with_index in (None, (index, {"s.st": 0})):
+            assert plain_headers([header], with_index) == ([None], None), (names, with_index)
+    # The same names once each: answered, and the index agrees.
+    raw = ("{" + ",".join(f'"{n}":{entry(k)}' for k, n in enumerate("ab")) + "}").encode()
+    found, agreed = plain_headers([(raw, 8 + len(raw), 8 + len(raw) + 2)], (json.dumps({"weight_map": {"a": "s.st", "b": "s.st"}}).encode(), {"s.st": 0}))
+    assert found[0] is not None and list(found[0][0]) == ["a", "b"] and agreed == (None,)
+
+
 @pytest.mark.parametrize("shards", [1, 3, 9])
 def test_native_headers_read_together_are_each_header(shards):
     """plain_headers answers for each header what plain_header does alone, declined ones
