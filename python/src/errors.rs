@@ -360,14 +360,17 @@ where
     let cancel = gpumap::io::Cancel::new();
     let done = (gpumap::sync::Mutex::new(false), gpumap::sync::Condvar::new());
     std::thread::scope(|scope| {
-        let worker = std::thread::Builder::new().name("gpumap-call".into()).spawn_scoped(scope, {
-            let (cancel, done) = (cancel.clone(), &done);
-            move || {
-                let outcome = catch_unwind(AssertUnwindSafe(|| cancel.run(work)));
-                *done.0.lock() = true;
-                done.1.notify_all();
-                outcome
-            }
+        let thread = std::thread::Builder::new().name("gpumap-call".into());
+        let worker = gpumap::per_process::spawn_apart_from_fork(|| {
+            thread.spawn_scoped(scope, {
+                let (cancel, done) = (cancel.clone(), &done);
+                move || {
+                    let outcome = catch_unwind(AssertUnwindSafe(|| cancel.run(work)));
+                    *done.0.lock() = true;
+                    done.1.notify_all();
+                    outcome
+                }
+            })
         });
         let worker = match worker {
             Ok(worker) => worker,

@@ -644,11 +644,19 @@ fn parse_all<'a>(
         let indexing = index.map(|index| {
             (
                 index,
-                std::thread::Builder::new().spawn_scoped(scope, move || parse_index(index)).ok(),
+                gpumap::per_process::spawn_apart_from_fork(|| {
+                    std::thread::Builder::new().spawn_scoped(scope, move || parse_index(index))
+                })
+                .ok(),
             )
         });
         let workers: Vec<_> = (1..threads.min(headers.len()))
-            .filter_map(|_| std::thread::Builder::new().spawn_scoped(scope, take).ok())
+            .filter_map(|_| {
+                gpumap::per_process::spawn_apart_from_fork(|| {
+                    std::thread::Builder::new().spawn_scoped(scope, take)
+                })
+                .ok()
+            })
             .collect();
         let mut done = take();
         for worker in workers {

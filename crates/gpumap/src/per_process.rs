@@ -19,6 +19,32 @@ pub fn fork_generation() -> u64 {
     crate::sys::posix::fork_generation()
 }
 
+/// `spawn()`, a thread's start, while no fork can begin; a fork waits for the spawns under way
+/// to end. Every thread gpumap starts is started so: a fork in the middle of glibc's
+/// `pthread_create` leaves the child a stack whose thread-local blocks it frees twice.
+pub fn spawn_apart_from_fork<T>(spawn: impl FnOnce() -> T) -> T {
+    crate::sys::posix::spawn_apart_from_fork(spawn)
+}
+
+/// The pool `builder` describes, its threads started through [`spawn_apart_from_fork`].
+pub(crate) fn build_rayon_pool(
+    builder: rayon::ThreadPoolBuilder,
+) -> Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
+    builder
+        .spawn_handler(|thread| {
+            let mut spawning = std::thread::Builder::new();
+            if let Some(name) = thread.name() {
+                spawning = spawning.name(name.to_owned());
+            }
+            if let Some(size) = thread.stack_size() {
+                spawning = spawning.stack_size(size);
+            }
+            spawn_apart_from_fork(|| spawning.spawn(|| thread.run()))?;
+            Ok(())
+        })
+        .build()
+}
+
 /// Generations with a slot of their own in a [`ByGeneration`]; a process forked this many
 /// levels below another shares that ancestor's slot.
 const GENERATION_SLOTS: usize = 8;

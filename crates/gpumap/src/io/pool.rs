@@ -363,9 +363,8 @@ pub(crate) fn wait_apart<R: Send>(
         return work();
     }
     std::thread::scope(|scope| {
-        let waiter = std::thread::Builder::new()
-            .name("gpumap-wait".to_owned())
-            .spawn_scoped(scope, work)
+        let thread = std::thread::Builder::new().name("gpumap-wait".to_owned());
+        let waiter = crate::per_process::spawn_apart_from_fork(|| thread.spawn_scoped(scope, work))
             .map_err(|e| Error::Unavailable {
                 what: "a thread to wait for another pool's work",
                 reason: e.to_string(),
@@ -380,11 +379,12 @@ fn build(nthreads: usize) -> Result<rayon::ThreadPool> {
     if let Err(reason) = crate::config::check_nthreads(nthreads) {
         return Err(Error::InvalidArgument(format!("thread count {nthreads}: {reason}")));
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(nthreads)
-        .thread_name(|i| format!("gpumap-io-{i}"))
-        .build()
-        .map_err(|e| Error::io_nopath("spawn I/O threads", std::io::Error::other(e.to_string())))?;
+    let pool = crate::per_process::build_rayon_pool(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(nthreads)
+            .thread_name(|i| format!("gpumap-io-{i}")),
+    )
+    .map_err(|e| Error::io_nopath("spawn I/O threads", std::io::Error::other(e.to_string())))?;
     started(pool)
 }
 
@@ -667,9 +667,12 @@ impl<T> Completer<T> {
         // The thread's own completer is made on it: were the spawn to fail, the closure dropped
         // with it must not complete the future first, with a panic's message.
         let for_thread = slot.clone();
-        let spawned = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
-            let completer = Completer { slot: Some(for_thread) };
-            completer.complete(work(cancel));
+        let thread = std::thread::Builder::new().name(name.to_owned());
+        let spawned = crate::per_process::spawn_apart_from_fork(|| {
+            thread.spawn(move || {
+                let completer = Completer { slot: Some(for_thread) };
+                completer.complete(work(cancel));
+            })
         });
         if let Err(e) = spawned {
             slot.complete(Err(Error::Unavailable {

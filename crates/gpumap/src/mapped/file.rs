@@ -518,16 +518,19 @@ impl DeviceMappedFile {
     /// own, under `claim` (the cache's one admission at a time; see `engine::admission`).
     fn admit_in_background(&self, claim: AdmissionClaim, extents: Vec<u64>) {
         let map = self.clone();
-        let spawned = std::thread::Builder::new().name("gpumap-admit".into()).spawn(move || {
-            let _claim = claim;
-            if let Err(e) = engine::admit(map.engine(), map.entry(), &extents) {
-                tracing::debug!(
-                    "admitting {} extents of {} skipped: {}",
-                    extents.len(),
-                    map.path().display(),
-                    crate::error::Report(&e)
-                );
-            }
+        let thread = std::thread::Builder::new().name("gpumap-admit".into());
+        let spawned = crate::per_process::spawn_apart_from_fork(|| {
+            thread.spawn(move || {
+                let _claim = claim;
+                if let Err(e) = engine::admit(map.engine(), map.entry(), &extents) {
+                    tracing::debug!(
+                        "admitting {} extents of {} skipped: {}",
+                        extents.len(),
+                        map.path().display(),
+                        crate::error::Report(&e)
+                    );
+                }
+            })
         });
         if let Err(e) = spawned {
             tracing::debug!("no thread to admit rows read past the cache: {e}");

@@ -61,9 +61,8 @@ fn queue() -> Result<Arc<Queue>> {
     QUEUE.get_or_try_make(|| {
         let queue = Arc::new(Queue::default());
         let serving = Arc::clone(&queue);
-        std::thread::Builder::new()
-            .name("gpumap-upload".to_owned())
-            .spawn(move || serve(&serving))
+        let thread = std::thread::Builder::new().name("gpumap-upload".to_owned());
+        crate::per_process::spawn_apart_from_fork(|| thread.spawn(move || serve(&serving)))
             .map_err(|e| Error::Unavailable {
                 what: "the remote upload thread",
                 reason: e.to_string(),

@@ -106,14 +106,12 @@ pub(crate) fn lane_count() -> usize {
 fn lanes() -> Result<Arc<rayon::ThreadPool>> {
     LANES.get_or_try_make(|| {
         stores::when_an_owner_goes("lanes", forget_dead_on_every_lane);
-        let lanes = rayon::ThreadPoolBuilder::new()
-            .num_threads(lane_count())
-            .thread_name(|i| format!("gpumap-lane-{i}"))
-            .build()
-            .map_err(|e| Error::Unavailable {
-                what: "the remote read lanes",
-                reason: e.to_string(),
-            })?;
+        let lanes = crate::per_process::build_rayon_pool(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(lane_count())
+                .thread_name(|i| format!("gpumap-lane-{i}")),
+        )
+        .map_err(|e| Error::Unavailable { what: "the remote read lanes", reason: e.to_string() })?;
         // Started before use, as the I/O pool's are: see `started`.
         started(lanes).map(Arc::new)
     })

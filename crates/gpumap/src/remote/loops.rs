@@ -311,9 +311,9 @@ impl Loops {
         for index in 0..count {
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let (started, handle) = std::sync::mpsc::sync_channel(1);
-            std::thread::Builder::new()
-                .name(format!("{}{index}", set.thread_name()))
-                .spawn(move || {
+            let thread = std::thread::Builder::new().name(format!("{}{index}", set.thread_name()));
+            crate::per_process::spawn_apart_from_fork(|| {
+                thread.spawn(move || {
                     let runtime =
                         tokio::runtime::Builder::new_current_thread().enable_all().build();
                     let runtime = match runtime {
@@ -331,7 +331,8 @@ impl Loops {
                     });
                     SHELF.with(|shelf| shelf.borrow_mut().clear());
                 })
-                .map_err(|e| unavailable(e.to_string()))?;
+            })
+            .map_err(|e| unavailable(e.to_string()))?;
             let handle = handle
                 .recv()
                 .map_err(|_| unavailable("a loop thread ended before it started".to_owned()))?

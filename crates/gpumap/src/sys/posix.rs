@@ -14,7 +14,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
 
@@ -306,8 +306,50 @@ pub fn open_direct_or_buffered(path: &Path, options: &mut OpenOptions) -> Result
 /// Forks counted in this process by [`fork_generation`]'s handler.
 static FORKS: AtomicU64 = AtomicU64::new(0);
 
-extern "C" fn count_fork_in_child() {
+/// Forks being prepared now, and threads being spawned now ([`spawn_apart_from_fork`]).
+static FORKING: AtomicUsize = AtomicUsize::new(0);
+static SPAWNING: AtomicUsize = AtomicUsize::new(0);
+
+/// Before a fork: no spawn may start, and those under way end first.
+extern "C" fn before_fork() {
+    FORKING.fetch_add(1, Ordering::SeqCst);
+    while SPAWNING.load(Ordering::SeqCst) != 0 {
+        std::thread::yield_now();
+    }
+}
+
+extern "C" fn after_fork_in_parent() {
+    FORKING.fetch_sub(1, Ordering::SeqCst);
+}
+
+extern "C" fn after_fork_in_child() {
     FORKS.fetch_add(1, Ordering::AcqRel);
+    // The child's one thread is the one that forked: no spawn of another was under way.
+    SPAWNING.store(0, Ordering::SeqCst);
+    FORKING.store(0, Ordering::SeqCst);
+}
+
+/// The `pthread_atfork(3)` handlers, registered once (and inherited by children).
+fn register_fork_handlers() {
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+    // Loaded first: a swap on every call would write the line every thread reads.
+    if !REGISTERED.load(Ordering::Acquire) && !REGISTERED.swap(true, Ordering::AcqRel) {
+        // SAFETY: the handlers touch atomics alone, and the prepare handler yields until the
+        // spawns under way end: async-signal-safe, as handlers in a multithreaded process
+        // must be in the child, and waiting on nothing the forking thread holds.
+        let rc = unsafe {
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(after_fork_in_parent),
+                Some(after_fork_in_child),
+            )
+        };
+        if rc != 0 {
+            tracing::warn!(
+                "pthread_atfork failed ({rc}): a forked child would wait on its parent's threads"
+            );
+        }
+    }
 }
 
 /// How many forks stand between this process and the one that first called this: 0 there, 1
@@ -318,19 +360,37 @@ extern "C" fn count_fork_in_child() {
 /// nothing was made yet.
 #[doc(alias = "pthread_atfork")]
 pub fn fork_generation() -> u64 {
-    static REGISTERED: AtomicBool = AtomicBool::new(false);
-    // Loaded first: a swap on every call would write the line every thread reads.
-    if !REGISTERED.load(Ordering::Acquire) && !REGISTERED.swap(true, Ordering::AcqRel) {
-        // SAFETY: the handler only adds to an atomic, which is async-signal-safe, as a child
-        // handler in a multithreaded process must be; no prepare or parent handler is given.
-        let rc = unsafe { libc::pthread_atfork(None, None, Some(count_fork_in_child)) };
-        if rc != 0 {
-            tracing::warn!(
-                "pthread_atfork failed ({rc}): a forked child would wait on its parent's threads"
-            );
+    register_fork_handlers();
+    FORKS.load(Ordering::Acquire)
+}
+
+/// `spawn()` (a thread's start: `pthread_create`) run while no fork can begin, and a fork
+/// begun only once the spawns under way have ended. glibc's `pthread_create` frees the
+/// thread-local blocks of a reused stack after it has given up the lock on its stack cache;
+/// a fork then gives the child that stack, still listing the blocks, and the child's next
+/// thread frees them again ("double free or corruption"), as a child forked while the parent
+/// resized its I/O pool showed (decision 0047).
+pub fn spawn_apart_from_fork<T>(spawn: impl FnOnce() -> T) -> T {
+    register_fork_handlers();
+    loop {
+        while FORKING.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        SPAWNING.fetch_add(1, Ordering::SeqCst);
+        if FORKING.load(Ordering::SeqCst) == 0 {
+            break;
+        }
+        // A fork began meanwhile: it goes first.
+        SPAWNING.fetch_sub(1, Ordering::SeqCst);
+    }
+    struct Spawned;
+    impl Drop for Spawned {
+        fn drop(&mut self) {
+            SPAWNING.fetch_sub(1, Ordering::SeqCst);
         }
     }
-    FORKS.load(Ordering::Acquire)
+    let _spawned = Spawned;
+    spawn()
 }
 
 #[cfg(test)]

@@ -338,9 +338,10 @@ fn populate(map: &memmap2::MmapMut, offset: usize, len: usize) {
     std::thread::scope(|scope| {
         for first in (part..len).step_by(part) {
             let bytes = part.min(len - first);
-            let spawned = std::thread::Builder::new()
-                .name("gpumap-pin".to_owned())
-                .spawn_scoped(scope, move || fault_in(offset + first, bytes));
+            let thread = std::thread::Builder::new().name("gpumap-pin".to_owned());
+            let spawned = crate::per_process::spawn_apart_from_fork(|| {
+                thread.spawn_scoped(scope, move || fault_in(offset + first, bytes))
+            });
             if spawned.is_err() {
                 fault_in(offset + first, bytes);
             }
