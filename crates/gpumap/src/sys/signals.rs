@@ -48,26 +48,29 @@ pub fn on_termination(signals: &[libc::c_int], cleanup: fn()) -> io::Result<()> 
     // SAFETY: `read_end` is a descriptor pipe2 just returned and nothing else owns.
     let mut wake = unsafe { File::from_raw_fd(read_end) };
     WAKE_FD.store(write_end, Ordering::Relaxed);
-    std::thread::Builder::new().name("gpumap-signals".into()).spawn(move || {
-        let mut byte = [0u8; 1];
-        // Only a closed or broken pipe fails here (EINTR is retried): then there is nothing
-        // to wait for.
-        if wake.read_exact(&mut byte).is_err() {
-            return;
-        }
-        ENDING.store(true, Ordering::SeqCst);
-        cleanup();
-        let signal = libc::c_int::from(byte[0]);
-        // SAFETY: restoring the default disposition and raising the signal take no pointers
-        // but the null old-action pointer, which sigaction allows.
-        unsafe {
-            let mut default: libc::sigaction = std::mem::zeroed();
-            default.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(signal, &default, std::ptr::null_mut());
-            libc::raise(signal);
-        }
-        // Only reached where the signal is blocked in this thread: end as a shell would report.
-        std::process::exit(128 + signal);
+    let thread = std::thread::Builder::new().name("gpumap-signals".into());
+    super::posix::spawn_apart_from_fork(|| {
+        thread.spawn(move || {
+            let mut byte = [0u8; 1];
+            // Only a closed or broken pipe fails here (EINTR is retried): then there is nothing
+            // to wait for.
+            if wake.read_exact(&mut byte).is_err() {
+                return;
+            }
+            ENDING.store(true, Ordering::SeqCst);
+            cleanup();
+            let signal = libc::c_int::from(byte[0]);
+            // SAFETY: restoring the default disposition and raising the signal take no pointers
+            // but the null old-action pointer, which sigaction allows.
+            unsafe {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(signal, &default, std::ptr::null_mut());
+                libc::raise(signal);
+            }
+            // Only reached where the signal is blocked in this thread: end as a shell would report.
+            std::process::exit(128 + signal);
+        })
     })?;
     for &signal in signals {
         // SAFETY: a zeroed sigaction is a valid value to read the current one into; the new
